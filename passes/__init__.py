@@ -1,0 +1,1 @@
+"""TVM passes of tilelayout (installed as ``tilelayout.passes``)."""

@@ -1,0 +1,21 @@
+"""Exception types. Every user-facing failure of tilelayout is one of these, never a raw TVM error."""
+
+
+class TileLayoutError(Exception):
+    """Base of every tilelayout exception."""
+
+
+class LayoutError(TileLayoutError, ValueError):
+    """A layout is malformed or an operation's precondition on it does not hold."""
+
+
+class EvaluationError(TileLayoutError, TypeError):
+    """An index expression cannot be evaluated exactly (unsupported node, free variable, symbolic extent)."""
+
+
+class LayoutConflictError(LayoutError):
+    """Two ops demand different layouts of one buffer."""
+
+
+class InferenceError(LayoutError):
+    """Layout inference cannot give a buffer or loop a valid layout."""

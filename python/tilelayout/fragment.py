@@ -1,0 +1,415 @@
+"""Fragment: a Layout whose elements also live in threads (TileLang's ``tl::Fragment``).
+
+Element ``coords`` with replica ``r`` in ``[0, replicate)`` sits in thread ``forward_thread(coords, r)`` at
+per-thread slot ``forward_index(coords)``. The slot never depends on the replica.
+
+Variable-order gotcha: TileLang's ``GetForwardVars()`` puts ``_rep`` *first* when replicate > 1, while its
+canonical inverse packs ``rep`` as the *last* input. Here nothing is ever zipped by position: the thread
+function receives the replica as a keyword-free trailing argument only when replicate > 1, ``thread_of``
+takes ``rep=`` by name, tables put the replica on the last axis, and ``inverse()`` always answers
+``(slot..., thread) -> (coords..., rep)`` with ``rep`` last.
+"""
+from __future__ import annotations
+
+import math
+from functools import cached_property
+from typing import Callable, Sequence
+
+import numpy as np
+from tvm import sym, tirx
+from tvm.ir import Range
+
+from .errors import LayoutError
+from .evaluate import evaluate, grid_env
+from .layout import (Layout, _as_expr, _exprs_equal, _fmt_shape, _jsonable, _shapes_equal, make_analyzer,
+                     normalize_shape, placeholder, rep_placeholder, shape_size, substitute)
+
+__all__ = ["Fragment", "fully_replicated", "infer_fragment_index"]
+
+
+def _check_replicate(replicate) -> int:
+    if isinstance(replicate, bool) or not isinstance(replicate, (int, np.integer)):
+        raise LayoutError(f"replicate must be a positive int, got {replicate!r}")
+    if replicate < 1:
+        raise LayoutError(f"replicate must be >= 1, got {replicate}")
+    return int(replicate)
+
+
+class Fragment(Layout):
+    """Per-thread register layout: coords (+ replica) -> (thread, slot...)."""
+
+    kind = "Fragment"
+
+    def __init__(self, shape, forward_thread_fn: Callable, forward_index_fn: Callable | None = None,
+                 replicate: int = 1):
+        shape = normalize_shape(shape, "fragment")
+        replicate = _check_replicate(replicate)
+        variables = [placeholder(k) for k in range(len(shape))]
+        if not callable(forward_thread_fn):
+            raise LayoutError("Fragment needs a callable forward_thread_fn(*coords[, rep])")
+        thread = forward_thread_fn(*variables, rep_placeholder()) if replicate > 1 else forward_thread_fn(*variables)
+        index = None
+        if forward_index_fn is not None:
+            index = forward_index_fn(*variables)
+            if not isinstance(index, (list, tuple)):
+                index = [index]
+        self._init_fragment(shape, _as_expr(thread), index, replicate)
+
+    @classmethod
+    def from_exprs(cls, shape, thread, index=None, replicate: int = 1) -> "Fragment":
+        """Build from expressions over the placeholders (``_rep`` in ``thread``); index None -> inferred."""
+        obj = cls.__new__(cls)
+        obj._init_fragment(normalize_shape(shape, "fragment"), _as_expr(thread),
+                           None if index is None else list(index), _check_replicate(replicate))
+        return obj
+
+    def _init_fragment(self, shape, thread, index, replicate) -> None:
+        self._replicate = replicate
+        self._thread_range = None
+        variables = [placeholder(k) for k in range(len(shape))]
+        rep = rep_placeholder()
+        ana = make_analyzer(variables + [rep], list(shape) + [replicate])
+        self._input_shape = shape
+        self._check_free_vars([thread], allowed=set(variables) | {rep})
+        self._forward_thread = ana.simplify(thread)
+        if index is None:
+            index = infer_fragment_index(self._forward_thread, shape)
+        index = [_as_expr(e) for e in index]
+        self._check_free_vars(index, allowed=set(variables) | {rep})
+        index = [ana.simplify(e) for e in index]
+        if any(_uses(e, rep) for e in index):
+            raise LayoutError(f"fragment over {_fmt_shape(shape)}: forward_index {[str(e) for e in index]} depends on "
+                              f"the replica _rep; a replica changes the thread, never the slot")
+        self._forward_index = index
+
+    # ----------------------------------------------------------------- fields
+    @property
+    def forward_thread(self):
+        return self._forward_thread
+
+    @property
+    def replicate_size(self) -> int:
+        return self._replicate
+
+    @property
+    def thread_range(self):
+        """(min, extent) of the threads this fragment is bound to, or None when unbound."""
+        return self._thread_range
+
+    @cached_property
+    def thread_extent(self) -> int:
+        """max+1 of the thread map over coords and replicas (independent of ``thread_range``)."""
+        if self._enumerable(1 << 22):
+            return int(self.thread_table().max()) + 1
+        ana = make_analyzer(self.forward_vars + [rep_placeholder()], self._input_shape + [self._replicate])
+        from .layout import _bound_extent
+        return _bound_extent(ana, self._forward_thread, [], 0)
+
+    def _copy(self) -> "Fragment":
+        obj = Fragment.__new__(Fragment)
+        obj.__dict__.update({k: v for k, v in self.__dict__.items() if k.startswith("_") and not k.startswith("__")})
+        return obj
+
+    def bind_thread_range(self, min_thread: int, extent: int) -> "Fragment":
+        """Copy bound to threads [min, min+extent); the thread map itself stays 0-based."""
+        for name, val in (("min", min_thread), ("extent", extent)):
+            if isinstance(val, bool) or not isinstance(val, (int, np.integer)):
+                raise LayoutError(f"thread range {name} must be an int, got {val!r}")
+        if min_thread < 0 or extent < 1:
+            raise LayoutError(f"invalid thread range ({min_thread}, {extent}) for {self!r}")
+        out = self._copy()
+        out._thread_range = (int(min_thread), int(extent))
+        return out
+
+    # ----------------------------------------------------------------- evaluation
+    def thread_of(self, *coords, rep: int = 0) -> int:
+        if len(coords) == 1 and isinstance(coords[0], (list, tuple)):
+            coords = tuple(coords[0])
+        if len(coords) != self.input_dim:
+            raise LayoutError(f"{self!r} takes {self.input_dim} coordinates, got {len(coords)}")
+        if not 0 <= rep < self._replicate:
+            raise LayoutError(f"replica {rep} out of range [0, {self._replicate}) for {self!r}")
+        env = dict(zip(self.forward_vars, (np.int64(c) for c in coords)))
+        env[rep_placeholder()] = np.int64(rep)
+        return int(evaluate(self._forward_thread, env))
+
+    def thread_table(self) -> np.ndarray:
+        """Thread of every (coords..., rep): shape (*input_shape, replicate), read-only."""
+        return self._thread_table
+
+    @cached_property
+    def _thread_table(self) -> np.ndarray:
+        self._require_enumerable("cannot tabulate the fragment's threads", 1 << 22)
+        shape = self._input_shape + [self._replicate]
+        env = grid_env(self.forward_vars + [rep_placeholder()], shape)
+        tab = np.broadcast_to(evaluate(self._forward_thread, env), tuple(shape)).astype(np.int64)
+        tab.setflags(write=False)
+        return tab
+
+    # ----------------------------------------------------------------- canonical packing and inverse
+    def packed(self) -> Layout:
+        """(coords..., rep) -> (slot..., thread) as a plain Layout; rep is the trailing input."""
+        rep_in = placeholder(self.input_dim)
+        thread = substitute(self._forward_thread, {rep_placeholder(): rep_in})
+        return Layout.from_exprs(self._input_shape + [self._replicate], self._forward_index + [thread])
+
+    def inverse(self) -> Layout:
+        """Canonical inverse (slot..., thread) -> (coords..., rep); rep is always the last output."""
+        return self.packed().inverse()
+
+    def inverse_with_info(self, allow_padding: bool = False):
+        return self.packed().inverse_with_info(allow_padding)
+
+    def is_bijective(self) -> bool:
+        """(coords, rep) -> (thread, slots) is a bijection onto [0, T) x slots: a well-formed fragment."""
+        packed = self.packed()
+        return packed.is_injective() and shape_size(packed.output_shape) == packed.size
+
+    def injectivity_error(self, exprs=None, variables=None, shape=None):
+        if exprs is not None:
+            return super().injectivity_error(exprs, variables, shape)
+        return self.packed().injectivity_error()
+
+    # ----------------------------------------------------------------- replication
+    def replicate(self, n: int) -> "Fragment":
+        """n times more replicas: replica r lives in thread thread(r % R) + T * (r // R)."""
+        n = _check_replicate(n)
+        if n == 1:
+            return self
+        r = rep_placeholder()
+        thread = substitute(self._forward_thread, {r: tirx.floormod(r, self._replicate)}) \
+            + self.thread_extent * tirx.floordiv(r, self._replicate)
+        return self._rebuilt(thread, self._forward_index, self._replicate * n)
+
+    def dereplicate(self) -> "Fragment":
+        """Trade replicas for slots: gcd(R, slots) copies become distinct slots in distinct threads."""
+        if self.output_dim != 1:
+            raise LayoutError(f"dereplicate needs a single slot output, {self!r} has {self.output_dim}")
+        f = math.gcd(self._replicate, int(self.output_shape[0]))
+        if f == 1:
+            return self
+        r, idx = rep_placeholder(), self._forward_index[0]
+        thread = substitute(self._forward_thread, {r: r * f + tirx.floormod(idx, f)})
+        return self._rebuilt(thread, [tirx.floordiv(idx, f)], self._replicate // f)
+
+    def condense_rep_var(self) -> "Fragment":
+        """Drop replica bits the thread map never uses, packing the used ones densely."""
+        if self._replicate == 1:
+            return self
+        r = rep_placeholder()
+        dom = {v: Range(0, s) for v, s in zip(self.forward_vars, self._input_shape)}
+        dom[r] = Range(0, self._replicate)
+        pieces = _used_pieces(self._forward_thread, dom, r)
+        if pieces is None:
+            return self
+        used = sorted(pieces)
+        new_extent = shape_size([e for _, e in used]) if used else 1
+        if new_extent == self._replicate:
+            return self
+        # old replica whose used digits equal the new replica's digits and whose unused digits are 0
+        old, scale = tirx.const(0, "int32"), 1
+        for lower, ext in used:
+            old = old + tirx.floormod(tirx.floordiv(r, scale), ext) * lower
+            scale *= ext
+        return self._rebuilt(substitute(self._forward_thread, {r: old}), self._forward_index, new_extent)
+
+    def _rebuilt(self, thread, index, replicate) -> "Fragment":
+        out = Fragment.from_exprs(self._input_shape, thread, index, replicate)
+        return out.bind_thread_range(*self._thread_range) if self._thread_range is not None else out
+
+    @property
+    def is_fully_replicated(self) -> bool:
+        """Every thread holds every element (thread == _rep)."""
+        return self._forward_thread.same_as(rep_placeholder()) or str(self._forward_thread) == "_rep"
+
+    def repeat(self, repeats, repeat_on_thread: bool = False, lower_dim_first: bool = True) -> "Fragment":
+        """Tile each input dim by repeats[d]; the copy id goes to the thread or to the slot."""
+        if isinstance(repeats, (int, np.integer)):
+            repeats = [repeats]
+        repeats = list(repeats)
+        if len(repeats) != self.input_dim or any(isinstance(x, bool) or not isinstance(x, (int, np.integer)) or x < 1
+                                                  for x in repeats):
+            raise LayoutError(f"repeat needs {self.input_dim} positive ints for {self!r}, got {repeats}")
+        if all(x == 1 for x in repeats):
+            return self
+        if not repeat_on_thread and self.output_dim != 1:
+            raise LayoutError(f"repeat on slots needs a single slot output, {self!r} has {self.output_dim}")
+        vs = self.forward_vars
+        inner = {v: tirx.floormod(v, s) for v, s in zip(vs, self._input_shape)}
+        order = list(range(self.input_dim))
+        if lower_dim_first:
+            order = order[::-1]
+        group, scale = tirx.const(0, "int32"), 1
+        for d in order:  # the first dim in ``order`` varies fastest
+            group = group + tirx.floordiv(vs[d], self._input_shape[d]) * scale
+            scale *= repeats[d]
+        thread = substitute(self._forward_thread, inner)
+        index = [substitute(e, inner) for e in self._forward_index]
+        if repeat_on_thread:
+            thread = thread + self.thread_extent * group
+        else:
+            index = [index[0] + self.output_shape[0] * group]
+        shape = [s * x for s, x in zip(self._input_shape, repeats)]
+        return Fragment.from_exprs(shape, thread, index, self._replicate)
+
+    # ----------------------------------------------------------------- comparison
+    def is_equal(self, other) -> bool:
+        """Same slots, same threads for every replica, same replication and thread range."""
+        if not isinstance(other, Fragment) or self._replicate != other._replicate:
+            return False
+        if self._thread_range is not None and other._thread_range is not None \
+                and self._thread_range != other._thread_range:
+            return False
+        if not self._same_index(other):
+            return False
+        variables = self.forward_vars + [rep_placeholder()]
+        return _exprs_equal([self._forward_thread], [other._forward_thread], variables,
+                            self._input_shape + [self._replicate])
+
+    def owners(self) -> np.ndarray:
+        """Boolean (elements, threads) matrix: does thread t hold element e."""
+        th = self.thread_table().reshape(-1, self._replicate)
+        lo = self._thread_range[0] if self._thread_range is not None else 0
+        extent = max(self.thread_extent, (self._thread_range[1] if self._thread_range else 0))
+        out = np.zeros((th.shape[0], lo + extent), dtype=bool)
+        rows = np.repeat(np.arange(th.shape[0]), self._replicate)
+        out[rows, th.reshape(-1) + lo] = True
+        return out
+
+    def contains(self, other: "Fragment") -> bool:
+        """Does every thread hold (at least) every element ``other`` gives it? (Ownership check.)"""
+        return self.containment_error(other) is None
+
+    def containment_error(self, other: "Fragment") -> str | None:
+        if not _shapes_equal(self._input_shape, other._input_shape):
+            return f"{other!r} and {self!r} have different shapes"
+        mine, theirs = self.owners(), other.owners()
+        width = max(mine.shape[1], theirs.shape[1])
+        mine = np.pad(mine, ((0, 0), (0, width - mine.shape[1])))
+        theirs = np.pad(theirs, ((0, 0), (0, width - theirs.shape[1])))
+        missing = theirs & ~mine
+        if not missing.any():
+            return None
+        elem, thread = np.argwhere(missing)[0]
+        coord = [int(x) for x in np.unravel_index(elem, tuple(self._input_shape))]
+        return f"element {coord} is held by thread {int(thread)} in {other!r} but not in {self!r}"
+
+    # ----------------------------------------------------------------- printing
+    def __repr__(self) -> str:
+        rng = "" if self._thread_range is None else f", thread_range: ({self._thread_range[0]}, {self._thread_range[1]})"
+        return (f"Fragment({_fmt_shape(self._input_shape)} -> {_fmt_shape(self.output_shape)}, replicate: "
+                f"{self._replicate}, thread: {self.thread_extent}, forward_thread: {self._forward_thread}, "
+                f"forward_index: [{', '.join(str(e) for e in self._forward_index)}]{rng})")
+
+    def to_dict(self) -> dict:
+        d = super().to_dict()
+        d.update(replicate=self._replicate, threads=_jsonable(self.thread_extent),
+                 forward_thread=str(self._forward_thread))
+        if self._thread_range is not None:
+            d["thread_range"] = list(self._thread_range)
+        return d
+
+    def __hash__(self) -> int:
+        return hash((self.kind, tuple(str(s) for s in self._input_shape), self._replicate))
+
+
+def fully_replicated(shape, threads: int) -> Fragment:
+    """Every one of ``threads`` threads holds the whole buffer, row-major in its slots."""
+    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
+        raise LayoutError(f"fully_replicated needs a positive thread count, got {threads!r}")
+    return Fragment.from_exprs(shape, rep_placeholder(), None, int(threads)).bind_thread_range(0, int(threads))
+
+
+# --------------------------------------------------------------------------- index inference
+
+def _uses(expr, var) -> bool:
+    import tvm
+    import tvm_ffi
+    found = []
+    tvm_ffi.structural_walk(expr, (tvm.ir.Var, lambda v: found.append(True) if v.same_as(var) else None))
+    return bool(found)
+
+
+def _split_pieces(split, out: dict) -> bool:
+    """Record (lower_factor, extent) pieces of base variables used by one IterSplitExpr."""
+    mark = split.source
+    lower, extent = int(split.lower_factor), int(split.extent)
+    src = mark.source
+    if isinstance(src, sym.IterSumExpr):
+        return _fused_pieces(src, lower, extent, out)
+    name = getattr(src, "name", None)
+    if name is None:
+        return False
+    out.setdefault(name, []).append((lower, extent))
+    return True
+
+
+def _fused_pieces(fused, lower: int, extent: int, out: dict) -> bool:
+    """Map a split [lower, lower*extent) of a fused mark back onto its components' digits."""
+    lo, hi = lower, lower * extent
+    for comp in fused.args:
+        scale, c_ext = int(comp.scale), int(comp.extent)
+        a, b = max(lo, scale), min(hi, scale * c_ext)
+        if a >= b:
+            continue
+        if a % scale or b % scale:
+            return False
+        sub = sym.IterSplitExpr(comp.source, int(comp.lower_factor) * (a // scale), b // a, 1)
+        if not _split_pieces(sub, out):
+            return False
+    return True
+
+
+def _collect_pieces(expr, dom: dict) -> dict | None:
+    try:
+        norm = sym.normalize_to_iter_sum(expr, dom)
+    except Exception:
+        return None
+    out: dict = {}
+    for split in norm.args:
+        if not _split_pieces(split, out):
+            return None
+    return out
+
+
+def _used_pieces(expr, dom: dict, var) -> list | None:
+    pieces = _collect_pieces(expr, dom)
+    if pieces is None:
+        return None
+    return pieces.get(var.name, [])
+
+
+def infer_fragment_index(thread, shape: Sequence) -> list:
+    """Row-major flattening of the coordinate pieces the thread map does not use (TileLang's rule)."""
+    variables = [placeholder(k) for k in range(len(shape))]
+    rep = rep_placeholder()
+    thread0 = substitute(thread, {rep: tirx.const(0, "int32")})
+    dom = {v: Range(0, s) for v, s in zip(variables, shape)}
+    pieces = _collect_pieces(thread0, dom)
+    if pieces is None:
+        raise LayoutError(f"cannot infer forward_index of a fragment over {_fmt_shape(shape)}: thread map "
+                          f"{thread} is not affine in split iterators; pass forward_index_fn explicitly")
+    terms = []  # (expr, extent), most significant first
+    for v, s in zip(variables, shape):
+        used = sorted(pieces.get(v.name, []))
+        gaps, expected = [], 1
+        for lower, ext in used:
+            if lower > expected:
+                if lower % expected:
+                    raise LayoutError(f"cannot infer forward_index: thread map {thread} uses overlapping pieces of {v.name}")
+                gaps.append((expected, lower // expected))
+            expected = max(expected, lower * ext)
+        if not isinstance(s, int):
+            raise LayoutError(f"cannot infer forward_index over symbolic extent {s}; pass forward_index_fn")
+        if expected < s:
+            gaps.append((expected, -(-s // expected)))
+        for lower, ext in reversed(gaps):
+            top = lower * ext >= s
+            piece = tirx.floordiv(v, lower) if lower > 1 else v
+            if not top:
+                piece = tirx.floormod(piece, ext)
+            terms.append((piece, ext))
+    index = tirx.const(0, "int32")
+    for piece, ext in terms:
+        index = index * ext + piece
+    return [index]

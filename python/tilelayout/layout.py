@@ -1,0 +1,652 @@
+"""Layout: a map from a logical coordinate to physical output coordinates (TileLang's ``tl::Layout``).
+
+Expressions are written over process-wide placeholder variables ``_i, _j, _k, ...`` so that two layouts
+built independently compare structurally. Every derived quantity (output shape, inverse, injectivity)
+is computed symbolically where TVM can and confirmed or replaced by exact enumeration where the domain
+is static and small enough.
+"""
+from __future__ import annotations
+
+import math
+from functools import cached_property
+from typing import Callable, Sequence
+
+import numpy as np
+import tvm
+from tvm import sym, tirx
+from tvm.ir import Range
+
+from .errors import EvaluationError, LayoutError
+from .evaluate import evaluate, evaluate_grid
+
+__all__ = ["Layout", "placeholder", "rep_placeholder", "layout_from_dict", "substitute", "simplify"]
+
+_NAMES = "ijklmnopqrstuvwxyzabcdefgh"
+_PLACEHOLDERS = [tirx.Var("_" + c, "int32") for c in _NAMES]
+_REP = tirx.Var("_rep", "int32")
+_BY_NAME = {v.name: v for v in _PLACEHOLDERS + [_REP]}
+
+#: domains up to this many points are enumerated exactly (output shape, equality, inverse of non-affine maps)
+ENUMERATION_LIMIT = 1 << 20
+#: injectivity falls back to enumeration up to this many points (TileLang's bound)
+INJECTIVE_ENUMERATION_LIMIT = 1 << 18
+
+
+def placeholder(k: int) -> tirx.Var:
+    """The k-th input placeholder (``_i`` for 0)."""
+    if not 0 <= k < len(_PLACEHOLDERS):
+        raise LayoutError(f"layouts support at most {len(_PLACEHOLDERS)} input dimensions, got index {k}")
+    return _PLACEHOLDERS[k]
+
+
+def rep_placeholder() -> tirx.Var:
+    """The replica placeholder ``_rep`` of fragments."""
+    return _REP
+
+
+def substitute(expr, vmap: dict):
+    """Replace variables in ``expr`` (Vars hash by identity)."""
+    if not vmap or isinstance(expr, int):
+        return expr
+    import tvm_ffi
+    return tvm_ffi.structural_map(expr, (tvm.ir.Var, lambda v: vmap.get(v, v)))
+
+
+def _as_expr(value):
+    if isinstance(value, (bool, np.bool_)):
+        raise LayoutError(f"a layout expression must be an integer expression, got boolean {value!r}")
+    if isinstance(value, (int, np.integer)):
+        return tirx.const(int(value), "int32")
+    if isinstance(value, tvm.ir.Expr):
+        if "int" not in str(value.ty):
+            raise LayoutError(f"a layout expression must have an integer type, got {value.ty}: {value}")
+        return value
+    raise LayoutError(f"a layout expression must be an int or a PrimExpr, got {type(value).__name__}: {value!r}")
+
+
+def normalize_shape(shape, what: str = "layout") -> list:
+    """Validate a shape: positive ints (kept as int) or symbolic integer PrimExprs."""
+    if isinstance(shape, (int, np.integer)):
+        shape = [shape]
+    out = []
+    for s in shape:
+        if isinstance(s, tvm.ir.Expr) and type(s).__name__ == "IntImm":
+            s = int(s.value)
+        if isinstance(s, (bool, np.bool_, float)) or not isinstance(s, (int, np.integer, tvm.ir.Expr)):
+            raise LayoutError(f"{what} extent must be a positive integer or an integer PrimExpr, got {s!r}")
+        if isinstance(s, (int, np.integer)):
+            if s < 1:
+                raise LayoutError(f"{what} extent must be positive, got {s}")
+            s = int(s)
+        out.append(s)
+    return out
+
+
+def is_static(shape: Sequence) -> bool:
+    return all(isinstance(s, int) for s in shape)
+
+
+def shape_size(shape: Sequence):
+    out = 1
+    for s in shape:
+        out = out * s
+    return out
+
+
+def make_analyzer(variables: Sequence, shape: Sequence) -> sym.Analyzer:
+    ana = sym.Analyzer()
+    for v, s in zip(variables, shape):
+        ana.bind(v, Range(0, s))
+    return ana
+
+
+def simplify(exprs: Sequence, variables: Sequence, shape: Sequence) -> list:
+    ana = make_analyzer(variables, shape)
+    return [ana.simplify(e) for e in exprs]
+
+
+def _fmt_shape(shape) -> str:
+    return "[" + ", ".join(str(s) for s in shape) + "]"
+
+
+class Layout:
+    """``input_shape`` -> ``forward_index`` over placeholders; output shape derived as max+1 per output."""
+
+    kind = "Layout"
+
+    def __init__(self, shape, forward_fn: Callable | Sequence | None = None):
+        shape = normalize_shape(shape)
+        if len(shape) > len(_PLACEHOLDERS):
+            raise LayoutError(f"layouts support at most {len(_PLACEHOLDERS)} input dimensions, got {len(shape)}")
+        variables = _PLACEHOLDERS[: len(shape)]
+        if callable(forward_fn):
+            exprs = forward_fn(*variables)
+        elif forward_fn is None:
+            raise LayoutError("Layout needs a forward function (or a list of forward expressions)")
+        else:
+            exprs = forward_fn
+        if not isinstance(exprs, (list, tuple)):
+            exprs = [exprs]
+        exprs = [_as_expr(e) for e in exprs]
+        if not exprs:
+            raise LayoutError(f"layout over {_fmt_shape(shape)} has no outputs")
+        self._init(shape, exprs)
+
+    def _init(self, shape: list, exprs: list, simplify_exprs: bool = True) -> None:
+        self._input_shape = shape
+        variables = self.forward_vars
+        self._check_free_vars(exprs, allowed=set(variables))
+        self._forward_index = simplify(exprs, variables, shape) if simplify_exprs else list(exprs)
+
+    @classmethod
+    def from_exprs(cls, shape, exprs, simplify_exprs: bool = True) -> "Layout":
+        """Build from expressions already written over the placeholders."""
+        obj = cls.__new__(cls)
+        Layout._init(obj, normalize_shape(shape), [_as_expr(e) for e in exprs], simplify_exprs)
+        return obj
+
+    def _check_free_vars(self, exprs, allowed: set) -> None:
+        import tvm_ffi
+        bad = []
+        for e in exprs:
+            tvm_ffi.structural_walk(e, (tvm.ir.Var, lambda v: bad.append(v.name) if v not in allowed else None))
+        if bad:
+            names = ", ".join(sorted(set(bad)))
+            raise LayoutError(f"layout over {_fmt_shape(self._input_shape)} uses variables that are not its "
+                              f"inputs: {names} (inputs are {', '.join(v.name for v in self.forward_vars)})")
+
+    # ----------------------------------------------------------------- basic fields
+    @property
+    def input_shape(self) -> list:
+        return list(self._input_shape)
+
+    @property
+    def forward_index(self) -> list:
+        return list(self._forward_index)
+
+    @property
+    def forward_vars(self) -> list:
+        return _PLACEHOLDERS[: len(self._input_shape)]
+
+    @property
+    def input_dim(self) -> int:
+        return len(self._input_shape)
+
+    @property
+    def output_dim(self) -> int:
+        return len(self._forward_index)
+
+    @property
+    def is_static(self) -> bool:
+        return is_static(self._input_shape)
+
+    @property
+    def size(self):
+        return shape_size(self._input_shape)
+
+    def _enumerable(self, limit: int = ENUMERATION_LIMIT) -> bool:
+        return self.is_static and self.size <= limit
+
+    def _require_enumerable(self, why: str, limit: int = ENUMERATION_LIMIT) -> None:
+        if not self.is_static:
+            raise EvaluationError(f"{why}: {self!r} has a symbolic input shape and cannot be enumerated")
+        if self.size > limit:
+            raise EvaluationError(f"{why}: {self!r} has {self.size} points, more than the enumeration limit {limit}")
+
+    @cached_property
+    def _output_shape(self) -> list:
+        if self._enumerable():
+            tab = self.table()
+            return [int(tab[..., k].max()) + 1 for k in range(self.output_dim)]
+        ana = make_analyzer(self.forward_vars, self._input_shape)
+        out = []
+        for k, e in enumerate(self._forward_index):
+            out.append(_bound_extent(ana, e, self._input_shape, k))
+        return out
+
+    @property
+    def output_shape(self) -> list:
+        return list(self._output_shape)
+
+    # ----------------------------------------------------------------- evaluation
+    def map(self, *coords) -> list:
+        """Forward index at one point (ints in, ints out; PrimExprs in -> simplified PrimExprs out)."""
+        if len(coords) == 1 and isinstance(coords[0], (list, tuple)):
+            coords = tuple(coords[0])
+        if len(coords) != self.input_dim:
+            raise LayoutError(f"{self!r} takes {self.input_dim} coordinates, got {len(coords)}")
+        if all(isinstance(c, (int, np.integer)) for c in coords):
+            for c, s in zip(coords, self._input_shape):
+                if isinstance(s, int) and not 0 <= c < s:
+                    raise LayoutError(f"coordinate {list(coords)} is outside the input shape {self.input_shape} of {self!r}")
+            env = dict(zip(self.forward_vars, (np.int64(c) for c in coords)))
+            return [int(evaluate(e, env)) for e in self._forward_index]
+        return self.forward(*coords)
+
+    def forward(self, *coords) -> list:
+        """Substitute (symbolic) coordinates into the forward index."""
+        vmap = dict(zip(self.forward_vars, (_as_expr(c) for c in coords)))
+        return [sym.Analyzer().simplify(substitute(e, vmap)) for e in self._forward_index]
+
+    __call__ = map
+
+    def table(self) -> np.ndarray:
+        """Forward index at every point: shape (*input_shape, output_dim), read-only."""
+        return self._table
+
+    @cached_property
+    def _table(self) -> np.ndarray:
+        self._require_enumerable("cannot tabulate the layout")
+        tab = evaluate_grid(self._forward_index, self.forward_vars, self._input_shape)
+        tab.setflags(write=False)
+        return tab
+
+    @cached_property
+    def linearized_forward_index(self):
+        """Row-major linearisation of the outputs over the output shape."""
+        shape = self.output_shape
+        out = tirx.const(0, "int32")
+        for e, s in zip(self._forward_index, shape):
+            out = out * s + e
+        return simplify([out], self.forward_vars, self._input_shape)[0]
+
+    def _linear_table(self) -> np.ndarray:
+        tab = self.table()
+        out = np.zeros(tab.shape[:-1], dtype=np.int64)
+        for k, s in enumerate(self.output_shape):
+            out = out * s + tab[..., k]
+        return out
+
+    # ----------------------------------------------------------------- properties of the map
+    def is_injective(self) -> bool:
+        """Distinct coordinates map to distinct outputs (iter-map proof, enumeration, symbolic proof)."""
+        return self.injectivity_error() is None
+
+    def check_injective(self) -> None:
+        """Raise LayoutError naming two colliding coordinates if the layout is not injective."""
+        err = self.injectivity_error()
+        if err is not None:
+            raise LayoutError(err)
+
+    def injectivity_error(self, exprs=None, variables=None, shape=None) -> str | None:
+        exprs = self._forward_index if exprs is None else exprs
+        variables = self.forward_vars if variables is None else variables
+        shape = self._input_shape if shape is None else shape
+        if _detect_bijective(exprs, variables, shape) is not None:
+            return None
+        if is_static(shape) and shape_size(shape) <= INJECTIVE_ENUMERATION_LIMIT:
+            tab = evaluate_grid(exprs, variables, shape).reshape(-1, len(exprs))
+            _, first, counts = np.unique(tab, axis=0, return_index=True, return_counts=True)
+            if (counts == 1).all():
+                return None
+            dup_row = tab[first[np.argmax(counts > 1)]]
+            hits = np.nonzero((tab == dup_row).all(axis=1))[0][:2]
+            a, b = (list(np.unravel_index(h, tuple(shape))) for h in hits)
+            return (f"{self!r} is not injective: logical coordinates {[int(x) for x in a]} and "
+                    f"{[int(x) for x in b]} both map to {[int(x) for x in dup_row]}")
+        if _prove_injective_symbolically(exprs, variables, shape):
+            return None
+        return f"injectivity of {self!r} could not be proven (symbolic shape and no affine structure)"
+
+    def is_equal(self, other: "Layout") -> bool:
+        """Same mapping (independent of expression form); shapes must agree."""
+        if not isinstance(other, Layout) or other.kind != self.kind:
+            return False
+        return self._same_index(other)
+
+    def _same_index(self, other: "Layout") -> bool:
+        if not _shapes_equal(self._input_shape, other._input_shape) or self.output_dim != other.output_dim:
+            return False
+        if not _shapes_equal(self.output_shape, other.output_shape):
+            return False
+        return _exprs_equal(self._forward_index, other._forward_index, self.forward_vars, self._input_shape)
+
+    # ----------------------------------------------------------------- inverse
+    def inverse(self) -> "Layout":
+        """The inverse layout output -> input (the layout must be a bijection onto its output box)."""
+        return self.inverse_with_info()[0]
+
+    def inverse_with_info(self, allow_padding: bool = False):
+        """(inverse, exact): ``exact`` is False when the layout is not onto its output box (padding)."""
+        out_shape = self.output_shape
+        out_vars = _PLACEHOLDERS[: self.output_dim]
+        res = _detect_bijective(self._forward_index, self.forward_vars, self._input_shape)
+        exact = True
+        if res is None and allow_padding:
+            res = _detect(self._forward_index, self.forward_vars, self._input_shape, "noCheck")
+            exact = False
+        if res is not None:
+            try:
+                inv = sym.inverse_affine_iter_map(res.indices, out_vars)
+            except Exception:  # TVM refuses this iter map: fall through to enumeration
+                inv = None
+            if inv is not None:
+                back = _lookup_inverse(inv, self.forward_vars)
+                result = Layout.from_exprs(out_shape, back)
+                if self._verify_inverse(result, exact):
+                    return result, exact
+        if not self._enumerable():
+            raise LayoutError(f"cannot invert {self!r}: it is not affine (no iter-map) and its domain is too large or "
+                              f"symbolic to invert by enumeration")
+        self.check_injective()
+        if shape_size(out_shape) != self.size and not allow_padding:
+            raise LayoutError(f"cannot invert {self!r}: it is injective but not onto its output box "
+                              f"{out_shape} ({self.size} points into {shape_size(out_shape)})")
+        result = _gf2_inverse(self)
+        if result is None:
+            raise LayoutError(f"cannot invert {self!r}: it is neither affine nor an XOR (GF(2)-linear) map over "
+                              f"power-of-two extents, so no closed-form inverse exists here")
+        return result, shape_size(out_shape) == self.size
+
+    def _verify_inverse(self, inv: "Layout", exact: bool) -> bool:
+        """Enumeration check inv(fwd(x)) == x where the domain is small enough; trusted otherwise."""
+        if not self._enumerable(1 << 18):
+            return True
+        tab = self.table().reshape(-1, self.output_dim)
+        env = {v: tab[:, k] for k, v in enumerate(inv.forward_vars)}
+        back = np.stack([np.broadcast_to(evaluate(e, env), tab.shape[:1]) for e in inv._forward_index], axis=1)
+        coords = np.stack(np.unravel_index(np.arange(tab.shape[0]), tuple(self._input_shape)), axis=1)
+        return bool((back == coords).all())
+
+    # ----------------------------------------------------------------- transformations
+    def repeat(self, dim: int, factor: int) -> "Layout":
+        """Tile input dimension ``dim`` ``factor`` times; a leading output says which copy."""
+        dim, factor = self._check_repeat(dim, factor)
+        if factor == 1:
+            return self
+        s = self._input_shape[dim]
+        v = self.forward_vars[dim]
+        inner = [substitute(e, {v: tirx.floormod(v, s)}) for e in self._forward_index]
+        shape = list(self._input_shape)
+        shape[dim] = s * factor
+        return Layout.from_exprs(shape, [tirx.floordiv(v, s)] + inner)
+
+    def _check_repeat(self, dim, factor):
+        if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)):
+            raise LayoutError(f"repeat dim must be an int, got {dim!r}")
+        if not -self.input_dim <= dim < self.input_dim:
+            raise LayoutError(f"repeat dim {dim} out of range for {self!r}")
+        if isinstance(factor, bool) or not isinstance(factor, (int, np.integer)) or factor < 1:
+            raise LayoutError(f"repeat factor must be a positive int, got {factor!r}")
+        return int(dim) % self.input_dim, int(factor)
+
+    def expand(self, leading_shape) -> "Layout":
+        """Prepend input dimensions that pass through unchanged: [I..., J, K] -> [I...] + F(J, K)."""
+        lead = self._check_expand(leading_shape)
+        if not lead:
+            return self
+        n = len(lead)
+        shift = {v: placeholder(k + n) for k, v in enumerate(self.forward_vars)}
+        exprs = [placeholder(k) for k in range(n)] + [substitute(e, shift) for e in self._forward_index]
+        return Layout.from_exprs(lead + self.input_shape, exprs)
+
+    def _check_expand(self, leading_shape) -> list:
+        if isinstance(leading_shape, (int, np.integer)) and not isinstance(leading_shape, bool):
+            leading_shape = [leading_shape]
+        if not isinstance(leading_shape, (list, tuple)):
+            raise LayoutError(f"expand takes an int or a list of ints, got {type(leading_shape).__name__}")
+        return normalize_shape(list(leading_shape), "expand")
+
+    def reshape(self, shape, rescale_num: int = 1, rescale_den: int = 1) -> "Layout":
+        """View the same storage with a new logical shape; num/den = old/new element bits for dtype views."""
+        return _reshape(self, normalize_shape(shape, "reshape"), rescale_num, rescale_den)
+
+    # ----------------------------------------------------------------- printing and serialisation
+    def __repr__(self) -> str:
+        fwd = ", ".join(str(e) for e in self._forward_index)
+        return (f"Layout({_fmt_shape(self._input_shape)} -> {_fmt_shape(self.output_shape)}, transform: "
+                f"[{', '.join(v.name for v in self.forward_vars)}] -> [{fwd}])")
+
+    def to_dict(self) -> dict:
+        return {
+            "kind": self.kind,
+            "input_shape": [_jsonable(s) for s in self._input_shape],
+            "output_shape": [_jsonable(s) for s in self.output_shape],
+            "forward_index": [str(e) for e in self._forward_index],
+        }
+
+    def __eq__(self, other) -> bool:  # semantic equality; layouts are immutable values
+        return isinstance(other, Layout) and self.is_equal(other)
+
+    def __hash__(self) -> int:
+        return hash((self.kind, tuple(str(s) for s in self._input_shape), self.output_dim))
+
+
+# --------------------------------------------------------------------------- helpers
+
+def _jsonable(s):
+    return s if isinstance(s, int) else str(s)
+
+
+def _shapes_equal(a, b) -> bool:
+    if len(a) != len(b):
+        return False
+    ana = sym.Analyzer()
+    for x, y in zip(a, b):
+        if isinstance(x, int) and isinstance(y, int):
+            if x != y:
+                return False
+        elif not ana.can_prove_equal(_as_expr(x), _as_expr(y)):
+            return False
+    return True
+
+
+def _exprs_equal(xs, ys, variables, shape) -> bool:
+    if len(xs) != len(ys):
+        return False
+    if is_static(shape) and shape_size(shape) <= ENUMERATION_LIMIT:
+        env = __import__("tilelayout.evaluate", fromlist=["grid_env"]).grid_env(variables, shape)
+        for x, y in zip(xs, ys):
+            if not np.array_equal(np.broadcast_to(evaluate(x, env), tuple(shape)),
+                                  np.broadcast_to(evaluate(y, env), tuple(shape))):
+                return False
+        return True
+    ana = make_analyzer(variables, shape)
+    return all(ana.can_prove_equal(x, y) for x, y in zip(xs, ys))
+
+
+def _detect(exprs, variables, shape, level: str):
+    dom = {v: Range(0, s) for v, s in zip(variables, shape)}
+    try:
+        res = sym.detect_iter_map(list(exprs), dom, check_level=level, simplify_trivial_iterators=False)
+    except Exception:
+        return None
+    if len(res.errors) or not len(res.indices):
+        return None
+    return res
+
+
+def _detect_bijective(exprs, variables, shape):
+    return _detect(exprs, variables, shape, "bijective")
+
+
+def _lookup_inverse(inv, variables) -> list:
+    found = {}
+    for k, v in inv.items():
+        found[k.name] = v
+    return [found.get(v.name, tirx.const(0, "int32")) for v in variables]
+
+
+def _prove_injective_symbolically(exprs, variables, shape) -> bool:
+    twins = [tirx.Var(v.name + "_twin", "int32") for v in variables]
+    ana = make_analyzer(list(variables) + twins, list(shape) + list(shape))
+    same = None
+    for e in exprs:
+        eq = tirx.EQ(e, substitute(e, dict(zip(variables, twins))))
+        same = eq if same is None else tirx.And(same, eq)
+    goal = None
+    for v, t in zip(variables, twins):
+        eq = tirx.EQ(v, t)
+        goal = eq if goal is None else tirx.And(goal, eq)
+    try:
+        with ana.constraint_scope(same):
+            return bool(ana.can_prove(goal))
+    except Exception:
+        return False
+
+
+def _bound_extent(ana, e, input_shape, k):
+    """max+1 of ``e`` by analyzer bounds (TileLang's rule, for symbolic domains)."""
+    try:
+        iset = ana.int_set(e + 1)
+        hi = iset.max_value
+        if type(hi).__name__ == "IntImm" or isinstance(hi, tvm.ir.Expr):
+            if "inf" not in str(hi):
+                return int(hi.value) if type(hi).__name__ == "IntImm" else ana.simplify(hi)
+    except Exception:
+        pass
+    bound = ana.const_int_bound(e)
+    if bound.min_value >= 0 and bound.max_value < (1 << 62):
+        return int(bound.max_value) + 1
+    return input_shape[k] if k < len(input_shape) else 1
+
+
+def _gf2_inverse(layout: Layout) -> Layout | None:
+    """Invert a bijection whose flat output bits are XORs of flat input bits (swizzles) by GF(2) algebra."""
+    in_shape, out_shape = layout.input_shape, layout.output_shape
+    n = layout.size
+    if any(s & (s - 1) for s in in_shape + out_shape) or shape_size(out_shape) != n:
+        return None
+    bits = n.bit_length() - 1
+    y = layout._linear_table().reshape(-1)
+    x = np.arange(n, dtype=np.int64)
+    if y[0] != 0:
+        return None
+    # column b of the forward matrix = image of the unit input 1<<b; linearity checked on every point
+    cols = [int(y[1 << b]) for b in range(bits)]
+    pred = np.zeros(n, dtype=np.int64)
+    for b, c in enumerate(cols):
+        pred ^= np.where((x >> b) & 1, c, 0)
+    if not np.array_equal(pred, y):
+        return None
+    inverse_cols = _gf2_invert_columns(cols, bits)
+    if inverse_cols is None:
+        return None
+    # build: out flat -> in flat as XOR of shifted bits, then split into input coordinates
+    out_vars = _PLACEHOLDERS[: len(out_shape)]
+    flat = tirx.const(0, "int32")
+    for v, s in zip(out_vars, out_shape):
+        flat = flat * s + v
+    acc = None
+    for b, col in enumerate(inverse_cols):
+        term = tirx.floormod(tirx.floordiv(flat, 1 << b), 2) * col
+        acc = term if acc is None else tirx.bitwise_xor(acc, term)
+    acc = tirx.const(0, "int32") if acc is None else acc
+    coords, rest = [], acc
+    for s in reversed(in_shape):
+        coords.append(tirx.floormod(rest, s))
+        rest = tirx.floordiv(rest, s)
+    inv = Layout.from_exprs(out_shape, list(reversed(coords)))
+    return inv if layout._verify_inverse(inv, True) else None
+
+
+def _gf2_invert_columns(cols: list, bits: int) -> list | None:
+    """Columns of the inverse of the GF(2) matrix whose b-th column is ``cols[b]``."""
+    # rows of augmented matrix [A | I]: row r holds bit r of every column
+    rows = []
+    for r in range(bits):
+        a = sum(((cols[c] >> r) & 1) << c for c in range(bits))
+        rows.append([a, 1 << r])
+    for c in range(bits):
+        pivot = next((r for r in range(c, bits) if (rows[r][0] >> c) & 1), None)
+        if pivot is None:
+            return None
+        rows[c], rows[pivot] = rows[pivot], rows[c]
+        for r in range(bits):
+            if r != c and (rows[r][0] >> c) & 1:
+                rows[r] = [rows[r][0] ^ rows[c][0], rows[r][1] ^ rows[c][1]]
+    # now A^-1 row c = rows[c][1]; inverse column b = sum over c of bit b of row c
+    return [sum(((rows[c][1] >> b) & 1) << c for c in range(bits)) for b in range(bits)]
+
+
+def _reshape(layout: Layout, shape: list, num: int, den: int) -> Layout:
+    from .fragment import Fragment
+    for name, val in (("rescale_num", num), ("rescale_den", den)):
+        if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < 1:
+            raise LayoutError(f"reshape {name} must be a positive int, got {val!r}")
+    old = layout.input_shape
+    if not (is_static(old) and is_static(shape)):
+        if _shapes_equal(old, shape) and num == den:
+            return layout
+        raise LayoutError(f"cannot reshape {layout!r} to {shape}: symbolic shapes are only kept as they are")
+    if shape_size(old) * num != shape_size(shape) * den:
+        raise LayoutError(f"cannot reshape {layout!r} to {shape}: {shape_size(old)} elements of {num} bits "
+                          f"do not fill {shape_size(shape)} elements of {den} bits")
+    if old == shape and num == den:
+        return layout
+    new_vars = _PLACEHOLDERS[: len(shape)]
+    flat = tirx.const(0, "int32")
+    for v, s in zip(new_vars, shape):
+        flat = flat * s + v
+    g = math.gcd(num, den)
+    num, den = num // g, den // g
+    is_frag = isinstance(layout, Fragment)
+    thread = layout.forward_thread if is_frag else None
+
+    def old_coords(old_flat):
+        coords, rest = [], old_flat
+        for s in reversed(old):
+            coords.append(tirx.floormod(rest, s))
+            rest = tirx.floordiv(rest, s)
+        return dict(zip(layout.forward_vars, reversed(coords)))
+
+    if num == den:
+        vmap = old_coords(flat)
+        exprs = [substitute(e, vmap) for e in layout.forward_index]
+    elif num > den:  # old elements wider: each old element splits into f new lanes
+        if num % den:
+            raise LayoutError(f"cannot reshape {layout!r}: element width ratio {num}/{den} is not integral")
+        f = num // den
+        vmap = old_coords(tirx.floordiv(flat, f))
+        exprs = [substitute(e, vmap) for e in layout.forward_index]
+        exprs[-1] = exprs[-1] * f + tirx.floormod(flat, f)
+    else:  # new elements wider: f old elements must sit contiguously in the last output
+        if den % num:
+            raise LayoutError(f"cannot reshape {layout!r}: element width ratio {num}/{den} is not integral")
+        f = den // num
+        _check_widen(layout, f)
+        vmap = old_coords(flat * f)
+        exprs = [substitute(e, vmap) for e in layout.forward_index]
+        exprs[-1] = tirx.floordiv(exprs[-1], f)
+    if is_frag:
+        vmap_t = old_coords(flat if num == den else (tirx.floordiv(flat, num // den) if num > den else flat * (den // num)))
+        new_thread = substitute(thread, vmap_t)
+        out = Fragment.from_exprs(shape, new_thread, exprs, layout.replicate_size)
+        return out.bind_thread_range(*layout.thread_range) if layout.thread_range is not None else out
+    return Layout.from_exprs(shape, exprs)
+
+
+def _check_widen(layout: Layout, f: int) -> None:
+    """Widening needs every aligned group of f old elements in one slot run (and one thread)."""
+    from .fragment import Fragment
+    layout._require_enumerable("cannot prove the widening reshape")
+    tab = layout.table().reshape(-1, layout.output_dim)
+    if tab.shape[0] % f:
+        raise LayoutError(f"cannot widen {layout!r} by {f}: {tab.shape[0]} elements are not a multiple of {f}")
+    groups = tab.reshape(-1, f, layout.output_dim)
+    ok = (groups[:, :, :-1] == groups[:, :1, :-1]).all()
+    ok = ok and (groups[:, :, -1] == groups[:, :1, -1] + np.arange(f)).all() and (groups[:, 0, -1] % f == 0).all()
+    if isinstance(layout, Fragment):
+        th = layout.thread_table().reshape(-1, f, layout.replicate_size)
+        ok = ok and (th == th[:, :1, :]).all()
+    if not ok:
+        raise LayoutError(f"cannot reshape {layout!r} to {f}x wider elements: the layout interleaves storage below "
+                          f"the new element width (groups of {f} consecutive elements are not contiguous in one slot run)")
+
+
+def layout_from_dict(d: dict):
+    """Inverse of ``to_dict``: rebuild a Layout or Fragment from its snapshot form."""
+    from .exprparse import parse_expr
+    from .fragment import Fragment
+    if not isinstance(d, dict) or "kind" not in d:
+        raise LayoutError(f"not a layout dict: {d!r}")
+    shape = [s if isinstance(s, int) else parse_expr(s, {}) for s in d["input_shape"]]
+    exprs = [parse_expr(e, _BY_NAME) for e in d["forward_index"]]
+    if d["kind"] == "Layout":
+        return Layout.from_exprs(shape, exprs)
+    if d["kind"] != "Fragment":
+        raise LayoutError(f"unknown layout kind {d['kind']!r}")
+    frag = Fragment.from_exprs(shape, parse_expr(d["forward_thread"], _BY_NAME), exprs, int(d.get("replicate", 1)))
+    if d.get("thread_range") is not None:
+        frag = frag.bind_thread_range(*d["thread_range"])
+    return frag
