@@ -1,0 +1,69 @@
+"""Cost-model registry. A model is a class with ``name`` and ``score(component, layouts, context)``."""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+
+from .base import AttemptCost, CostModel, ScoringContext, count_register_slots
+from .register_count import RegisterCountModel
+
+__all__ = ["AttemptCost", "CostModel", "ScoringContext", "count_register_slots", "register_cost_model",
+           "available_cost_models", "get_cost_model", "resolve_cost_model_name", "layout_config",
+           "DEFAULT_COST_MODEL", "ENV_VAR"]
+
+DEFAULT_COST_MODEL = "register-count"
+ENV_VAR = "TILELAYOUT_COST_MODEL"
+_REGISTRY: dict = {}
+_CONFIG: contextvars.ContextVar = contextvars.ContextVar("tilelayout_config", default={})
+
+
+def register_cost_model(cls, name: str | None = None, override: bool = False):
+    """Register a cost-model class (usable as a decorator). Names are unique unless ``override``."""
+    key = name or getattr(cls, "name", None)
+    if not isinstance(key, str) or not key:
+        raise ValueError(f"cost model {cls!r} needs a non-empty string name")
+    if not callable(getattr(cls, "score", None)):
+        raise ValueError(f"cost model {key!r} must define score(component, candidate_layouts, context)")
+    if key in _REGISTRY and not override and _REGISTRY[key] is not cls:
+        raise ValueError(f"cost model {key!r} is already registered")
+    _REGISTRY[key] = cls
+    return cls
+
+
+def available_cost_models() -> list:
+    return sorted(_REGISTRY)
+
+
+def resolve_cost_model_name(name: str | None = None) -> str:
+    """Most specific wins: argument, then layout_config, then $TILELAYOUT_COST_MODEL, then the default."""
+    for candidate in (name, _CONFIG.get().get("cost_model"), os.environ.get(ENV_VAR) or None, DEFAULT_COST_MODEL):
+        if candidate is not None:
+            break
+    if not isinstance(candidate, str) or candidate not in _REGISTRY:
+        raise ValueError(f"unknown layout cost model {candidate!r}; valid names: {', '.join(available_cost_models())}")
+    return candidate
+
+
+def get_cost_model(name: str | None = None):
+    """An instance of the selected model (see resolve_cost_model_name); instances pass through."""
+    if name is not None and not isinstance(name, str):
+        if callable(getattr(name, "score", None)):
+            return name
+        raise ValueError(f"cost_model must be a name or a model object, got {name!r}")
+    return _REGISTRY[resolve_cost_model_name(name)]()
+
+
+@contextlib.contextmanager
+def layout_config(cost_model: str | None = None):
+    """``with layout_config(cost_model="io-aware"):`` selects the model for inference inside the block."""
+    if cost_model is not None:
+        resolve_cost_model_name(cost_model)
+    token = _CONFIG.set({**_CONFIG.get(), **({"cost_model": cost_model} if cost_model else {})})
+    try:
+        yield
+    finally:
+        _CONFIG.reset(token)
+
+
+register_cost_model(RegisterCountModel)

@@ -45,6 +45,9 @@ _BINARY = {
 }
 
 
+_IF_THEN_ELSE = ("prim.if_then_else", "tirx.if_then_else", "tir.if_then_else")
+
+
 def evaluate(expr, env: Mapping) -> np.ndarray:
     """Evaluate ``expr`` with variables bound by ``env`` ({Var: int | ndarray}); int64 result, broadcast."""
     memo: dict = {}
@@ -66,6 +69,8 @@ def evaluate(expr, env: Mapping) -> np.ndarray:
         elif kind in _BINARY:
             out = _BINARY[kind](ev(e.a), ev(e.b))
         elif kind is P.Cast:
+            if not str(e.ty).startswith(("int", "uint", "bool")):
+                raise EvaluationError(f"cannot evaluate index expression node Cast to {e.ty} (not an integer type): {e}")
             out = ev(e.value)
         elif kind is P.Select:
             out = np.where(ev(e.condition), ev(e.true_value), ev(e.false_value))
@@ -73,11 +78,14 @@ def evaluate(expr, env: Mapping) -> np.ndarray:
             out = np.logical_not(ev(e.a))
         elif kind is P.BitwiseNot:
             out = np.invert(ev(e.a))
-        elif kind is tvm.tirx.Call and e.op.name == "tirx.if_then_else":
+        elif kind is tvm.ir.Call and getattr(e.op, "name", None) in _IF_THEN_ELSE:
             cond, a, b = e.args
             out = np.where(ev(cond), ev(a), ev(b))
         else:
-            raise EvaluationError(f"cannot evaluate index expression node {kind.__name__}: {e}")
+            what = kind.__name__
+            if kind is tvm.ir.Call:
+                what += f" {getattr(e.op, 'name', e.op)}"
+            raise EvaluationError(f"cannot evaluate index expression node {what}: {e}")
         memo[key] = (e, out)
         return out
 

@@ -21,7 +21,7 @@ from tvm.ir import Range
 
 from .errors import LayoutError
 from .evaluate import evaluate, grid_env
-from .layout import (Layout, _as_expr, _exprs_equal, _fmt_shape, _jsonable, _shapes_equal, make_analyzer,
+from .layout import (Layout, _as_expr, call_user_fn, _exprs_equal, _fmt_shape, _jsonable, _shapes_equal, make_analyzer,
                      normalize_shape, placeholder, rep_placeholder, shape_size, substitute)
 
 __all__ = ["Fragment", "fully_replicated", "infer_fragment_index"]
@@ -47,10 +47,12 @@ class Fragment(Layout):
         variables = [placeholder(k) for k in range(len(shape))]
         if not callable(forward_thread_fn):
             raise LayoutError("Fragment needs a callable forward_thread_fn(*coords[, rep])")
-        thread = forward_thread_fn(*variables, rep_placeholder()) if replicate > 1 else forward_thread_fn(*variables)
+        what = f"fragment over {_fmt_shape(shape)} with replicate {replicate}"
+        thread_args = variables + [rep_placeholder()] if replicate > 1 else variables
+        thread = call_user_fn(forward_thread_fn, thread_args, what, "forward_thread_fn")
         index = None
         if forward_index_fn is not None:
-            index = forward_index_fn(*variables)
+            index = call_user_fn(forward_index_fn, variables, what, "forward_index_fn")
             if not isinstance(index, (list, tuple)):
                 index = [index]
         self._init_fragment(shape, _as_expr(thread), index, replicate)
@@ -266,16 +268,6 @@ class Fragment(Layout):
         return _exprs_equal([self._forward_thread], [other._forward_thread], variables,
                             self._input_shape + [self._replicate])
 
-    def owners(self) -> np.ndarray:
-        """Boolean (elements, threads) matrix: does thread t hold element e."""
-        th = self.thread_table().reshape(-1, self._replicate)
-        lo = self._thread_range[0] if self._thread_range is not None else 0
-        extent = max(self.thread_extent, (self._thread_range[1] if self._thread_range else 0))
-        out = np.zeros((th.shape[0], lo + extent), dtype=bool)
-        rows = np.repeat(np.arange(th.shape[0]), self._replicate)
-        out[rows, th.reshape(-1) + lo] = True
-        return out
-
     def contains(self, other: "Fragment") -> bool:
         """Does every thread hold (at least) every element ``other`` gives it? (Ownership check.)"""
         return self.containment_error(other) is None
@@ -283,16 +275,21 @@ class Fragment(Layout):
     def containment_error(self, other: "Fragment") -> str | None:
         if not _shapes_equal(self._input_shape, other._input_shape):
             return f"{other!r} and {self!r} have different shapes"
-        mine, theirs = self.owners(), other.owners()
-        width = max(mine.shape[1], theirs.shape[1])
-        mine = np.pad(mine, ((0, 0), (0, width - mine.shape[1])))
-        theirs = np.pad(theirs, ((0, 0), (0, width - theirs.shape[1])))
-        missing = theirs & ~mine
+        n = self.size
+        mine = self.thread_table().reshape(n, -1) + (self._thread_range or (0, 0))[0]
+        theirs = other.thread_table().reshape(n, -1) + (other._thread_range or (0, 0))[0]
+        width = int(max(mine.max(), theirs.max())) + 1
+        rows = np.arange(n, dtype=np.int64)[:, None]
+        have = np.sort((rows * width + mine).reshape(-1))
+        want = (rows * width + theirs).reshape(-1)
+        pos = np.minimum(np.searchsorted(have, want), have.size - 1)
+        missing = have[pos] != want
         if not missing.any():
             return None
-        elem, thread = np.argwhere(missing)[0]
+        flat = int(np.argmax(missing))
+        elem, thread = divmod(int(want[flat]), width)
         coord = [int(x) for x in np.unravel_index(elem, tuple(self._input_shape))]
-        return f"element {coord} is held by thread {int(thread)} in {other!r} but not in {self!r}"
+        return f"element {coord} is held by thread {thread} in {other!r} but not in {self!r}"
 
     # ----------------------------------------------------------------- printing
     def __repr__(self) -> str:

@@ -7,6 +7,7 @@ is static and small enough.
 """
 from __future__ import annotations
 
+import inspect
 import math
 from functools import cached_property
 from typing import Callable, Sequence
@@ -50,6 +51,18 @@ def substitute(expr, vmap: dict):
         return expr
     import tvm_ffi
     return tvm_ffi.structural_map(expr, (tvm.ir.Var, lambda v: vmap.get(v, v)))
+
+
+def call_user_fn(fn, args, what: str, role: str):
+    """Call a user's forward function, turning an arity mismatch into a LayoutError (shape/rank mismatch)."""
+    try:
+        inspect.signature(fn).bind(*args)
+    except TypeError as err:
+        names = ", ".join(getattr(a, "name", str(a)) for a in args)
+        raise LayoutError(f"{what}: {role} must take {len(args)} arguments ({names}) but does not: {err}") from None
+    except ValueError:  # no introspectable signature (builtin): let the call speak for itself
+        pass
+    return fn(*args)
 
 
 def _as_expr(value):
@@ -120,7 +133,7 @@ class Layout:
             raise LayoutError(f"layouts support at most {len(_PLACEHOLDERS)} input dimensions, got {len(shape)}")
         variables = _PLACEHOLDERS[: len(shape)]
         if callable(forward_fn):
-            exprs = forward_fn(*variables)
+            exprs = call_user_fn(forward_fn, variables, f"layout over {_fmt_shape(shape)}", "forward_fn")
         elif forward_fn is None:
             raise LayoutError("Layout needs a forward function (or a list of forward expressions)")
         else:
@@ -276,11 +289,13 @@ class Layout:
             return None
         if is_static(shape) and shape_size(shape) <= INJECTIVE_ENUMERATION_LIMIT:
             tab = evaluate_grid(exprs, variables, shape).reshape(-1, len(exprs))
-            _, first, counts = np.unique(tab, axis=0, return_index=True, return_counts=True)
-            if (counts == 1).all():
+            keys = _row_keys(tab)
+            order = np.argsort(keys, kind="stable")
+            same = keys[order[1:]] == keys[order[:-1]]
+            if not same.any():
                 return None
-            dup_row = tab[first[np.argmax(counts > 1)]]
-            hits = np.nonzero((tab == dup_row).all(axis=1))[0][:2]
+            hits = order[np.argmax(same): np.argmax(same) + 2]
+            dup_row = tab[hits[0]]
             a, b = (list(np.unravel_index(h, tuple(shape))) for h in hits)
             return (f"{self!r} is not injective: logical coordinates {[int(x) for x in a]} and "
                     f"{[int(x) for x in b]} both map to {[int(x) for x in dup_row]}")
@@ -413,6 +428,19 @@ class Layout:
 
 
 # --------------------------------------------------------------------------- helpers
+
+def _row_keys(tab: np.ndarray) -> np.ndarray:
+    """One int64 key per row, equal exactly when the rows are equal (mixed radix over the column ranges)."""
+    lo = tab.min(axis=0)
+    span = tab.max(axis=0) - lo + 1
+    if float(np.prod(span.astype(np.float64))) < 2.0 ** 62:
+        keys = np.zeros(tab.shape[0], dtype=np.int64)
+        for k in range(tab.shape[1]):
+            keys = keys * span[k] + (tab[:, k] - lo[k])
+        return keys
+    _, inverse = np.unique(tab, axis=0, return_inverse=True)
+    return inverse.reshape(-1).astype(np.int64)
+
 
 def _jsonable(s):
     return s if isinstance(s, int) else str(s)
@@ -640,6 +668,10 @@ def layout_from_dict(d: dict):
     from .fragment import Fragment
     if not isinstance(d, dict) or "kind" not in d:
         raise LayoutError(f"not a layout dict: {d!r}")
+    required = ["input_shape", "forward_index"] + (["forward_thread"] if d["kind"] == "Fragment" else [])
+    missing = [k for k in required if k not in d]
+    if missing:
+        raise LayoutError(f"layout dict of kind {d['kind']!r} lacks {', '.join(missing)}: {d!r}")
     shape = [s if isinstance(s, int) else parse_expr(s, {}) for s in d["input_shape"]]
     exprs = [parse_expr(e, _BY_NAME) for e in d["forward_index"]]
     if d["kind"] == "Layout":

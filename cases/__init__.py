@@ -1,0 +1,1 @@
+"""Golden cases: one module per kernel family, checked by ``maint/run.py`` against ``expected/``."""

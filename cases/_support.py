@@ -1,0 +1,111 @@
+"""Invariants that case ``check`` functions assert, judged by exact enumeration.
+
+A ``check`` sees the snapshot form of a result (``{"buffers": {name: dict}, "loops": {key: dict}}``,
+dicts as ``to_dict`` writes them), so a check states behaviour without depending on how an
+expression is spelled. Everything here rebuilds layouts with ``tilelayout.layout_from_dict`` and
+compares numpy tables: ownership, coverage and validity are properties of the mapping.
+"""
+from __future__ import annotations
+
+import re
+from typing import Callable
+
+import numpy as np
+
+_KEY = re.compile(r"^(?P<names>[^\[]+)\[(?P<extents>[^\]]+)\](?:#\d+)?$")
+
+
+def loop_extents(key: str) -> list[int]:
+    """Extents named by a loop key such as ``"i,j[128x128]#2"``."""
+    m = _KEY.match(key)
+    if not m:
+        raise ValueError(f"not a loop key: {key!r}")
+    return [int(e) for e in m.group("extents").split("x")]
+
+
+def loops_with_extents(result: dict, extents: list[int]) -> list[str]:
+    """Loop keys of ``result`` whose extents are ``extents``, in key order."""
+    return sorted(k for k in result["loops"] if loop_extents(k) == list(extents))
+
+
+def thread_table(d: dict) -> np.ndarray:
+    """Threads holding each coordinate: shape (*input_shape, replicate), counted from the range minimum."""
+    from tilelayout import layout_from_dict
+    return np.asarray(layout_from_dict(d).thread_table(), dtype=np.int64)
+
+
+def index_table(d: dict) -> np.ndarray:
+    """Flattened register slot of each coordinate (and replica): shape (*input_shape, replicate)."""
+    from tilelayout import layout_from_dict
+    lay = layout_from_dict(d)
+    table = np.asarray(lay.table(), dtype=np.int64)
+    shape = [int(s) for s in d["input_shape"]]
+    out = [int(s) for s in lay.output_shape]
+    rep = int(d.get("replicate", 1))
+    if table.shape == (*shape, len(out)):
+        table = np.broadcast_to(table[..., None, :], (*shape, rep, len(out)))
+    flat = np.zeros(table.shape[:-1], dtype=np.int64)
+    for k, extent in enumerate(out):
+        flat = flat * extent + table[..., k]
+    return flat
+
+
+def thread_count(d: dict) -> int:
+    """Threads the layout may use: the bound thread range's extent, else its ``threads`` field."""
+    rng = d.get("thread_range")
+    return int(rng[1]) if rng else int(d["threads"])
+
+
+def assert_replicate(name: str, d: dict, expected: int) -> None:
+    assert d["replicate"] == expected, f"{name}: replicate must be {expected}, got {d['replicate']} ({d})"
+
+
+def assert_covers(key: str, loop: dict) -> None:
+    """The loop layout's domain is the loop's whole iteration space (no iteration silently dropped)."""
+    assert loop["input_shape"] == loop_extents(key), (
+        f"loop {key}: layout domain {loop['input_shape']} does not cover the loop's extents {loop_extents(key)}")
+
+
+def assert_valid_fragment(name: str, d: dict) -> None:
+    """Every point lands on a thread inside the range, and no two (point, replica) share a (thread, slot)."""
+    threads = thread_table(d)
+    limit = thread_count(d)
+    assert threads.min() >= 0 and threads.max() < limit, (
+        f"{name}: threads {threads.min()}..{threads.max()} fall outside [0, {limit})")
+    slots = index_table(d)
+    packed = slots.reshape(-1) * limit + threads.reshape(-1)
+    assert np.unique(packed).size == packed.size, f"{name}: two elements share one (thread, slot) register"
+
+
+def assert_owned(loop_key: str, loop: dict, frag_name: str, frag: dict,
+                 index: Callable[..., tuple], write: bool = False) -> None:
+    """Every thread running an iteration holds the fragment element it touches there.
+
+    ``index`` maps the loop's coordinate grids to the fragment coordinates accessed. For a write,
+    the iteration's threads must also reach every holder, so no replica keeps a stale value.
+    """
+    lshape = [int(s) for s in loop["input_shape"]]
+    fshape = [int(s) for s in frag["input_shape"]]
+    loop_threads = thread_table(loop)                                   # (*lshape, Rl)
+    frag_threads = thread_table(frag)                                   # (*fshape, Rf)
+    limit = max(thread_count(loop), thread_count(frag))
+    coords = [np.asarray(c, dtype=np.int64) for c in index(*np.indices(lshape))]
+    coords = [np.broadcast_to(c, lshape) for c in coords]
+    for axis, (c, extent) in enumerate(zip(coords, fshape)):
+        assert c.min() >= 0 and c.max() < extent, (
+            f"loop {loop_key} reads {frag_name} out of bounds on axis {axis}: {c.min()}..{c.max()} vs {extent}")
+    flat = np.ravel_multi_index(coords, fshape)                         # (*lshape)
+    holds = np.zeros((int(np.prod(fshape)), limit), dtype=bool)
+    holds[np.repeat(np.arange(holds.shape[0]), frag_threads.shape[-1]), frag_threads.reshape(-1)] = True
+    missing = ~holds[flat[..., None], loop_threads]                     # (*lshape, Rl)
+    if missing.any():
+        where = tuple(int(x) for x in np.argwhere(missing)[0])
+        raise AssertionError(f"loop {loop_key}: iteration {where[:-1]} runs on thread "
+                             f"{loop_threads[where]} which does not hold {frag_name}{tuple(int(c[where[:-1]]) for c in coords)}")
+    if write:
+        runs = np.zeros_like(holds)
+        runs[np.repeat(flat.reshape(-1), loop_threads.shape[-1]), loop_threads.reshape(-1)] = True
+        touched = np.unique(flat)
+        stale = holds[touched] & ~runs[touched]
+        assert not stale.any(), (f"loop {loop_key} writes {frag_name} but leaves replicas on threads "
+                                 f"{np.nonzero(stale.any(0))[0][:8].tolist()} stale")

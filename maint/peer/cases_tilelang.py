@@ -1,0 +1,190 @@
+"""TileLang twins of every case in ``cases/``, for ``shared/peer/tilelang_peer.py`` (dev only).
+
+Each kernel mirrors one ``cases/<case>.py`` variant: same shapes, dtypes, thread counts and
+buffer names, written in TileLang's front end (``T.copy(src, dst)``, ``T.Parallel``,
+``T.alloc_fragment``). KERNELS keys are ``"<case>/<variant>"`` so the peer's output lines up
+with our snapshots. Run with the peer venv's Python, never from the project's tests.
+"""
+import tilelang.language as T
+
+
+def _roundtrip(m, n, dtype, threads):
+    @T.prim_func
+    def main(A: T.Tensor((m, n), dtype), B: T.Tensor((m, n), dtype)):
+        with T.Kernel(1, threads=threads):
+            frag = T.alloc_fragment((m, n), dtype)
+            T.copy(A, frag)
+            T.copy(frag, B)
+    return main
+
+
+def _broadcast(rows, cols, threads):
+    @T.prim_func
+    def main(S: T.Tensor((rows,), T.float32), Out: T.Tensor((rows, cols), T.float32)):
+        with T.Kernel(1, threads=threads):
+            s_frag = T.alloc_fragment((rows,), T.float32)
+            T.copy(S, s_frag)
+            for i, j in T.Parallel(rows, cols):
+                Out[i, j] = s_frag[i] * 2.0
+    return main
+
+
+def _transposed(m, n, dtype, threads):
+    @T.prim_func
+    def main(A: T.Tensor((m, n), dtype), B: T.Tensor((n, m), dtype)):
+        with T.Kernel(1, threads=threads):
+            frag = T.alloc_fragment((m, n), dtype)
+            T.copy(A, frag)
+            for i, j in T.Parallel(m, n):
+                B[j, i] = frag[i, j]
+    return main
+
+
+def _chain(m, n, threads):
+    @T.prim_func
+    def main(A: T.Tensor((m, n), T.float16), B: T.Tensor((m, n), T.float32)):
+        with T.Kernel(1, threads=threads):
+            x16 = T.alloc_fragment((m, n), T.float16)
+            x32 = T.alloc_fragment((m, n), T.float32)
+            T.copy(A, x16)
+            for i, j in T.Parallel(m, n):
+                x32[i, j] = x16[i, j].astype(T.float32) * 2.0
+            T.copy(x32, B)
+    return main
+
+
+def _softmaxish(m, n, threads):
+    @T.prim_func
+    def main(A: T.Tensor((m, n), T.float32), B: T.Tensor((m, n), T.float32)):
+        with T.Kernel(1, threads=threads):
+            x = T.alloc_fragment((m, n), T.float32)
+            row_max = T.alloc_fragment((m,), T.float32)
+            y = T.alloc_fragment((m, n), T.float32)
+            T.copy(A, x)
+            T.reduce_max(x, row_max, dim=1)
+            for i, j in T.Parallel(m, n):
+                y[i, j] = x[i, j] - row_max[i]
+            T.copy(y, B)
+    return main
+
+
+def _tiled(m, n, bm, bn, dtype, threads):
+    @T.prim_func
+    def main(A: T.Tensor((m, n), dtype), B: T.Tensor((m, n), dtype)):
+        with T.Kernel(T.ceildiv(n, bn), T.ceildiv(m, bm), threads=threads) as (bx, by):
+            frag = T.alloc_fragment((bm, bn), dtype)
+            T.copy(A[by * bm, bx * bn], frag)
+            T.copy(frag, B[by * bm, bx * bn])
+    return main
+
+
+def _staged(m, n, dtype, threads):
+    @T.prim_func
+    def main(A: T.Tensor((m, n), dtype), B: T.Tensor((m, n), dtype)):
+        with T.Kernel(1, threads=threads):
+            smem = T.alloc_shared((m, n), dtype)
+            frag = T.alloc_fragment((m, n), dtype)
+            T.copy(A, smem)
+            T.copy(smem, frag)
+            T.copy(frag, B)
+    return main
+
+
+def _mixed_read(small, full, threads):
+    @T.prim_func
+    def main(C: T.Tensor((full,), T.float32)):
+        with T.Kernel(1, threads=threads):
+            frag = T.alloc_fragment((full,), T.float32)
+            T.clear(frag)
+            for i in T.Parallel(small):
+                frag[i] = 5.0
+            for i in T.Parallel(full):
+                C[i] = frag[i] + 1.0
+    return main
+
+
+def _mixed_write(small, full, threads):
+    @T.prim_func
+    def main(C: T.Tensor((full,), T.float32)):
+        with T.Kernel(1, threads=threads):
+            frag = T.alloc_fragment((full,), T.float32)
+            T.clear(frag)
+            for i in T.Parallel(small):
+                frag[i] = 7.0
+            for i in T.Parallel(full):
+                frag[i] = 5.0
+            for i in T.Parallel(full):
+                C[i] = frag[i]
+    return main
+
+
+def _const_pair(m, n, threads):
+    @T.prim_func
+    def main(S: T.Tensor((2,), T.float32), A: T.Tensor((m, n), T.float32),
+             Out: T.Tensor((m, n), T.float32)):
+        with T.Kernel(1, threads=threads):
+            s = T.alloc_fragment((2,), T.float32)
+            T.copy(S, s)
+            for i, j in T.Parallel(m, n):
+                Out[i, j] = A[i, j] * s[0] + s[1]
+    return main
+
+
+def _adjacent_rows(m, n, threads):
+    @T.prim_func
+    def main(V: T.Tensor((m + 1,), T.float32), A: T.Tensor((m, n), T.float32),
+             Out: T.Tensor((m, n), T.float32)):
+        with T.Kernel(1, threads=threads):
+            r = T.alloc_fragment((m + 1,), T.float32)
+            T.copy(V, r)
+            for i, j in T.Parallel(m, n):
+                Out[i, j] = A[i, j] * (r[i + 1] - r[i])
+    return main
+
+
+def _ragged(n, threads):
+    @T.prim_func
+    def main(X: T.Tensor((1, n), T.float32), Y: T.Tensor((1, n), T.float32)):
+        with T.Kernel(1, threads=threads):
+            frag = T.alloc_fragment((1, n), T.float32)
+            for i, j in T.Parallel(1, n):
+                frag[i, j] = X[i, j] * 2.0
+            T.copy(frag, Y)
+    return main
+
+
+def _ragged_copy(n, threads):
+    @T.prim_func
+    def main(X: T.Tensor((1, n), T.float32), Y: T.Tensor((1, n), T.float32)):
+        with T.Kernel(1, threads=threads):
+            frag = T.alloc_fragment((1, n), T.float32)
+            T.copy(X, frag)
+            T.copy(frag, Y)
+    return main
+
+
+KERNELS = {
+    "elementwise_copy/fp16_128x128_t128": lambda: _roundtrip(128, 128, T.float16, 128),
+    "elementwise_copy/fp32_64x256_t256": lambda: _roundtrip(64, 256, T.float32, 256),
+    "fp8_copy/128x256_t128": lambda: _roundtrip(128, 256, T.float8_e4m3, 128),
+    "fp8_copy/64x128_t64": lambda: _roundtrip(64, 128, T.float8_e4m3, 64),
+    "broadcast_read/issue1729_2x2560_t256": lambda: _broadcast(2, 2560, 256),
+    "broadcast_read/rows4_cols1024_t128": lambda: _broadcast(4, 1024, 128),
+    "transposed_store/fp32_128x128_t128": lambda: _transposed(128, 128, T.float32, 128),
+    "transposed_store/fp16_64x256_t128": lambda: _transposed(64, 256, T.float16, 128),
+    "mixed_dtype_chain/128x128_t128": lambda: _chain(128, 128, 128),
+    "mixed_dtype_chain/64x512_t256": lambda: _chain(64, 512, 256),
+    "reduce_broadcast/64x128_t128": lambda: _softmaxish(64, 128, 128),
+    "reduce_broadcast/128x256_t256": lambda: _softmaxish(128, 256, 256),
+    "offset_region_copy/fp16_tile64x64_t128": lambda: _tiled(256, 256, 64, 64, T.float16, 128),
+    "offset_region_copy/fp32_tile32x128_t128": lambda: _tiled(128, 512, 32, 128, T.float32, 128),
+    "shared_staging/fp16_64x64_t128": lambda: _staged(64, 64, T.float16, 128),
+    "shared_staging/fp32_128x128_t128": lambda: _staged(128, 128, T.float32, 128),
+    "mixed_extents/read_100_to_256_t128": lambda: _mixed_read(100, 256, 128),
+    "mixed_extents/write_100_to_256_t128": lambda: _mixed_write(100, 256, 128),
+    "two_index_read/const_pair_64x128_t128": lambda: _const_pair(64, 128, 128),
+    "two_index_read/adjacent_rows_64x128_t128": lambda: _adjacent_rows(64, 128, 128),
+    "ragged_extent/loop_1x229_t128": lambda: _ragged(229, 128),
+    "ragged_extent/loop_1x192_t128": lambda: _ragged(192, 128),
+    "ragged_extent/copy_1x229_t128": lambda: _ragged_copy(229, 128),
+}

@@ -1,0 +1,39 @@
+"""Write inference results into the PrimFunc (and read them back): passes talk only through the IR."""
+from __future__ import annotations
+
+import tvm_ffi
+from tvm import tirx
+
+from tilelayout.annotate import annotate_layouts, annotate_loop, read_layout_annotations
+
+__all__ = ["annotate_result", "get_layouts"]
+
+
+def annotate_result(func, result):
+    """``func`` with a layout map for every inferred buffer and, on the outermost loop of every parallel
+    nest, its loop layout, predicate and padding-guard flag."""
+    roots = {}
+    for index, decision in result.op_loops.items():
+        op = result.graph.ops[index]
+        root = getattr(op, "root", None)
+        if root is not None:
+            roots[index] = (root, decision)
+
+    def on_for(loop, mutator):
+        new = mutator.default_mutate(loop)
+        for root, decision in roots.values():
+            if loop.same_as(root):
+                return annotate_loop(new, decision.layout, decision.predicate, decision.padding_guard,
+                                     decision.replica_guard)
+        return new
+
+    body = tvm_ffi.structural_mutate(func.body, (tirx.For, on_for)) if roots else func.body
+    return annotate_layouts(func.with_body(body), dict(result.buffers))
+
+
+def get_layouts(func):
+    """Read an annotated function back into an InferenceResult (no inference is run)."""
+    from .layout_inference import InferenceResult
+    buffers, loops = read_layout_annotations(func)
+    return InferenceResult(buffers=buffers, loops={k: v[0] for k, v in loops.items()}, attempts=[], func=func,
+                           loop_info=dict(loops))

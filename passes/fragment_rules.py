@@ -1,0 +1,220 @@
+"""How a loop layout and a fragment layout determine each other.
+
+- ``loop_from_fragment``: a loop that accesses ``frag[idx(x)]`` runs iteration x in the threads holding
+  that element (TileLang's ComputeLoopLayoutFromBuffer).
+- ``complete_fragment``: a fragment without a layout takes the layout the loop induces through its
+  access (CompleteBufferFragment), with TileLang's defects fixed: a loop that covers only part of the
+  fragment cannot define it (#2957), and broadcast reads fall back to full replication (#1729).
+- ``ownership_error``: exact check, by enumeration, that every thread running an iteration holds what it
+  reads and that the threads writing an element are exactly its holders.
+"""
+from __future__ import annotations
+
+import numpy as np
+from tvm import tirx
+from tvm.ir import Range
+
+from tilelayout.errors import InferenceError, LayoutConflictError, LayoutError
+from tilelayout.evaluate import evaluate, grid_env
+from tilelayout.fragment import Fragment, fully_replicated
+from tilelayout.layout import Layout, placeholder, rep_placeholder, substitute
+
+from .loop_nest import LoopNest
+
+__all__ = ["PartialCoverage", "loop_from_fragment", "complete_fragment", "ownership_error", "access_points",
+           "is_common_access"]
+
+#: loops with more points than this are not validated by enumeration
+VALIDATION_LIMIT = 1 << 21
+
+
+class PartialCoverage(InferenceError):
+    """The loop reaches only part of a fragment, so it cannot define the fragment's layout."""
+
+
+def is_common_access(nest: LoopNest, access) -> bool:
+    """Indices are exactly the loop variables in order over the buffer's whole shape."""
+    if len(access.indices) != len(nest.loop_vars):
+        return False
+    if list(access.buffer.shape) != list(nest.extents):
+        return False
+    return all(isinstance(i, tirx.Var) and i.same_as(v) for i, v in zip(access.indices, nest.loop_vars))
+
+
+def _on_placeholders(nest: LoopNest, exprs: list) -> list:
+    vmap = {v: placeholder(k) for k, v in enumerate(nest.loop_vars)}
+    return [substitute(e, vmap) for e in exprs]
+
+
+def access_points(nest: LoopNest, access) -> np.ndarray:
+    """Flat element index of the accessed fragment element at every loop point (shape: loop extents)."""
+    env = grid_env(nest.loop_vars, nest.extents)
+    shape = tuple(nest.extents)
+    flat = np.zeros(shape, dtype=np.int64)
+    for idx, ext in zip(access.indices, access.buffer.shape):
+        try:
+            val = np.broadcast_to(evaluate(idx, env), shape)
+        except Exception as err:
+            raise InferenceError(f"{nest.describe()}: cannot evaluate index {idx} of {access}: {err}") from None
+        if val.min() < 0 or val.max() >= ext:
+            bad = np.unravel_index(int(np.argmax((val < 0) | (val >= ext))), shape)
+            raise InferenceError(
+                f"{nest.describe()}: access {access} leaves buffer {access.buffer.name} (shape "
+                f"{list(access.buffer.shape)}) at loop point {[int(b) for b in bad]}; the loop is larger than the "
+                f"fragment it touches")
+        flat = flat * ext + val
+    return flat
+
+
+def loop_from_fragment(nest: LoopNest, access, frag: Fragment, threads: int) -> Fragment:
+    """Loop layout that runs iteration x in the threads holding ``frag[idx(x)]``."""
+    if is_common_access(nest, access):
+        return frag.bind_thread_range(0, threads) if frag.thread_range is None else frag
+    access_points(nest, access)  # bounds check: a loop larger than the fragment is refused clearly (#2957)
+    idx = _on_placeholders(nest, access.indices)
+    thread = substitute(frag.forward_thread, dict(zip(frag.forward_vars, idx)))
+    if nest.inner_vars and _mentions(thread, nest.inner_vars):
+        raise LayoutConflictError(
+            f"{nest.describe()}: access {access} makes the owning thread depend on a serial inner loop; "
+            f"a thread-distributed fragment cannot be indexed by a sequential loop variable")
+    try:
+        loop = Fragment.from_exprs(nest.extents, thread, None, frag.replicate_size)
+    except LayoutError as err:
+        raise InferenceError(f"{nest.describe()}: cannot derive a loop layout from {frag.kind} of "
+                             f"{access.buffer.name} through {access}: {err}") from None
+    rng = frag.thread_range or (0, threads)
+    return loop.bind_thread_range(*rng)
+
+
+def _mentions(expr, variables) -> bool:
+    import tvm
+    import tvm_ffi
+    hits = []
+    tvm_ffi.structural_walk(expr, (tvm.ir.Var, lambda v: hits.append(1) if any(v.same_as(w) for w in variables) else None))
+    return bool(hits)
+
+
+def complete_fragment(nest: LoopNest, loop: Fragment, access, threads: int, read_only: bool) -> Fragment:
+    """The fragment layout a loop induces through one access of it."""
+    buf = access.buffer
+    rng = loop.thread_range or (0, threads)
+    if is_common_access(nest, access):
+        return loop
+    points = access_points(nest, access)
+    size = int(np.prod(buf.shape))
+    hit = np.zeros(size, dtype=bool)
+    hit[points.reshape(-1)] = True
+    if not hit.all():
+        missing = [int(x) for x in np.unravel_index(int(np.argmin(hit)), tuple(buf.shape))]
+        raise PartialCoverage(f"{nest.describe()} reaches only part of fragment {buf.name} (element {missing} is "
+                              f"never accessed), so it cannot define its layout")
+    idx = _on_placeholders(nest, access.indices)
+    counts = np.bincount(points.reshape(-1), minlength=size)
+    if (counts == 1).all():
+        inv = Layout.from_exprs(nest.extents, idx).inverse()
+        coords = inv.forward_index
+        loop_vars = loop.forward_vars
+        thread = substitute(loop.forward_thread, dict(zip(loop_vars, coords)))
+        frag = Fragment.from_exprs(buf.shape, thread, None, loop.replicate_size)
+    else:
+        frag = _broadcast_completion(nest, loop, idx, buf)
+        if frag is None or not frag.is_injective():
+            if read_only:
+                return fully_replicated(buf.shape, threads)
+            raise InferenceError(f"{nest.describe()} writes fragment {buf.name} through {access} with several loop "
+                                 f"iterations per element; no thread/slot layout makes that write well defined")
+    frag = frag.condense_rep_var().bind_thread_range(*rng)
+    if not frag.is_injective():
+        if read_only:
+            return fully_replicated(buf.shape, threads)
+        raise InferenceError(f"{nest.describe()}: the layout induced on {buf.name} ({frag!r}) is not injective")
+    return frag
+
+
+def _broadcast_completion(nest: LoopNest, loop: Fragment, idx: list, buf) -> Fragment | None:
+    """Each element is read by several iterations: their loop replicas become the fragment's replicas."""
+    from tilelayout.fragment import _collect_pieces
+    dom = {placeholder(k): Range(0, e) for k, e in enumerate(nest.extents)}
+    # loop digits the access does not use, flattened row-major, index the iterations sharing an element
+    used: dict = {}
+    for e in idx:
+        pieces = _collect_pieces(e, dom)
+        if pieces is None:
+            return None
+        for name, ps in pieces.items():
+            used.setdefault(name, []).extend(ps)
+    extra, extra_ext = tirx.const(0, "int32"), 1
+    for k, ext in enumerate(nest.extents):
+        v = placeholder(k)
+        taken = sorted(used.get(v.name, []))
+        gaps, expected = [], 1
+        for lower, e in taken:
+            if lower > expected:
+                gaps.append((expected, lower // expected))
+            expected = max(expected, lower * e)
+        if expected < ext:
+            gaps.append((expected, -(-ext // expected)))
+        for lower, e in reversed(gaps):
+            piece = tirx.floormod(tirx.floordiv(v, lower), e)
+            extra = extra * e + piece
+            extra_ext *= e
+    try:
+        inv = Layout.from_exprs(nest.extents, idx + [extra]).inverse()
+    except LayoutError:
+        return None
+    r = rep_placeholder()
+    coords = [substitute(e, {placeholder(len(buf.shape)): tirx.floormod(r, extra_ext)}) for e in inv.forward_index]
+    loop_map = dict(zip(loop.forward_vars, coords))
+    loop_map[r] = tirx.floordiv(r, extra_ext)
+    thread = substitute(loop.forward_thread, loop_map)
+    try:
+        return Fragment.from_exprs(buf.shape, thread, None, extra_ext * loop.replicate_size)
+    except LayoutError:
+        return None
+
+
+def _absent(keys: np.ndarray, pool: np.ndarray) -> np.ndarray:
+    """Elementwise: is each of ``keys`` missing from ``pool``?"""
+    have = np.sort(pool.reshape(-1))
+    pos = np.minimum(np.searchsorted(have, keys), have.size - 1)
+    return have[pos] != keys
+
+
+def ownership_error(nest: LoopNest, loop: Fragment, access, frag: Fragment) -> str | None:
+    """None when the threads running each iteration hold the element read (reads) or are exactly its
+    holders (writes); otherwise the first violation, in words."""
+    if nest.size > VALIDATION_LIMIT or not frag.is_static:
+        return None
+    if loop is frag and is_common_access(nest, access):
+        return None
+    loop_lo = (loop.thread_range or (0, 0))[0]
+    frag_lo = (frag.thread_range or (0, 0))[0]
+    runs = loop.thread_table().reshape(nest.size, -1) + loop_lo
+    owners = frag.thread_table().reshape(-1, frag.replicate_size) + frag_lo
+    elem = access_points(nest, access).reshape(-1)
+    width = int(max(runs.max(), owners.max())) + 1
+    # (element, thread) pairs the fragment provides vs. the pairs the loop's iterations need
+    provided = np.arange(owners.shape[0], dtype=np.int64)[:, None] * width + owners
+    needed = elem[:, None] * width + runs
+    not_held = _absent(needed.reshape(-1), provided).reshape(runs.shape)
+    point = thread = None
+    if not_held.any():
+        point, k = (int(x) for x in np.argwhere(not_held)[0])
+        thread, reading = int(runs[point, k]), True
+    elif access.is_write and not access.is_constant:
+        points = np.arange(nest.size, dtype=np.int64)[:, None]
+        held = owners[elem]
+        not_running = _absent((points * width + held).reshape(-1), points * width + runs).reshape(held.shape)
+        if not_running.any():
+            point, k = (int(x) for x in np.argwhere(not_running)[0])
+            thread, reading = int(held[point, k]), False
+    if point is None:
+        return None
+    coord = [int(c) for c in np.unravel_index(point, tuple(nest.extents))]
+    if reading:
+        what = f"thread {thread} runs iteration {coord} but does not hold the element of {access.buffer.name} it " \
+               f"{'writes' if access.is_write else 'reads'}"
+    else:
+        what = f"thread {thread} holds the element of {access.buffer.name} written at iteration {coord} but does not " \
+               f"run that iteration, so its copy would go stale"
+    return f"{what} (access {access}; loop layout {loop!r}; fragment layout {frag!r})"

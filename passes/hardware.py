@@ -1,0 +1,40 @@
+"""Hardware geometry from the target, in one place shared by the io-aware model and the vectorizer,
+so the model's belief about vector width and the emitted code cannot drift."""
+from __future__ import annotations
+
+import re
+
+import tvm
+
+DEFAULT_TARGET = {"kind": "cuda", "arch": "sm_90"}
+SEGMENT_BYTES = 128
+
+
+def normalize_target(target=None) -> tvm.target.Target:
+    """A tvm Target from a Target, dict or string; default CUDA sm_90 (where the seed goldens were recorded)."""
+    if target is None:
+        return tvm.target.Target(DEFAULT_TARGET)
+    if isinstance(target, tvm.target.Target):
+        return target
+    try:
+        return tvm.target.Target(target)
+    except Exception as err:
+        raise ValueError(f"cannot make a TVM target from {target!r}: {str(err).splitlines()[-1]}") from None
+
+
+def sm_version(target: tvm.target.Target) -> int:
+    """Compute capability as an int (90 for sm_90a); 0 when the target has no CUDA arch."""
+    match = re.match(r"sm_(\d+)", str(target.attrs.get("arch", "")))
+    return int(match.group(1)) if match and target.kind.name == "cuda" else 0
+
+
+def max_vector_load_bits(target=None, global_only: bool = False) -> int:
+    """Widest vector access: 256 bits on sm_100+ for statements touching only global memory, else 128."""
+    target = normalize_target(target)
+    return 256 if global_only and sm_version(target) >= 100 else 128
+
+
+def warp_size(target=None) -> int:
+    target = normalize_target(target)
+    value = target.attrs.get("thread_warp_size")
+    return int(value) if value is not None else (64 if target.kind.name == "rocm" else 32)

@@ -1,0 +1,385 @@
+"""Layout inference: give every fragment, shared tile and parallel loop nest of a TIRx PrimFunc a layout.
+
+Three levels, as in TileLang: STRICT takes what is forced (user pins, MMA layouts, constant-index and
+floating fragment uses), COMMON propagates from known layouts breadth-first in program order, FREE
+searches each connected component (ops sharing a fragment) by trying every member as the root on a
+copy of the state and keeps the cheapest attempt by the cost model (ties: earliest root).
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import tvm
+
+from tilelayout.errors import InferenceError, LayoutConflictError, LayoutError
+from tilelayout.fragment import Fragment, fully_replicated
+
+from .cost_models import ScoringContext, get_cost_model
+from .fragment_rules import ownership_error
+from .frontend import build_op_graph
+from .hardware import normalize_target
+from .loop_nest import nest_of
+from .op_rules import COMMON, FREE, LEVEL_NAMES, STRICT, LoopDecision, infer_op
+
+__all__ = ["Attempt", "InferenceResult", "infer_layouts", "LayoutInference"]
+
+_SEARCH_ERRORS = (LayoutConflictError, InferenceError, LayoutError)
+
+
+@dataclass
+class Attempt:
+    """One free-level attempt: which root went first, what it cost, whether it won, or why it failed."""
+
+    component: int
+    root: int
+    root_description: str
+    mem: int | None = None
+    regs: int | None = None
+    chosen: bool = False
+    error: str | None = None
+    layouts: dict = field(default_factory=dict)      # buffer name -> layout dict (component fragments)
+    loops: dict = field(default_factory=dict)        # loop description -> layout dict
+    details: tuple = ()
+
+    def to_dict(self) -> dict:
+        return {k: getattr(self, k) for k in ("component", "root", "root_description", "mem", "regs", "chosen",
+                                               "error", "layouts", "loops")}
+
+
+@dataclass
+class InferenceResult:
+    buffers: dict                  # buffer name -> Layout | Fragment
+    loops: dict                    # loop key -> Fragment (user parallel nests)
+    attempts: list                 # list[Attempt]
+    func: Any                      # annotated PrimFunc
+    cost_model: str = ""
+    target: Any = None
+    loop_info: dict = field(default_factory=dict)    # loop key -> LoopDecision
+    graph: Any = None
+    op_loops: dict = field(default_factory=dict)     # op index -> LoopDecision (every loop-shaped op)
+
+    def summary(self) -> str:
+        lines = [f"{name}: {lay!r}" for name, lay in self.buffers.items()]
+        lines += [f"loop {key}: {lay!r}" for key, lay in self.loops.items()]
+        return "\n".join(lines)
+
+
+class _State:
+    """Layouts of one attempt (or of the committed result) and the BFS queue that feeds on them."""
+
+    def __init__(self, engine: "_Engine"):
+        self.engine = engine
+        self.layouts: dict = {}
+        self.setters: dict = {}
+        self.loops: dict = {}
+        self.strict: set = set()
+        self.notes: list = []
+        self.queue: deque = deque()
+        self.queued: set = set()
+        self.current = None
+
+    def copy(self) -> "_State":
+        out = _State(self.engine)
+        out.layouts, out.setters, out.loops = dict(self.layouts), dict(self.setters), dict(self.loops)
+        out.strict = set(self.strict)
+        return out
+
+    # -- facts the rules read
+    @property
+    def threads(self) -> int:
+        return self.engine.graph.thread_extent
+
+    @property
+    def target(self):
+        return self.engine.target
+
+    @property
+    def thread_name(self) -> str:
+        var = self.engine.graph.thread_var
+        return var.name if var is not None else "threadIdx.x"
+
+    def layout(self, buf):
+        return self.layouts.get(buf.name)
+
+    def setter(self, buf) -> str:
+        op = self.setters.get(buf.name)
+        return "a pinned layout" if op is None else op.describe()
+
+    def loop(self, nest):
+        return self.loops.get(nest.index)
+
+    def set_loop(self, nest, decision: LoopDecision) -> None:
+        self.loops[nest.index] = decision
+
+    def pinned_loop(self, nest):
+        return self.engine.pinned_loops.get(nest.index)
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+
+    # -- the one place layouts change
+    def propose(self, buf, layout, op, level: int) -> None:
+        name = buf.name
+        if isinstance(layout, Fragment) and layout.thread_range is None:
+            layout = layout.bind_thread_range(0, self.threads)
+        old = self.layouts.get(name)
+        if old is None:
+            self._set(buf, layout, op)
+            return
+        if old.is_equal(layout):
+            return
+        if buf.is_fragment and level != STRICT and name not in self.strict and isinstance(layout, Fragment) \
+                and isinstance(old, Fragment) and layout.contains(old):
+            self._set(buf, layout, op)      # upgrade to a superset of owners (e.g. more replicated)
+            return
+        if not buf.is_fragment:
+            merged = _merge_swizzles(old, layout, buf)
+            if merged is not None:
+                self.layouts[name] = merged
+                return
+        raise LayoutConflictError(
+            f"buffer {name}: {op.describe()} needs layout {layout!r}, but {self.setter(buf)} already gave it "
+            f"{old!r}; pin one of them (tl.annotate_layouts) or stage the data through shared memory")
+
+    def _set(self, buf, layout, op) -> None:
+        self.layouts[buf.name] = layout
+        self.setters[buf.name] = op
+        for user in self.engine.users.get(buf.name, ()):
+            if op is not None and user == op.index:
+                continue
+            if user not in self.queued:
+                self.queued.add(user)
+                self.queue.append(user)
+
+
+def _merge_swizzles(a, b, buf):
+    try:
+        from tilelayout import swizzle
+    except ImportError:
+        return None
+    merge = getattr(swizzle, "merge_swizzle_layouts", None)
+    if merge is None:
+        return None
+    try:
+        return merge(a, b, buf.dtype)
+    except Exception:
+        return None
+
+
+class _Engine:
+    def __init__(self, func, target, cost_model):
+        self.func = func
+        self.target = normalize_target(target)
+        self.model = get_cost_model(cost_model)
+        self.graph = build_op_graph(func)
+        names = [b.name for b in self.graph.buffers]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise InferenceError(f"buffers must have distinct names for layout inference; duplicated: {', '.join(dup)}")
+        self.ops = list(self.graph.ops)
+        self.nests = {op.index: nest_of(op) for op in self.ops}
+        self.users = {}
+        for op in self.ops:
+            for b in op.buffers():
+                self.users.setdefault(b.name, []).append(op.index)
+        self.pinned_loops = self._pinned_loops()
+        self.attempts: list = []
+
+    def _pinned_loops(self) -> dict:
+        out = {}
+        for op in self.ops:
+            ann = getattr(op, "annotations", None) or {}
+            raw = ann.get("tilelayout.loop_layout") if hasattr(ann, "get") else None
+            if raw is not None:
+                from tilelayout.annotate import decode_layout
+                out[op.index] = decode_layout(raw)
+        return out
+
+    # ------------------------------------------------------------------ driver
+    def run(self) -> _State:
+        state = _State(self)
+        self._pins(state)
+        threads = self.graph.thread_extent
+        for buf, _ in self.graph.floating:
+            if state.layout(buf) is None:
+                state.propose(buf, fully_replicated(buf.shape, threads), None, STRICT)
+        for op in self.ops:
+            self._step(state, op.index, STRICT)
+        state.strict = set(state.layouts)
+        state.queue.clear()
+        state.queued.clear()
+        self._drain_all(state, COMMON)
+        state = self._free(state)
+        self._check_complete(state)
+        return state
+
+    def _pins(self, state: _State) -> None:
+        for buf in self.graph.buffers:
+            if buf.pinned_layout is not None:
+                try:
+                    from tilelayout.tirx import from_tile_layout
+                    layout = from_tile_layout(buf.pinned_layout, list(buf.shape))
+                except ImportError:
+                    raise InferenceError(f"buffer {buf.name} has a pinned TileLayout but TIRx interop is unavailable")
+                except Exception as err:
+                    raise InferenceError(f"buffer {buf.name}: cannot read its pinned layout {buf.pinned_layout}: "
+                                         f"{err}") from None
+                state.propose(buf, layout, None, STRICT)
+        try:
+            from tilelayout.annotate import read_user_pins
+        except ImportError:
+            return
+        for name, layout in read_user_pins(self.func).items():
+            state.propose(self.graph.buffer(name), layout, None, STRICT)
+
+    def _step(self, state: _State, index: int, level: int) -> None:
+        op = self.ops[index]
+        state.current = op
+        infer_op(op, self.nests[index], level, state)
+
+    def _drain_all(self, state: _State, level: int) -> None:
+        for op in self.ops:
+            state.queue.append(op.index)
+            state.queued.add(op.index)
+        self._drain(state, level)
+
+    def _drain(self, state: _State, level: int) -> None:
+        while state.queue:
+            index = state.queue.popleft()
+            state.queued.discard(index)
+            self._step(state, index, level)
+
+    # ------------------------------------------------------------------ free level
+    def components(self) -> list:
+        parent = list(range(len(self.ops)))
+
+        def find(x):
+            while parent[x] != x:
+                parent[x] = parent[parent[x]]
+                x = parent[x]
+            return x
+
+        for buf in self.graph.buffers:
+            if not buf.is_fragment:
+                continue
+            group = self.users.get(buf.name, [])
+            for other in group[1:]:
+                a, b = find(group[0]), find(other)
+                if a != b:
+                    parent[max(a, b)] = min(a, b)
+        comps: dict = {}
+        for op in self.ops:
+            comps.setdefault(find(op.index), []).append(op.index)
+        return [comps[k] for k in sorted(comps)]
+
+    def _settled(self, state: _State, members: list) -> bool:
+        for i in members:
+            op = self.ops[i]
+            if self.nests[i] is not None and i not in state.loops:
+                return False
+            for buf in op.buffers():
+                if buf.is_fragment and state.layout(buf) is None:
+                    return False
+        return True
+
+    def _free(self, state: _State) -> _State:
+        for cid, members in enumerate(self.components()):
+            if self._settled(state, members):
+                continue
+            best, best_state, tried = None, None, []
+            for root in members:
+                attempt = Attempt(cid, root, self.ops[root].describe())
+                trial = state.copy()
+                try:
+                    self._step(trial, root, FREE)
+                    self._drain(trial, FREE)
+                    for m in members:
+                        if m != root:
+                            self._step(trial, m, FREE)
+                            self._drain(trial, FREE)
+                    self._check_component(trial, members)
+                    cost = self.model.score([self.ops[m] for m in members], dict(trial.layouts),
+                                            ScoringContext(self.graph, self.target,
+                                                           {i: d.layout for i, d in trial.loops.items()}))
+                except _SEARCH_ERRORS as err:
+                    attempt.error = str(err)
+                    tried.append(attempt)
+                    continue
+                attempt.mem, attempt.regs, attempt.details = cost.mem, cost.regs, tuple(cost.details)
+                attempt.layouts = {b.name: trial.layouts[b.name].to_dict() for m in members
+                                   for b in self.ops[m].buffers() if b.name in trial.layouts}
+                attempt.loops = {self.ops[m].describe(): trial.loops[m].layout.to_dict() for m in members
+                                 if m in trial.loops}
+                tried.append(attempt)
+                if best is None or (cost.mem, cost.regs) < (best.mem, best.regs):
+                    best, best_state = attempt, trial
+            self.attempts.extend(tried)
+            if best is None:
+                reasons = "\n".join(f"  root {a.root_description}: {a.error}" for a in tried)
+                raise InferenceError(f"no valid layout for the ops {', '.join(self.ops[m].describe() for m in members)}; "
+                                     f"every attempt failed:\n{reasons}")
+            best.chosen = True
+            state = best_state
+            state.queue.clear()
+            state.queued.clear()
+        return state
+
+    def _check_component(self, state: _State, members: list) -> None:
+        for i in members:
+            op = self.ops[i]
+            if self.nests[i] is not None and i not in state.loops:
+                raise InferenceError(f"{op.describe()}: no loop layout could be chosen")
+            for buf in op.buffers():
+                if buf.is_fragment and state.layout(buf) is None:
+                    raise InferenceError(f"fragment {buf.name}: {op.describe()} left it without a layout")
+
+    def _check_complete(self, state: _State) -> None:
+        for buf in self.graph.fragments():
+            if buf.name in self.users and state.layout(buf) is None:
+                raise InferenceError(f"the layout of fragment {buf.name} cannot be inferred: no op determines it")
+        for i, nest in self.nests.items():
+            if nest is None:
+                continue
+            if i not in state.loops:
+                raise InferenceError(f"{nest.describe()}: no loop layout could be chosen")
+            layout = state.loops[i].layout
+            for a in nest.fragment_accesses():
+                err = ownership_error(nest, layout, a, state.layout(a.buffer))
+                if err is not None:
+                    raise InferenceError(f"buffer {a.buffer.name}: final layouts are inconsistent in "
+                                         f"{nest.describe()}: {err}")
+
+
+def infer_layouts(func, target=None, cost_model=None) -> InferenceResult:
+    """Infer layouts of every fragment, shared tile and parallel loop of ``func`` (a TIRx PrimFunc)."""
+    engine = _Engine(func, target, cost_model)
+    state = engine.run()
+    buffers = {b.name: state.layouts[b.name] for b in engine.graph.buffers if b.name in state.layouts}
+    loops, info, op_loops = {}, {}, {}
+    for i, nest in engine.nests.items():
+        if nest is None:
+            continue
+        op_loops[i] = state.loops[i]
+        if nest.is_user_loop:
+            loops[nest.key] = state.loops[i].layout
+            info[nest.key] = state.loops[i]
+    result = InferenceResult(buffers, loops, engine.attempts, func, engine.model.name, engine.target, info,
+                             engine.graph, op_loops)
+    from .annotations import annotate_result
+    result.func = annotate_result(func, result)
+    return result
+
+
+def LayoutInference(cost_model=None, target=None):
+    """A PrimFunc pass that annotates every function with its inferred layouts (see ``infer_layouts``)."""
+
+    @tvm.tirx.transform.prim_func_pass(opt_level=0, name="tilelayout.LayoutInference")
+    def _pass(func, mod, ctx):
+        func_target = target
+        if func_target is None and func.attrs is not None and "target" in func.attrs:
+            func_target = func.attrs["target"]
+        return infer_layouts(func, func_target, cost_model).func
+
+    return _pass

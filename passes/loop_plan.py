@@ -1,0 +1,119 @@
+"""Planning a loop layout from scratch: vector width from the accesses, then threads round-robin over
+vector groups (TileLang's PlanLoopPartition), replicated to fill the block when fragments are touched.
+
+The vector-width rules live here so the planner, the io-aware model and the vectorizer agree.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from tvm import sym, tirx
+from tvm.ir import Range
+
+from tilelayout.fragment import Fragment
+from tilelayout.layout import placeholder, substitute
+
+__all__ = ["plan_loop_layout", "plan_vector_width", "is_contiguous_run", "linear_offset", "select_min_padding_width"]
+
+
+def linear_offset(indices: Sequence, shape: Sequence):
+    """Row-major element offset of ``indices`` into a buffer of ``shape``."""
+    out = tirx.const(0, "int32")
+    for idx, ext in zip(indices, shape):
+        out = out * ext + idx
+    return out
+
+
+def _uses(expr, var) -> bool:
+    import tvm
+    import tvm_ffi
+    hits = []
+    tvm_ffi.structural_walk(expr, (tvm.ir.Var, lambda v: hits.append(1) if v.same_as(var) else None))
+    return bool(hits)
+
+
+def is_contiguous_run(offset, var, extent: int, width: int, bounds: dict) -> bool:
+    """Can ``var`` be vectorised by ``width``: each aligned group of ``width`` iterations reads
+    consecutive, ``width``-aligned elements (TileLang's IndicesCanVectorize)."""
+    if width == 1:
+        return True
+    if extent % width:
+        return False
+    outer, lane = tirx.Var("v_outer", "int32"), tirx.Var("v_lane", "int32")
+    ana = sym.Analyzer()
+    for v, ext in bounds.items():
+        if v is not var:
+            ana.bind(v, Range(0, ext))
+    ana.bind(outer, Range(0, extent // width))
+    ana.bind(lane, Range(0, width))
+    base = ana.simplify(substitute(offset, {var: outer * width}))
+    step = ana.simplify(substitute(offset, {var: outer * width + lane}) - base)
+    return bool(ana.can_prove_equal(step, lane)) and bool(ana.can_prove(tirx.floormod(base, width) == 0))
+
+
+def plan_vector_width(loop_vars: Sequence, extents: Sequence[int], accesses: Sequence, max_bits: int) -> int:
+    """Vector width of a loop nest from its accesses (``accesses``: (BufferInfo, indices, is_write)).
+
+    Memory (global/shared) accesses must be contiguous and aligned along the innermost loop variable;
+    a store that does not move with it must stay scalar; register accesses only cap the width by their
+    element size.
+    """
+    inner, inner_ext = loop_vars[-1], extents[-1]
+    if not isinstance(inner_ext, int):
+        return 1
+    limit = math.gcd(max_bits, inner_ext)
+    bounds = {v: e for v, e in zip(loop_vars, extents) if isinstance(e, int)}
+    memory_width, local_width = None, limit
+    for buf, indices, is_write in accesses:
+        lanes = max(1, max_bits // buf.bits)
+        if buf.is_fragment or buf.is_local:
+            local_width = math.gcd(local_width, lanes)
+            continue
+        offset = linear_offset(indices, buf.shape)
+        if not _uses(offset, inner):
+            if is_write:
+                return 1
+            continue
+        width = _largest_pow2_at_most(min(limit, lanes))
+        while width > 1 and not is_contiguous_run(offset, inner, inner_ext, width, bounds):
+            width //= 2
+        memory_width = width if memory_width is None else math.gcd(memory_width, width)
+    if memory_width is None:
+        return _largest_pow2_at_most(local_width)
+    return _largest_pow2_at_most(math.gcd(memory_width, local_width))
+
+
+def _largest_pow2_at_most(n: int) -> int:
+    return 1 << (max(1, n).bit_length() - 1)
+
+
+def select_min_padding_width(width: int, total: int, threads: int) -> int:
+    """Among width, width/2, ..., 1 the one wasting the fewest thread slots (ties -> wider)."""
+    best, best_waste = width, None
+    w = width
+    while w >= 1:
+        waste = -(-total // (threads * w)) * threads * w - total
+        if best_waste is None or waste < best_waste:
+            best, best_waste = w, waste
+        w //= 2
+    return best
+
+
+def plan_loop_layout(extents: Sequence[int], threads: int, width: int, touches_fragment: bool) -> Fragment:
+    """flat = row-major(coords); group = flat // V; thread = group % T; slot = group // T * V + flat % V."""
+    total = 1
+    for e in extents:
+        total *= e
+    if touches_fragment:
+        while width > 1 and total % (threads * width):
+            width //= 2
+    variables = [placeholder(k) for k in range(len(extents))]
+    flat = linear_offset(variables, extents)
+    group = tirx.floordiv(flat, width)
+    thread = tirx.floormod(group, threads)
+    slot = tirx.floordiv(group, threads) * width + tirx.floormod(flat, width)
+    layout = Fragment.from_exprs(list(extents), thread, [slot])
+    if touches_fragment and layout.thread_extent < threads:
+        layout = layout.replicate(threads // layout.thread_extent)
+    return layout.bind_thread_range(0, threads)

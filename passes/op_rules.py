@@ -1,0 +1,384 @@
+"""What each op contributes at each inference level (TileLang's per-op InferLayout, defects fixed).
+
+A rule reads the attempt's state and proposes layouts through ``state.propose``; it never decides
+conflicts itself. Levels: STRICT (pinned/forced facts only), COMMON (propagate from known layouts),
+FREE (may invent a layout when nothing constrains it).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tvm import tirx
+
+from tilelayout.errors import InferenceError, LayoutConflictError, LayoutError
+from tilelayout.fragment import Fragment, fully_replicated
+from tilelayout.layout import placeholder, rep_placeholder, substitute
+
+from .fragment_rules import PartialCoverage, complete_fragment, loop_from_fragment, ownership_error
+from .frontend import GemmOp, ReduceOp
+from .hardware import max_vector_load_bits
+from .loop_nest import LoopNest
+from .loop_plan import plan_loop_layout, plan_vector_width, select_min_padding_width
+
+STRICT, COMMON, FREE = 2, 1, 0
+LEVEL_NAMES = {STRICT: "strict", COMMON: "common", FREE: "free"}
+
+__all__ = ["STRICT", "COMMON", "FREE", "LEVEL_NAMES", "LoopDecision", "infer_op"]
+
+
+@dataclass(frozen=True)
+class LoopDecision:
+    """A loop nest's layout and the guards partitioning needs."""
+
+    layout: Fragment
+    predicate: str | None          # condition on the thread index, None when always true
+    padding_guard: bool            # (slot, thread) cells beyond the loop domain exist
+    replica_guard: bool            # stores to shared/global must be done by replica 0 only
+    source: str                    # how it was chosen, for explanations
+
+
+def infer_op(op, nest: LoopNest | None, level: int, state) -> None:
+    if nest is not None:
+        _infer_nest(nest, level, state)
+    elif isinstance(op, ReduceOp):
+        _infer_reduce(op, level, state)
+    elif isinstance(op, GemmOp):
+        _infer_gemm(op, level, state)
+
+
+# ------------------------------------------------------------------------------------------ loops
+
+def _infer_nest(nest: LoopNest, level: int, state) -> None:
+    threads = state.threads
+    if level == STRICT:
+        for buf in nest.fragments():
+            accesses = nest.accesses_of(buf)
+            if state.layout(buf) is None and any(a.is_constant for a in accesses):
+                # constant-index accesses (s[0], s[1]) need the value in every thread (TileLang: only s[0])
+                state.propose(buf, fully_replicated(buf.shape, threads), nest.op, level)
+        pinned = state.pinned_loop(nest)
+        if pinned is not None and state.loop(nest) is None:
+            _commit_loop(nest, pinned, "pinned by annotation", level, state)
+        return
+    if state.loop(nest) is not None:
+        _complete_fragments(nest, state.loop(nest).layout, level, state)
+        return
+    candidates = _candidates(nest, level, state)
+    if not candidates:
+        return
+    layout, source = _choose(nest, candidates, state)
+    _commit_loop(nest, layout, source, level, state)
+
+
+def _source_access(nest: LoopNest, state):
+    """TileLang's choice: the last written fragment with a layout, else the first read non-replicated one."""
+    written = [a for a in nest.fragment_accesses() if a.is_write and not a.is_constant and state.layout(a.buffer)]
+    if written:
+        return written[-1]
+    for a in nest.fragment_accesses():
+        lay = state.layout(a.buffer)
+        if a.is_read and not a.is_constant and lay is not None and lay.replicate_size == 1:
+            return a
+    return None
+
+
+def _read_source_access(nest: LoopNest, state):
+    best = None
+    for a in nest.fragment_accesses():
+        if a.is_read and not a.is_constant and state.layout(a.buffer) is not None:
+            if best is None or len(a.indices) > len(best.indices):
+                best = a
+    return best
+
+
+def _candidates(nest: LoopNest, level: int, state) -> list:
+    """(layout, source) candidates in preference order; empty when the op must wait for a later level."""
+    threads = state.threads
+    src = _source_access(nest, state)
+    out = []
+    if src is not None:
+        out.append((loop_from_fragment(nest, src, state.layout(src.buffer), threads),
+                    f"derived from {src.buffer.name} ({src})"))
+        return out
+    if level != FREE:
+        return out
+    read_src = _read_source_access(nest, state)
+    if read_src is not None:
+        try:
+            out.append((loop_from_fragment(nest, read_src, state.layout(read_src.buffer), threads),
+                        f"derived from {read_src.buffer.name} ({read_src})"))
+        except (LayoutError, InferenceError) as err:
+            state.note(f"{nest.describe()}: no candidate from {read_src.buffer.name}: {err}")
+    out.append((_plan(nest, state), "planned"))
+    return out
+
+
+def _plan(nest: LoopNest, state) -> Fragment:
+    """A fresh loop layout; fragments the loop reaches only partly are planned over their whole shape."""
+    partial = _partial_fragment_plan(nest, state)
+    if partial is not None:
+        return partial
+    width = _vector_width(nest, state)
+    if not nest.touches_fragment:
+        width = select_min_padding_width(width, nest.size, state.threads)
+    return plan_loop_layout(nest.extents, state.threads, width, nest.touches_fragment)
+
+
+def _vector_width(nest: LoopNest, state, extents=None) -> int:
+    max_bits = max_vector_load_bits(state.target, global_only=not nest.touches_shared and not nest.touches_fragment)
+    accesses = [(a.buffer, a.indices, a.is_write) for a in nest.accesses if not a.is_constant]
+    return plan_vector_width(nest.loop_vars, extents or nest.extents, accesses, max_bits)
+
+
+def _partial_fragment_plan(nest: LoopNest, state):
+    """#2957: when the loop covers only part of a fragment with no layout yet, give the fragment a layout
+    over its whole shape first (as a loop over the fragment would) and derive the loop from it."""
+    for a in nest.fragment_accesses():
+        if a.is_constant or state.layout(a.buffer) is not None:
+            continue
+        if len([b for b in nest.accesses_of(a.buffer) if not b.is_constant]) > 1:
+            continue  # read at several indices: completion replicates it instead
+        try:
+            complete_fragment(nest, plan_loop_layout(nest.extents, state.threads, 1, True), a, state.threads,
+                              read_only=True)
+        except PartialCoverage:
+            buf = a.buffer
+            frag = plan_loop_layout(list(buf.shape), state.threads, _fragment_width(buf, state), True)
+            state.propose(buf, frag, nest.op, FREE)
+            return loop_from_fragment(nest, a, state.layout(buf), state.threads)
+        except (LayoutError, InferenceError):
+            continue
+    return None
+
+
+def _fragment_width(buf, state) -> int:
+    w = max(1, 128 // buf.bits)
+    last = buf.shape[-1] if isinstance(buf.shape[-1], int) else 1
+    while w > 1 and last % w:
+        w //= 2
+    return w
+
+
+def _choose(nest: LoopNest, candidates: list, state):
+    """Valid candidates only; fewer replicas first; among equals the one contained in the other."""
+    if len(candidates) == 1:
+        return candidates[0]
+    valid, errors = [], []
+    for layout, source in candidates:
+        err = _validation_error(nest, layout, state)
+        (valid if err is None else errors).append((layout, source) if err is None else err)
+    if not valid:
+        return candidates[0]
+    if len(valid) == 1:
+        return valid[0]
+    (buf_l, buf_s), (plan_l, plan_s) = valid[0], valid[-1]
+    if nest.stores_memory:
+        buf_spill, plan_spill = _thread_indexed(nest, buf_l, state), _thread_indexed(nest, plan_l, state)
+        if buf_spill != plan_spill:
+            return valid[-1] if buf_spill else valid[0]
+    if buf_l.replicate_size != plan_l.replicate_size:
+        return valid[0] if buf_l.replicate_size < plan_l.replicate_size else valid[-1]
+    buf_has, plan_has = buf_l.contains(plan_l), plan_l.contains(buf_l)
+    if buf_has and not plan_has:
+        return valid[-1]
+    if plan_has and not buf_has:
+        return valid[0]
+    return valid[-1]
+
+
+def _thread_indexed(nest: LoopNest, loop: Fragment, state) -> bool:
+    """Would some fragment's slot index depend on the thread under this loop layout (a local-memory spill)?"""
+    try:
+        inv = loop.inverse_with_info(allow_padding=True)[0]
+    except LayoutError:
+        return False
+    slots = [tirx.Var(f"s{k}", "int32") for k in range(loop.output_dim)]
+    thread = tirx.Var("t", "int32")
+    coords = inv.forward(*(slots + [thread]))
+    for a in nest.fragment_accesses():
+        frag = state.layout(a.buffer)
+        if frag is None or a.is_constant:
+            continue
+        idx = [substitute(e, dict(zip(nest.loop_vars, coords))) for e in a.indices]
+        for e in frag.forward(*idx):
+            if _mentions_var(e, thread):
+                return True
+    return False
+
+
+def _mentions_var(expr, var) -> bool:
+    import tvm
+    import tvm_ffi
+    hits = []
+    tvm_ffi.structural_walk(expr, (tvm.ir.Var, lambda v: hits.append(1) if v.same_as(var) else None))
+    return bool(hits)
+
+
+def _validation_error(nest: LoopNest, layout: Fragment, state) -> str | None:
+    if not layout.is_injective():
+        return f"loop layout {layout!r} is not injective"
+    for a in nest.fragment_accesses():
+        frag = state.layout(a.buffer)
+        if frag is not None:
+            err = ownership_error(nest, layout, a, frag)
+            if err is not None:
+                return err
+    return None
+
+
+def _commit_loop(nest: LoopNest, layout: Fragment, source: str, level: int, state) -> None:
+    err = None if layout.is_injective() else layout.injectivity_error()
+    if err is not None:
+        raise InferenceError(f"{nest.describe()}: loop layout is not injective: {err}")
+    for a in nest.fragment_accesses():
+        frag = state.layout(a.buffer)
+        if frag is not None:
+            err = ownership_error(nest, layout, a, frag)
+            if err is not None:
+                raise LayoutConflictError(f"buffer {a.buffer.name}: {nest.describe()} cannot use its loop layout: {err}")
+    state.set_loop(nest, LoopDecision(layout, _predicate(layout, state), _padding(layout, nest),
+                                      _needs_replica_guard(nest, layout, state), source))
+    _complete_fragments(nest, layout, level, state)
+
+
+def _predicate(layout: Fragment, state) -> str | None:
+    ext = layout.thread_extent
+    lo = (layout.thread_range or (0, state.threads))[0]
+    if lo == 0 and ext >= state.threads:
+        return None
+    parts = []
+    if lo > 0:
+        parts.append(f"{lo} <= {state.thread_name}")
+    parts.append(f"{state.thread_name} < {lo + ext}")
+    return " and ".join(parts)
+
+
+def _padding(layout: Fragment, nest: LoopNest) -> bool:
+    cells = layout.thread_extent
+    for s in layout.output_shape:
+        cells *= s
+    return cells != nest.size * layout.replicate_size
+
+
+def _needs_replica_guard(nest: LoopNest, layout: Fragment, state) -> bool:
+    """Replicated loops that store to shared/global let replica 0 do the side effect (once per element)."""
+    if layout.replicate_size == 1 or not nest.stores_memory:
+        return False
+    frag_writes = [a for a in nest.fragment_accesses() if a.is_write]
+    if frag_writes:
+        for a in frag_writes:
+            frag = state.layout(a.buffer)
+            if frag is not None and frag.replicate_size != layout.replicate_size and not a.is_constant:
+                raise InferenceError(f"{nest.describe()}: a replicated loop layout ({layout.replicate_size} replicas) "
+                                     f"both stores to shared/global memory and writes fragment {a.buffer.name} "
+                                     f"with {frag.replicate_size} replicas; split the loop")
+    return True
+
+
+def _complete_fragments(nest: LoopNest, layout: Fragment, level: int, state) -> None:
+    for buf in nest.fragments():
+        if state.layout(buf) is not None:
+            continue
+        accesses = [a for a in nest.accesses_of(buf) if not a.is_constant]
+        if not accesses:
+            continue
+        writes = [a for a in accesses if a.is_write]
+        access = writes[0] if writes else accesses[0]
+        if not writes and len(accesses) > 1:
+            # read at several indices (#3005): every running thread needs several elements; replicate
+            state.propose(buf, fully_replicated(buf.shape, state.threads), nest.op, level)
+            continue
+        try:
+            frag = complete_fragment(nest, layout, access, state.threads, read_only=not writes)
+        except PartialCoverage:
+            if level != FREE:
+                continue
+            frag = plan_loop_layout(list(buf.shape), state.threads, _fragment_width(buf, state), True)
+            state.propose(buf, frag, nest.op, level)
+            frag = state.layout(buf)
+            for a in accesses:
+                err = ownership_error(nest, layout, a, frag)
+                if err is not None:
+                    raise LayoutConflictError(f"buffer {buf.name}: {err}")
+            continue
+        for a in accesses:
+            if a is not access:
+                err = ownership_error(nest, layout, a, frag)
+                if err is not None:
+                    raise LayoutConflictError(f"buffer {buf.name}: {nest.describe()} accesses it at two indices that "
+                                              f"no single layout serves: {err}")
+        state.propose(buf, frag, nest.op, level)
+
+
+# ------------------------------------------------------------------------------------------ reduce
+
+def reducer_layout(src: Fragment, axis: int) -> Fragment:
+    """Destination layout of reducing ``src`` along ``axis``: the reduced coordinate becomes replicas."""
+    n = src.input_dim
+    extent = src.input_shape[axis]
+    r = rep_placeholder()
+    coords, k = [], 0
+    for d in range(n):
+        if d == axis:
+            coords.append(tirx.floormod(r, extent))
+        else:
+            coords.append(placeholder(k))
+            k += 1
+    vmap = dict(zip(src.forward_vars, coords))
+    vmap[r] = tirx.floordiv(r, extent)
+    thread = substitute(src.forward_thread, vmap)
+    shape = [s for d, s in enumerate(src.input_shape) if d != axis] or [1]
+    if n == 1:
+        thread = substitute(thread, {placeholder(0): tirx.const(0, "int32")})
+    out = Fragment.from_exprs(shape, thread, None, extent * src.replicate_size).condense_rep_var()
+    return out.bind_thread_range(*src.thread_range) if src.thread_range is not None else out
+
+
+def _infer_reduce(op: ReduceOp, level: int, state) -> None:
+    if level == STRICT:
+        return
+    src, dst = op.src.buffer, op.dst.buffer
+    if not src.is_fragment:
+        if dst.is_fragment and state.layout(dst) is None and level == FREE:
+            layout = plan_loop_layout(list(dst.shape), state.threads, 1, True)
+            state.propose(dst, layout, op, level)
+        return
+    if not op.src.is_full or (dst.is_fragment and not op.dst.is_full):
+        raise InferenceError(f"{op.describe()}: reductions over part of a fragment are not supported; "
+                             f"reduce the whole fragment")
+    src_layout = state.layout(src)
+    if src_layout is None or not dst.is_fragment:
+        return
+    out = src_layout
+    for axis in sorted(op.axes, reverse=True):
+        out = reducer_layout(out, axis)
+    if list(out.input_shape) != list(dst.shape):
+        raise InferenceError(f"{op.describe()}: destination shape {list(dst.shape)} does not match the reduced "
+                             f"shape {out.input_shape}")
+    old = state.layout(dst)
+    if old is not None:
+        if out.contains(old) or old.is_equal(out):
+            return
+        raise LayoutConflictError(
+            f"buffer {dst.name}: {op.describe()} needs every thread that holds a source row to hold its result "
+            f"({out!r}), but {state.setter(dst)} gave it {old!r}")
+    state.propose(dst, out, op, level)
+
+
+# ------------------------------------------------------------------------------------------ gemm
+
+def _infer_gemm(op: GemmOp, level: int, state) -> None:
+    if level != STRICT:
+        return
+    from tilelayout import gemm_layouts, swizzle
+    c = op.c.buffer
+    if c.is_fragment and state.layout(c) is None:
+        m, n = c.shape[-2], c.shape[-1]
+        state.propose(c, gemm_layouts.make_mma_accumulator_fragment(m, n, state.threads, c.dtype), op, level)
+    for region in (op.a, op.b):
+        buf = region.buffer
+        if buf.is_shared and state.layout(buf) is None:
+            layout = swizzle.make_gemm_operand_layout(buf.shape, buf.dtype) \
+                if hasattr(swizzle, "make_gemm_operand_layout") else None
+            if layout is not None:
+                state.propose(buf, layout, op, level)

@@ -1,0 +1,389 @@
+"""The CuTe layout algebra, one free function per operation (pycute's names and results).
+
+Every operation whose precondition fails raises ``CuteError`` with the reason; none returns a silently
+wrong layout (pycute asserts or floors in several of these places: we check).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .int_tuple import (CuteError, ScaledBasis, ceil_div, flatten, fmt, is_int, is_tuple, known_eq, prefix_product,
+                        static)
+from .layout import Layout, cosize, make_layout, size
+
+__all__ = ["coalesce", "filter", "composition", "complement", "right_inverse", "left_inverse", "logical_divide",
+           "zipped_divide", "tiled_divide", "logical_product", "zipped_product", "tiled_product", "blocked_product",
+           "raked_product", "with_shape", "restrict", "append"]
+
+
+def _by_mode(fn, a: Layout, b: tuple, op: str) -> Layout:
+    """Apply ``fn`` to the first len(b) modes of ``a`` pairwise (``None`` in ``b`` keeps a mode); keep the rest."""
+    if len(a) < len(b):
+        raise CuteError(f"{op}: {a} has rank {len(a)}, fewer modes than the by-mode tiler of rank {len(b)}")
+    return make_layout([fn(a[i], b[i]) for i in range(len(b))] + [a[i] for i in range(len(b), len(a))])
+
+
+def _from_lists(shapes: list, strides: list) -> Layout:
+    if not shapes:
+        return Layout(1, 0)
+    if len(shapes) == 1:
+        return Layout(shapes[0], strides[0])
+    return Layout(tuple(shapes), tuple(strides))
+
+
+# Flatten and merge adjacent modes where shape*stride meets the next stride; the int->value map is unchanged.
+# max_extent caps merged extents; a tuple there is a by-mode profile (pycute's second argument).
+def coalesce(layout: Layout, max_extent=None) -> Layout:
+    if is_tuple(max_extent):
+        return _by_mode(lambda a, p: coalesce(a, None if is_int(p) else p), layout, max_extent, "coalesce")
+    shapes, strides = [], []
+    for s, d in zip(flatten(layout.shape), flatten(layout.stride)):
+        if known_eq(s, 1):
+            continue  # a size-1 mode contributes nothing, whatever its stride
+        if shapes and known_eq(shapes[-1] * strides[-1], d) and _within(shapes[-1] * s, max_extent):
+            shapes[-1] = shapes[-1] * s
+        else:
+            shapes.append(s)
+            strides.append(d)
+    return _from_lists(shapes, strides)
+
+
+def _within(extent, max_extent) -> bool:
+    return max_extent is None or (is_int(extent) and extent <= max_extent)
+
+
+# Drop stride-0 and size-1 modes, then coalesce: the layout's image with broadcasts removed.
+def filter(layout: Layout, profile=None) -> Layout:  # noqa: A001 - pycute's name
+    if is_tuple(profile):
+        return _by_mode(filter, layout, profile, "filter")
+    keep = [(s, d) for s, d in zip(flatten(layout.shape), flatten(layout.stride))
+            if not (known_eq(s, 1) or known_eq(d, 0))]
+    if not keep:
+        return Layout(1, 0)
+    return coalesce(Layout(tuple(s for s, _ in keep), tuple(d for _, d in keep)))
+
+
+# Functional composition A o B: (A o B)(c) = A(B(c)); B may be a tuple of layouts (by mode), an int, or None.
+def composition(a, b):
+    from .swizzle import ComposedLayout
+    if isinstance(a, ComposedLayout):
+        return ComposedLayout(a.swizzle, a.offset, composition(a.layout, b))
+    if b is None:
+        return a
+    if is_int(b):
+        return composition(a, Layout(b))
+    if is_tuple(b):
+        return _by_mode(composition, a, b, "composition")
+    if not isinstance(b, Layout):
+        raise CuteError(f"composition: right operand must be a Layout, an int, a tuple or None, got {b!r}")
+    if is_tuple(b.shape):
+        return make_layout([composition(a, bi) for bi in b])
+    return _compose_flat(a, static(b.shape, "composition"), b.stride)
+
+
+def _compose_flat(a: Layout, s: int, d) -> Layout:
+    if isinstance(d, ScaledBasis):
+        raise CuteError(f"composition: the right operand {s}:{d} must have integer strides")
+    d = static(d, "composition")
+    if d == 0:
+        return Layout(s, 0)
+    flat = coalesce(a)
+    shapes = [static(x, "composition") for x in flatten(flat.shape)]
+    strides = flatten(flat.stride)
+    sign = 1 if d > 0 else -1
+    res_s, res_d = [], []
+    rest_s, rest_d = s, abs(d)
+    for cs, cd in zip(shapes[:-1], strides[:-1]):
+        if rest_s != 1:
+            if cs % rest_d and rest_d % cs:
+                raise CuteError(f"composition {a} o {s}:{d}: stride divisibility fails, "
+                                f"mode extent {cs} and remaining stride {rest_d} do not divide each other")
+            new = min(max(1, cs // rest_d), rest_s)
+            if new != 1:
+                if rest_s % new:
+                    raise CuteError(f"composition {a} o {s}:{d}: shape divisibility fails, "
+                                    f"{new} elements of a mode do not divide the remaining extent {rest_s}")
+                res_s.append(new)
+                res_d.append(sign * rest_d * cd)
+            rest_s //= new
+        rest_d = ceil_div(rest_d, cs)  # stride in units of the next mode; exact whenever modes are still taken
+    if rest_s != 1 or not res_s:
+        res_s.append(rest_s)
+        res_d.append(sign * rest_d * strides[-1])
+    return _from_lists(res_s, res_d)
+
+
+# The layout of the "holes" of an injective layout, ordered by stride, extended up to cotarget.
+def complement(layout, cotarget=None) -> Layout:
+    if is_int(layout):
+        layout = Layout(layout)
+    if cotarget is None:
+        cotarget = cosize(layout)
+    cotarget = static(size(cotarget) if is_tuple(cotarget) else cotarget, "complement")
+    modes = []
+    for s, d in zip(flatten(layout.shape), flatten(layout.stride)):
+        if isinstance(d, ScaledBasis):
+            raise CuteError(f"complement of {layout}: needs integer strides, got {d}")
+        s, d = static(s, "complement"), static(d, "complement")
+        if d < 0:
+            raise CuteError(f"complement of {layout}: negative stride {d}")
+        if s != 1 and d != 0:
+            modes.append((d, s))
+    res_s, res_d, cur = [], [], 1
+    for d, s in sorted(modes):
+        if d < cur:  # as CuTe: a gap that is not a whole number of strides floors, an overlap is an error
+            raise CuteError(f"complement of {layout}: stride {d} falls inside the span [0, {cur}) of the smaller "
+                            f"modes (the layout is not injective, or its modes interleave)")
+        res_s.append(d // cur)
+        res_d.append(cur)
+        cur = s * d
+    res_s.append(ceil_div(cotarget, cur))
+    res_d.append(cur)
+    return coalesce(Layout(tuple(res_s), tuple(res_d)))
+
+
+# R with L(R(i)) == i on the longest chain of strides 1, s0*d0, ... ; stride-0 and symbolic modes are skipped.
+# Partial: L is a bijection onto [0, size(L)) exactly when size(right_inverse(L)) == size(L).
+def right_inverse(layout):
+    if layout is None:
+        return None
+    if is_int(layout):
+        return Layout(layout)
+    flat = coalesce(layout)
+    shapes, strides = flatten(flat.shape), flatten(flat.stride)
+    rstrides = prefix_product(shapes)
+    res_s, res_d, cur, used = [], [], 1, set()
+    while True:
+        hit = next((i for i, (s, d) in enumerate(zip(shapes, strides))
+                    if i not in used and is_int(s) and is_int(d) and d == cur), None)
+        if hit is None:
+            break
+        used.add(hit)
+        res_s.append(shapes[hit])
+        res_d.append(rstrides[hit])
+        cur = shapes[hit] * strides[hit]
+    return coalesce(_from_lists(res_s, res_d)) if res_s else Layout(1, 0)
+
+
+# R with R(L(c)) == c for an injective L (via the complement that makes L a bijection).
+def left_inverse(layout):
+    if layout is None:
+        return None
+    if is_int(layout):
+        return Layout(layout)
+    return right_inverse(make_layout(layout, complement(layout)))
+
+
+# Split A into (tile B, rest): A o (B, complement(B, size(A))); tuples of tilers apply by mode.
+def logical_divide(a: Layout, b) -> Layout:
+    if b is None:
+        return a
+    if is_int(b):
+        b = Layout(b)
+    if is_tuple(b):
+        return _by_mode(logical_divide, a, b, "logical_divide")
+    return composition(a, make_layout(b, complement(b, size(a))))
+
+
+# Repeat A over B: (A, complement(A, size(A)*cosize(B)) o B); tuples of layouts apply by mode.
+def logical_product(a: Layout, b) -> Layout:
+    if b is None:
+        return a
+    if is_int(b):
+        b = Layout(b)
+    if is_tuple(b):
+        return _by_mode(logical_product, a, b, "logical_product")
+    return make_layout(a, composition(complement(a, size(a) * cosize(b)), b))
+
+
+# Apply a by-mode divide/product and gather the tile modes first and the rest modes second.
+def _hier_unzip(splitter, a: Layout, b) -> Layout:
+    if b is None:
+        return make_layout(Layout(1, 0), a)
+    if is_tuple(b):
+        if len(a) < len(b):
+            raise CuteError(f"{splitter.__name__}: {a} has fewer modes than the tiler {b!r}")
+        split = [_hier_unzip(splitter, a[i], b[i]) for i in range(len(b))]
+        return make_layout(make_layout([x[0] for x in split]),
+                           make_layout([x[1] for x in split] + [a[i] for i in range(len(b), len(a))]))
+    return splitter(a, b)
+
+
+# logical_divide with modes gathered ((tile...), (rest...)).
+def zipped_divide(a: Layout, b) -> Layout:
+    return _hier_unzip(logical_divide, a, b)
+
+
+# zipped_divide with the rest modes spread out: (tile, rest0, rest1, ...).
+def tiled_divide(a: Layout, b) -> Layout:
+    r = zipped_divide(a, b)
+    return make_layout([r[0]] + list(r[1]))
+
+
+# logical_product with modes gathered ((block...), (repeat...)).
+def zipped_product(a: Layout, b) -> Layout:
+    return _hier_unzip(logical_product, a, b)
+
+
+# zipped_product with the repeat modes spread out: (block, rep0, rep1, ...).
+def tiled_product(a: Layout, b) -> Layout:
+    r = zipped_product(a, b)
+    return make_layout([r[0]] + list(r[1]))
+
+
+# Pad a layout with 1:0 modes up to rank n.
+def append(layout: Layout, n: int) -> Layout:
+    if len(layout) >= n:
+        return layout
+    return make_layout(list(layout) + [Layout(1, 0)] * (n - len(layout)))
+
+
+def _zip_product(a: Layout, b: Layout, block_first: bool) -> Layout:
+    n = max(len(a), len(b))
+    p = logical_product(append(a, n), append(b, n))
+    pairs = [(p[0][i], p[1][i]) if block_first else (p[1][i], p[0][i]) for i in range(n)]
+    return make_layout([coalesce(make_layout(x, y)) for x, y in pairs])
+
+
+# Mode i of the result is (A_i, B_i) coalesced: A is a contiguous block repeated by B's order (CuTe C++).
+def blocked_product(a: Layout, b: Layout) -> Layout:
+    return _zip_product(a, b, block_first=True)
+
+
+# Mode i of the result is (B_i, A_i) coalesced: A's elements interleaved ("raked") across B's repeats.
+def raked_product(a: Layout, b: Layout) -> Layout:
+    return _zip_product(a, b, block_first=False)
+
+
+# The same map read through a new (column-major) shape of the same size: layout o make_layout(shape).
+def with_shape(layout: Layout, shape) -> Layout:
+    target = Layout(shape)
+    if is_int(size(layout)) and is_int(size(target)) and size(layout) != size(target):
+        raise CuteError(f"with_shape: {layout} has size {size(layout)}, shape {fmt(target.shape)} has {size(target)}")
+    return composition(layout, target)
+
+
+# ----------------------------------------------------------------------------- probing helpers (also used by convert)
+
+def values(layout: Layout, idx: np.ndarray) -> np.ndarray:
+    """Layout at integer indices ``idx`` (exactly, numpy): shape (n,) for integer strides, (n, k) for basis strides."""
+    shapes = [static(s, "evaluate") for s in flatten(layout.shape)]
+    strides = flatten(layout.stride)
+    basis = any(isinstance(d, ScaledBasis) for d in strides)
+    cols = 1 + max((d.mode[0] for d in strides if isinstance(d, ScaledBasis)), default=0)
+    out = np.zeros((len(idx), cols) if basis else len(idx), dtype=np.int64)
+    pre = 1
+    for k, (s, d) in enumerate(zip(shapes, strides)):
+        crd = idx // pre if k == len(shapes) - 1 else (idx // pre) % s
+        pre *= s
+        if isinstance(d, ScaledBasis):
+            if len(d.mode) != 1:
+                raise CuteError(f"cannot evaluate nested basis stride {d} of {layout}")
+            out[:, d.mode[0]] += crd * static(d.value, "evaluate")
+        elif basis:
+            if static(d, "evaluate") != 0:
+                raise CuteError(f"{layout} mixes integer and basis strides")
+        else:
+            out += crd * static(d, "evaluate")
+    return out
+
+
+def fit_1d(vals: np.ndarray):
+    """Greedy (extent, stride) modes reproducing ``vals`` along multiples of each mode's base, or None.
+
+    ``vals`` is (n,) or (n, k) with ``vals[0] == 0``; strides come back as ints or length-k vectors. The caller
+    proves the whole function; this only proposes, taking at each base the largest divisor extent on which the
+    values stay linear.
+    """
+    n = len(vals)
+    modes, base = [], 1
+    while base < n:
+        m = n // base
+        step = vals[base]
+        j = np.arange(m)
+        line = vals[base * j]
+        ok = (line == (j[:, None] * step if vals.ndim == 2 else j * step))
+        ok = ok.all(axis=1) if vals.ndim == 2 else ok
+        kb = m if ok.all() else int(np.argmin(ok))
+        e = max(x for x in range(1, kb + 1) if m % x == 0)
+        if e == 1:
+            return None
+        modes.append((e, step))
+        base *= e
+    return modes
+
+
+def eval_modes(modes, n: int) -> np.ndarray:
+    """Values of fitted modes at 0..n-1 (the inverse of ``fit_1d``)."""
+    idx = np.arange(n, dtype=np.int64)
+    out = np.zeros((n,) + np.shape(modes[0][1]) if modes else (n,), dtype=np.int64)
+    pre = 1
+    for e, st in modes:
+        crd = (idx // pre) % e
+        out += crd[:, None] * st if out.ndim == 2 else crd * st
+        pre *= e
+    return out
+
+
+def _window(entry, extent: int, i: int, layout: Layout):
+    """(begin, extent) of one region entry: None, an int, (begin, extent), a slice or a tvm Range."""
+    if entry is None:
+        return 0, extent
+    if isinstance(entry, slice):
+        if entry.step not in (None, 1):
+            raise CuteError(f"restrict {layout}: mode {i} slice step must be 1, got {entry.step}")
+        b = 0 if entry.start is None else entry.start
+        return b, (extent if entry.stop is None else entry.stop) - b
+    if is_int(entry):
+        return int(entry), 1
+    if hasattr(entry, "min") and hasattr(entry, "extent"):
+        return static(entry.min, "restrict"), static(entry.extent, "restrict")
+    if isinstance(entry, (tuple, list)) and len(entry) == 2:
+        return static(entry[0], "restrict"), static(entry[1], "restrict")
+    raise CuteError(f"restrict {layout}: mode {i} region {entry!r} is not None, an int, (begin, extent) or a slice")
+
+
+# (offset, sublayout) with layout(begin + c) == offset + sublayout(c) on a box region, one entry per top mode.
+def restrict(layout: Layout, region):
+    region = list(region) if isinstance(region, (list, tuple)) else [region]
+    if len(region) != len(layout):
+        raise CuteError(f"restrict {layout}: region has {len(region)} entries, the layout has rank {len(layout)}")
+    offset, subs = 0, []
+    for i, (mode, entry) in enumerate(zip(layout, region)):
+        n = static(size(mode), "restrict")
+        b, e = _window(entry, n, i, layout)
+        if b < 0 or e < 1 or b + e > n:
+            raise CuteError(f"restrict {layout}: mode {i} window [{b}, {b + e}) is outside [0, {n})")
+        vals = values(mode, np.arange(b, b + e, dtype=np.int64))
+        g = vals - vals[0]
+        modes = fit_1d(g)
+        if modes is None or not np.array_equal(eval_modes(modes, e), g):
+            raise CuteError(f"restrict {layout}: mode {i} window [{b}, {b + e}) of {mode} is not a strided layout")
+        strides = [_as_stride(st) for _, st in modes]
+        subs.append(_from_lists([x for x, _ in modes], strides) if modes else Layout(1, 0))
+        offset = _add_offset(offset, vals[0])
+    sub = subs[0] if not is_tuple(layout.shape) else make_layout(subs)
+    return offset, sub
+
+
+def _as_stride(st):
+    if np.ndim(st) == 0:
+        return int(st)
+    nz = [k for k, v in enumerate(st) if v != 0]
+    if not nz:
+        return 0
+    if len(nz) > 1:
+        raise CuteError(f"a stride moving along several codomain axes at once ({list(map(int, st))}) "
+                        f"is not a single ScaledBasis")
+    return ScaledBasis(int(st[nz[0]]), nz[0])
+
+
+def _add_offset(acc, v):
+    if np.ndim(v) == 0:
+        return acc + int(v)
+    v = tuple(int(x) for x in v)
+    if acc == 0:
+        return v
+    n = max(len(acc), len(v))
+    return tuple(x + y for x, y in zip(acc + (0,) * (n - len(acc)), v + (0,) * (n - len(v))))
+

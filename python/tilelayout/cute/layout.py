@@ -1,0 +1,189 @@
+"""CuTe Layout: a shape and a congruent stride; a coordinate maps to the inner product with the stride.
+
+Shapes are column-major by default (the first mode varies fastest), the opposite of TileLang's row-major
+intuition. ``str(layout)`` is CuTe's exact spelling ``((2,2),3):((24,2),8)``.
+"""
+from __future__ import annotations
+
+from .int_tuple import (CuteError, ScaledBasis, compatible, congruent, crd2idx, depth, flatten, fmt, has_none,
+                        inner_product, is_int, is_tuple, norm, prefix_product, product, rank, slice_,
+                        suffix_product)
+
+__all__ = ["Layout", "LayoutBase", "is_layout", "make_layout", "size", "cosize", "coshape", "rank", "depth",
+           "flatten", "congruent", "compatible", "make_column_major_layout", "make_row_major_layout",
+           "make_identity_layout", "slice_and_offset"]
+
+
+class LayoutBase:
+    """Common base of Layout and ComposedLayout (pycute's ``is_layout`` test)."""
+
+
+def is_layout(x) -> bool:
+    return isinstance(x, LayoutBase)
+
+
+def _check_shape(shape, what: str) -> None:
+    for s in flatten(shape):
+        if isinstance(s, ScaledBasis):
+            raise CuteError(f"{what}: a shape leaf cannot be a ScaledBasis ({s})")
+        if is_int(s) and s < 0:
+            raise CuteError(f"{what}: shape leaves must be non-negative, got {s}")
+
+
+class Layout(LayoutBase):
+    """``shape:stride``; calling it with an index or a coordinate gives the codomain value."""
+
+    __slots__ = ("shape", "stride")
+
+    def __init__(self, shape, stride=None):
+        shape = norm(shape, "Layout shape")
+        _check_shape(shape, "Layout")
+        stride = prefix_product(shape) if stride is None else norm(stride, "Layout stride")
+        if not congruent(shape, stride):
+            raise CuteError(f"Layout: stride {fmt(stride)} is not congruent to shape {fmt(shape)}")
+        self.shape = shape
+        self.stride = stride
+
+    def __eq__(self, other):
+        if not isinstance(other, Layout):
+            return NotImplemented
+        return str(self) == str(other)
+
+    def __hash__(self):
+        return hash(str(self))
+
+    def __len__(self):
+        return rank(self.shape)
+
+    def __call__(self, *args):
+        """Index or coordinate -> value; a coordinate holding ``None`` slices out a sublayout instead."""
+        crd = args[0] if len(args) == 1 else args
+        if has_none(crd):
+            return Layout(slice_(crd, self.shape), slice_(crd, self.stride))
+        return crd2idx(crd, self.shape, self.stride)
+
+    def __getitem__(self, i):
+        if is_tuple(self.shape):
+            return Layout(self.shape[i], self.stride[i])
+        if i not in (0, -1):
+            raise CuteError(f"mode {i} of the rank-1 layout {self}")
+        return self
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def size(self):
+        return product(self.shape)
+
+    def cosize(self):
+        return cosize(self)
+
+    def with_shape(self, *shape):
+        from .algebra import with_shape
+        return with_shape(self, shape[0] if len(shape) == 1 else shape)
+
+    def __str__(self):
+        return f"{fmt(self.shape)}:{fmt(self.stride)}"
+
+    def __repr__(self):
+        return f"Layout({self.shape!r}, {self.stride!r})"
+
+    @staticmethod
+    def parse(text: str) -> "Layout":
+        """Read CuTe's spelling back (``((2,2),3):((24,2),8)``)."""
+        from .parse import parse
+        out = parse(text)
+        if not isinstance(out, Layout):
+            raise CuteError(f"Layout.parse: {text!r} is a composed layout; use cute.parse")
+        return out
+
+    @staticmethod
+    def from_tilelang(layout):
+        """One flat integer output (outputs serialised row-major); probe, then prove; None when impossible."""
+        from .convert import layout_from_tilelang
+        return layout_from_tilelang(layout)
+
+    @staticmethod
+    def from_tilelang_hierarchical(layout):
+        """Per-output-axis strides ``v@k``; probe, then prove; None when impossible."""
+        from .convert import layout_from_tilelang_hierarchical
+        return layout_from_tilelang_hierarchical(layout)
+
+    def to_tilelang(self):
+        """The same map as a tilelayout Layout: one input per top-level mode, one output per codomain axis."""
+        from .convert import layout_to_tilelang
+        return layout_to_tilelang(self)
+
+
+def make_layout(*args, stride=None):
+    """``make_layout(shape, stride=None)`` (column-major default) or ``make_layout(L0, L1, ...)``/``([L0, ...])``:
+    one mode per given layout."""
+    layouts = args
+    if len(args) == 1 and isinstance(args[0], list) and all(is_layout(x) for x in args[0]):
+        layouts = tuple(args[0])
+    if layouts and all(isinstance(x, Layout) for x in layouts):
+        if stride is not None:
+            raise CuteError("make_layout: a stride cannot be given with layouts")
+        return Layout(tuple(x.shape for x in layouts), tuple(x.stride for x in layouts))
+    if len(args) == 2 and stride is None:
+        return Layout(args[0], args[1])
+    if len(args) != 1:
+        raise CuteError(f"make_layout: expected (shape, stride=None) or layouts, got {args!r}")
+    return Layout(args[0], stride)
+
+
+def size(x):
+    """Size of the domain: product of the shape."""
+    return x.size() if is_layout(x) else product(x)
+
+
+def cosize(layout):
+    """Size of the codomain (one past the largest value, ints) -- ``size(coshape(layout))``."""
+    if not isinstance(layout, Layout):
+        return layout.cosize()
+    return product(coshape(layout))
+
+
+def coshape(layout):
+    """One past the largest value along each codomain axis (an int for integer strides)."""
+    m1 = tuple(s - 1 for s in flatten(layout.shape))
+    top = inner_product(m1, flatten(layout.stride))
+    return _plus_one(top.to_tuple() if isinstance(top, ScaledBasis) else top)
+
+
+def _plus_one(t):
+    return tuple(_plus_one(x) for x in t) if is_tuple(t) else t + 1
+
+
+def make_column_major_layout(shape) -> Layout:
+    """Compact layout with the first mode fastest."""
+    return Layout(shape)
+
+
+def make_row_major_layout(shape) -> Layout:
+    """Compact layout with the last mode fastest (also inside nested modes)."""
+    shape = norm(shape)
+    return Layout(shape, suffix_product(shape))
+
+
+def _basis_like(shape, prefix=()):
+    if is_tuple(shape):
+        return tuple(_basis_like(s, prefix + (i,)) for i, s in enumerate(shape))
+    return ScaledBasis(1, prefix) if prefix else 1
+
+
+def make_identity_layout(shape) -> Layout:
+    """Coordinate -> the same coordinate: stride ``1@i`` on mode ``i`` (``1@i@j`` nested; plain 1 for an int)."""
+    shape = norm(shape)
+    return Layout(shape, _basis_like(shape))
+
+
+def slice_and_offset(crd, layout: Layout):
+    """(sublayout of the ``None`` modes of ``crd``, value of the fixed modes)."""
+    fixed = crd2idx(_zero_none(crd), layout.shape, layout.stride)
+    return Layout(slice_(crd, layout.shape), slice_(crd, layout.stride)), fixed
+
+
+def _zero_none(c):
+    return tuple(_zero_none(x) for x in c) if is_tuple(c) else (0 if c is None else c)
+
