@@ -275,7 +275,7 @@ def record(case: str, module: ModuleType, outcomes: list[Outcome], expected: dic
             new.setdefault(out.variant, {})[model] = got
     for stale in sorted(set(expected) - set(module.VARIANTS)):
         report.lines.append(f"{case}/{stale}: removed (no longer in VARIANTS)")
-    if snapshot.save(path, new):
+    if (new or path.exists()) and snapshot.save(path, new):
         report.changed_files.append(path)
 
 

@@ -24,7 +24,7 @@ def annotate_result(func, result):
         for root, decision in roots.values():
             if loop.same_as(root):
                 return annotate_loop(new, decision.layout, decision.predicate, decision.padding_guard,
-                                     decision.replica_guard)
+                                     replica_guard=decision.replica_guard)
         return new
 
     body = tvm_ffi.structural_mutate(func.body, (tirx.For, on_for)) if roots else func.body

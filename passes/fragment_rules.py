@@ -86,6 +86,34 @@ def loop_from_fragment(nest: LoopNest, access, frag: Fragment, threads: int) -> 
     return loop.bind_thread_range(*rng)
 
 
+def dynamic_slot_accesses(nest: LoopNest, loop: Fragment, layouts) -> list:
+    """Fragment accesses whose register slot, once the nest is partitioned by ``loop``, depends on the
+    thread index or on a serial inner loop variable: such a fragment cannot stay in registers.
+    ``layouts``: buffer name -> layout."""
+    from tvm import sym
+    try:
+        inv = loop.inverse_with_info(allow_padding=True)[0]
+    except LayoutError:
+        return []
+    slots = [tirx.Var(f"slot{k}", "int32") for k in range(loop.output_dim)]
+    thread = tirx.Var("thread", "int32")
+    ana = sym.Analyzer()
+    for v, ext in zip(slots + [thread], list(loop.output_shape) + [loop.thread_extent]):
+        ana.bind(v, Range(0, ext))
+    coords = [ana.simplify(substitute(e, dict(zip(inv.forward_vars, slots + [thread])))) for e in inv.forward_index]
+    dynamic = [thread] + list(nest.inner_vars)
+    out = []
+    for a in nest.fragment_accesses():
+        frag = layouts.get(a.buffer.name)
+        if frag is None or a.is_constant:
+            continue
+        idx = [substitute(e, dict(zip(nest.loop_vars, coords))) for e in a.indices]
+        index = [ana.simplify(substitute(e, dict(zip(frag.forward_vars, idx)))) for e in frag.forward_index]
+        if any(_mentions(e, dynamic) for e in index):
+            out.append(a)
+    return out
+
+
 def _mentions(expr, variables) -> bool:
     import tvm
     import tvm_ffi

@@ -216,23 +216,14 @@ class _Engine:
         return state
 
     def _pins(self, state: _State) -> None:
-        for buf in self.graph.buffers:
-            if buf.pinned_layout is not None:
-                try:
-                    from tilelayout.tirx import from_tile_layout
-                    layout = from_tile_layout(buf.pinned_layout, list(buf.shape))
-                except ImportError:
-                    raise InferenceError(f"buffer {buf.name} has a pinned TileLayout but TIRx interop is unavailable")
-                except Exception as err:
-                    raise InferenceError(f"buffer {buf.name}: cannot read its pinned layout {buf.pinned_layout}: "
-                                         f"{err}") from None
-                state.propose(buf, layout, None, STRICT)
-        try:
-            from tilelayout.annotate import read_user_pins
-        except ImportError:
-            return
-        for name, layout in read_user_pins(self.func).items():
-            state.propose(self.graph.buffer(name), layout, None, STRICT)
+        """User pins (non-default TIRx layouts and tilelayout annotations) are strict-level facts."""
+        from tilelayout.annotate import get_pinned_layouts
+        for name, layout in get_pinned_layouts(self.func).items():
+            try:
+                buf = self.graph.buffer(name)
+            except KeyError:
+                continue
+            state.propose(buf, layout, None, STRICT)
 
     def _step(self, state: _State, index: int, level: int) -> None:
         op = self.ops[index]

@@ -14,7 +14,8 @@ from tilelayout.errors import InferenceError, LayoutConflictError, LayoutError
 from tilelayout.fragment import Fragment, fully_replicated
 from tilelayout.layout import placeholder, rep_placeholder, substitute
 
-from .fragment_rules import PartialCoverage, complete_fragment, loop_from_fragment, ownership_error
+from .fragment_rules import (PartialCoverage, complete_fragment, dynamic_slot_accesses, loop_from_fragment,
+                             ownership_error)
 from .frontend import GemmOp, ReduceOp
 from .hardware import max_vector_load_bits
 from .loop_nest import LoopNest
@@ -188,30 +189,7 @@ def _choose(nest: LoopNest, candidates: list, state):
 
 def _thread_indexed(nest: LoopNest, loop: Fragment, state) -> bool:
     """Would some fragment's slot index depend on the thread under this loop layout (a local-memory spill)?"""
-    try:
-        inv = loop.inverse_with_info(allow_padding=True)[0]
-    except LayoutError:
-        return False
-    slots = [tirx.Var(f"s{k}", "int32") for k in range(loop.output_dim)]
-    thread = tirx.Var("t", "int32")
-    coords = inv.forward(*(slots + [thread]))
-    for a in nest.fragment_accesses():
-        frag = state.layout(a.buffer)
-        if frag is None or a.is_constant:
-            continue
-        idx = [substitute(e, dict(zip(nest.loop_vars, coords))) for e in a.indices]
-        for e in frag.forward(*idx):
-            if _mentions_var(e, thread):
-                return True
-    return False
-
-
-def _mentions_var(expr, var) -> bool:
-    import tvm
-    import tvm_ffi
-    hits = []
-    tvm_ffi.structural_walk(expr, (tvm.ir.Var, lambda v: hits.append(1) if v.same_as(var) else None))
-    return bool(hits)
+    return bool(dynamic_slot_accesses(nest, loop, state.layouts))
 
 
 def _validation_error(nest: LoopNest, layout: Fragment, state) -> str | None:

@@ -14,7 +14,7 @@ from hypothesis import settings, strategies as st
 
 from tilelayout.evaluate import evaluate
 
-settings.register_profile("tilelayout", deadline=None, max_examples=30, derandomize=True)
+settings.register_profile("tilelayout", deadline=None, max_examples=30, derandomize=True, database=None)
 settings.load_profile("tilelayout")
 
 

@@ -10,7 +10,6 @@ import io
 import json
 import subprocess
 import sys
-import textwrap
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from types import SimpleNamespace
@@ -174,6 +173,11 @@ def test_record_still_enforces_check_and_keeps_old_entry(fake):
 
 
 def test_inference_error_is_a_failure_not_a_crash(fake):
+    fake.fail = "no layout for frag"
+    code, out = fake.invoke("--record")
+    assert code == 1 and "toy/v1/register-count: not recorded, inference failed" in out
+    assert not (fake.expected / "toy.json").exists()            # nothing recorded, no empty file
+    fake.fail = None
     fake.invoke("--record")
     fake.fail = "no layout for frag"
     code, out = fake.invoke()

@@ -6,6 +6,7 @@ import contextvars
 import os
 
 from .base import AttemptCost, CostModel, ScoringContext, count_register_slots
+from .io_aware import IOAwareModel
 from .register_count import RegisterCountModel
 
 __all__ = ["AttemptCost", "CostModel", "ScoringContext", "count_register_slots", "register_cost_model",
@@ -67,3 +68,4 @@ def layout_config(cost_model: str | None = None):
 
 
 register_cost_model(RegisterCountModel)
+register_cost_model(IOAwareModel)

@@ -22,7 +22,7 @@ from tvm.ir import Range
 from .errors import LayoutError
 from .evaluate import evaluate, grid_env
 from .layout import (Layout, _as_expr, call_user_fn, _exprs_equal, _fmt_shape, _jsonable, _shapes_equal, make_analyzer,
-                     normalize_shape, placeholder, rep_placeholder, shape_size, substitute)
+                     normalize_shape, placeholder, rep_placeholder, shape_size, shape_vars, substitute)
 
 __all__ = ["Fragment", "fully_replicated", "infer_fragment_index"]
 
@@ -72,12 +72,13 @@ class Fragment(Layout):
         rep = rep_placeholder()
         ana = make_analyzer(variables + [rep], list(shape) + [replicate])
         self._input_shape = shape
-        self._check_free_vars([thread], allowed=set(variables) | {rep})
+        allowed = set(variables) | {rep} | shape_vars(shape)
+        self._check_free_vars([thread], allowed=allowed)
         self._forward_thread = ana.simplify(thread)
         if index is None:
             index = infer_fragment_index(self._forward_thread, shape)
         index = [_as_expr(e) for e in index]
-        self._check_free_vars(index, allowed=set(variables) | {rep})
+        self._check_free_vars(index, allowed=allowed)
         index = [ana.simplify(e) for e in index]
         if any(_uses(e, rep) for e in index):
             raise LayoutError(f"fragment over {_fmt_shape(shape)}: forward_index {[str(e) for e in index]} depends on "

@@ -95,6 +95,16 @@ def normalize_shape(shape, what: str = "layout") -> list:
     return out
 
 
+def shape_vars(shape: Sequence) -> set:
+    """Free variables of symbolic extents: expressions of a symbolic layout may use them (``_i * n + _j``)."""
+    import tvm_ffi
+    found: list = []
+    for s in shape:
+        if isinstance(s, tvm.ir.Expr):
+            tvm_ffi.structural_walk(s, (tvm.ir.Var, found.append))
+    return set(found)
+
+
 def is_static(shape: Sequence) -> bool:
     return all(isinstance(s, int) for s in shape)
 
@@ -107,7 +117,10 @@ def shape_size(shape: Sequence):
 
 
 def make_analyzer(variables: Sequence, shape: Sequence) -> sym.Analyzer:
+    """Analyzer with each variable bound to [0, extent) and every symbolic extent's variable known >= 1."""
     ana = sym.Analyzer()
+    for var in sorted(shape_vars(shape), key=lambda v: v.name):
+        ana.update(var, sym.ConstIntBound(1, sym.ConstIntBound.POS_INF), override=True)
     for v, s in zip(variables, shape):
         ana.bind(v, Range(0, s))
     return ana
@@ -148,7 +161,7 @@ class Layout:
     def _init(self, shape: list, exprs: list, simplify_exprs: bool = True) -> None:
         self._input_shape = shape
         variables = self.forward_vars
-        self._check_free_vars(exprs, allowed=set(variables))
+        self._check_free_vars(exprs, allowed=set(variables) | shape_vars(shape))
         self._forward_index = simplify(exprs, variables, shape) if simplify_exprs else list(exprs)
 
     @classmethod
@@ -323,9 +336,14 @@ class Layout:
 
     def inverse_with_info(self, allow_padding: bool = False):
         """(inverse, exact): ``exact`` is False when the layout is not onto its output box (padding)."""
-        out_shape = self.output_shape
         out_vars = _PLACEHOLDERS[: self.output_dim]
         res = _detect_bijective(self._forward_index, self.forward_vars, self._input_shape)
+        if res is not None and "_output_shape" not in self.__dict__:
+            # a proven bijection's outputs are iter sums whose ranges are exact: no enumeration needed
+            derived = _iter_sum_extents(res.indices, self.forward_vars, self._input_shape)
+            if derived is not None:
+                self.__dict__["_output_shape"] = derived
+        out_shape = self.output_shape
         exact = True
         if res is None and allow_padding:
             res = _detect(self._forward_index, self.forward_vars, self._input_shape, "noCheck")
@@ -338,6 +356,11 @@ class Layout:
             if inv is not None:
                 back = _lookup_inverse(inv, self.forward_vars)
                 result = Layout.from_exprs(out_shape, back)
+                if exact:
+                    # detect_iter_map proved a bijection (TileLang's own criterion), so the inverse is trusted
+                    # (tests cross-check it by enumeration) and covers exactly the forward domain
+                    result.__dict__["_output_shape"] = list(self._input_shape)
+                    return result, exact
                 if self._verify_inverse(result, exact):
                     return result, exact
         if not self._enumerable():
@@ -482,6 +505,21 @@ def _detect(exprs, variables, shape, level: str):
     if len(res.errors) or not len(res.indices):
         return None
     return res
+
+
+def _iter_sum_extents(indices, variables, shape) -> list | None:
+    """max+1 of each detected iter sum: base + sum(scale * (extent - 1)) + 1 (exact for iter maps)."""
+    out = []
+    ana = make_analyzer(variables, shape)
+    for idx in indices:
+        if not isinstance(idx, sym.IterSumExpr):
+            return None
+        top = idx.base
+        for split in idx.args:
+            top = top + split.scale * (split.extent - 1)
+        top = ana.simplify(top + 1)
+        out.append(int(top.value) if type(top).__name__ == "IntImm" else top)
+    return out
 
 
 def _detect_bijective(exprs, variables, shape):
@@ -662,8 +700,21 @@ def _check_widen(layout: Layout, f: int) -> None:
                           f"the new element width (groups of {f} consecutive elements are not contiguous in one slot run)")
 
 
-def layout_from_dict(d: dict):
-    """Inverse of ``to_dict``: rebuild a Layout or Fragment from its snapshot form."""
+def _identifiers(text: str) -> list:
+    import ast
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except SyntaxError as err:
+        raise LayoutError(f"cannot parse extent {text!r}: {err.msg}") from None
+    return sorted({n.id for n in ast.walk(tree) if isinstance(n, ast.Name)})
+
+
+def layout_from_dict(d: dict, variables: dict | None = None):
+    """Inverse of ``to_dict``: rebuild a Layout or Fragment from its snapshot form.
+
+    Symbolic extents ("n") become fresh int32 Vars unless ``variables`` ({name: Var}) supplies them, so a
+    caller who owns the shape variables gets back a layout over the very same ones.
+    """
     from .exprparse import parse_expr
     from .fragment import Fragment
     if not isinstance(d, dict) or "kind" not in d:
@@ -672,13 +723,20 @@ def layout_from_dict(d: dict):
     missing = [k for k in required if k not in d]
     if missing:
         raise LayoutError(f"layout dict of kind {d['kind']!r} lacks {', '.join(missing)}: {d!r}")
-    shape = [s if isinstance(s, int) else parse_expr(s, {}) for s in d["input_shape"]]
-    exprs = [parse_expr(e, _BY_NAME) for e in d["forward_index"]]
+    names = dict(variables or {})
+    for s in d["input_shape"]:  # symbolic extents name their own variables; reuse the caller's if given
+        if isinstance(s, str):
+            for name in _identifiers(s):
+                if name not in names and name not in _BY_NAME:
+                    names[name] = tirx.Var(name, "int32")
+    scope = {**names, **_BY_NAME}
+    shape = [s if isinstance(s, int) else parse_expr(s, names) for s in d["input_shape"]]
+    exprs = [parse_expr(e, scope) for e in d["forward_index"]]
     if d["kind"] == "Layout":
         return Layout.from_exprs(shape, exprs)
     if d["kind"] != "Fragment":
         raise LayoutError(f"unknown layout kind {d['kind']!r}")
-    frag = Fragment.from_exprs(shape, parse_expr(d["forward_thread"], _BY_NAME), exprs, int(d.get("replicate", 1)))
+    frag = Fragment.from_exprs(shape, parse_expr(d["forward_thread"], scope), exprs, int(d.get("replicate", 1)))
     if d.get("thread_range") is not None:
         frag = frag.bind_thread_range(*d["thread_range"])
     return frag

@@ -403,10 +403,10 @@ def _digits_symbolic(exprs: list, shape: list):
 
 def _split_pieces(source, lower, extent, scale, index_of, out) -> bool:
     """Digits [lower, lower*extent) of ``source`` (a Var or fused IterSumExpr) scaled by ``scale``."""
-    if not all(_is_int(x) for x in (lower, extent, scale)):
+    if not _is_int(lower):
         return False
     if isinstance(source, sym.IterSumExpr):
-        if _int(source.base) != 0:
+        if not (_is_int(extent) and _is_int(scale)) or _int(source.base) != 0:
             return False
         lo, hi = lower, lower * extent
         for comp in source.args:
@@ -500,7 +500,7 @@ def _refine(pieces: list, bases: list, shape: list):
         for d, lower, ext, _ in out:
             cuts[d].add(lower)
             top = lower * ext
-            if not _is_int(shape[d]) or top < shape[d]:
+            if _is_int(top) and (not _is_int(shape[d]) or top < shape[d]):
                 cuts[d].add(top)
     digits = []
     for d, n in enumerate(shape):
@@ -524,7 +524,7 @@ def _refine(pieces: list, bases: list, shape: list):
         for d, lower, ext, stride in out:
             top = lower * ext
             for dig in digits[d]:  # the chain cuts at lower and top, so a digit starting inside lies inside
-                if dig.lower >= lower and (dig.lower < top):
+                if dig.lower >= lower and (not _is_int(top) or dig.lower < top):
                     dig.strides[k] = dig.strides.get(k, 0) + stride * (dig.lower // lower)
     return digits, bases
 
@@ -575,7 +575,7 @@ def _assemble(found, mem_axes: list, n_coords: int, frag: Fragment | None, desc:
     owners = []  # (digit, output or None)
     for dim_digits in digits:
         for dig in reversed(dim_digits):  # outermost digit first, as TileLayout flattens row-major
-            used = [k for k, s in sorted(dig.strides.items()) if s != 0]
+            used = [k for k, s in sorted(dig.strides.items()) if not _is_zero(s)]
             if len(used) > 1:
                 names = [("thread" if k == t_out else mem_axes[k]) for k in used]
                 raise LayoutError(f"digit [{dig.lower}, {dig.lower}*{dig.extent}) of input {dig.dim} feeds "
@@ -658,6 +658,13 @@ def _same_map(back: Layout, layout: Layout, mem_axes: list, index: list) -> bool
 
 def _is_const_zero(e) -> bool:
     return type(e).__name__ == "IntImm" and int(e.value) == 0
+
+
+def _is_zero(s) -> bool:
+    """A stride that is provably 0 (ints, IntImm, or an expression the analyzer folds to 0)."""
+    if _is_int(s):
+        return s == 0
+    return _is_const_zero(sym.Analyzer().simplify(s))
 
 
 # ---- swizzles ----

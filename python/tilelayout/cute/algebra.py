@@ -313,10 +313,10 @@ def fit_1d(vals: np.ndarray):
     return modes
 
 
-def eval_modes(modes, n: int) -> np.ndarray:
-    """Values of fitted modes at 0..n-1 (the inverse of ``fit_1d``)."""
+def eval_modes(modes, n: int, tail: tuple = ()) -> np.ndarray:
+    """Values of fitted modes at 0..n-1 (the inverse of ``fit_1d``); ``tail`` is (k,) for vector values."""
     idx = np.arange(n, dtype=np.int64)
-    out = np.zeros((n,) + np.shape(modes[0][1]) if modes else (n,), dtype=np.int64)
+    out = np.zeros((n,) + tuple(tail), dtype=np.int64)
     pre = 1
     for e, st in modes:
         crd = (idx // pre) % e
@@ -357,7 +357,7 @@ def restrict(layout: Layout, region):
         vals = values(mode, np.arange(b, b + e, dtype=np.int64))
         g = vals - vals[0]
         modes = fit_1d(g)
-        if modes is None or not np.array_equal(eval_modes(modes, e), g):
+        if modes is None or not np.array_equal(eval_modes(modes, e, g.shape[1:]), g):
             raise CuteError(f"restrict {layout}: mode {i} window [{b}, {b + e}) of {mode} is not a strided layout")
         strides = [_as_stride(st) for _, st in modes]
         subs.append(_from_lists([x for x, _ in modes], strides) if modes else Layout(1, 0))

@@ -69,7 +69,7 @@ def _fit_table(tab: np.ndarray, ndim: int):
         per_axis.append(modes)
         view = [1] * ndim + list(tab.shape[ndim:])
         view[d] = n
-        total = total + eval_modes(modes, n).reshape(view)
+        total = total + eval_modes(modes, n, tab.shape[ndim:]).reshape(view)
     return per_axis if np.array_equal(total, tab) else None  # the proof: every point, exactly
 
 

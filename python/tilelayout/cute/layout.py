@@ -109,10 +109,11 @@ class Layout(LayoutBase):
         from .convert import layout_from_tilelang_hierarchical
         return layout_from_tilelang_hierarchical(layout)
 
-    def to_tilelang(self):
-        """The same map as a tilelayout Layout: one input per top-level mode, one output per codomain axis."""
+    def to_tilelang(self, num_outputs: int | None = None):
+        """The same map as a tilelayout Layout: one input per top-level mode, one output per codomain axis
+        (at least ``num_outputs``, for axes no basis stride reaches)."""
         from .convert import layout_to_tilelang
-        return layout_to_tilelang(self)
+        return layout_to_tilelang(self, num_outputs)
 
 
 def make_layout(*args, stride=None):

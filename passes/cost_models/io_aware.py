@@ -1,0 +1,175 @@
+"""io-aware: charge each attempt the global-memory traffic its layouts imply (TileLang's IOAwareCostModel).
+
+Statements modelled: fragment <-> global copies and parallel nests that touch global memory directly.
+Each costs max(issue bytes, bandwidth bytes) per global access (see statement_score.py). Statements the
+model does not cover (shared staging, register moves, reductions, gemm) cost 0; covered statements that
+cannot be scored (symbolic or non-affine addresses, sub-byte types, non-bijective layouts) cost the
+worst case, every element its own segment, so opacity never pays.
+
+Beyond TileLang (whose documentation claims, but whose code lacks, a spill term): when a loop layout
+makes a fragment's register slot depend on the thread index, or on a serial loop variable, the fragment
+cannot live in registers and is spilled to local memory; every such access is charged as local-memory
+traffic (one load or store of the element per executed access, at segment granularity per warp).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tilelayout.evaluate import evaluate, grid_env
+
+from ..fragment_rules import dynamic_slot_accesses
+from ..frontend import CopyOp, ParallelOp
+from ..hardware import max_vector_load_bits, warp_size
+from ..loop_nest import nest_of
+from .base import AttemptCost, ScoringContext, count_register_slots
+from .statement_score import SEGMENT_BYTES, GlobalAccess, StatementScore, Unconvertible, score_cute
+
+__all__ = ["IOAwareModel", "Statement", "component_statements", "score_statement"]
+
+
+@dataclass
+class Statement:
+    """One modelled statement: a fragment (or loop) layout over a domain and its global accesses."""
+
+    op_index: int
+    description: str
+    frag: object
+    accesses: list = field(default_factory=list)       # list[GlobalAccess]
+    repeat: int | None = 1
+    global_only: bool = True
+    worst_elements: int = 0
+    unscorable: str | None = None
+    spill_accesses: list = field(default_factory=list)  # (buffer name, elem_bytes) spilled fragment accesses
+
+
+@dataclass(frozen=True)
+class StatementCost:
+    statement: str
+    cost: int
+    scores: tuple = ()
+    note: str = ""
+
+
+def _affine_address(access, nest, graph) -> tuple | None:
+    """(strides per loop dim, base) of the access's row-major element offset, proven on the whole domain;
+    block indices count as 0. None when not affine."""
+    buf = access.buffer
+    if not all(isinstance(s, int) for s in buf.shape):
+        return None
+    env = grid_env(nest.loop_vars, nest.extents)
+    for var in graph.block_vars.values():
+        env[var] = np.int64(0)
+    shape = tuple(nest.extents)
+    try:
+        flat = np.zeros(shape, dtype=np.int64)
+        for idx, ext in zip(access.indices, buf.shape):
+            flat = flat * ext + np.broadcast_to(evaluate(idx, env), shape)
+    except Exception:
+        return None
+    origin = (0,) * len(shape)
+    base = int(flat[origin])
+    strides = []
+    for d in range(len(shape)):
+        unit = list(origin)
+        unit[d] = 1 if shape[d] > 1 else 0
+        strides.append(int(flat[tuple(unit)]) - base if shape[d] > 1 else 0)
+    grids = np.meshgrid(*[np.arange(s) for s in shape], indexing="ij")
+    predicted = base + sum(g * st for g, st in zip(grids, strides))
+    if not np.array_equal(predicted, flat):
+        return None
+    return tuple(strides), base
+
+
+def component_statements(ops, layouts: dict, loops: dict, graph) -> list:
+    """The statements of ``ops`` the model covers, under the attempt's buffer and loop layouts."""
+    out = []
+    for op in ops:
+        nest = nest_of(op) if isinstance(op, (CopyOp, ParallelOp)) else None
+        if nest is None:
+            continue
+        globals_ = [a for a in nest.accesses if a.buffer.is_global]
+        if not globals_:
+            continue
+        if isinstance(op, CopyOp):
+            frags = [a for a in nest.accesses if a.buffer.is_fragment]
+            if not frags:
+                continue  # global <-> shared staging is outside the model
+            frag = layouts.get(frags[0].buffer.name)
+            region = op.dst if frags[0].is_write else op.src
+            unscorable = None
+            if frag is None or not hasattr(frag, "forward_thread"):
+                continue
+            if not region.is_full or list(frag.input_shape) != list(nest.extents):
+                unscorable = "copy does not cover the whole fragment"
+        else:
+            decision = loops.get(op.index)
+            if decision is None:
+                continue
+            frag = decision
+            unscorable = None
+        st = Statement(op.index, op.describe(), frag, repeat=op.serial_repeat,
+                       global_only=not nest.touches_shared, worst_elements=nest.size)
+        if st.repeat is None:
+            unscorable = "symbolic serial repeat"
+        for a in globals_:
+            bits = a.buffer.bits
+            if bits < 8 or bits % 8:
+                unscorable = unscorable or f"sub-byte element type of {a.buffer.name}"
+                continue
+            affine = _affine_address(a, nest, graph)
+            if affine is None:
+                unscorable = unscorable or f"non-affine address of {a}"
+                continue
+            strides, base = affine
+            st.accesses.append(GlobalAccess(a.buffer.name, strides, base, bits // 8, a.is_write))
+        if isinstance(op, ParallelOp):
+            st.spill_accesses = _spilled_accesses(nest, frag, layouts)
+        st.unscorable = unscorable
+        out.append(st)
+    return out
+
+
+def _spilled_accesses(nest, loop, layouts: dict) -> list:
+    return [(a.buffer.name, max(1, a.buffer.bits // 8)) for a in dynamic_slot_accesses(nest, loop, layouts)]
+
+
+def worst_case_bytes(st: Statement) -> int:
+    return len(st.accesses or [None]) * st.worst_elements * (st.repeat or 1) * SEGMENT_BYTES
+
+
+def spill_bytes(st: Statement, warp: int) -> int:
+    """Local-memory traffic of spilled fragment accesses: each executed access moves its element; a warp's
+    32 lanes hit 32 distinct local addresses, i.e. one segment per lane group of 128/elem bytes."""
+    if not st.spill_accesses:
+        return 0
+    frag = st.frag
+    executed = int(frag.thread_extent) * int(np.prod(frag.output_shape))
+    total = 0
+    for _, elem_bytes in st.spill_accesses:
+        total += (st.repeat or 1) * executed * max(elem_bytes, SEGMENT_BYTES // warp)
+    return total
+
+
+def score_statement(st: Statement, target) -> StatementCost:
+    """Cost of one statement: sum over its global accesses of max(issue, bandwidth), plus spill traffic."""
+    warp = warp_size(target)
+    spill = spill_bytes(st, warp)
+    if st.unscorable is not None:
+        return StatementCost(st.description, worst_case_bytes(st) + spill, (), f"worst case: {st.unscorable}")
+    scores = score_cute(st.frag, st.accesses, st.repeat or 1, max_vector_load_bits(target, st.global_only), warp)
+    if isinstance(scores, Unconvertible):
+        return StatementCost(st.description, worst_case_bytes(st) + spill, (), f"worst case: {scores.reason}")
+    note = f"spill {spill}" if spill else ""
+    return StatementCost(st.description, sum(s.cost for s in scores) + spill, tuple(scores), note)
+
+
+class IOAwareModel:
+    name = "io-aware"
+
+    def score(self, component, candidate_layouts: dict, context: ScoringContext) -> AttemptCost:
+        statements = component_statements(component, candidate_layouts, context.loop_layouts, context.graph)
+        costs = [score_statement(st, context.target) for st in statements]
+        return AttemptCost(mem=sum(c.cost for c in costs), regs=count_register_slots(candidate_layouts),
+                           details=tuple(costs))

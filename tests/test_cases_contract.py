@@ -1,0 +1,176 @@
+"""The golden cases honour their contract, and their checks say what correct means.
+
+Each bug case's ``check`` must accept a correct layout and reject TileLang's wrong one (read from
+the saved peer output in maint/peer/tilelang_output.txt; TileLang itself never runs here).
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from maint import run  # noqa: E402
+from maint.peer.compare import load_peer_output  # noqa: E402
+
+SEED_VARIANTS = {
+    "elementwise_copy": ["fp16_128x128_t128", "fp32_64x256_t256"],
+    "fp8_copy": ["128x256_t128", "64x128_t64"],
+    "broadcast_read": ["issue1729_2x2560_t256", "rows4_cols1024_t128"],
+    "transposed_store": ["fp32_128x128_t128", "fp16_64x256_t128"],
+    "mixed_dtype_chain": ["128x128_t128", "64x512_t256"],
+    "reduce_broadcast": ["64x128_t128", "128x256_t256"],
+    "offset_region_copy": ["fp16_tile64x64_t128", "fp32_tile32x128_t128"],
+    "shared_staging": ["fp16_64x64_t128", "fp32_128x128_t128"],
+}
+BUG_CASES = ("mixed_extents", "two_index_read", "ragged_extent")
+CASES = run.discover(ROOT / "cases")
+PEER = load_peer_output()
+
+
+def case(name: str):
+    return importlib.import_module(f"cases.{name}")
+
+
+def frag(thread, index, shape, rep=1, threads=128) -> dict:
+    return {"kind": "Fragment", "input_shape": list(shape), "forward_index": [index], "forward_thread": thread,
+            "replicate": rep, "threads": threads, "thread_range": [0, threads]}
+
+
+def test_seed_cases_have_exactly_the_reference_variants():
+    for name, variants in SEED_VARIANTS.items():
+        assert list(case(name).VARIANTS) == variants
+
+
+def test_bug_cases_exist():
+    assert set(BUG_CASES) <= set(CASES) and len(CASES) >= 11
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_case_documents_what_it_pins_and_what_tilelang_does(name):
+    module = case(name)
+    assert len(module.__doc__.strip()) > 80
+    assert "TileLang 0.1.15" in module.TILELANG
+    assert callable(getattr(module, "check", None))
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_variants_build_fresh_primfuncs_and_tables_name_real_buffers(name):
+    from tvm import tirx
+    module = case(name)
+    for variant, build in module.VARIANTS.items():
+        func = build()
+        assert isinstance(func, tirx.PrimFunc) and build() is not func
+        params = {p.name for p in func.params}
+        assert set(getattr(module, "VECTOR_ANCHOR", {}).get(variant, {})) <= params
+        for frag_name, shape in getattr(module, "CUTE_STATEMENTS", {}).get(variant, {}).items():
+            assert frag_name in func.script() and all(isinstance(s, int) for s in shape)
+
+
+def test_every_case_has_a_tilelang_twin():
+    for model in ("register-count", "io-aware"):
+        twins = set(PEER[model])
+        ours = {f"{name}/{v}" for name in CASES for v in case(name).VARIANTS}
+        assert twins == ours
+
+
+@pytest.mark.parametrize("name", list(SEED_VARIANTS))
+def test_tilelang_results_pass_the_seed_checks(name):
+    module = case(name)
+    for model in ("register-count", "io-aware"):
+        for variant in module.VARIANTS:
+            module.check(variant, model, PEER[model][f"{name}/{variant}"])
+
+
+# --------------------------------------------------------------------------- #2957
+
+def _mixed(frag_layout, small_loop, big_loop, write_variant=False) -> dict:
+    loops = {"i[100]": small_loop, "i[256]": big_loop}
+    if write_variant:
+        loops["i[256]#2"] = big_loop
+    return {"buffers": {"frag": frag_layout}, "loops": loops}
+
+
+def test_mixed_extents_check_rejects_tilelang_and_accepts_a_covering_layout():
+    module = case("mixed_extents")
+    for model in ("register-count", "io-aware"):
+        for variant in module.VARIANTS:
+            with pytest.raises(AssertionError, match="cover"):
+                module.check(variant, model, PEER[model][f"mixed_extents/{variant}"])
+    good = frag("_i % 128", "_i // 128", [256])
+    small = frag("_i % 128", "_i // 128", [100])
+    module.check("read_100_to_256_t128", "register-count", _mixed(good, small, good))
+    module.check("write_100_to_256_t128", "register-count", _mixed(good, small, good, True))
+
+
+def test_mixed_extents_check_rejects_unowned_iterations():
+    module = case("mixed_extents")
+    good = frag("_i % 128", "_i // 128", [256])
+    shifted = frag("(_i + 1) % 128", "_i // 128", [100])       # iteration i on the wrong thread
+    with pytest.raises(AssertionError, match="does not hold frag"):
+        module.check("read_100_to_256_t128", "register-count", _mixed(good, shifted, good))
+
+
+def test_mixed_extents_write_must_reach_every_replica():
+    module = case("mixed_extents")
+    held = frag("_i % 64 + _rep * 64", "_i // 64", [256], rep=2)   # each element on two threads
+    writer = frag("_i % 64", "_i // 64", [256])                     # ... written by only one
+    small = frag("_i % 64", "_i // 64", [100])
+    with pytest.raises(AssertionError, match="stale"):
+        module.check("write_100_to_256_t128", "register-count", _mixed(held, small, writer, True))
+
+
+# --------------------------------------------------------------------------- #3005
+
+ELEMENTWISE = frag("_i % 4 * 32 + _j // 4", "_i // 4 * 4 + _j % 4", [64, 128])
+
+
+def test_two_index_read_tilelang_crashes():
+    for model in ("register-count", "io-aware"):
+        assert "it->second.indices, indices" in PEER[model]["two_index_read/const_pair_64x128_t128"]["error"]
+        assert "r: (i,) and (i + 1,)" in PEER[model]["two_index_read/adjacent_rows_64x128_t128"]["error"]
+
+
+def test_two_index_read_check_accepts_full_replication():
+    module = case("two_index_read")
+    loops = {"i,j[64x128]": ELEMENTWISE}
+    module.check("const_pair_64x128_t128", "io-aware",
+                 {"buffers": {"s": frag("_rep", "_i", [2], rep=128)}, "loops": loops})
+    module.check("adjacent_rows_64x128_t128", "io-aware",
+                 {"buffers": {"r": frag("_rep", "_i", [65], rep=128)}, "loops": loops})
+
+
+def test_two_index_read_check_rejects_partial_holders():
+    module = case("two_index_read")
+    loops = {"i,j[64x128]": ELEMENTWISE}
+    with pytest.raises(AssertionError, match="replicate must be 128"):
+        module.check("const_pair_64x128_t128", "register-count",
+                     {"buffers": {"s": frag("_rep * 2 + _i", "0", [2], rep=64)}, "loops": loops})
+    rows = frag("_i % 4 * 32 + _rep", "_i // 4", [65], rep=32)     # holds r[i], not r[i + 1]
+    with pytest.raises(AssertionError, match=r"does not hold r"):
+        module.check("adjacent_rows_64x128_t128", "register-count", {"buffers": {"r": rows}, "loops": loops})
+
+
+# --------------------------------------------------------------------------- #2398
+
+def test_ragged_extent_tilelang_finds_no_layout():
+    for model in ("register-count", "io-aware"):
+        for variant in case("ragged_extent").VARIANTS:
+            assert "no available layout found" in PEER[model][f"ragged_extent/{variant}"]["error"]
+
+
+def test_ragged_extent_check_accepts_a_predicated_layout_and_rejects_bad_ones():
+    module = case("ragged_extent")
+    good = frag("_j % 128", "_j // 128", [1, 229])
+    module.check("loop_1x229_t128", "register-count", {"buffers": {"frag": good}, "loops": {"i,j[1x229]": good}})
+    module.check("copy_1x229_t128", "register-count", {"buffers": {"frag": good}, "loops": {}})
+    clash = frag("_j % 64", "_j // 128", [1, 229])                  # two columns share a register
+    with pytest.raises(AssertionError, match="share one"):
+        module.check("copy_1x229_t128", "register-count", {"buffers": {"frag": clash}, "loops": {}})
+    short = frag("_j % 128", "_j // 128", [1, 128])
+    with pytest.raises(AssertionError, match="cover"):
+        module.check("loop_1x229_t128", "register-count", {"buffers": {"frag": good}, "loops": {"i,j[1x229]": short}})
