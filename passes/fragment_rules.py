@@ -201,13 +201,6 @@ def _broadcast_completion(nest: LoopNest, loop: Fragment, idx: list, buf) -> Fra
         return None
 
 
-def _absent(keys: np.ndarray, pool: np.ndarray) -> np.ndarray:
-    """Elementwise: is each of ``keys`` missing from ``pool``?"""
-    have = np.sort(pool.reshape(-1))
-    pos = np.minimum(np.searchsorted(have, keys), have.size - 1)
-    return have[pos] != keys
-
-
 def ownership_error(nest: LoopNest, loop: Fragment, access, frag: Fragment) -> str | None:
     """None when the threads running each iteration hold the element read (reads) or are exactly its
     holders (writes); otherwise the first violation, in words."""
@@ -221,21 +214,19 @@ def ownership_error(nest: LoopNest, loop: Fragment, access, frag: Fragment) -> s
     owners = frag.thread_table().reshape(-1, frag.replicate_size) + frag_lo
     elem = access_points(nest, access).reshape(-1)
     width = int(max(runs.max(), owners.max())) + 1
-    # (element, thread) pairs the fragment provides vs. the pairs the loop's iterations need
-    provided = np.arange(owners.shape[0], dtype=np.int64)[:, None] * width + owners
-    needed = elem[:, None] * width + runs
-    not_held = _absent(needed.reshape(-1), provided).reshape(runs.shape)
+    holds = np.zeros((owners.shape[0], width), dtype=bool)
+    holds[np.arange(owners.shape[0])[:, None], owners] = True
+    not_held = ~holds[elem[:, None], runs]
     point = thread = None
     if not_held.any():
         point, k = (int(x) for x in np.argwhere(not_held)[0])
         thread, reading = int(runs[point, k]), True
-    elif access.is_write and not access.is_constant:
-        points = np.arange(nest.size, dtype=np.int64)[:, None]
+    elif access.is_write and not access.is_constant and runs.shape[1] != owners.shape[1]:
+        # runners are a subset of holders and both are duplicate-free per point: equal iff equally many
         held = owners[elem]
-        not_running = _absent((points * width + held).reshape(-1), points * width + runs).reshape(held.shape)
-        if not_running.any():
-            point, k = (int(x) for x in np.argwhere(not_running)[0])
-            thread, reading = int(held[point, k]), False
+        point = 0
+        k = next(k for k in range(held.shape[1]) if held[0, k] not in set(runs[0].tolist()))
+        thread, reading = int(held[0, k]), False
     if point is None:
         return None
     coord = [int(c) for c in np.unravel_index(point, tuple(nest.extents))]

@@ -39,13 +39,15 @@ class Attempt:
     regs: int | None = None
     chosen: bool = False
     error: str | None = None
-    layouts: dict = field(default_factory=dict)      # buffer name -> layout dict (component fragments)
-    loops: dict = field(default_factory=dict)        # loop description -> layout dict
-    details: tuple = ()
+    layouts: dict = field(default_factory=dict)      # buffer name -> Layout | Fragment (component buffers)
+    loops: dict = field(default_factory=dict)        # op description -> loop Fragment
+    details: tuple = ()                              # per-statement costs from the cost model
 
     def to_dict(self) -> dict:
-        return {k: getattr(self, k) for k in ("component", "root", "root_description", "mem", "regs", "chosen",
-                                               "error", "layouts", "loops")}
+        out = {k: getattr(self, k) for k in ("component", "root", "root_description", "mem", "regs", "chosen", "error")}
+        out["layouts"] = {k: v.to_dict() for k, v in self.layouts.items()}
+        out["loops"] = {k: v.to_dict() for k, v in self.loops.items()}
+        return out
 
 
 @dataclass
@@ -119,6 +121,21 @@ class _State:
     def note(self, text: str) -> None:
         self.notes.append(text)
 
+    def memo(self, key: tuple, compute):
+        """Reuse work across free-level attempts: rule results depend only on the op and layout keys."""
+        cache = self.engine.memo
+        if key in cache:
+            hit = cache[key]
+        else:
+            try:
+                hit = (True, compute())
+            except _SEARCH_ERRORS as err:
+                hit = (False, err)
+            cache[key] = hit
+        if not hit[0]:
+            raise hit[1]
+        return hit[1]
+
     # -- the one place layouts change
     def propose(self, buf, layout, op, level: int) -> None:
         name = buf.name
@@ -186,6 +203,14 @@ class _Engine:
                 self.users.setdefault(b.name, []).append(op.index)
         self.pinned_loops = self._pinned_loops()
         self.attempts: list = []
+        self.memo: dict = {}
+        self.descriptions: dict = {}
+
+    def describe(self, index: int) -> str:
+        text = self.descriptions.get(index)
+        if text is None:
+            text = self.descriptions[index] = self.ops[index].describe()
+        return text
 
     def _pinned_loops(self) -> dict:
         out = {}
@@ -281,7 +306,7 @@ class _Engine:
                 continue
             best, best_state, tried = None, None, []
             for root in members:
-                attempt = Attempt(cid, root, self.ops[root].describe())
+                attempt = Attempt(cid, root, self.describe(root))
                 trial = state.copy()
                 try:
                     self._step(trial, root, FREE)
@@ -299,10 +324,9 @@ class _Engine:
                     tried.append(attempt)
                     continue
                 attempt.mem, attempt.regs, attempt.details = cost.mem, cost.regs, tuple(cost.details)
-                attempt.layouts = {b.name: trial.layouts[b.name].to_dict() for m in members
+                attempt.layouts = {b.name: trial.layouts[b.name] for m in members
                                    for b in self.ops[m].buffers() if b.name in trial.layouts}
-                attempt.loops = {self.ops[m].describe(): trial.loops[m].layout.to_dict() for m in members
-                                 if m in trial.loops}
+                attempt.loops = {self.describe(m): trial.loops[m].layout for m in members if m in trial.loops}
                 tried.append(attempt)
                 if best is None or (cost.mem, cost.regs) < (best.mem, best.regs):
                     best, best_state = attempt, trial
@@ -337,7 +361,9 @@ class _Engine:
                 raise InferenceError(f"{nest.describe()}: no loop layout could be chosen")
             layout = state.loops[i].layout
             for a in nest.fragment_accesses():
-                err = ownership_error(nest, layout, a, state.layout(a.buffer))
+                frag = state.layout(a.buffer)
+                err = state.memo(("own", i, next(k for k, b in enumerate(nest.accesses) if b is a), layout.key,
+                                  frag.key), lambda: ownership_error(nest, layout, a, frag))
                 if err is not None:
                     raise InferenceError(f"buffer {a.buffer.name}: final layouts are inconsistent in "
                                          f"{nest.describe()}: {err}")

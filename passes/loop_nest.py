@@ -4,6 +4,7 @@ one; so do we, which makes a fragment<->global copy behave exactly like an eleme
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from tvm import tirx
@@ -32,11 +33,19 @@ class LoopNest:
         return self.op.index
 
     def fragment_accesses(self) -> list:
+        return self._fragment_accesses
+
+    @cached_property
+    def _fragment_accesses(self) -> list:
         return [a for a in self.accesses if a.buffer.is_fragment]
 
     def fragments(self) -> list:
+        return self._fragments
+
+    @cached_property
+    def _fragments(self) -> list:
         out = []
-        for a in self.fragment_accesses():
+        for a in self._fragment_accesses:
             if not any(a.buffer is b for b in out):
                 out.append(a.buffer)
         return out

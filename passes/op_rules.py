@@ -49,6 +49,25 @@ def infer_op(op, nest: LoopNest | None, level: int, state) -> None:
 
 # ------------------------------------------------------------------------------------------ loops
 
+def _access_key(nest: LoopNest, access) -> int:
+    return next(k for k, a in enumerate(nest.accesses) if a is access)
+
+
+def _from_fragment(nest: LoopNest, access, frag: Fragment, state) -> Fragment:
+    key = ("from", nest.index, _access_key(nest, access), frag.key)
+    return state.memo(key, lambda: loop_from_fragment(nest, access, frag, state.threads))
+
+
+def _ownership(nest: LoopNest, loop: Fragment, access, frag: Fragment, state):
+    key = ("own", nest.index, _access_key(nest, access), loop.key, frag.key)
+    return state.memo(key, lambda: ownership_error(nest, loop, access, frag))
+
+
+def _complete(nest: LoopNest, loop: Fragment, access, state, read_only: bool) -> Fragment:
+    key = ("complete", nest.index, _access_key(nest, access), loop.key, read_only)
+    return state.memo(key, lambda: complete_fragment(nest, loop, access, state.threads, read_only))
+
+
 def _infer_nest(nest: LoopNest, level: int, state) -> None:
     threads = state.threads
     if level == STRICT:
@@ -98,7 +117,7 @@ def _candidates(nest: LoopNest, level: int, state) -> list:
     src = _source_access(nest, state)
     out = []
     if src is not None:
-        out.append((loop_from_fragment(nest, src, state.layout(src.buffer), threads),
+        out.append((_from_fragment(nest, src, state.layout(src.buffer), state),
                     f"derived from {src.buffer.name} ({src})"))
         return out
     if level != FREE:
@@ -106,7 +125,7 @@ def _candidates(nest: LoopNest, level: int, state) -> list:
     read_src = _read_source_access(nest, state)
     if read_src is not None:
         try:
-            out.append((loop_from_fragment(nest, read_src, state.layout(read_src.buffer), threads),
+            out.append((_from_fragment(nest, read_src, state.layout(read_src.buffer), state),
                         f"derived from {read_src.buffer.name} ({read_src})"))
         except (LayoutError, InferenceError) as err:
             state.note(f"{nest.describe()}: no candidate from {read_src.buffer.name}: {err}")
@@ -119,10 +138,12 @@ def _plan(nest: LoopNest, state) -> Fragment:
     partial = _partial_fragment_plan(nest, state)
     if partial is not None:
         return partial
-    width = _vector_width(nest, state)
-    if not nest.touches_fragment:
-        width = select_min_padding_width(width, nest.size, state.threads)
-    return plan_loop_layout(nest.extents, state.threads, width, nest.touches_fragment)
+    def plan():
+        width = _vector_width(nest, state)
+        if not nest.touches_fragment:
+            width = select_min_padding_width(width, nest.size, state.threads)
+        return plan_loop_layout(nest.extents, state.threads, width, nest.touches_fragment)
+    return state.memo(("plan", nest.index), plan)
 
 
 def _vector_width(nest: LoopNest, state, extents=None) -> int:
@@ -140,13 +161,13 @@ def _partial_fragment_plan(nest: LoopNest, state):
         if len([b for b in nest.accesses_of(a.buffer) if not b.is_constant]) > 1:
             continue  # read at several indices: completion replicates it instead
         try:
-            complete_fragment(nest, plan_loop_layout(nest.extents, state.threads, 1, True), a, state.threads,
-                              read_only=True)
+            state.memo(("probe", nest.index, _access_key(nest, a)), lambda: complete_fragment(
+                nest, plan_loop_layout(nest.extents, state.threads, 1, True), a, state.threads, read_only=True))
         except PartialCoverage:
             buf = a.buffer
             frag = plan_loop_layout(list(buf.shape), state.threads, _fragment_width(buf, state), True)
             state.propose(buf, frag, nest.op, FREE)
-            return loop_from_fragment(nest, a, state.layout(buf), state.threads)
+            return _from_fragment(nest, a, state.layout(buf), state)
         except (LayoutError, InferenceError):
             continue
     return None
@@ -198,7 +219,7 @@ def _validation_error(nest: LoopNest, layout: Fragment, state) -> str | None:
     for a in nest.fragment_accesses():
         frag = state.layout(a.buffer)
         if frag is not None:
-            err = ownership_error(nest, layout, a, frag)
+            err = _ownership(nest, layout, a, frag, state)
             if err is not None:
                 return err
     return None
@@ -211,11 +232,13 @@ def _commit_loop(nest: LoopNest, layout: Fragment, source: str, level: int, stat
     for a in nest.fragment_accesses():
         frag = state.layout(a.buffer)
         if frag is not None:
-            err = ownership_error(nest, layout, a, frag)
+            err = _ownership(nest, layout, a, frag, state)
             if err is not None:
                 raise LayoutConflictError(f"buffer {a.buffer.name}: {nest.describe()} cannot use its loop layout: {err}")
-    state.set_loop(nest, LoopDecision(layout, _predicate(layout, state), _padding(layout, nest),
-                                      _needs_replica_guard(nest, layout, state), source))
+    written = tuple(state.layout(a.buffer).key for a in nest.fragment_accesses()
+                    if a.is_write and state.layout(a.buffer) is not None)
+    state.set_loop(nest, state.memo(("decision", nest.index, layout.key, source, written), lambda: LoopDecision(
+        layout, _predicate(layout, state), _padding(layout, nest), _needs_replica_guard(nest, layout, state), source)))
     _complete_fragments(nest, layout, level, state)
 
 
@@ -267,7 +290,7 @@ def _complete_fragments(nest: LoopNest, layout: Fragment, level: int, state) -> 
             state.propose(buf, fully_replicated(buf.shape, state.threads), nest.op, level)
             continue
         try:
-            frag = complete_fragment(nest, layout, access, state.threads, read_only=not writes)
+            frag = _complete(nest, layout, access, state, read_only=not writes)
         except PartialCoverage:
             if level != FREE:
                 continue
@@ -275,13 +298,13 @@ def _complete_fragments(nest: LoopNest, layout: Fragment, level: int, state) -> 
             state.propose(buf, frag, nest.op, level)
             frag = state.layout(buf)
             for a in accesses:
-                err = ownership_error(nest, layout, a, frag)
+                err = _ownership(nest, layout, a, frag, state)
                 if err is not None:
                     raise LayoutConflictError(f"buffer {buf.name}: {err}")
             continue
         for a in accesses:
             if a is not access:
-                err = ownership_error(nest, layout, a, frag)
+                err = _ownership(nest, layout, a, frag, state)
                 if err is not None:
                     raise LayoutConflictError(f"buffer {buf.name}: {nest.describe()} accesses it at two indices that "
                                               f"no single layout serves: {err}")
@@ -327,9 +350,12 @@ def _infer_reduce(op: ReduceOp, level: int, state) -> None:
     src_layout = state.layout(src)
     if src_layout is None or not dst.is_fragment:
         return
-    out = src_layout
-    for axis in sorted(op.axes, reverse=True):
-        out = reducer_layout(out, axis)
+    def reduce_all():
+        out = src_layout
+        for axis in sorted(op.axes, reverse=True):
+            out = reducer_layout(out, axis)
+        return out
+    out = state.memo(("reduce", op.index, src_layout.key), reduce_all)
     if list(out.input_shape) != list(dst.shape):
         raise InferenceError(f"{op.describe()}: destination shape {list(dst.shape)} does not match the reduced "
                              f"shape {out.input_shape}")

@@ -53,7 +53,7 @@ def check_fragment_inverse_roundtrip(frag):
     from tilelayout.layout import rep_placeholder
     slots = apply_exprs(frag.forward_index, frag.forward_vars, coords[:-1])
     thread = apply_exprs([frag.forward_thread], frag.forward_vars + [rep_placeholder()], coords)[0]
-    back = apply_exprs(inv.forward_index, inv.forward_vars, [*(s[..., None] for s in slots), thread])
+    back = apply_exprs(inv.forward_index, inv.forward_vars, [*slots, thread])
     assert len(back) == len(shape), "inverse must return (coords..., rep)"
     for b, c in zip(back, coords):
         np.testing.assert_array_equal(b, full(c, shape))

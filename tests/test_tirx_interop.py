@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tvm import tirx
-from tvm.tirx.layout import (ComposeLayout, Iter, R, S, TCol, TileLayout, TLane, laneid, m, tcgen05_atom_layout,
+from tvm.tirx.layout import (Axis, ComposeLayout, Iter, R, S, TCol, TileLayout, TLane, laneid, m, tcgen05_atom_layout,
                              tid_in_wg, tmem_datapath_layout, tx, warpid, wg_local_layout, wgid, wid_in_wg)
 
 import tilelayout as tl
@@ -271,6 +271,10 @@ def _frag_cases():
         Fragment([8, 8], lambda i, j, r: r * 8 + i, replicate=4),
         tl.fully_replicated([4, 8], 64),
         Fragment([32, 8], lambda i, j: j * 32 + i).bind_thread_range(128, 256),
+        Fragment([8], lambda i: 7 - i),                         # negative thread stride
+        Fragment([64, 2], lambda i, j: 63 - i).bind_thread_range(64, 64),
+        Fragment([8, 4], lambda i, j: i, lambda i, j: [3 - j]),  # negative slot stride
+        Fragment([1], lambda i: 0),                             # one thread
     ]
 
 
@@ -291,6 +295,15 @@ def test_thread_axes_choice():
     assert {str(it.axis.name) for it in small.shard} == {"tx", "m"}
     odd = to_tile_layout(Fragment([48, 4], lambda i, j: i))
     assert {str(it.axis.name) for it in odd.shard} == {"tx", "m"}
+
+
+def test_negative_strides_and_offsets():
+    lay = Layout([8], lambda i: 7 - i)
+    t = to_tile_layout(lay)
+    assert [int(it.stride) for it in t.shard] == [-1] and {str(a.name): int(v) for a, v in t.offset.items()} == {"m": 7}
+    assert from_tile_layout(t, [8]).is_equal(lay)
+    with pytest.raises(tl.LayoutError, match="threads must be non-negative"):
+        from_tile_layout(TileLayout(S[8:-1 @ tx]))
 
 
 def test_multi_output_layout_linearised_or_named():
@@ -353,7 +366,8 @@ def test_numeric_and_symbolic_digits_agree():
     exprs = [(i * 16 + j) // 8 * 3 + j % 2, i % 4 * 5]
     sym_digits, sym_bases = _digits_symbolic(exprs, [8, 16])
     num_digits, num_bases = _digits_numeric(exprs, [8, 16])
-    as_tuples = lambda ds: [[(dg.dim, dg.lower, dg.extent, sorted(dg.strides.items())) for dg in d] for d in ds]
+    as_tuples = lambda ds: [[(dg.dim, dg.lower, dg.extent, sorted((k, v) for k, v in dg.strides.items() if v)) for dg in d]
+                          for d in ds]
     assert as_tuples(sym_digits) == as_tuples(num_digits) and sym_bases == num_bases
 
 
@@ -365,7 +379,7 @@ def test_errors_from_tile_layout():
     with pytest.raises(tl.LayoutError, match="laneid"):
         from_tile_layout(TileLayout(S[64:1 @ laneid]))
     with pytest.raises(tl.LayoutError, match="bx"):
-        from_tile_layout(TileLayout(S[(2, 32):(1 @ "bx", 1 @ laneid)]))
+        from_tile_layout(TileLayout(S[(2, 32):(1 @ Axis.bx, 1 @ laneid)]))
     with pytest.raises(tl.LayoutError, match="covers only"):
         from_tile_layout(SEED, [16, 16])
     with pytest.raises(tl.LayoutError, match="not a registered"):

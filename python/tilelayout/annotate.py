@@ -32,7 +32,8 @@ from .tirx import from_tile_layout, is_default_tile_layout
 
 __all__ = [
     "LAYOUTS_ATTR", "LOOP_LAYOUT_KEY", "LOOP_PREDICATE_KEY", "PADDING_GUARD_KEY",
-    "encode_layout", "decode_layout", "annotate_layouts", "annotate_loop", "read_layout_annotations",
+    "encode_layout", "decode_layout", "annotate_layouts", "annotate_loop", "annotate_loops",
+    "read_layout_annotations",
     "get_pinned_layouts", "loop_nest", "loop_key", "parallel_nests", "function_buffers",
 ]
 
@@ -40,6 +41,7 @@ LAYOUTS_ATTR = "tilelayout.layouts"
 LOOP_LAYOUT_KEY = "tilelayout.loop_layout"
 LOOP_PREDICATE_KEY = "tilelayout.loop_predicate"
 PADDING_GUARD_KEY = "tilelayout.padding_guard"
+REPLICA_GUARD_KEY = "tilelayout.replica_guard"
 
 
 # --------------------------------------------------------------------------- value encoding
@@ -200,7 +202,8 @@ def loop_nest(for_stmt) -> list:
     return nest
 
 
-def annotate_loop(for_stmt, layout: Layout, predicate=None, padding_guard: bool = False):
+def annotate_loop(for_stmt, layout: Layout, predicate=None, padding_guard: bool = False,
+                  replica_guard: bool = False):
     """A copy of ``for_stmt`` (the outermost loop of a parallel nest) carrying its loop layout.
 
     ``predicate`` (str or PrimExpr, e.g. ``"_rep == 0"``) is stored as a string when given;
@@ -221,7 +224,7 @@ def annotate_loop(for_stmt, layout: Layout, predicate=None, padding_guard: bool 
     else:
         raise LayoutError(f"padding_guard must be a bool, got {padding_guard!r}")
     ann = {str(k): v for k, v in for_stmt.annotations.items()}
-    for k in (LOOP_PREDICATE_KEY, PADDING_GUARD_KEY):
+    for k in (LOOP_PREDICATE_KEY, PADDING_GUARD_KEY, REPLICA_GUARD_KEY):
         ann.pop(k, None)
     ann[LOOP_LAYOUT_KEY] = encode_layout(layout)
     if predicate is not None:
@@ -230,8 +233,34 @@ def annotate_loop(for_stmt, layout: Layout, predicate=None, padding_guard: bool 
         ann[LOOP_PREDICATE_KEY] = str(predicate)
     if padding_guard:
         ann[PADDING_GUARD_KEY] = True
+    if replica_guard:
+        ann[REPLICA_GUARD_KEY] = True  # stores to shared/global are done by replica 0 only
     return tirx.For(for_stmt.loop_var, for_stmt.min, for_stmt.extent, for_stmt.kind, for_stmt.body,
                     for_stmt.thread_binding, ann, for_stmt.step)
+
+
+def annotate_loops(func, loops: Mapping) -> "tirx.PrimFunc":
+    """Annotate parallel nests by key: ``{"i,j[128x128]": layout | (layout, predicate, padding_guard)}``."""
+    if not isinstance(func, tirx.PrimFunc):
+        raise LayoutError(f"annotate_loops expects a tirx.PrimFunc, got {type(func).__name__}")
+    roots = dict(parallel_nests(func))
+    todo = []
+    for key in sorted(loops):
+        if key not in roots:
+            known = ", ".join(roots) or "none"
+            raise LayoutError(f"{func_name(func)} has no parallel nest {key!r} (nests: {known})")
+        spec = loops[key]
+        spec = tuple(spec) if isinstance(spec, (tuple, list)) else (spec,)
+        todo.append((roots[key], spec))
+
+    def on_for(loop, mutator):
+        new = mutator.default_mutate(loop)
+        for root, spec in todo:
+            if loop.same_as(root):
+                return annotate_loop(new, *spec)
+        return new
+
+    return func.with_body(tvm_ffi.structural_mutate(func.body, (tirx.For, on_for)))
 
 
 # --------------------------------------------------------------------------- reading

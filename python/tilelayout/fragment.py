@@ -256,10 +256,20 @@ class Fragment(Layout):
         return Fragment.from_exprs(shape, thread, index, self._replicate)
 
     # ----------------------------------------------------------------- comparison
+    @cached_property
+    def _thread_str(self) -> str:
+        return str(self._forward_thread)
+
+    @cached_property
+    def key(self) -> tuple:
+        return super().key + (self._thread_str, self._replicate, self._thread_range)
+
     def is_equal(self, other) -> bool:
         """Same slots, same threads for every replica, same replication and thread range."""
         if not isinstance(other, Fragment) or self._replicate != other._replicate:
             return False
+        if other is self or other.key == self.key:
+            return True
         if self._thread_range is not None and other._thread_range is not None \
                 and self._thread_range != other._thread_range:
             return False
@@ -302,7 +312,7 @@ class Fragment(Layout):
     def to_dict(self) -> dict:
         d = super().to_dict()
         d.update(replicate=self._replicate, threads=_jsonable(self.thread_extent),
-                 forward_thread=str(self._forward_thread))
+                 forward_thread=self._thread_str)
         if self._thread_range is not None:
             d["thread_range"] = list(self._thread_range)
         return d
@@ -364,9 +374,12 @@ def _collect_pieces(expr, dom: dict) -> dict | None:
     except Exception:
         return None
     out: dict = {}
-    for split in norm.args:
-        if not _split_pieces(split, out):
-            return None
+    try:
+        for split in norm.args:
+            if not _split_pieces(split, out):
+                return None
+    except (TypeError, ValueError):  # a piece with a symbolic extent or factor: not a constant split
+        return None
     return out
 
 
@@ -390,19 +403,18 @@ def infer_fragment_index(thread, shape: Sequence) -> list:
     terms = []  # (expr, extent), most significant first
     for v, s in zip(variables, shape):
         used = sorted(pieces.get(v.name, []))
-        gaps, expected = [], 1
+        gaps, expected = [], 1  # (lower, extent, is_top)
         for lower, ext in used:
             if lower > expected:
                 if lower % expected:
                     raise LayoutError(f"cannot infer forward_index: thread map {thread} uses overlapping pieces of {v.name}")
-                gaps.append((expected, lower // expected))
+                gaps.append((expected, lower // expected, False))
             expected = max(expected, lower * ext)
-        if not isinstance(s, int):
-            raise LayoutError(f"cannot infer forward_index over symbolic extent {s}; pass forward_index_fn")
-        if expected < s:
-            gaps.append((expected, -(-s // expected)))
-        for lower, ext in reversed(gaps):
-            top = lower * ext >= s
+        if not isinstance(s, int):  # symbolic extent: the remaining top piece is v // expected
+            gaps.append((expected, s if expected == 1 else tirx.floordiv(s + expected - 1, expected), True))
+        elif expected < s:
+            gaps.append((expected, -(-s // expected), True))
+        for lower, ext, top in reversed(gaps):
             piece = tirx.floordiv(v, lower) if lower > 1 else v
             if not top:
                 piece = tirx.floormod(piece, ext)

@@ -174,8 +174,13 @@ class Layout:
     def _check_free_vars(self, exprs, allowed: set) -> None:
         import tvm_ffi
         bad = []
+        allowed = list(allowed)
+
+        def check(v):
+            if not any(v.same_as(a) for a in allowed):
+                bad.append(v.name)
         for e in exprs:
-            tvm_ffi.structural_walk(e, (tvm.ir.Var, lambda v: bad.append(v.name) if v not in allowed else None))
+            tvm_ffi.structural_walk(e, (tvm.ir.Var, check))
         if bad:
             names = ", ".join(sorted(set(bad)))
             raise LayoutError(f"layout over {_fmt_shape(self._input_shape)} uses variables that are not its "
@@ -286,11 +291,15 @@ class Layout:
     # ----------------------------------------------------------------- properties of the map
     def is_injective(self) -> bool:
         """Distinct coordinates map to distinct outputs (iter-map proof, enumeration, symbolic proof)."""
-        return self.injectivity_error() is None
+        return self._injectivity_error is None
+
+    @cached_property
+    def _injectivity_error(self):
+        return self.injectivity_error()
 
     def check_injective(self) -> None:
         """Raise LayoutError naming two colliding coordinates if the layout is not injective."""
-        err = self.injectivity_error()
+        err = self._injectivity_error
         if err is not None:
             raise LayoutError(err)
 
@@ -320,7 +329,18 @@ class Layout:
         """Same mapping (independent of expression form); shapes must agree."""
         if not isinstance(other, Layout) or other.kind != self.kind:
             return False
+        if other is self or other.key == self.key:
+            return True
         return self._same_index(other)
+
+    @cached_property
+    def _index_strs(self) -> tuple:
+        return tuple(str(e) for e in self._forward_index)
+
+    @cached_property
+    def key(self) -> tuple:
+        """Structural identity (same key => same mapping); used to memoise work on equal layouts."""
+        return (self.kind, tuple(str(s) for s in self._input_shape), self._index_strs)
 
     def _same_index(self, other: "Layout") -> bool:
         if not _shapes_equal(self._input_shape, other._input_shape) or self.output_dim != other.output_dim:
@@ -440,7 +460,7 @@ class Layout:
             "kind": self.kind,
             "input_shape": [_jsonable(s) for s in self._input_shape],
             "output_shape": [_jsonable(s) for s in self.output_shape],
-            "forward_index": [str(e) for e in self._forward_index],
+            "forward_index": list(self._index_strs),
         }
 
     def __eq__(self, other) -> bool:  # semantic equality; layouts are immutable values

@@ -24,9 +24,9 @@ enumerates the replica iterators row-major (the first iterator is the outermost 
 memory axes have no tilelayout counterpart; ``memory_replica`` chooses between an error (default),
 keeping the base copy only (``"base"``) or a trailing input dimension enumerating them (``"input"``).
 
-The offset on memory axes stays in the forward index; the offset on thread axes becomes the
-fragment's thread range ``(offset, extent)`` with a 0-based forward thread (a zero thread offset
-leaves the fragment unbound).
+The offset on memory axes stays in the forward index. The lowest thread (the thread-axis offset,
+lowered by negative thread strides) becomes the fragment's thread range ``(lowest, extent)`` with a
+0-based forward thread; a layout whose lowest thread is 0 gives an unbound fragment.
 
 ``ComposeLayout`` becomes a non-affine Layout whose single output is TVM's swizzled address.
 
@@ -40,7 +40,6 @@ single-output Layout that is not affine is tried as an XOR swizzle of an affine 
 """
 from __future__ import annotations
 
-import math
 from typing import Sequence
 
 import numpy as np
@@ -66,6 +65,7 @@ _UNITS = {"thread": 1, "warp": 32, "warpgroup": 128}       # threads in one subs
 _CAPACITY = {"warp": 32, "warpgroup": 128, "cta": None}     # threads in one scope (None: unbounded)
 _SCOPE_NAMES = {2: "cluster", 3: "cta", 4: "warpgroup", 5: "warp", 6: "thread"}
 _AXES_ATTR = "_tirx_memory_axes"
+UNITS_AXES = ("tx", "laneid", "warpid")  # the thread axes to_tile_layout writes
 
 
 # --------------------------------------------------------------------------- small helpers
@@ -101,8 +101,8 @@ def thread_axis_unit(axis) -> tuple[int, int | None]:
     scope_name = _SCOPE_NAMES.get(int(scope.kind)) if scope is not None else None
     sub_name = _SCOPE_NAMES.get(int(sub.kind)) if sub is not None else None
     if scope_name not in _CAPACITY or sub_name not in _UNITS:
-        raise LayoutError(f"thread axis {name!r} indexes {sub_name or '?'}s within a {scope_name or '?'}, not threads of "
-                          f"one CTA; a Fragment describes the threads of a single CTA")
+        raise LayoutError(f"thread axis {name!r} is a grid/cluster coordinate (it counts {sub_name or '?'}s), not a "
+                          f"thread of one CTA; a Fragment describes the threads of a single CTA")
     unit, cap = _UNITS[sub_name], _CAPACITY[scope_name]
     if cap is not None and cap <= unit:
         raise LayoutError(f"thread axis {name!r} has an empty range ({sub_name} within {scope_name})")
@@ -202,7 +202,6 @@ def from_tile_layout(tile_layout, shape=None, *, memory_replica: str = "error") 
             mem_exprs[name] = mem_exprs[name] + contrib
         shape = shape + [shape_size([_int(it.extent) for it in mem_rep])]
 
-    offsets = _offsets(tile_layout)
     if not units:
         layout = Layout.from_exprs(shape, [mem_exprs[n] for n in mem_names] or [zero])
         setattr(layout, _AXES_ATTR, tuple(mem_names or ["m"]))
@@ -214,20 +213,13 @@ def from_tile_layout(tile_layout, shape=None, *, memory_replica: str = "error") 
     rep = rep_placeholder()
     for name, contrib in _replica_terms(thread_rep, rep).items():
         thread = thread + units[name][0] * contrib
-    t_off = 0
-    for n in thread_axes:
-        off = offsets.get(n, 0)
-        if not _is_int(off):
-            raise LayoutError(f"{desc} has a symbolic offset {off} on thread axis {n!r}; a thread range needs ints")
-        t_off += units[n][0] * off
+    t_off = _lowest_thread(tile_layout, units, desc)
     n_rep = shape_size([_int(it.extent) for it in thread_rep]) if thread_rep else 1
     if not _is_int(n_rep):
         raise LayoutError(f"{desc} has a symbolic replica extent {n_rep}")
     index = [mem_exprs[n] for n in mem_names] or [zero]
     frag = Fragment.from_exprs(shape, thread - t_off, index, n_rep)
     if t_off:
-        if t_off < 0:
-            raise LayoutError(f"{desc} places threads at a negative offset {t_off}")
         frag = frag.bind_thread_range(t_off, frag.thread_extent)
     setattr(frag, _AXES_ATTR, tuple(mem_names or ["m"]))
     return frag
@@ -241,6 +233,23 @@ def _call_tvm(fn, desc: str, what: str):
     except Exception as err:  # TVM InternalError / TypeError from the FFI
         msg = str(err).strip().splitlines()
         raise LayoutError(f"TVM cannot {what} {desc}: {msg[-1] if msg else type(err).__name__}") from None
+
+
+def _lowest_thread(tile_layout, units: dict, desc: str) -> int:
+    """Lowest combined thread of the layout: the thread offset plus every negative stride at its far end."""
+    low = 0
+    for n, off in _offsets(tile_layout).items():
+        if n in units:
+            if not _is_int(off):
+                raise LayoutError(f"{desc} has a symbolic offset {off} on thread axis {n!r}; a thread range needs ints")
+            low += units[n][0] * off
+    for it in _iters(tile_layout, "shard") + _iters(tile_layout, "replica"):
+        name, ext, stride = _axis_name(it.axis), _int(it.extent), _int(it.stride)
+        if name in units and _is_int(ext) and _is_int(stride) and stride < 0:
+            low += units[name][0] * (ext - 1) * stride
+    if low < 0:
+        raise LayoutError(f"{desc} reaches thread {low}: threads must be non-negative")
+    return low
 
 
 def _replica_terms(iters: Sequence, var) -> dict:
@@ -320,7 +329,7 @@ def to_tile_layout(layout: Layout, axes: Sequence[str] | None = None):
         if found is None:
             continue
         try:
-            result = _assemble(found, mem_axes, len(shape), layout if is_frag else None, repr(layout))
+            result = _assemble(found, mem_axes, len(shape), layout if is_frag else None, layout)
         except LayoutError as err:
             errors.append(str(err))
             continue
@@ -507,6 +516,9 @@ def _refine(pieces: list, bases: list, shape: list):
         chain = sorted(cuts[d])
         if _is_int(n):
             chain = [c for c in chain if c < n]
+            if not chain:  # extent 1: no digit
+                digits.append([])
+                continue
         for a, b in zip(chain, chain[1:]):
             if b % a:
                 raise LayoutError(f"digits of input {d} overlap (boundaries {chain}); not a mixed-radix split")
@@ -567,7 +579,7 @@ def _thread_iters(ext, stride, mode) -> list:
     return [Iter(ext // inner, 1, "warpid"), Iter(inner, stride, "laneid")]
 
 
-def _assemble(found, mem_axes: list, n_coords: int, frag: Fragment | None, desc: str):
+def _assemble(found, mem_axes: list, n_coords: int, frag: Fragment | None, owner: Layout):
     """Iters from digits: coordinate digits -> shard (outermost first), replica digits -> replica."""
     digits, bases = found
     is_frag = frag is not None
@@ -610,13 +622,16 @@ def _assemble(found, mem_axes: list, n_coords: int, frag: Fragment | None, desc:
                     offset["laneid"] = t_off % 32
                 if t_off // 32:
                     offset["warpid"] = t_off // 32
+    thread_axis = "tx" if mode == "tx" else "laneid"
+    if is_frag and not any(_is_thread_axis(it.axis) for it in shard + replica) and not offset.keys() & set(UNITS_AXES):
+        shard.append(Iter(1, 1, thread_axis))  # a one-thread fragment still names a thread axis
     if not shard:
         shard = [Iter(1, 1, mem_axes[0])]
     try:
         return TileLayout.from_iters(shard, replica, offset)
     except Exception as err:
         msg = str(err).strip().splitlines()
-        raise LayoutError(f"TVM rejects the TileLayout built for {desc}: {msg[-1] if msg else err}") from None
+        raise LayoutError(f"TVM rejects the TileLayout built for {owner!r}: {msg[-1] if msg else err}") from None
 
 
 def _converts_back(result, layout: Layout, mem_axes: list, index: list) -> bool:
@@ -700,7 +715,7 @@ def _find_swizzle(layout: Layout, expr):
                         continue
                     digits = _refine([found[0]], [found[1]], shape)
                     try:
-                        tile = _assemble(digits, ["m"], len(shape), None, repr(layout))
+                        tile = _assemble(digits, ["m"], len(shape), None, layout)
                         comp = ComposeLayout(per_element, swizzle_len, atom_len, tile, inner)
                         back = from_tile_layout(comp, shape)
                     except (LayoutError, EvaluationError):

@@ -9,18 +9,18 @@ from .algebra import (append, blocked_product, coalesce, complement, composition
                       tiled_product, with_shape, zipped_divide, zipped_product)
 from .convert import (composed_from_tilelang, composed_to_tilelang, layout_from_tilelang,
                       layout_from_tilelang_hierarchical, layout_to_tilelang, pack_fragment)
-from .int_tuple import (CuteError, E, ScaledBasis, compatible, congruent, crd2idx, depth, flatten, flatten_to_tuple,
-                        idx2crd, inner_product, is_int, is_tuple, prefix_product, product, rank, shape_div,
-                        suffix_product)
-from .layout import (Layout, LayoutBase, coshape, cosize, is_layout, make_column_major_layout, make_identity_layout,
-                     make_layout, make_row_major_layout, size, slice_and_offset)
+from .int_tuple import (CuteError, E, ScaledBasis, crd2idx, flatten_to_tuple, has_none, idx2crd, inner_product,
+                        is_int, is_tuple, prefix_product, product, shape_div, slice_, suffix_product)
+from .layout import (Layout, LayoutBase, compatible, congruent, coshape, cosize, depth, flatten, is_layout,
+                     make_column_major_layout, make_identity_layout, make_layout, make_row_major_layout, rank, size,
+                     slice_and_offset)
 from .parse import parse, parse_int_tuple
 from .swizzle import ComposedLayout, Swizzle
 
 __all__ = [
     "CuteError", "ScaledBasis", "E", "Layout", "LayoutBase", "ComposedLayout", "Swizzle",
     "is_int", "is_tuple", "is_layout", "flatten", "flatten_to_tuple", "product", "inner_product", "prefix_product",
-    "suffix_product", "shape_div", "idx2crd", "crd2idx", "rank", "depth", "congruent", "compatible",
+    "suffix_product", "shape_div", "slice_", "has_none", "idx2crd", "crd2idx", "rank", "depth", "congruent", "compatible",
     "make_layout", "make_column_major_layout", "make_row_major_layout", "make_identity_layout", "size", "cosize",
     "coshape", "slice_and_offset", "coalesce", "filter", "composition", "complement", "right_inverse",
     "left_inverse", "logical_divide", "zipped_divide", "tiled_divide", "logical_product", "zipped_product",

@@ -4,7 +4,9 @@
 input axis, splitting an axis into sub-modes where the values stop being linear), builds the candidate CuTe
 layout, and accepts it only if it reproduces the whole table. Any doubt -- a symbolic or too-large domain,
 an offset, a non-strided or XOR map, an unpacked replica -- returns None; these converters never raise.
-A CuTe layout from here has one top-level mode per tilelayout input axis, in the same order.
+A CuTe layout from here has one top-level mode per tilelayout input axis, in the same order (an axis
+split into sub-modes becomes a nested mode). A Fragment converts on its forward_index only, as in TileLang;
+one with replicate > 1 gives None -- convert ``pack_fragment(frag)`` to include threads and replicas.
 """
 from __future__ import annotations
 

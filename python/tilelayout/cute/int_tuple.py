@@ -12,7 +12,6 @@ from typing import Union
 import numpy as np
 import tvm
 from tvm import tirx
-import tvm_ffi
 from tvm import sym
 
 try:  # the core package's base error, when present

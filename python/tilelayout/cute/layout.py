@@ -5,9 +5,10 @@ intuition. ``str(layout)`` is CuTe's exact spelling ``((2,2),3):((24,2),8)``.
 """
 from __future__ import annotations
 
-from .int_tuple import (CuteError, ScaledBasis, compatible, congruent, crd2idx, depth, flatten, fmt, has_none,
-                        inner_product, is_int, is_tuple, norm, prefix_product, product, rank, slice_,
-                        suffix_product)
+from . import int_tuple as it
+from .int_tuple import (CuteError, ScaledBasis, crd2idx, fmt, has_none, inner_product, is_int, is_tuple, norm,
+                        prefix_product, product, slice_, suffix_product)
+from .int_tuple import flatten as _flatten
 
 __all__ = ["Layout", "LayoutBase", "is_layout", "make_layout", "size", "cosize", "coshape", "rank", "depth",
            "flatten", "congruent", "compatible", "make_column_major_layout", "make_row_major_layout",
@@ -23,7 +24,7 @@ def is_layout(x) -> bool:
 
 
 def _check_shape(shape, what: str) -> None:
-    for s in flatten(shape):
+    for s in _flatten(shape):
         if isinstance(s, ScaledBasis):
             raise CuteError(f"{what}: a shape leaf cannot be a ScaledBasis ({s})")
         if is_int(s) and s < 0:
@@ -53,7 +54,7 @@ class Layout(LayoutBase):
         return hash(str(self))
 
     def __len__(self):
-        return rank(self.shape)
+        return it.rank(self.shape)
 
     def __call__(self, *args):
         """Index or coordinate -> value; a coordinate holding ``None`` slices out a sublayout instead."""
@@ -116,6 +117,37 @@ class Layout(LayoutBase):
         return layout_to_tilelang(self, num_outputs)
 
 
+def _shape(x):
+    return x.shape if is_layout(x) else x
+
+
+def rank(x) -> int:
+    """Number of top-level modes of a layout or an IntTuple (1 for an int)."""
+    return it.rank(_shape(x))
+
+
+def depth(x) -> int:
+    """Nesting depth of a layout's shape or of an IntTuple (0 for an int)."""
+    return it.depth(_shape(x))
+
+
+def congruent(a, b) -> bool:
+    """Same profile (tree structure) of two shapes, or of two layouts' shapes."""
+    return it.congruent(_shape(a), _shape(b))
+
+
+def compatible(a, b) -> bool:
+    """Every coordinate of ``a`` (a shape or a layout's shape) is a coordinate of ``b``."""
+    return it.compatible(_shape(a), _shape(b))
+
+
+def flatten(x):
+    """Leaves of an IntTuple as a flat tuple (pycute); a Layout with its shape and stride flattened (CuTe)."""
+    if isinstance(x, Layout):
+        return x if not is_tuple(x.shape) else Layout(_flatten(x.shape), _flatten(x.stride))
+    return _flatten(x)
+
+
 def make_layout(*args, stride=None):
     """``make_layout(shape, stride=None)`` (column-major default) or ``make_layout(L0, L1, ...)``/``([L0, ...])``:
     one mode per given layout."""
@@ -147,8 +179,8 @@ def cosize(layout):
 
 def coshape(layout):
     """One past the largest value along each codomain axis (an int for integer strides)."""
-    m1 = tuple(s - 1 for s in flatten(layout.shape))
-    top = inner_product(m1, flatten(layout.stride))
+    m1 = tuple(s - 1 for s in _flatten(layout.shape))
+    top = inner_product(m1, _flatten(layout.stride))
     return _plus_one(top.to_tuple() if isinstance(top, ScaledBasis) else top)
 
 

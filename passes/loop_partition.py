@@ -1,0 +1,463 @@
+"""Loop partition: a parallel nest with loop layout L becomes, in every thread, serial loops over L's slots.
+
+For a nest over coordinates x with layout L: (x, rep) -> (slot..., thread) the canonical inverse
+``(slot..., thread - range_min) -> (x..., rep)`` gives, per thread, the iterations it runs. Guards keep
+exactly the cells that are real iterations (padding, thread range, loop predicate); stores to
+shared/global memory of a replicated layout are guarded by ``rep == 0`` so each element is written once.
+Fragment buffers (``local.fragment``) become per-thread ``local`` arrays of shape ``L_frag.output_shape``
+indexed by the fragment's forward index.
+
+The partitioner trusts nothing it can check: it refuses a layout that does not cover the loop, cannot be
+inverted or does not fit the launched threads, and (``verify=True``) checks by enumeration that every
+thread running an iteration holds the fragment elements it touches, naming the buffer and loop.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import tvm
+import tvm_ffi
+from tvm import sym, tirx
+from tvm.ir import Range, TensorLoad
+
+from tilelayout.annotate import LAYOUTS_ATTR, LOOP_LAYOUT_KEY, LOOP_PREDICATE_KEY, decode_layout, loop_key, loop_nest
+from tilelayout.errors import LayoutError
+from tilelayout.exprparse import parse_expr
+from tilelayout.fragment import Fragment
+from tilelayout.layout import Layout, substitute
+
+__all__ = ["LoweringError", "LoopPartition", "partition_function", "thread_launch", "buffer_layouts",
+           "PARTITIONED_KEY", "SLOT_LOOP_KEY", "mutate", "walk", "int_value", "is_memory_scope"]
+
+#: annotation on the outermost serial loop a partitioned nest becomes (value: the nest's loop key)
+PARTITIONED_KEY = "tilelayout.partitioned"
+#: annotation on the innermost slot loop (value: the nest's loop key); the vectorizer works on these
+SLOT_LOOP_KEY = "tilelayout.slot_loop"
+#: loop-level replica guard flag written by inference (informative; partition derives the guard itself)
+REPLICA_GUARD_KEY = "tilelayout.replica_guard"
+
+
+class LoweringError(LayoutError):
+    """A layout or op cannot be lowered correctly; the message names the buffer / loop / op and why."""
+
+
+# --------------------------------------------------------------------------------------- IR helpers
+
+def _guarded(entries: list, failure: list, arity: int) -> list:
+    """Wrap callbacks so a Python exception survives the FFI (re-raised by the caller)."""
+    def wrap(fn: Callable) -> Callable:
+        def run1(node):
+            if failure:
+                return node
+            try:
+                return fn(node)
+            except Exception as exc:  # re-raised after the traversal
+                failure.append(exc)
+                return node
+
+        def run2(node, mutator):
+            if failure:
+                return node
+            try:
+                return fn(node, mutator)
+            except Exception as exc:  # re-raised after the traversal
+                failure.append(exc)
+                return node
+        return run1 if arity == 1 else run2
+    return [(t, wrap(fn)) for t, fn in entries]
+
+
+def mutate(node, entries: list):
+    """``tvm_ffi.structural_mutate`` (top-down, callbacks own the descent) that lets exceptions through."""
+    failure: list = []
+    out = tvm_ffi.structural_mutate(node, _guarded(entries, failure, 2))
+    if failure:
+        raise failure[0]
+    return out
+
+
+def mapped(node, entries: list):
+    """``tvm_ffi.structural_map`` (bottom-up rewrite) that lets exceptions through."""
+    failure: list = []
+    out = tvm_ffi.structural_map(node, _guarded(entries, failure, 1))
+    if failure:
+        raise failure[0]
+    return out
+
+
+def walk(node, entries: list, order: str = "pre") -> None:
+    failure: list = []
+
+    def wrap(fn):
+        def run(n):
+            try:
+                fn(n)
+            except Exception as exc:
+                failure.append(exc)
+                return tvm_ffi.VisitInterrupt(None)
+            return None
+        return run
+
+    tvm_ffi.structural_walk(node, [(t, wrap(fn)) for t, fn in entries], order=order)
+    if failure:
+        raise failure[0]
+
+
+def int_value(e) -> int | None:
+    """A Python int for an integer constant, None otherwise."""
+    if isinstance(e, bool):
+        return None
+    if isinstance(e, int):
+        return e
+    if isinstance(e, tirx.IntImm):
+        return int(e.value)
+    return None
+
+
+def is_memory_scope(scope: str) -> bool:
+    """Global or shared memory: side effects other threads can see."""
+    return scope in ("", "global") or scope.startswith("shared")
+
+
+def _uses(expr, var) -> bool:
+    hits = []
+    tvm_ffi.structural_walk(expr, (tvm.ir.Var, lambda v: hits.append(1) if v.same_as(var) else None))
+    return bool(hits)
+
+
+def func_label(func) -> str:
+    attrs = func.attrs
+    if attrs is not None and "global_symbol" in attrs:
+        return f"kernel {str(attrs['global_symbol'])!r}"
+    return "the kernel"
+
+
+def thread_launch(func) -> tuple[Any, int]:
+    """(threadIdx.x var, extent) of ``func``; (None, 1) when it launches no threads."""
+    found: dict = {}
+
+    def on_attr(n):
+        if n.attr_key == "thread_extent" and isinstance(n.node, tirx.IterVar):
+            tag = str(n.node.thread_tag)
+            if tag.startswith("threadIdx."):
+                ext = int_value(n.value)
+                if ext is None:
+                    raise LoweringError(f"{func_label(func)}: {tag} extent {n.value} must be a constant to lower layouts")
+                found.setdefault(tag, (n.node.var, ext))
+
+    walk(func.body, [(tirx.AttrStmt, on_attr)])
+    for tag in ("threadIdx.y", "threadIdx.z"):
+        if tag in found and found[tag][1] != 1:
+            raise LoweringError(f"{func_label(func)}: {tag} = {found[tag][1]}; lowering models a 1-D thread block "
+                                f"(fold the thread dimensions into threadIdx.x)")
+    return found.get("threadIdx.x", (None, 1))
+
+
+def buffer_layouts(func) -> dict:
+    """{buffer name: Layout | Fragment} from the function attribute written by layout inference."""
+    attrs = func.attrs
+    if attrs is None or LAYOUTS_ATTR not in attrs:
+        return {}
+    out = {}
+    raw = attrs[LAYOUTS_ATTR]
+    for name in sorted(str(k) for k in raw.keys()):
+        try:
+            out[name] = decode_layout(raw[name])
+        except LayoutError as err:
+            raise LoweringError(f"buffer {name}: malformed layout annotation: {err}") from None
+    return out
+
+
+def check_thread_fit(what: str, layout: Fragment, threads: int) -> tuple[int, int]:
+    """The (min, extent) thread range of ``layout``, checked against the launched thread count."""
+    lo, ext = layout.thread_range or (0, threads)
+    if lo + ext > threads:
+        raise LoweringError(f"{what}: thread-extent mismatch: its layout is bound to threads [{lo}, {lo + ext}) but "
+                            f"the kernel launches {threads} threads (threadIdx.x); layout {layout!r}")
+    used = layout.thread_extent
+    if used > ext:
+        raise LoweringError(f"{what}: thread-extent mismatch: its layout uses {used} threads but is bound to a range "
+                            f"of {ext}; layout {layout!r}")
+    return lo, ext
+
+
+def make_analyzer(bounds: dict) -> sym.Analyzer:
+    ana = sym.Analyzer()
+    for v, (lo, ext) in bounds.items():
+        ana.bind(v, Range.from_min_extent(lo, ext))
+    return ana
+
+
+def conj(conds: list):
+    out = None
+    for c in conds:
+        out = c if out is None else tirx.And(out, c)
+    return out
+
+
+def slot_vars(prefix: str, layout: Layout) -> list:
+    return [tirx.Var(f"{prefix}{k}" if layout.output_dim > 1 else prefix, "int32") for k in range(layout.output_dim)]
+
+
+def invert(layout: Fragment, what: str):
+    """(canonical inverse, exact) of a fragment, as a LoweringError naming ``what`` when impossible."""
+    try:
+        return layout.inverse_with_info(allow_padding=True)
+    except LayoutError as err:
+        raise LoweringError(f"{what}: cannot partition by layout {layout!r}: {err}") from None
+
+
+def per_thread_cells(layout: Fragment, tx, threads: int, what: str, prefix: str = "s"):
+    """Everything needed to iterate, in one thread, over the cells a fragment gives it.
+
+    Returns (slot vars, slot extents, coords (rep last), guard conditions, analyzer bounds): the cell
+    (slots, tx) is the element ``coords[:-1]`` replica ``coords[-1]`` when every guard holds.
+    """
+    lo, ext = check_thread_fit(what, layout, threads)
+    inv, exact = invert(layout, what)
+    slots = [int_value(s) if int_value(s) is not None else s for s in layout.output_shape]
+    if any(not isinstance(s, int) for s in slots):
+        raise LoweringError(f"{what}: layout {layout!r} has symbolic slot extents {layout.output_shape}")
+    svars = slot_vars(prefix, layout)
+    inv_threads = int_value(inv.input_shape[-1]) if hasattr(inv.input_shape[-1], "value") else inv.input_shape[-1]
+    hi = lo + min(ext, int(inv_threads))
+    t = tx if tx is not None else tirx.const(0, "int32")
+    tn = t - lo if lo else t
+    bounds = {v: (0, s) for v, s in zip(svars, slots)}
+    if tx is not None:
+        bounds[tx] = (lo, hi - lo)
+    ana = make_analyzer(bounds)
+    coords = [ana.simplify(e) for e in inv.forward(*svars, tn)]
+    guards = []
+    if tx is not None:
+        if lo > 0:
+            guards.append(tx >= lo)
+        if hi < threads:
+            guards.append(tx < hi)
+    if not exact:
+        extents = list(layout.input_shape) + [layout.replicate_size]
+        for c, e in zip(coords, extents):
+            for cond in (c >= 0, c < e):
+                if not ana.can_prove(cond):
+                    guards.append(ana.simplify(cond))
+    return svars, slots, coords, guards, bounds
+
+
+# --------------------------------------------------------------------------------------- the pass
+
+def LoopPartition(verify: bool = True):
+    """Pass: partition every layout-annotated parallel nest over threads; fragments become local arrays."""
+
+    @tirx.transform.prim_func_pass(opt_level=0, name="tilelayout.LoopPartition")
+    def _pass(func, mod, ctx):
+        return partition_function(func, verify)
+
+    return _pass
+
+
+def partition_function(func, verify: bool = True):
+    """``func`` with every annotated parallel nest partitioned and fragments turned into local arrays."""
+    tx, threads = thread_launch(func)
+    layouts = buffer_layouts(func)
+    frag_layouts = fragment_layouts(func, layouts, threads)
+    nests = _frontend_nests(func) if verify else []
+
+    def on_for(loop, mutator):
+        if LOOP_LAYOUT_KEY in loop.annotations:
+            nest = next((n for root, n in nests if root.same_as(loop)), None)
+            return _partition_nest(loop, tx, threads, frag_layouts, nest, verify)
+        return mutator.default_mutate(loop)
+
+    body = mutate(func.body, [(tirx.For, on_for)])
+    body = localize_fragments(body, frag_layouts, tx, threads)
+    return func.with_body(body)
+
+
+def fragment_layouts(func, layouts: dict, threads: int) -> dict:
+    """{fragment buffer Var: Fragment} for every ``local.fragment`` buffer of ``func``, validated."""
+    found: list = []
+
+    def on_alloc(node):
+        b = node.buffer
+        if b.scope() == "local.fragment" and not any(b.same_as(x) for x in found):
+            found.append(b)
+
+    walk(func.body, [((tirx.AllocBuffer, tirx.DeclBuffer), on_alloc)])
+    out = {}
+    for b in found:
+        lay = layouts.get(str(b.name))
+        if lay is None:
+            raise LoweringError(f"fragment {b.name}: no layout annotation ({LAYOUTS_ATTR}); run layout inference first")
+        if not isinstance(lay, Fragment):
+            raise LoweringError(f"fragment {b.name}: its layout {lay!r} is not a Fragment")
+        shape = [int_value(s) for s in b.shape]
+        if shape != [int_value(s) if not isinstance(s, int) else s for s in lay.input_shape]:
+            raise LoweringError(f"fragment {b.name}: layout covers {lay.input_shape} but the buffer has shape {shape}")
+        check_thread_fit(f"fragment {b.name}", lay, threads)
+        out[b] = lay
+    return out
+
+
+def _frontend_nests(func) -> list:
+    """[(root For, LoopNest)] of every parallel nest, from the front end (for ownership verification)."""
+    from .frontend import ParallelOp, build_op_graph
+    from .loop_nest import nest_of
+    try:
+        graph = build_op_graph(func)
+    except LayoutError:
+        return []
+    out = []
+    for op in graph.ops:
+        if isinstance(op, ParallelOp):
+            try:
+                out.append((op.root, nest_of(op)))
+            except LayoutError:
+                continue
+    return out
+
+
+def _verify_nest(key: str, nest, layout: Fragment, frag_layouts: dict) -> None:
+    from .fragment_rules import ownership_error
+    by_name = {str(b.name): lay for b, lay in frag_layouts.items()}
+    for access in nest.fragment_accesses():
+        frag = by_name.get(access.buffer.name)
+        if frag is None:
+            continue
+        err = ownership_error(nest, layout, access, frag)
+        if err is not None:
+            raise LoweringError(f"buffer {access.buffer.name}: loop {key} cannot be partitioned by its layout: {err}")
+
+
+def _predicate_expr(text: str, tx, key: str):
+    if tx is None:
+        raise LoweringError(f"loop {key}: predicate {text!r} names a thread but the kernel launches none")
+    try:
+        return parse_expr(text, {str(tx.name): tx, "threadIdx.x": tx})
+    except LayoutError as err:
+        raise LoweringError(f"loop {key}: cannot read its predicate annotation {text!r}: {err}") from None
+
+
+def _partition_nest(root, tx, threads: int, frag_layouts: dict, nest, verify: bool):
+    loops = loop_nest(root)
+    key = loop_key(loops)
+    layout = decode_layout(root.annotations[LOOP_LAYOUT_KEY])
+    if not isinstance(layout, Fragment):
+        raise LoweringError(f"loop {key}: its loop layout {layout!r} is not a Fragment")
+    n = layout.input_dim
+    if n > len(loops):
+        raise LoweringError(f"loop {key}: layout {layout!r} has {n} inputs but the nest has {len(loops)} parallel loops")
+    extents = [int_value(l.extent) for l in loops[:n]]
+    if any(int_value(l.min) != 0 for l in loops[:n]):
+        raise LoweringError(f"loop {key}: parallel loops must start at 0 to be partitioned")
+    if extents != [int_value(s) if not isinstance(s, int) else s for s in layout.input_shape]:
+        raise LoweringError(f"loop {key}: its layout covers {layout.input_shape} but the loop runs over {extents}; "
+                            f"iterations would be dropped or invented")
+    if verify and nest is not None:
+        _verify_nest(key, nest, layout, frag_layouts)
+    what = f"loop {key}"
+    svars, slots, coords, guards, bounds = per_thread_cells(layout, tx, threads, what, "s")
+    rep = coords[n]
+    body = loops[n - 1].body
+    if n < len(loops):  # parallel loops the layout does not cover run serially inside each iteration
+        body = _serialize_parallel(body)
+    body = substitute(body, {l.loop_var: c for l, c in zip(loops[:n], coords[:n])})
+    ann = root.annotations
+    if LOOP_PREDICATE_KEY in ann:
+        guards.append(_predicate_expr(str(ann[LOOP_PREDICATE_KEY]), tx, key))
+    ana = make_analyzer(bounds)
+    if layout.replicate_size > 1 and not ana.can_prove(rep == 0):
+        body = _guard_memory_stores(body, ana.simplify(rep == 0))
+    guard = conj([g for g in guards if not ana.can_prove(g)])
+    if guard is not None:
+        body = tirx.IfThenElse(ana.simplify(guard), body, None)
+    for k in reversed(range(len(svars))):
+        notes = {SLOT_LOOP_KEY: key} if k == len(svars) - 1 else {}
+        if k == 0:
+            notes[PARTITIONED_KEY] = key
+        body = tirx.For(svars[k], 0, slots[k], tirx.ForKind.SERIAL, body, None, notes)
+    return body
+
+
+def _serialize_parallel(stmt):
+    def on_for(f):
+        if f.kind == tirx.ForKind.PARALLEL:
+            return tirx.For(f.loop_var, f.min, f.extent, tirx.ForKind.SERIAL, f.body, None, f.annotations, f.step)
+        return f
+    return mapped(stmt, [(tirx.For, on_for)])
+
+
+def _guard_memory_stores(stmt, cond):
+    """Only replica 0 performs shared/global side effects; registers of every replica still update."""
+    def on_store(s):
+        if is_memory_scope(s.buffer.scope()):
+            return tirx.IfThenElse(cond, s, None)
+        return s
+    return mapped(stmt, [(tirx.BufferStore, on_store)])
+
+
+# --------------------------------------------------------------------------------------- fragments
+
+def localize_fragments(body, frag_layouts: dict, tx, threads: int):
+    """Fragment buffers -> per-thread ``local`` arrays of shape output_shape, indexed by forward_index."""
+    if not frag_layouts:
+        return body
+    new_bufs = {}
+    for b, lay in frag_layouts.items():
+        shape = [int_value(s) if int_value(s) is not None else s for s in lay.output_shape]
+        new_bufs[b] = tirx.decl_buffer(shape, b.dtype, name=str(b.name), scope="local")
+
+    def lookup(buf):
+        for b, nb in new_bufs.items():
+            if b.same_as(buf):
+                return b, nb
+        return None, None
+
+    bounds: dict = {}
+    if tx is not None:
+        bounds[tx] = (0, threads)
+    state = {"ana": make_analyzer(bounds)}
+
+    def index(buf, indices):
+        b, nb = lookup(buf)
+        lay = frag_layouts[b]
+        return nb, [state["ana"].simplify(e) for e in lay.forward(*indices)]
+
+    def on_for(loop, mutator):
+        lo, ext = int_value(loop.min), int_value(loop.extent)
+        if lo is not None and ext is not None and ext > 0:
+            try:
+                state["ana"].bind(loop.loop_var, Range.from_min_extent(lo, ext))
+            except Exception:  # already bound (shared var): keep the first range
+                pass
+        return mutator.default_mutate(loop)
+
+    def on_store(s, mutator):
+        s = mutator.default_mutate(s)
+        b, _ = lookup(s.buffer)
+        if b is None:
+            return s
+        nb, idx = index(s.buffer, list(s.indices))
+        return tirx.BufferStore(nb, s.value, idx)
+
+    def on_load(e, mutator):
+        e = mutator.default_mutate(e)
+        b, _ = lookup(e.source)
+        if b is None:
+            return e
+        nb, idx = index(e.source, list(e.indices))
+        return tirx.BufferLoad(nb, idx)
+
+    def on_alloc(a, mutator):
+        b, nb = lookup(a.buffer)
+        if b is None:
+            return mutator.default_mutate(a)
+        return tirx.AllocBuffer(nb, a.annotations)
+
+    def on_decl(d, mutator):
+        b, _ = lookup(d.buffer)
+        if b is not None:
+            raise LoweringError(f"fragment {d.buffer.name}: buffer views (DeclBuffer) of fragments are not supported")
+        return mutator.default_mutate(d)
+
+    return mutate(body, [(tirx.For, on_for), (tirx.BufferStore, on_store), (TensorLoad, on_load),
+                         (tirx.AllocBuffer, on_alloc), (tirx.DeclBuffer, on_decl)])
