@@ -118,9 +118,11 @@ def run_variant(cases_dir: str, case: str, variant: str, models: tuple) -> Outco
     module = load_case(Path(cases_dir), case)
     out = Outcome(case, variant)
     start = time.perf_counter()
+    func = None
     for model in models:
         try:
-            result = tl.infer_layouts(module.VARIANTS[variant](), target=None, cost_model=model)
+            func = func if func is not None else module.VARIANTS[variant]()   # IR is immutable: share it
+            result = tl.infer_layouts(func, target=None, cost_model=model)
             snap = snapshot.result_to_snapshot(result)
         except Exception as err:  # noqa: BLE001 -- a failing case is reported, not fatal
             out.errors[model] = _error_text(err)
