@@ -334,3 +334,14 @@ def test_script_entry_point_exits_2_on_hook():
     proc = subprocess.run([sys.executable, str(ROOT / "maint" / "run.py"), "--anchor"], capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 2 and "needs issue 7" in proc.stderr
+
+
+def test_progress_writes_only_to_a_terminal():
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    tty, pipe = Tty(), io.StringIO()
+    run.Progress(tty)(3, 46, "reduce_broadcast/64x128_t128")
+    run.Progress(pipe)(3, 46, "reduce_broadcast/64x128_t128")
+    assert "[3/46] reduce_broadcast/64x128_t128" in tty.getvalue() and pipe.getvalue() == ""

@@ -1,0 +1,179 @@
+"""Loop vectorize: give every partitioned nest's innermost slot loop the widest safe vector width.
+
+The width comes from ``loop_plan.plan_vector_width`` -- the rule layout inference and the io-aware model
+use -- applied to the partitioned body: global/shared accesses must move contiguously and aligned with the
+slot, stores that do not move with it stay scalar, register accesses only cap the width by element size,
+and the whole is bounded by ``hardware.max_vector_load_bits(target, global_only)``. Guards (padding,
+thread range, ``rep == 0``) must be invariant inside each vector, as TileLang requires; they are then
+hoisted or evaluated once per vector so TVM's VectorizeLoop emits real vector loads and stores.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tvm
+from tvm import sym, tirx
+from tvm.ir import Range, TensorLoad
+
+from tilelayout.layout import substitute
+
+from .hardware import max_vector_load_bits, normalize_target
+from .loop_partition import SLOT_LOOP_KEY, int_value, mapped, mutate, thread_launch, walk
+from .loop_plan import plan_vector_width
+
+__all__ = ["LoopVectorize", "vectorize_function", "VECTOR_WIDTH_KEY"]
+
+#: annotation recording the chosen width on the slot loop (1 = left scalar)
+VECTOR_WIDTH_KEY = "tilelayout.vector_width"
+
+
+@dataclass(frozen=True)
+class _Buf:
+    """What the width rule needs to know of a buffer."""
+
+    name: str
+    bits: int
+    shape: list
+    scope: str
+
+    @property
+    def is_fragment(self) -> bool:
+        return self.scope == "local.fragment"
+
+    @property
+    def is_local(self) -> bool:
+        return self.scope.startswith("local")
+
+    @property
+    def is_shared(self) -> bool:
+        return self.scope.startswith("shared")
+
+
+def LoopVectorize(target=None):
+    """Pass: vectorize the innermost slot loop of every partitioned nest."""
+
+    @tirx.transform.prim_func_pass(opt_level=0, name="tilelayout.LoopVectorize")
+    def _pass(func, mod, ctx):
+        func_target = target
+        if func_target is None and func.attrs is not None and "target" in func.attrs:
+            func_target = func.attrs["target"]
+        return vectorize_function(func, func_target)
+
+    return _pass
+
+
+def vectorize_function(func, target=None):
+    target = normalize_target(target)
+    tx, threads = thread_launch(func)
+    scope: list = []      # enclosing loops (var, extent) with constant bounds from 0
+
+    def on_for(loop, mutator):
+        if SLOT_LOOP_KEY in loop.annotations:
+            return _vectorize(loop, scope, tx, threads, target)
+        lo, ext = int_value(loop.min), int_value(loop.extent)
+        pushed = lo == 0 and ext is not None
+        if pushed:
+            scope.append((loop.loop_var, ext))
+        try:
+            return mutator.default_mutate(loop)
+        finally:
+            if pushed:
+                scope.pop()
+
+    return func.with_body(mutate(func.body, [(tirx.For, on_for)]))
+
+
+def _accesses(body) -> list:
+    out = []
+
+    def info(buf) -> _Buf:
+        return _Buf(str(buf.name), tvm.DataType(buf.dtype).bits, [int_value(s) if int_value(s) is not None else s
+                                                                  for s in buf.shape], buf.scope() or "global")
+
+    walk(body, [(tirx.BufferStore, lambda s: out.append((info(s.buffer), list(s.indices), True))),
+                (TensorLoad, lambda e: out.append((info(e.source), list(e.indices), False)))])
+    return out
+
+
+def _conditions(body) -> list:
+    out = []
+
+    def on_call(c):
+        if isinstance(c.op, tvm.ir.Op) and str(c.op.name).endswith("if_then_else"):
+            out.append(c.args[0])
+
+    walk(body, [(tirx.IfThenElse, lambda s: out.append(s.condition)), (tvm.ir.Call, on_call)])
+    return out
+
+
+def slot_loop_width(loop, scope: list, tx, threads: int, target) -> int:
+    """The vector width for one slot loop (1 when it must stay scalar)."""
+    ext = int_value(loop.extent)
+    if ext is None or int_value(loop.min) != 0:
+        return 1
+    accesses = _accesses(loop.body)
+    if not accesses:
+        return 1
+    global_only = not any(b.is_shared or b.is_local for b, _, _ in accesses)
+    max_bits = max_vector_load_bits(target, global_only=global_only)
+    outer = list(scope) + ([(tx, threads)] if tx is not None else [])
+    loop_vars = [v for v, _ in outer] + [loop.loop_var]
+    extents = [e for _, e in outer] + [ext]
+    width = plan_vector_width(loop_vars, extents, [a for a in accesses if a[1]], max_bits)
+    conds = _conditions(loop.body)
+    while width > 1 and not all(_invariant(c, loop.loop_var, ext, width, outer) for c in conds):
+        width //= 2
+    return width
+
+
+def _invariant(expr, var, extent: int, width: int, outer: list) -> bool:
+    """``expr`` takes one value inside every aligned group of ``width`` iterations of ``var``."""
+    if extent % width:
+        return False
+    hi, lane = tirx.Var("v_hi", "int32"), tirx.Var("v_lane", "int32")
+    ana = sym.Analyzer()
+    for v, e in outer:
+        ana.bind(v, Range(0, e))
+    ana.bind(hi, Range(0, extent // width))
+    ana.bind(lane, Range(0, width))
+    full = substitute(expr, {var: hi * width + lane})
+    base = substitute(expr, {var: hi * width})
+    if str(full.ty) == "bool":
+        return bool(ana.can_prove(tirx.EQ(tirx.Cast("int32", full), tirx.Cast("int32", base))))
+    return bool(ana.can_prove(full == base))
+
+
+def _vectorize(loop, scope: list, tx, threads: int, target):
+    width = slot_loop_width(loop, scope, tx, threads, target)
+    ann = {str(k): v for k, v in loop.annotations.items()}
+    ann[VECTOR_WIDTH_KEY] = width
+    ext = int_value(loop.extent)
+    if width == 1:
+        return tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, loop.body, None, ann, loop.step)
+    var = loop.loop_var
+    hi, lane = tirx.Var(f"{var.name}_o", "int32"), tirx.Var(f"{var.name}_v", "int32")
+    base = hi * width if ext > width else tirx.const(0, "int32")
+    body = substitute(loop.body, {var: base + lane})
+    # guards are invariant inside a vector: evaluate them at the vector's first lane, hoisting the outer one
+    hoisted = None
+    if isinstance(body, tirx.IfThenElse) and body.else_case is None:
+        hoisted = substitute(body.condition, {lane: tirx.const(0, "int32")})
+        body = body.then_case
+    body = mapped(body, [(tirx.IfThenElse, lambda s: tirx.IfThenElse(
+        substitute(s.condition, {lane: tirx.const(0, "int32")}), s.then_case, s.else_case))])
+    inner = tirx.For(lane, 0, width, tirx.ForKind.VECTORIZED, body)
+    if hoisted is not None:
+        inner = tirx.IfThenElse(hoisted, inner, None)
+    if ext == width:
+        return _annotated(inner, ann)
+    return tirx.For(hi, 0, ext // width, tirx.ForKind.SERIAL, inner, None, ann)
+
+
+def _annotated(stmt, ann: dict):
+    """Keep the slot-loop annotations on the vector loop when no outer loop remains."""
+    if isinstance(stmt, tirx.For):
+        merged = {str(k): v for k, v in stmt.annotations.items()}
+        merged.update(ann)
+        return tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, stmt.body, None, merged, stmt.step)
+    then = stmt.then_case
+    return tirx.IfThenElse(stmt.condition, _annotated(then, ann), stmt.else_case)

@@ -1,0 +1,540 @@
+"""Lower tile ops into per-thread code, using the layouts layout inference wrote into the IR.
+
+- ``copy`` / ``fill`` / elementwise ops become ``T.parallel`` nests over the destination region, annotated with
+  the loop layout inference would give them (same rules: ``op_rules`` candidates and choice, evaluated on
+  the annotated buffer layouts), so partition treats them like user loops.
+- ``sum`` / ``max`` / ``min`` with a fragment source: every thread folds the source cells it owns into a
+  per-thread accumulator indexed like the destination, then the holders of each destination element
+  combine their partials -- warp shuffles (xor butterfly) when the holders of every element form one
+  xor-coset inside a warp, otherwise a shared-memory exchange -- so every holder ends with the full result.
+  A source replica is counted once (only replica 0 contributes).
+- ``gemm``: each thread computes the accumulator elements it holds from the operands (read through
+  their own buffers; fragment operands must be held by the thread that needs them).
+
+Fragment accesses stay logical (``frag[i, j]``); partition turns them into local-array slots.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import tvm
+from tvm import tirx
+from tvm.ir import Range
+from tvm.tirx.tile_primitive import TilePrimitiveCall
+
+from tilelayout.annotate import annotate_loop
+from tilelayout.fragment import Fragment
+
+from . import op_rules
+from .frontend import CopyOp, ElementwiseOp, FillOp, GemmOp, ReduceOp, build_op_graph
+from .hardware import normalize_target, warp_size
+from .loop_nest import nest_of
+from .loop_partition import (LoweringError, buffer_layouts, check_thread_fit, int_value, make_analyzer, mutate,
+                             per_thread_cells, thread_launch)
+
+__all__ = ["LowerTileOps", "lower_tile_ops", "tile_loop_decision", "elementwise_value", "reduce_identity",
+           "reduce_combine", "SHARED_LIMIT_BYTES"]
+
+#: shared memory a reduction workspace may take (the static per-block limit of every CUDA GPU)
+SHARED_LIMIT_BYTES = 48 * 1024
+
+
+def LowerTileOps(target=None):
+    """Pass: tile ops -> annotated parallel nests (copy/fill/elementwise) or per-thread code (reduce/gemm)."""
+
+    @tirx.transform.prim_func_pass(opt_level=0, name="tilelayout.LowerTileOps")
+    def _pass(func, mod, ctx):
+        func_target = target
+        if func_target is None and func.attrs is not None and "target" in func.attrs:
+            func_target = func.attrs["target"]
+        return lower_tile_ops(func, func_target)
+
+    return _pass
+
+
+class _Fixed:
+    """The read-only view of final layouts that the inference rules expect of their state."""
+
+    def __init__(self, threads: int, target, thread_name: str, layouts: dict):
+        self.threads, self.target, self.thread_name = threads, target, thread_name
+        self._layouts = layouts
+
+    def layout(self, buf):
+        return self._layouts.get(buf.name)
+
+    def setter(self, buf) -> str:
+        return "its layout annotation"
+
+    def note(self, text: str) -> None:
+        pass
+
+    def memo(self, key: tuple, compute):
+        return compute()
+
+    def propose(self, buf, layout, op, level) -> None:
+        old = self._layouts.get(buf.name)
+        if old is None or not old.is_equal(layout):
+            raise LoweringError(f"buffer {buf.name}: lowering {op.describe() if op else 'an op'} would need layout "
+                                f"{layout!r}, but the annotated layout is {old!r}; run layout inference first")
+
+
+def tile_loop_decision(nest, threads: int, target, thread_name: str, layouts: dict) -> op_rules.LoopDecision:
+    """The loop layout of a copy/fill/elementwise nest, chosen by inference's own rules on the final layouts."""
+    state = _Fixed(threads, target, thread_name, layouts)
+    for a in nest.fragment_accesses():
+        if state.layout(a.buffer) is None:
+            raise LoweringError(f"fragment {a.buffer.name}: {nest.describe()} touches it but it has no layout "
+                                f"annotation; run layout inference first")
+    try:
+        candidates = op_rules._candidates(nest, op_rules.FREE, state)
+    except LoweringError:
+        raise
+    except Exception as err:  # the rules raise typed layout errors; name the op
+        raise LoweringError(f"{nest.describe()}: no loop layout: {err}") from None
+    if not candidates:
+        raise LoweringError(f"{nest.describe()}: no loop layout could be derived from the annotated layouts")
+    layout, source = op_rules._choose(nest, candidates, state)
+    err = op_rules._validation_error(nest, layout, state)
+    if err is not None:
+        raise LoweringError(f"{nest.describe()}: the annotated layouts admit no valid loop layout: {err}")
+    return op_rules.LoopDecision(layout, op_rules._predicate(layout, state), op_rules._padding(layout, nest),
+                                 op_rules._needs_replica_guard(nest, layout, state), source)
+
+
+# --------------------------------------------------------------------------------------- the pass
+
+def lower_tile_ops(func, target=None):
+    """``func`` with every tile op replaced by loops (see the module docstring)."""
+    target = normalize_target(target)
+    graph = build_op_graph(func)
+    tx, threads = thread_launch(func)
+    layouts = buffer_layouts(func)
+    lowering = _Lowering(graph, tx, threads, target, layouts)
+    ops = [op for op in graph.ops if isinstance(op, (CopyOp, FillOp, ElementwiseOp, ReduceOp, GemmOp))]
+
+    def on_tile(node, mutator):
+        for op in ops:
+            if op.stmt.same_as(node):
+                return lowering.lower(op, node)
+        raise LoweringError(f"tile op {node.op.name} was not recognised by the front end")
+
+    return func.with_body(mutate(func.body, [(TilePrimitiveCall, on_tile)]))
+
+
+class _Lowering:
+    def __init__(self, graph, tx, threads: int, target, layouts: dict):
+        self.graph, self.tx, self.threads, self.target = graph, tx, threads, target
+        self.layouts = layouts
+        self.thread_name = tx.name if tx is not None else "threadIdx.x"
+        self.counter = 0
+
+    def fresh(self, base: str) -> str:
+        self.counter += 1
+        return f"{base}_{self.counter}" if self.counter > 1 else base
+
+    def layout_of(self, buf, op) -> Fragment:
+        lay = self.layouts.get(buf.name)
+        if lay is None:
+            raise LoweringError(f"fragment {buf.name}: {op.describe()} needs its layout but it has no layout "
+                                f"annotation; run layout inference first")
+        return lay
+
+    def lower(self, op, node):
+        if isinstance(op, (CopyOp, FillOp, ElementwiseOp)):
+            return self.loop_op(op, node)
+        if isinstance(op, ReduceOp):
+            return self.reduce(op)
+        return self.gemm(op)
+
+    # ------------------------------------------------------------------ copy / fill / elementwise
+    def loop_op(self, op, node):
+        nest = nest_of(op)
+        decision = tile_loop_decision(nest, self.threads, self.target, self.thread_name, self.layouts)
+        dst = nest.accesses[-1]
+        srcs = [tirx.BufferLoad(a.buffer.var, a.indices) for a in nest.accesses[:-1]]
+        dtype = dst.buffer.dtype
+        if isinstance(op, CopyOp):
+            value = _cast(dtype, srcs[0])
+        elif isinstance(op, FillOp):
+            value = _cast(dtype, op.value)
+        else:
+            value = elementwise_value(op.name, dtype, _operands(node, srcs), tirx.BufferLoad(dst.buffer.var, dst.indices))
+        body = tirx.BufferStore(dst.buffer.var, value, dst.indices)
+        for v, e in reversed(list(zip(nest.loop_vars, nest.extents))):
+            body = tirx.For(v, 0, e, tirx.ForKind.PARALLEL, body)
+        return annotate_loop(body, decision.layout, decision.predicate, decision.padding_guard, decision.replica_guard)
+
+    # ------------------------------------------------------------------ reductions
+    def reduce(self, op: ReduceOp):
+        src, dst = op.src.buffer, op.dst.buffer
+        if not src.is_fragment:
+            if not dst.is_fragment:
+                raise LoweringError(f"{op.describe()}: a reduction between two non-fragment buffers is not supported; "
+                                    f"reduce into a fragment")
+            return self.reduce_from_memory(op)
+        if not op.src.is_full:
+            raise LoweringError(f"{op.describe()}: reductions over part of fragment {src.name} are not supported")
+        ls = self.layout_of(src, op)
+        check_thread_fit(f"fragment {src.name}", ls, self.threads)
+        lr = ls
+        for axis in sorted(op.axes, reverse=True):
+            lr = op_rules.reducer_layout(lr, axis)
+        if lr.thread_range is None:
+            lr = lr.bind_thread_range(0, self.threads)
+        if dst.is_fragment:
+            if not op.dst.is_full:
+                raise LoweringError(f"{op.describe()}: reductions into part of fragment {dst.name} are not supported")
+            work = self.layout_of(dst, op)
+            check_thread_fit(f"fragment {dst.name}", work, self.threads)
+            if [int_value(s) if not isinstance(s, int) else s for s in work.input_shape] != list(lr.input_shape):
+                raise LoweringError(f"{op.describe()}: fragment {dst.name} has shape {work.input_shape} but the "
+                                    f"reduction produces {lr.input_shape}")
+            err = work.containment_error(lr)
+            if err is not None:
+                raise LoweringError(
+                    f"buffer {dst.name}: {op.describe()}: unsatisfiable reduction replication: every thread holding "
+                    f"source elements of a row must hold its result, but {err}")
+        else:
+            work = lr
+        dtype = dst.dtype
+        acc = tirx.decl_buffer([int(s) for s in work.output_shape], dtype, name=self.fresh(f"{dst.name}_red"),
+                               scope="local")
+        stmts: list = [tirx.AllocBuffer(acc)]
+        wfor = _ForCells(work, self.tx, self.threads, f"{op.describe()} (destination {dst.name})", "d")
+        # 1. identity in every slot (also in padding cells, so cross-thread steps may read them)
+        ident = reduce_identity(op.reducer, dtype)
+        stmts.append(_slot_loops(wfor, tirx.BufferStore(acc, ident, wfor.svars)))
+        # 2. fold the source cells this thread owns (replica 0 only: a replicated value counts once)
+        sfor = _ForCells(ls, self.tx, self.threads, f"{op.describe()} (source {src.name})", "s")
+        scoords = sfor.coords[:-1]
+        red = [c for d, c in enumerate(scoords) if d not in op.axes] or [tirx.const(0, "int32")]
+        slot = [sfor.ana.simplify(e) for e in work.forward(*red)]
+        value = _cast(dtype, tirx.BufferLoad(src.var, scoords))
+        fold = tirx.BufferStore(acc, reduce_combine(op.reducer, tirx.BufferLoad(acc, slot), value), slot)
+        conds = list(sfor.guards)
+        if ls.replicate_size > 1:
+            conds.append(sfor.coords[-1] == 0)
+        stmts.append(_slot_loops(sfor, _guard(fold, conds, sfor.ana)))
+        # 3. combine across the holders of each destination element
+        stmts.extend(self.all_reduce(op, work, wfor, acc))
+        # 4. write the result
+        dcoords, rep = wfor.coords[:-1], wfor.coords[-1]
+        result = tirx.BufferLoad(acc, wfor.svars)
+        if dst.is_fragment:
+            idx = dcoords
+            conds = list(wfor.guards)
+        else:
+            kept = [e for d, e in enumerate(op.src.extents) if d not in op.axes]
+            idx = _region_index(op.dst, [c for c, e in zip(dcoords, kept) if not (isinstance(e, int) and e == 1)])
+            conds = list(wfor.guards) + ([rep == 0] if work.replicate_size > 1 else [])
+        if op.accum:
+            result = reduce_combine(op.reducer, tirx.BufferLoad(dst.var, idx), result)
+        stmts.append(_slot_loops(wfor, _guard(tirx.BufferStore(dst.var, result, idx), conds, wfor.ana)))
+        return tirx.SeqStmt(stmts)
+
+    def all_reduce(self, op, work: Fragment, wfor: "_ForCells", acc) -> list:
+        cells = _cell_elements(work, self.threads)
+        counts = np.bincount(cells[cells >= 0].reshape(-1), minlength=work.size)
+        if counts.max() <= 1:
+            return []
+        masks = _xor_masks(cells, counts, warp_size(self.target))
+        if masks is not None:
+            steps = []
+            for m in masks:
+                shuffled = _shuffle_xor(tirx.BufferLoad(acc, wfor.svars), m, warp_size(self.target))
+                steps.append(tirx.BufferStore(acc, reduce_combine(op.reducer, tirx.BufferLoad(acc, wfor.svars),
+                                                                  shuffled), wfor.svars))
+            return [_slot_loops(wfor, tirx.SeqStmt(steps) if len(steps) > 1 else steps[0])]
+        return self.shared_exchange(op, work, wfor, acc)
+
+    def shared_exchange(self, op, work: Fragment, wfor: "_ForCells", acc) -> list:
+        rep_n = work.replicate_size
+        elems = int(work.size)
+        nbytes = elems * rep_n * max(1, tvm.DataType(acc.dtype).bits // 8)
+        if nbytes > SHARED_LIMIT_BYTES:
+            raise LoweringError(f"{op.describe()}: the cross-thread exchange needs {nbytes} bytes of shared memory "
+                                f"({elems} elements x {rep_n} holders), over the {SHARED_LIMIT_BYTES}-byte limit")
+        ws = tirx.decl_buffer([elems, rep_n], acc.dtype, name=self.fresh(f"{op.dst.buffer.name}_xchg"),
+                              scope="shared")
+        flat = _flat(wfor.coords[:-1], [int(s) for s in work.input_shape])
+        rep = wfor.coords[-1]
+        put = tirx.BufferStore(ws, tirx.BufferLoad(acc, wfor.svars), [flat, rep])
+        r = tirx.Var("r", "int32")
+        take = tirx.SeqStmt([
+            tirx.BufferStore(acc, tirx.BufferLoad(ws, [flat, tirx.const(0, "int32")]), wfor.svars),
+            tirx.For(r, 1, rep_n - 1, tirx.ForKind.SERIAL, tirx.BufferStore(
+                acc, reduce_combine(op.reducer, tirx.BufferLoad(acc, wfor.svars), tirx.BufferLoad(ws, [flat, r])),
+                wfor.svars)),
+        ]) if rep_n > 1 else tirx.Evaluate(0)
+        sync = tirx.Evaluate(tirx.op.tvm_storage_sync("shared"))
+        return [tirx.AllocBuffer(ws), sync, _slot_loops(wfor, _guard(put, wfor.guards, wfor.ana)), sync,
+                _slot_loops(wfor, _guard(take, wfor.guards, wfor.ana)), sync]
+
+    def reduce_from_memory(self, op: ReduceOp):
+        dst = op.dst.buffer
+        work = self.layout_of(dst, op)
+        if not op.dst.is_full:
+            raise LoweringError(f"{op.describe()}: reductions into part of fragment {dst.name} are not supported")
+        wfor = _ForCells(work, self.tx, self.threads, f"{op.describe()} (destination {dst.name})", "d")
+        dcoords = wfor.coords[:-1]
+        dtype = dst.dtype
+        acc = tirx.decl_buffer([1], dtype, name=self.fresh(f"{dst.name}_red"), scope="local")
+        zero = [tirx.const(0, "int32")]
+        kvars = [tirx.Var(f"k{a}", "int32") for a in op.axes]
+        src_ext = list(op.src.extents)
+        it = iter(dcoords)
+        full = [kvars[op.axes.index(d)] if d in op.axes else next(it) for d in range(len(src_ext))]
+        src_idx = [o + c for o, c in zip(op.src.offsets, full)]
+        fold = tirx.BufferStore(acc, reduce_combine(op.reducer, tirx.BufferLoad(acc, zero),
+                                                    _cast(dtype, tirx.BufferLoad(op.src.buffer.var, src_idx))), zero)
+        for k, a in reversed(list(zip(kvars, op.axes))):
+            fold = tirx.For(k, 0, src_ext[a], tirx.ForKind.SERIAL, fold)
+        result = tirx.BufferLoad(acc, zero)
+        if op.accum:
+            result = reduce_combine(op.reducer, tirx.BufferLoad(dst.var, dcoords), result)
+        body = tirx.SeqStmt([tirx.BufferStore(acc, reduce_identity(op.reducer, dtype), zero), fold,
+                             tirx.BufferStore(dst.var, result, dcoords)])
+        return tirx.SeqStmt([tirx.AllocBuffer(acc), _slot_loops(wfor, _guard(body, wfor.guards, wfor.ana))])
+
+    # ------------------------------------------------------------------ gemm
+    def gemm(self, op: GemmOp):
+        d = op.c.buffer
+        if not d.is_fragment:
+            raise LoweringError(f"{op.describe()}: the gemm accumulator {d.name} must be a fragment")
+        if not op.c.is_full or len(op.c.squeezed_extents()) != len(d.shape):
+            raise LoweringError(f"{op.describe()}: the gemm accumulator must be the whole 2-D fragment {d.name}")
+        work = self.layout_of(d, op)
+        wfor = _ForCells(work, self.tx, self.threads, f"{op.describe()} (accumulator {d.name})", "d")
+        m, n = wfor.coords[0], wfor.coords[1]
+        k = tirx.Var("k", "int32")
+        a_sq = op.a.squeezed_extents()
+        kext = a_sq[0] if op.transpose_a else a_sq[1]
+        a_idx = _region_index(op.a, [k, m] if op.transpose_a else [m, k])
+        b_idx = _region_index(op.b, [n, k] if op.transpose_b else [k, n])
+        for region, idx, name in ((op.a, a_idx, "A"), (op.b, b_idx, "B")):
+            if region.buffer.is_fragment:
+                self.check_gemm_operand(op, work, region, name, op.transpose_a if name == "A" else op.transpose_b)
+        dtype = d.dtype
+        acc = tirx.decl_buffer([1], dtype, name=self.fresh(f"{d.name}_acc"), scope="local")
+        zero = [tirx.const(0, "int32")]
+        prod = _cast(dtype, tirx.BufferLoad(op.a.buffer.var, a_idx)) * _cast(dtype, tirx.BufferLoad(op.b.buffer.var, b_idx))
+        mac = tirx.BufferStore(acc, tirx.BufferLoad(acc, zero) + prod, zero)
+        result = tirx.BufferLoad(acc, zero) * _cast(dtype, op.alpha) if not _is_one(op.alpha) else tirx.BufferLoad(acc, zero)
+        if op.bias is not None and not op.clear:
+            bias = op.bias
+            if bias.buffer.is_fragment and not bias.buffer is d:
+                self.check_gemm_operand(op, work, bias, "C", False, elementwise=True)
+            c_idx = _region_index(bias, [m, n])
+            term = _cast(dtype, tirx.BufferLoad(bias.buffer.var, c_idx))
+            result = result + (term if _is_one(op.beta) else term * _cast(dtype, op.beta))
+        body = tirx.SeqStmt([tirx.BufferStore(acc, tirx.const(0, dtype), zero),
+                             tirx.For(k, 0, kext, tirx.ForKind.SERIAL, mac),
+                             tirx.BufferStore(d.var, result, [m, n])])
+        return tirx.SeqStmt([tirx.AllocBuffer(acc), _slot_loops(wfor, _guard(body, wfor.guards, wfor.ana))])
+
+    def check_gemm_operand(self, op, work: Fragment, region, name: str, transposed: bool, elementwise=False):
+        """A fragment operand must be held, wherever an accumulator element is computed, for all of its k."""
+        lay = self.layout_of(region.buffer, op)
+        if not region.is_full:
+            raise LoweringError(f"{op.describe()}: fragment operand {name} ({region.buffer.name}) must be used whole")
+        holds = lay.thread_table() + (lay.thread_range or (0, 0))[0]       # (*shape, R)
+        runs = work.thread_table() + (work.thread_range or (0, 0))[0]      # (M, N, R)
+        mm, nn = runs.shape[0], runs.shape[1]
+        for i in range(mm):
+            for j in range(nn):
+                need = set(int(t) for t in runs[i, j])
+                if elementwise:
+                    rows = [holds[i, j]]
+                elif name == "A":
+                    rows = [holds[:, i] if transposed else holds[i, :]]
+                else:
+                    rows = [holds[j, :] if transposed else holds[:, j]]
+                row = rows[0].reshape(rows[0].shape[0] if not elementwise else 1, -1)
+                for kk in range(row.shape[0]):
+                    have = set(int(t) for t in row[kk])
+                    missing = need - have
+                    if missing:
+                        raise LoweringError(
+                            f"buffer {region.buffer.name}: {op.describe()}: thread {min(missing)} computes accumulator "
+                            f"element {[i, j]} but does not hold the {name} element it needs (k={kk}); give "
+                            f"{region.buffer.name} a layout that holds whole rows per thread or stage it in shared memory")
+
+
+# --------------------------------------------------------------------------------------- helpers
+
+class _ForCells:
+    """Per-thread iteration over the cells of a fragment (see ``per_thread_cells``)."""
+
+    def __init__(self, layout: Fragment, tx, threads: int, what: str, prefix: str):
+        self.layout = layout
+        self.svars, self.slots, self.coords, self.guards, bounds = per_thread_cells(layout, tx, threads, what, prefix)
+        # cells also run in threads outside the layout's range (uniform control flow); bind the whole block
+        if tx is not None:
+            bounds = dict(bounds)
+            bounds[tx] = (0, threads)
+        self.ana = make_analyzer(bounds)
+
+
+def _slot_loops(cells: _ForCells, body):
+    for v, e in reversed(list(zip(cells.svars, cells.slots))):
+        body = tirx.For(v, 0, e, tirx.ForKind.SERIAL, body)
+    return body
+
+
+def _guard(stmt, conds: list, ana):
+    conds = [ana.simplify(c) for c in conds if not ana.can_prove(c)]
+    if not conds:
+        return stmt
+    out = conds[0]
+    for c in conds[1:]:
+        out = tirx.And(out, c)
+    return tirx.IfThenElse(out, stmt, None)
+
+
+def _cast(dtype: str, value):
+    if isinstance(value, (int, float)):
+        return tirx.const(value, dtype)
+    return value if str(value.ty) == dtype else tirx.Cast(dtype, value)
+
+
+def _is_one(value) -> bool:
+    if isinstance(value, (int, float)):
+        return value == 1
+    return isinstance(value, (tirx.FloatImm, tirx.IntImm)) and float(value.value) == 1.0
+
+
+def _flat(coords: list, shape: list):
+    out = tirx.const(0, "int32")
+    for c, s in zip(coords, shape):
+        out = out * s + c
+    return out
+
+
+def _region_index(region, coords: list) -> list:
+    """Buffer indices of ``region`` at squeezed (non-unit-dim) coordinates ``coords``."""
+    it = iter(coords)
+    out = []
+    for off, ext in zip(region.offsets, region.extents):
+        if isinstance(ext, int) and ext == 1:
+            out.append(off if not isinstance(off, int) else tirx.const(off, "int32"))
+        else:
+            c = next(it)
+            out.append(c if isinstance(off, int) and off == 0 else off + c)
+    return out
+
+
+def _cell_elements(layout: Fragment, threads: int) -> np.ndarray:
+    """E[slot, thread] = flat element held there (-1: none), over every launched thread."""
+    slots = int(np.prod([int(s) for s in layout.output_shape]))
+    out = np.full((slots, threads), -1, dtype=np.int64)
+    lo = (layout.thread_range or (0, threads))[0]
+    thread = layout.thread_table() + lo                                 # (*shape, R)
+    tab = np.asarray(layout.table(), dtype=np.int64)                    # (*shape, out_dim)
+    flat_slot = np.zeros(tab.shape[:-1], dtype=np.int64)
+    for k, s in enumerate(layout.output_shape):
+        flat_slot = flat_slot * int(s) + tab[..., k]
+    elems = np.arange(int(np.prod(tab.shape[:-1]))).reshape(tab.shape[:-1])
+    for r in range(thread.shape[-1]):
+        out[flat_slot.reshape(-1), thread[..., r].reshape(-1)] = elems.reshape(-1)
+    return out
+
+
+def _xor_masks(cells: np.ndarray, counts: np.ndarray, warp: int) -> list | None:
+    """Lane masks m_1..m_k such that xor-ing the thread with their span stays on the same element in every
+    slot, and every element's holders are exactly one such coset inside a warp; None when there are none."""
+    holders = counts[counts > 0]
+    size = int(holders.max())
+    if size & (size - 1) or (holders != size).any():
+        return None
+    e0 = int(np.argmax(counts == size))
+    slot, threads = np.argwhere(cells == e0)[0][0], np.nonzero((cells == e0).any(axis=0))[0]
+    base = int(threads[0])
+    basis: list = []
+    for t in threads[1:]:
+        v = int(t) ^ base
+        for b in basis:
+            v = min(v, v ^ b)
+        if v:
+            basis.append(v)
+    if (1 << len(basis)) != size or any(b >= warp for b in basis):
+        return None
+    n = cells.shape[1]
+    lanes = np.arange(n)
+    for b in basis:
+        partner = lanes ^ b
+        if (partner >= n).any() or not (cells[:, partner] == cells).all():
+            return None
+    return sorted(basis, reverse=True)
+
+
+def _shuffle_xor(value, mask: int, warp: int):
+    dtype = str(value.ty)
+    bits = tvm.DataType(dtype).bits
+    wide = dtype if bits >= 32 or (dtype in ("float16", "bfloat16")) else ("float32" if "float" in dtype else "int32")
+    v = _cast(wide, value)
+    out = tirx.call_intrin(wide, "tirx.tvm_warp_shuffle_xor", tirx.call_intrin("uint32", "tirx.tvm_warp_activemask"),
+                           v, mask, warp, warp)
+    return _cast(dtype, out)
+
+
+def reduce_identity(reducer: str, dtype: str):
+    if reducer == "sum":
+        return tirx.const(0, dtype)
+    if reducer == "max":
+        return tirx.min_value(dtype)
+    if reducer == "min":
+        return tirx.max_value(dtype)
+    raise LoweringError(f"unknown reducer {reducer!r}")
+
+
+def reduce_combine(reducer: str, a, b):
+    if reducer == "sum":
+        return a + b
+    if reducer == "max":
+        return tirx.max(a, b)
+    if reducer == "min":
+        return tirx.min(a, b)
+    raise LoweringError(f"unknown reducer {reducer!r}")
+
+
+def _operands(node, loads: list) -> list:
+    """Positional operands of an elementwise tile call: loads for regions, the scalars as they are."""
+    from tvm.ir import TensorRegion
+    out, it = [], iter(loads)
+    for a in list(node.args)[1:]:
+        out.append(next(it) if isinstance(a, TensorRegion) else a)
+    return out
+
+
+def elementwise_value(name: str, dtype: str, operands: list, old):
+    """The value an elementwise tile op stores (TIRx semantics: ``dst = f(operands)``)."""
+    def arg(k, default=None):
+        v = operands[k] if k < len(operands) else None
+        return default if v is None else _cast(dtype, v)
+
+    if name == "zero":
+        return tirx.const(0, dtype)
+    if name in ("add", "sub", "mul", "fdiv", "maximum", "minimum"):
+        a, b = arg(0), arg(1)
+        return {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b, "fdiv": lambda: a / b,
+                "maximum": lambda: tirx.max(a, b), "minimum": lambda: tirx.min(a, b)}[name]()
+    if name == "cast":
+        return _cast(dtype, operands[0] if operands and operands[0] is not None else old)
+    if name == "fma":
+        return arg(0) * arg(1) + arg(2)
+    if name in ("exp", "exp2", "log2", "sqrt"):
+        x = arg(0, old)
+        scale, bias = arg(2), arg(1)
+        if scale is not None:
+            x = x * scale
+        if bias is not None:
+            x = x + bias
+        return {"exp": tirx.exp, "exp2": tirx.exp2, "log2": tirx.log2, "sqrt": tirx.sqrt}[name](x)
+    if name == "reciprocal":
+        return tirx.const(1, dtype) / arg(0, old)
+    if name == "silu":
+        x = arg(0, old)
+        return x / (tirx.const(1, dtype) + tirx.exp(tirx.const(0, dtype) - x))
+    raise LoweringError(f"elementwise tile op {name!r} has no lowering")
