@@ -36,7 +36,6 @@ COST_MODELS = ("register-count", "io-aware")
 
 #: flags owned by later issues: (flag, help, issue)
 _HOOKS = (("--cute", "score golden fragments with the CuTe model and the numpy oracle", 6),
-          ("--explain", "print every free-level attempt of CASE[/VARIANT]", 6),
           ("--anchor", "compare lowered vector widths with VECTOR_ANCHOR", 7),
           ("--numeric", "run every variant on CPU against its numpy reference", 7))
 
@@ -103,6 +102,7 @@ class Outcome:
     snapshots: dict = field(default_factory=dict)       # model -> snapshot dict
     errors: dict = field(default_factory=dict)          # model -> inference error text
     check_failures: dict = field(default_factory=dict)  # model -> check failure text
+    bandwidth: dict = field(default_factory=dict)       # model -> --show lines on chosen io statements
     seconds: float = 0.0
 
 
@@ -112,7 +112,7 @@ def _error_text(err: BaseException) -> str:
     return f"{type(err).__name__}: {first}" if first else type(err).__name__
 
 
-def run_variant(cases_dir: str, case: str, variant: str, models: tuple) -> Outcome:
+def run_variant(cases_dir: str, case: str, variant: str, models: tuple, show: bool = False) -> Outcome:
     """Infer ``case/variant`` under each model and run its ``check``; never raises for case failures."""
     import tilelayout as tl
     module = load_case(Path(cases_dir), case)
@@ -128,6 +128,9 @@ def run_variant(cases_dir: str, case: str, variant: str, models: tuple) -> Outco
             out.errors[model] = _error_text(err)
             continue
         out.snapshots[model] = snap
+        if show:
+            from maint.explain import bandwidth_lines
+            out.bandwidth[model] = bandwidth_lines(result)
         check = getattr(module, "check", None)
         if check is not None:
             try:
@@ -287,6 +290,8 @@ def show(outcomes: list[Outcome], models: list[str]) -> list[str]:
         for model in models:
             for section, name, layout in snapshot.layout_entries(out.snapshots.get(model)):
                 lines.append(f"{out.case}/{out.variant}/{model}/{section}/{name}: {snapshot.describe(layout)}")
+            for line in out.bandwidth.get(model, []):
+                lines.append(f"{out.case}/{out.variant}/{model}/io: {line}")
     return lines
 
 
@@ -303,6 +308,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--base", default="HEAD", metavar="REF", help="git revision --review compares with")
     ap.add_argument("--html", metavar="PATH", help="with --review: also write an HTML report")
     ap.add_argument("--out", metavar="DIR", help="with --review: report directory (default review/)")
+    ap.add_argument("--explain", metavar="CASE[/VARIANT]",
+                    help="print every free-level attempt (layouts, cost, statements, verdict) of matching variants")
     ap.add_argument("--cases-dir", type=Path, default=ROOT / "cases", help=argparse.SUPPRESS)
     ap.add_argument("--expected-dir", type=Path, default=ROOT / "expected", help=argparse.SUPPRESS)
     for flag, text, issue in _HOOKS:
@@ -356,7 +363,9 @@ def _check_or_record(args: argparse.Namespace, stdout) -> int:
     models = select_models(args.model)
     cases_dir, expected_dir = args.cases_dir.resolve(), args.expected_dir.resolve()
     modules = {name: load_case(cases_dir, name) for name in discover(cases_dir)}
-    tasks = [(str(cases_dir), case, variant, tuple(models))
+    if args.explain:
+        return _explain(args.explain, modules, models, stdout)
+    tasks = [(str(cases_dir), case, variant, tuple(models), args.show)
              for case, module in modules.items() for variant in module.VARIANTS
              if args.case is None or args.case in f"{case}/{variant}"]
     if not tasks:
@@ -395,6 +404,25 @@ def _check_or_record(args: argparse.Namespace, stdout) -> int:
             print(f"wrote {path.relative_to(expected_dir.parent) if expected_dir.parent in path.parents else path}",
                   file=stdout)
     return 0 if report.matching == report.pairs and not report.failures else 1
+
+
+def _explain(pattern: str, modules: dict, models: list, stdout) -> int:
+    import tilelayout as tl
+    from maint.explain import explain_result
+    hits = [(c, v) for c, m in modules.items() for v in m.VARIANTS if pattern in f"{c}/{v}"]
+    if not hits:
+        raise UsageError(f"no case variant matches {pattern!r}")
+    for case, variant in hits:
+        func = modules[case].VARIANTS[variant]()
+        for model in models:
+            print(f"== {case}/{variant}/{model}", file=stdout)
+            try:
+                result = tl.infer_layouts(func, cost_model=model)
+            except Exception as err:  # noqa: BLE001 -- explain the failure instead of crashing
+                print(f"  inference failed: {_error_text(err)}", file=stdout)
+                continue
+            print("\n".join(explain_result(result)), file=stdout)
+    return 0
 
 
 if __name__ == "__main__":
