@@ -211,7 +211,9 @@ def per_thread_cells(layout: Fragment, tx, threads: int, what: str, prefix: str 
     """Everything needed to iterate, in one thread, over the cells a fragment gives it.
 
     Returns (slot vars, slot extents, coords (rep last), guard conditions, analyzer bounds): the cell
-    (slots, tx) is the element ``coords[:-1]`` replica ``coords[-1]`` when every guard holds.
+    (slots, tx) is the element ``coords[:-1]`` replica ``coords[-1]`` when every guard holds. The bounds
+    restrict the thread to the layout's range, so they are valid only under the guards (every guard
+    returned is needed; do not filter them with an analyzer built from these bounds).
     """
     lo, ext = check_thread_fit(what, layout, threads)
     inv, exact = invert(layout, what)
@@ -241,8 +243,6 @@ def per_thread_cells(layout: Fragment, tx, threads: int, what: str, prefix: str 
                 if not ana.can_prove(cond):
                     guards.append(ana.simplify(cond))
     return svars, slots, coords, guards, bounds
-
-
 # --------------------------------------------------------------------------------------- the pass
 
 def LoopPartition(verify: bool = True):
@@ -363,13 +363,18 @@ def _partition_nest(root, tx, threads: int, frag_layouts: dict, nest, verify: bo
     body = substitute(body, {l.loop_var: c for l, c in zip(loops[:n], coords[:n])})
     ann = root.annotations
     if LOOP_PREDICATE_KEY in ann:
-        guards.append(_predicate_expr(str(ann[LOOP_PREDICATE_KEY]), tx, key))
-    ana = make_analyzer(bounds)
+        pred = _predicate_expr(str(ann[LOOP_PREDICATE_KEY]), tx, key)
+        if not make_analyzer(bounds).can_prove(pred):   # implied by the thread guard unless it says more
+            guards.append(pred)
+    ana = make_analyzer(bounds)      # valid under the thread guard (``bounds`` restrict the thread range)
     if layout.replicate_size > 1 and not ana.can_prove(rep == 0):
         body = _guard_memory_stores(body, ana.simplify(rep == 0))
-    guard = conj([g for g in guards if not ana.can_prove(g)])
+    guard = conj(guards)
     if guard is not None:
-        body = tirx.IfThenElse(ana.simplify(guard), body, None)
+        full = dict(bounds)
+        if tx is not None:
+            full[tx] = (0, threads)
+        body = tirx.IfThenElse(make_analyzer(full).simplify(guard), body, None)
     for k in reversed(range(len(svars))):
         notes = {SLOT_LOOP_KEY: key} if k == len(svars) - 1 else {}
         if k == 0:

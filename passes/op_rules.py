@@ -234,7 +234,9 @@ def _commit_loop(nest: LoopNest, layout: Fragment, source: str, level: int, stat
         if frag is not None:
             err = _ownership(nest, layout, a, frag, state)
             if err is not None:
-                raise LayoutConflictError(f"buffer {a.buffer.name}: {nest.describe()} cannot use its loop layout: {err}")
+                raise LayoutConflictError(f"buffer {a.buffer.name}: {nest.describe()} cannot use its loop layout "
+                                          f"({source}) with the layout of {a.buffer.name} (set by {state.setter(a.buffer)}): "
+                                          f"{err}")
     written = tuple(state.layout(a.buffer).key for a in nest.fragment_accesses()
                     if a.is_write and state.layout(a.buffer) is not None)
     state.set_loop(nest, state.memo(("decision", nest.index, layout.key, source, written), lambda: LoopDecision(

@@ -42,6 +42,7 @@ class Statement:
     worst_elements: int = 0
     unscorable: str | None = None
     spill_accesses: list = field(default_factory=list)  # (buffer name, elem_bytes) spilled fragment accesses
+    global_count: int = 1                                # every global access, scorable or not (worst case)
 
 
 @dataclass(frozen=True)
@@ -54,13 +55,17 @@ class StatementCost:
 
 def _affine_address(access, nest, graph) -> tuple | None:
     """(strides per loop dim, base) of the access's row-major element offset, proven on the whole domain;
-    block indices count as 0. None when not affine."""
+    block indices and the variables of enclosing serial loops (charged through ``repeat``) count as 0.
+    None when not affine."""
     buf = access.buffer
     if not all(isinstance(s, int) for s in buf.shape):
         return None
     env = grid_env(nest.loop_vars, nest.extents)
     for var in graph.block_vars.values():
         env[var] = np.int64(0)
+    for loop in getattr(nest.op, "serial_loops", ()):
+        if loop.var is not None:
+            env[loop.var] = np.int64(0)
     shape = tuple(nest.extents)
     try:
         flat = np.zeros(shape, dtype=np.int64)
@@ -110,7 +115,7 @@ def component_statements(ops, layouts: dict, loops: dict, graph) -> list:
             frag = decision
             unscorable = None
         st = Statement(op.index, op.describe(), frag, repeat=op.serial_repeat,
-                       global_only=not nest.touches_shared, worst_elements=nest.size)
+                       global_only=not nest.touches_shared, worst_elements=nest.size, global_count=len(globals_))
         if st.repeat is None:
             unscorable = "symbolic serial repeat"
         for a in globals_:
@@ -136,7 +141,7 @@ def _spilled_accesses(nest, loop, layouts: dict) -> list:
 
 
 def worst_case_bytes(st: Statement) -> int:
-    return len(st.accesses or [None]) * st.worst_elements * (st.repeat or 1) * SEGMENT_BYTES
+    return max(1, st.global_count) * st.worst_elements * (st.repeat or 1) * SEGMENT_BYTES
 
 
 def spill_bytes(st: Statement, warp: int) -> int:

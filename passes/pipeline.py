@@ -1,0 +1,281 @@
+"""The whole lowering: inference -> tile ops -> partition -> vectorize -> TVM; CUDA source; CPU execution.
+
+- ``lower(func, target)``: an IRModule ready for ``tvm.compile`` (target bound as the function attribute).
+- ``cuda_source(func, target)``: the CUDA C TVM generates (no GPU needed).
+- ``build_cpu(func)``: a callable running the lowered kernel on the CPU with numpy arrays (threads
+  serialised, see ``serialize_threads``), so every lowering is checked numerically here.
+- ``check_numeric(func, reference=None)``: run the lowered kernel and a reference on the same random
+  inputs and compare every parameter. The reference is a numpy function when the case declares one,
+  else the program's own sequential semantics (tile ops over whole regions, no layouts involved).
+
+Case contract (used by ``maint/run.py --numeric`` through ``check_case``): a case module may define
+``REFERENCE = {variant: fn}`` with ``fn(inputs: dict[name, np.ndarray]) -> dict[name, np.ndarray]``
+giving the expected final value of the parameters it writes (parameters it does not return must come
+back unchanged), and ``TOLERANCE = {variant: (rtol, atol)}`` to override the default comparison (exact
+when the kernel has no floating-point reduction or gemm, dtype-based tolerances otherwise).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import tvm
+from tvm import tirx
+
+from tilelayout.errors import TileLayoutError
+
+from .hardware import normalize_target
+from .loop_partition import LoweringError, partition_function
+from .loop_vectorize import vectorize_function
+from .lower_tile_ops import lower_tile_ops
+from .serialize_threads import sequential_semantics, serialize_threads
+
+__all__ = ["lower", "cuda_source", "build_cpu", "build_reference_cpu", "check_numeric", "check_case",
+           "random_inputs", "NumericResult", "CpuKernel", "compile_ptx"]
+
+
+def _as_func(func) -> tirx.PrimFunc:
+    if isinstance(func, tvm.IRModule):
+        funcs = [f for _, f in sorted(func.functions.items(), key=lambda kv: str(kv[0])) if isinstance(f, tirx.PrimFunc)]
+        if len(funcs) != 1:
+            raise LoweringError(f"expected an IRModule with one PrimFunc, got {len(funcs)}")
+        return funcs[0]
+    if not isinstance(func, tirx.PrimFunc):
+        raise TypeError(f"expected a tvm.tirx.PrimFunc, got {type(func).__name__}")
+    return func
+
+
+def _name(func) -> str:
+    attrs = func.attrs
+    if attrs is not None and "global_symbol" in attrs:
+        return str(attrs["global_symbol"])
+    return "main"
+
+
+def lower_func(func, target=None, cost_model=None, infer: bool = True, verify: bool = True) -> tirx.PrimFunc:
+    """The lowered PrimFunc (see ``lower``); ``infer=False`` starts from an already annotated function."""
+    target = normalize_target(target)
+    func = _as_func(func)
+    if infer:
+        from .layout_inference import infer_layouts
+        func = infer_layouts(func, target, cost_model).func
+    func = lower_tile_ops(func, target)
+    func = partition_function(func, verify)
+    func = vectorize_function(func, target)
+    return func
+
+
+def lower(func, target=None, cost_model=None, infer: bool = True, verify: bool = True) -> tvm.IRModule:
+    """inference -> lower tile ops -> partition -> vectorize; an IRModule ready for ``tvm.compile``."""
+    target = normalize_target(target)
+    f = lower_func(func, target, cost_model, infer, verify).with_attr("target", target)
+    return tvm.IRModule({_name(f): f})
+
+
+def _compile(mod, target):
+    try:
+        return tvm.compile(mod, target=target)
+    except TileLayoutError:
+        raise
+    except Exception as err:  # never let a raw TVM error reach the user
+        lines = [l for l in str(err).splitlines() if l.strip()]
+        raise LoweringError(f"TVM could not compile the lowered kernel for {target}: "
+                            f"{lines[-1] if lines else type(err).__name__}") from None
+
+
+def cuda_source(func, target=None, cost_model=None) -> str:
+    """CUDA C of the lowered kernel (apache-tvm generates it without a GPU)."""
+    target = normalize_target(target)
+    if target.kind.name != "cuda":
+        raise ValueError(f"cuda_source needs a CUDA target, got {target}")
+    ex = _compile(lower(func, target, cost_model), target)
+    return _device_source(ex)
+
+
+def _device_source(ex) -> str:
+    for m in ex.mod.imports:
+        src = m.inspect_source("cuda")
+        if src:
+            return src
+    raise LoweringError("TVM produced no CUDA device module")
+
+
+def compile_ptx(source: str, target=None) -> bytes:
+    """Compile CUDA source to PTX with nvcc (raises FileNotFoundError when nvcc is absent)."""
+    import shutil
+    if shutil.which("nvcc") is None:
+        raise FileNotFoundError("nvcc is not on PATH")
+    import tvm.support.nvcc as nvcc
+    target = normalize_target(target)
+    arch = str(target.attrs.get("arch", "sm_90"))
+    with target:
+        return bytes(nvcc.compile_cuda(source, target_format="ptx", arch=arch, compiler="nvcc"))
+
+
+# --------------------------------------------------------------------------------------- CPU execution
+
+class CpuKernel:
+    """A compiled CPU function; call with numpy arrays (updated in place and returned)."""
+
+    def __init__(self, ex, func, name: str):
+        self._ex, self._func, self.name = ex, func, name
+        self.params = [(str(p.name), [int(s) for s in p.shape], str(p.dtype)) for p in func.params
+                       if tirx.is_buffer_var(p)]
+
+    def __call__(self, *arrays):
+        if len(arrays) != len(self.params):
+            raise TypeError(f"{self.name} takes {len(self.params)} arrays ({', '.join(n for n, _, _ in self.params)}), "
+                            f"got {len(arrays)}")
+        tensors = []
+        for arr, (name, shape, dtype) in zip(arrays, self.params):
+            if not isinstance(arr, np.ndarray):
+                raise TypeError(f"{self.name}: argument {name} must be a numpy array, got {type(arr).__name__}")
+            if list(arr.shape) != shape or str(arr.dtype) != _numpy_dtype_name(dtype):
+                raise ValueError(f"{self.name}: argument {name} must be {dtype}{shape}, got {arr.dtype}{list(arr.shape)}")
+            tensors.append(tvm.runtime.tensor(np.ascontiguousarray(arr)))
+        self._ex[self.name](*tensors)
+        for arr, t in zip(arrays, tensors):
+            arr[...] = t.numpy()
+        return arrays
+
+
+def _numpy_dtype_name(dtype: str) -> str:
+    return str(_numpy_dtype(dtype))
+
+
+def _numpy_dtype(dtype: str):
+    if dtype.startswith(("float8", "bfloat16", "float4", "float6")):
+        import ml_dtypes
+        name = {"bfloat16": "bfloat16"}.get(dtype, dtype)
+        return np.dtype(getattr(ml_dtypes, name))
+    return np.dtype(dtype)
+
+
+def _cpu_compile(func, name: str) -> CpuKernel:
+    attrs = func.attrs
+    if attrs is not None and "target" in attrs:
+        func = func.without_attr("target") if hasattr(func, "without_attr") else func.with_attr("target", None)
+    mod = tvm.IRModule({name: func})
+    try:
+        ex = _compile(mod, "llvm")
+    except LoweringError:
+        # LLVM cannot vectorise some narrow types (fp8 legalisation); vector semantics equal scalar ones
+        with tvm.transform.PassContext(config={"tirx.disable_vectorize": True}):
+            ex = _compile(mod, "llvm")
+    return CpuKernel(ex, func, name)
+
+
+def build_cpu(func, target=None, cost_model=None, infer: bool = True, verify: bool = True) -> CpuKernel:
+    """The lowered kernel (for ``target``'s vector widths) run on the CPU with threads serialised."""
+    f = lower_func(func, target, cost_model, infer, verify)
+    return _cpu_compile(serialize_threads(f), _name(f))
+
+
+def build_reference_cpu(func) -> CpuKernel:
+    """The unlowered program's sequential semantics on the CPU (the layout-free reference)."""
+    f = _as_func(func)
+    return _cpu_compile(sequential_semantics(f), _name(f))
+
+
+# --------------------------------------------------------------------------------------- numeric check
+
+def random_inputs(func, seed: int = 0) -> dict:
+    """Deterministic random contents for every buffer parameter, keyed by name."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for p in _as_func(func).params:
+        if not tirx.is_buffer_var(p):
+            continue
+        shape, dtype = [int(s) for s in p.shape], str(p.dtype)
+        if dtype.startswith(("float", "bfloat")):
+            data = rng.standard_normal(shape).astype(np.float32).astype(_numpy_dtype(dtype))
+        elif dtype == "bool":
+            data = rng.integers(0, 2, shape).astype(bool)
+        elif dtype.startswith("uint"):
+            data = rng.integers(0, 16, shape).astype(dtype)
+        else:
+            data = rng.integers(-8, 8, shape).astype(dtype)
+        out[str(p.name)] = data
+    return out
+
+
+@dataclass
+class NumericResult:
+    ok: bool
+    message: str
+    max_error: dict = field(default_factory=dict)     # buffer -> max abs error
+    exact: bool = True
+    times: dict = field(default_factory=dict)         # lower_build_s, run_s, reference_s
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+_TOLERANCE = {"float64": (1e-9, 1e-9), "float32": (1e-4, 1e-4), "float16": (2e-2, 2e-2), "bfloat16": (5e-2, 5e-2)}
+
+
+def _floating_reduction(func) -> bool:
+    from .frontend import GemmOp, ReduceOp, build_op_graph
+    for op in build_op_graph(_as_func(func)).ops:
+        if isinstance(op, ReduceOp) and op.reducer == "sum" and "float" in op.dst.buffer.dtype:
+            return True
+        if isinstance(op, GemmOp):
+            return True
+    return False
+
+
+def check_numeric(func, reference: Callable | None = None, target=None, cost_model=None, seed: int = 0,
+                  tolerance: tuple | None = None, kernel: CpuKernel | None = None) -> NumericResult:
+    """Run the lowered kernel on the CPU and compare every parameter with the reference's."""
+    func = _as_func(func)
+    inputs = random_inputs(func, seed)
+    names = list(inputs)
+    t0 = time.perf_counter()
+    kernel = kernel or build_cpu(func, target, cost_model)
+    t1 = time.perf_counter()
+    got = [inputs[n].copy() for n in names]
+    kernel(*got)
+    t2 = time.perf_counter()
+    if reference is not None:
+        expected = {n: inputs[n].copy() for n in names}
+        produced = reference({n: inputs[n].copy() for n in names})
+        unknown = sorted(set(produced) - set(names))
+        if unknown:
+            raise ValueError(f"the numpy reference returned unknown buffers {unknown} (parameters: {names})")
+        for n, v in produced.items():
+            expected[n] = np.asarray(v).astype(inputs[n].dtype).reshape(inputs[n].shape)
+        want = [expected[n] for n in names]
+    else:
+        ref = build_reference_cpu(func)
+        want = [inputs[n].copy() for n in names]
+        ref(*want)
+    t3 = time.perf_counter()
+    exact = tolerance is None and not _floating_reduction(func)
+    errors, problems = {}, []
+    for n, g, w in zip(names, got, want):
+        gf, wf = g.astype(np.float64), w.astype(np.float64)
+        err = np.abs(gf - wf)
+        errors[n] = float(err.max()) if err.size else 0.0
+        if exact:
+            bad = gf != wf
+        else:
+            rtol, atol = tolerance or _TOLERANCE.get(str(g.dtype), (0.1, 0.1))
+            bad = err > atol + rtol * np.abs(wf)
+        if bad.any():
+            first = tuple(int(x) for x in np.argwhere(bad)[0])
+            problems.append(f"{n}: {int(bad.sum())} of {bad.size} elements differ (first at {list(first)}: got "
+                            f"{gf[first]!r}, expected {wf[first]!r})")
+    times = {"lower_build_s": t1 - t0, "run_s": t2 - t1, "reference_s": t3 - t2}
+    ok = not problems
+    msg = "match" + (" (exact)" if exact else " (within tolerance)") if ok else "; ".join(problems)
+    return NumericResult(ok, msg, errors, exact, times)
+
+
+def check_case(module, variant: str, cost_model=None, target=None, seed: int = 0) -> NumericResult:
+    """``check_numeric`` for one case variant, honouring its REFERENCE / TOLERANCE declarations."""
+    func = module.VARIANTS[variant]()
+    reference = getattr(module, "REFERENCE", {}).get(variant)
+    tolerance = getattr(module, "TOLERANCE", {}).get(variant)
+    return check_numeric(func, reference, target, cost_model, seed, tolerance)
