@@ -47,28 +47,16 @@ def device_functions(mod, target=None) -> list:
     return out
 
 
-def _param_name(var) -> str:
-    name = str(var.name)
-    return name[:-4] if name.endswith("_ptr") else name
-
-
 def access_lanes(func) -> dict:
-    """{buffer name: {"load": lanes, "store": lanes}} for parameter-backed buffers of one device function."""
-    params = [p for p in func.params]
+    """{buffer name: {"load": lanes, "store": lanes}} for the global buffers of one device function."""
+    allocated: list = []
+    tvm_ffi.structural_walk(func.body, (tirx.AllocBuffer, lambda a: allocated.append(a.buffer)))
     out: dict = {}
 
-    def name_of(buf):
-        data = buf.data if hasattr(buf, "data") else None
-        for p in params:
-            if data is not None and data.same_as(p):
-                return _param_name(p)
-        return None
-
     def record(buf, lanes: int, kind: str):
-        name = name_of(buf)
-        if name is None:
+        if buf.scope() not in ("", "global") or any(buf.same_as(b) for b in allocated):
             return
-        entry = out.setdefault(name, {"load": 0, "store": 0})
+        entry = out.setdefault(str(buf.name), {"load": 0, "store": 0})
         entry[kind] = max(entry[kind], lanes)
 
     tvm_ffi.structural_walk(func.body, [

@@ -25,10 +25,10 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 from tvm.ir import TensorLoad, TensorRegion
-from tvm.tirx.layout import S, TileLayout
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from tilelayout.errors import LayoutError
+from tilelayout.tirx import is_default_tile_layout
 
 __all__ = [
     "FrontendError", "BufferInfo", "Region", "Access", "Loop", "TileOp", "CopyOp", "FillOp",
@@ -495,19 +495,6 @@ _ELEMENTWISE = {
 }
 
 
-def _is_default_layout(layout: Any, shape: Sequence[Any]) -> bool:
-    """TIRx mode gives every buffer `TileLayout(S[shape])` (views get its reshape): not a pin."""
-    if not isinstance(layout, TileLayout):
-        return False
-    try:
-        default = TileLayout(S[tuple(shape)])
-        return bool(tvm_ffi.structural_equal(layout, default)) or bool(
-            tvm_ffi.structural_equal(layout.canonicalize(), default.canonicalize()))
-    except Exception as exc:  # the layout API refused the shape: say which buffer, not a TVM trace
-        raise FrontendError(f"cannot compare the layout {layout} with the default layout of "
-                            f"shape {list(shape)}: {str(exc).splitlines()[-1]}") from None
-
-
 class _Builder:
     """One pass over the statement tree in program order, with the loop/if context at hand."""
 
@@ -529,7 +516,7 @@ class _Builder:
         shape = [_const(s) for s in var.shape]
         dtype = str(var.dtype)
         layout = var.layout
-        pinned = None if layout is None or _is_default_layout(layout, var.shape) else layout
+        pinned = None if is_default_tile_layout(layout, var.shape) else layout
         dt = tvm.DataType(dtype)
         info = BufferInfo(var=var, name=str(var.name), scope=str(var.scope()) or "global",
                           shape=shape, dtype=dtype, bits=int(dt.bits) * int(dt.lanes),

@@ -352,10 +352,10 @@ def _partition_nest(root, tx, threads: int, frag_layouts: dict, nest, verify: bo
     if extents != [int_value(s) if not isinstance(s, int) else s for s in layout.input_shape]:
         raise LoweringError(f"loop {key}: its layout covers {layout.input_shape} but the loop runs over {extents}; "
                             f"iterations would be dropped or invented")
-    if verify and nest is not None:
-        _verify_nest(key, nest, layout, frag_layouts)
     what = f"loop {key}"
     svars, slots, coords, guards, bounds = per_thread_cells(layout, tx, threads, what, "s")
+    if verify and nest is not None:
+        _verify_nest(key, nest, layout, frag_layouts)
     rep = coords[n]
     body = loops[n - 1].body
     if n < len(loops):  # parallel loops the layout does not cover run serially inside each iteration

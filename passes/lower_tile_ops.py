@@ -59,10 +59,19 @@ class _Fixed:
 
     def __init__(self, threads: int, target, thread_name: str, layouts: dict):
         self.threads, self.target, self.thread_name = threads, target, thread_name
-        self._layouts = layouts
+        self.layouts = dict(layouts)
 
     def layout(self, buf):
-        return self._layouts.get(buf.name)
+        return self.layouts.get(buf.name)
+
+    def loop(self, nest):
+        return None
+
+    def set_loop(self, nest, decision) -> None:
+        pass
+
+    def pinned_loop(self, nest):
+        return None
 
     def setter(self, buf) -> str:
         return "its layout annotation"
@@ -74,7 +83,7 @@ class _Fixed:
         return compute()
 
     def propose(self, buf, layout, op, level) -> None:
-        old = self._layouts.get(buf.name)
+        old = self.layouts.get(buf.name)
         if old is None or not old.is_equal(layout):
             raise LoweringError(f"buffer {buf.name}: lowering {op.describe() if op else 'an op'} would need layout "
                                 f"{layout!r}, but the annotated layout is {old!r}; run layout inference first")
@@ -128,11 +137,11 @@ class _Lowering:
         self.graph, self.tx, self.threads, self.target = graph, tx, threads, target
         self.layouts = layouts
         self.thread_name = tx.name if tx is not None else "threadIdx.x"
-        self.counter = 0
+        self.counter: dict = {}
 
     def fresh(self, base: str) -> str:
-        self.counter += 1
-        return f"{base}_{self.counter}" if self.counter > 1 else base
+        self.counter[base] = self.counter.get(base, 0) + 1
+        return f"{base}_{self.counter[base]}" if self.counter[base] > 1 else base
 
     def layout_of(self, buf, op) -> Fragment:
         lay = self.layouts.get(buf.name)

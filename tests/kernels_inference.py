@@ -458,3 +458,35 @@ def tirx_pinned():
         Tx.copy(frag[0:8, 0:16], A[0:8, 0:16])
         Tx.copy(B[0:8, 0:16], frag[0:8, 0:16])
     return kernel
+
+
+def register_spill(m: int, n: int, threads: int):
+    """``y[i, j] = x[i, j] * (r[i + 1] - r[i])`` on registers only: r, read at two rows, is fully replicated,
+    so its slot (the row) depends on the thread under any coalesced loop layout -- a local-memory spill
+    in a loop that touches no global memory."""
+    @T.prim_func
+    def kernel(V: T.Buffer((m + 1,), "float32"), A: T.Buffer((m, n), "float32"), B: T.Buffer((m, n), "float32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", threads)
+        r = T.alloc_buffer((m + 1,), "float32", scope="local.fragment")
+        x = T.alloc_buffer((m, n), "float32", scope="local.fragment")
+        y = T.alloc_buffer((m, n), "float32", scope="local.fragment")
+        Tx.copy(r[0:m + 1], V[0:m + 1])
+        Tx.copy(x[0:m, 0:n], A[0:m, 0:n])
+        for i in T.parallel(m):
+            for j in T.parallel(n):
+                y[i, j] = x[i, j] * (r[i + 1] - r[i])
+        Tx.copy(B[0:m, 0:n], y[0:m, 0:n])
+    return kernel
+
+
+def small_roundtrip(n: int, threads: int, dtype: str):
+    """A fragment of fewer elements than threads copied in and out: replicated to fill the block."""
+    @T.prim_func
+    def kernel(A: T.Buffer((n,), dtype), B: T.Buffer((n,), dtype)):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", threads)
+        f = T.alloc_buffer((n,), dtype, scope="local.fragment")
+        Tx.copy(f[0:n], A[0:n])
+        Tx.copy(B[0:n], f[0:n])
+    return kernel

@@ -107,6 +107,14 @@ def test_annotate_loop_replaces_predicate_and_guard():
     assert decode_layout(twice.annotations[LOOP_LAYOUT_KEY]).is_equal(FRAG)
 
 
+def test_replica_guard_flag():
+    from tilelayout.annotate import REPLICA_GUARD_KEY
+    root = dict(parallel_nests(K.two_nests))["i[128]"]
+    guarded = annotate_loop(root, ROWS, replica_guard=True)
+    assert bool(guarded.annotations[REPLICA_GUARD_KEY]) is True
+    assert REPLICA_GUARD_KEY not in annotate_loop(guarded, ROWS).annotations
+
+
 def test_loop_errors():
     root = dict(parallel_nests(K.two_nests))["i[128]"]
     with pytest.raises(tl.LayoutError, match=r"loop i\[128\] nests 1 parallel loops"):

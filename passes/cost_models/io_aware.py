@@ -96,6 +96,12 @@ def component_statements(ops, layouts: dict, loops: dict, graph) -> list:
             continue
         globals_ = [a for a in nest.accesses if a.buffer.is_global]
         if not globals_:
+            # a register-only loop moves no global memory, but a spilled fragment still costs local traffic
+            loop = loops.get(op.index) if isinstance(op, ParallelOp) else None
+            spilled = _spilled_accesses(nest, loop, layouts) if loop is not None else []
+            if spilled:
+                out.append(Statement(op.index, op.describe(), loop, repeat=op.serial_repeat, worst_elements=nest.size,
+                                     global_count=0, spill_accesses=spilled))
             continue
         if isinstance(op, CopyOp):
             frags = [a for a in nest.accesses if a.buffer.is_fragment]
@@ -141,7 +147,10 @@ def _spilled_accesses(nest, loop, layouts: dict) -> list:
 
 
 def worst_case_bytes(st: Statement) -> int:
-    return max(1, st.global_count) * st.worst_elements * (st.repeat or 1) * SEGMENT_BYTES
+    """Every executed element access its own segment: replicas execute too, so a replicated statement is
+    charged per (element, replica) -- never less than any score the statement could have had."""
+    replicas = int(getattr(st.frag, "replicate_size", 1) or 1)
+    return max(1, st.global_count) * st.worst_elements * replicas * (st.repeat or 1) * SEGMENT_BYTES
 
 
 def spill_bytes(st: Statement, warp: int) -> int:
@@ -161,6 +170,8 @@ def score_statement(st: Statement, target) -> StatementCost:
     """Cost of one statement: sum over its global accesses of max(issue, bandwidth), plus spill traffic."""
     warp = warp_size(target)
     spill = spill_bytes(st, warp)
+    if not st.global_count:
+        return StatementCost(st.description, spill, (), f"spill {spill}")
     if st.unscorable is not None:
         return StatementCost(st.description, worst_case_bytes(st) + spill, (), f"worst case: {st.unscorable}")
     scores = score_cute(st.frag, st.accesses, st.repeat or 1, max_vector_load_bits(target, st.global_only), warp)

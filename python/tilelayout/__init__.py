@@ -4,6 +4,8 @@ from .evaluate import evaluate, evaluate_grid
 from .fragment import Fragment, fully_replicated
 from .layout import Layout, layout_from_dict
 
+from .tirx import from_tile_layout, to_tile_layout
+from .annotate import annotate_layouts, get_pinned_layouts, read_layout_annotations
 from . import cute, tla  # noqa: E402
 from . import passes  # noqa: E402  (passes build on the core objects above)
 from .passes import (AttemptCost, InferenceResult, available_cost_models, infer_layouts, layout_config,
@@ -19,6 +21,7 @@ def get_layouts(func):
 __all__ = [
     "Layout", "Fragment", "fully_replicated", "layout_from_dict", "evaluate", "evaluate_grid",
     "TileLayoutError", "LayoutError", "EvaluationError", "LayoutConflictError", "InferenceError",
+    "from_tile_layout", "to_tile_layout", "annotate_layouts", "get_pinned_layouts", "read_layout_annotations",
     "cute", "tla", "passes", "infer_layouts", "get_layouts", "InferenceResult", "AttemptCost", "layout_config",
     "register_cost_model", "available_cost_models",
 ]

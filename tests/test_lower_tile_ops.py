@@ -1,0 +1,259 @@
+"""Tile-op lowering: copy/fill loops get inference's own loop layouts; reductions combine across exactly the
+holders of each element (warp shuffles or shared memory); gemm and elementwise ops compute the right values
+(checked against independent numpy references); bad layouts give errors naming buffer and op."""
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tvm
+import tvm_ffi
+from tvm import tirx
+from tvm.script import tirx as T
+from tvm.tirx.script import tile as Tx
+from tvm.tirx.tile_primitive import TilePrimitiveCall
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tilelayout import Fragment  # noqa: E402
+from tilelayout.annotate import annotate_layouts, parallel_nests, read_layout_annotations  # noqa: E402
+from tilelayout.layout import placeholder as P  # noqa: E402
+from tilelayout.passes import op_rules  # noqa: E402
+from tilelayout.passes.frontend import CopyOp, FillOp  # noqa: E402
+from tilelayout.passes.layout_inference import infer_layouts  # noqa: E402
+from tilelayout.passes.loop_nest import nest_of  # noqa: E402
+from tilelayout.passes.loop_partition import LoweringError, buffer_layouts  # noqa: E402
+from tilelayout.passes.lower_tile_ops import (LowerTileOps, _cell_elements, _xor_masks,  # noqa: E402
+                                              lower_tile_ops, tile_loop_decision)
+from tilelayout.passes.pipeline import check_numeric  # noqa: E402
+
+
+# ------------------------------------------------------------------------------------ kernels
+
+@T.prim_func
+def col_sum(A: T.Buffer((64, 128), "float32"), B: T.Buffer((128,), "float32")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 128)
+    x = T.alloc_buffer((64, 128), "float32", scope="local.fragment")
+    s = T.alloc_buffer((128,), "float32", scope="local.fragment")
+    Tx.copy(x[0:64, 0:128], A[0:64, 0:128])
+    Tx.sum(s[0:128], x[0:64, 0:128], axes=[0])
+    Tx.copy(B[0:128], s[0:128])
+
+
+@T.prim_func
+def row_sum_min_accum(A: T.Buffer((64, 128), "float32"), B: T.Buffer((64,), "float32")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 128)
+    x = T.alloc_buffer((64, 128), "float32", scope="local.fragment")
+    s = T.alloc_buffer((64,), "float32", scope="local.fragment")
+    Tx.copy(x[0:64, 0:128], A[0:64, 0:128])
+    Tx.copy(s[0:64], B[0:64])
+    Tx.sum(s[0:64], x[0:64, 0:128], axes=[1], accum=True)
+    Tx.min(s[0:64], x[0:64, 0:128], axes=[1], accum=True)
+    Tx.copy(B[0:64], s[0:64])
+
+
+@T.prim_func
+def max_to_global(A: T.Buffer((32, 64), "float32"), B: T.Buffer((32,), "float32")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 64)
+    x = T.alloc_buffer((32, 64), "float32", scope="local.fragment")
+    Tx.copy(x[0:32, 0:64], A[0:32, 0:64])
+    Tx.max(B[0:32], x[0:32, 0:64], axes=[1])
+
+
+@T.prim_func
+def sum_from_shared(A: T.Buffer((32, 64), "float32"), B: T.Buffer((32,), "float32")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 64)
+    sm = T.alloc_buffer((32, 64), "float32", scope="shared")
+    r = T.alloc_buffer((32,), "float32", scope="local.fragment")
+    Tx.copy(sm[0:32, 0:64], A[0:32, 0:64])
+    Tx.sum(r[0:32], sm[0:32, 0:64], axes=[1])
+    Tx.copy(B[0:32], r[0:32])
+
+
+@T.prim_func
+def gemm_ss(A: T.Buffer((64, 32), "float16"), B: T.Buffer((32, 64), "float16"), C: T.Buffer((64, 64), "float32")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 128)
+    As = T.alloc_buffer((64, 32), "float16", scope="shared")
+    Bs = T.alloc_buffer((32, 64), "float16", scope="shared")
+    acc = T.alloc_buffer((64, 64), "float32", scope="local.fragment")
+    Tx.fill(acc[0:64, 0:64], T.float32(0))
+    Tx.copy(As[0:64, 0:32], A[0:64, 0:32])
+    Tx.copy(Bs[0:32, 0:64], B[0:32, 0:64])
+    Tx.gemm(acc[0:64, 0:64], As[0:64, 0:32], Bs[0:32, 0:64], acc[0:64, 0:64], False, False, T.float32(1), T.float32(1))
+    Tx.copy(C[0:64, 0:64], acc[0:64, 0:64])
+
+
+@T.prim_func
+def gemm_fragment_a(A: T.Buffer((64, 32), "float16"), B: T.Buffer((32, 64), "float16"), C: T.Buffer((64, 64), "float32")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 128)
+    Af = T.alloc_buffer((64, 32), "float16", scope="local.fragment")
+    Bs = T.alloc_buffer((32, 64), "float16", scope="shared")
+    acc = T.alloc_buffer((64, 64), "float32", scope="local.fragment")
+    Tx.copy(Af[0:64, 0:32], A[0:64, 0:32])
+    Tx.copy(Bs[0:32, 0:64], B[0:32, 0:64])
+    Tx.gemm(acc[0:64, 0:64], Af[0:64, 0:32], Bs[0:32, 0:64], None, False, False, T.float32(1), T.float32(0))
+    Tx.copy(C[0:64, 0:64], acc[0:64, 0:64])
+
+
+@T.prim_func
+def elementwise(A: T.Buffer((64, 64), "float32"), B: T.Buffer((64, 64), "float32")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 128)
+    x = T.alloc_buffer((64, 64), "float32", scope="local.fragment")
+    Tx.copy(x[0:64, 0:64], A[0:64, 0:64])
+    Tx.add(x[0:64, 0:64], x[0:64, 0:64], T.float32(1))
+    Tx.exp(x[0:64, 0:64])
+    Tx.fma(x[0:64, 0:64], x[0:64, 0:64], T.float32(2), T.float32(3))
+    Tx.copy(B[0:64, 0:64], x[0:64, 0:64])
+
+
+def _ref_row_sum_min(d):
+    s = d["B"] + d["A"].sum(1)
+    return {"B": np.minimum(s, d["A"].min(1))}
+
+
+NUMERIC = [
+    (col_sum, lambda d: {"B": d["A"].sum(0)}),
+    (row_sum_min_accum, _ref_row_sum_min),
+    (max_to_global, lambda d: {"B": d["A"].max(1)}),
+    (sum_from_shared, lambda d: {"B": d["A"].sum(1)}),
+    (gemm_ss, lambda d: {"C": d["A"].astype(np.float32) @ d["B"].astype(np.float32)}),
+    (elementwise, lambda d: {"B": np.exp(d["A"] + 1) * 2 + 3}),
+]
+
+
+@pytest.mark.parametrize("func,reference", NUMERIC, ids=[f.attrs["global_symbol"] for f, _ in NUMERIC])
+def test_lowered_ops_match_numpy(func, reference):
+    res = check_numeric(func, reference, tolerance=(1e-4, 1e-4))
+    assert res.ok, res.message
+
+
+# ------------------------------------------------------------------------------------ structure
+
+def _calls(func, name):
+    hits = []
+    tvm_ffi.structural_walk(func.body, (tvm.ir.Call, lambda c: hits.append(c) if isinstance(c.op, tvm.ir.Op)
+                                        and str(c.op.name) == name else None))
+    return hits
+
+
+def _allocs(func, scope):
+    out = []
+    tvm_ffi.structural_walk(func.body, (tirx.AllocBuffer, lambda a: out.append(a.buffer.name)
+                                        if a.buffer.scope() == scope else None))
+    return out
+
+
+def _case(name):
+    return importlib.import_module(f"cases.{name}")
+
+
+def test_pass_lowers_copies_to_annotated_parallel_nests():
+    res = infer_layouts(_case("elementwise_copy").VARIANTS["fp16_128x128_t128"]())
+    out = LowerTileOps()(tvm.IRModule({"main": res.func}))["main"]
+    leftover = []
+    tvm_ffi.structural_walk(out.body, (TilePrimitiveCall, lambda n: leftover.append(n)))
+    assert not leftover
+    nests = parallel_nests(out)
+    assert [k for k, _ in nests] == ["v0,v1[128x128]", "v0,v1[128x128]#2"]
+    _, loops = read_layout_annotations(out)
+    frag = res.buffers["frag"]
+    for key, (layout, predicate, guard) in loops.items():
+        assert layout.is_equal(frag), key
+        assert predicate is None and not guard
+
+
+def _cases_and_models():
+    from maint.run import discover
+    return [(c, m) for c in discover(ROOT / "cases") for m in ("register-count", "io-aware")]
+
+
+@pytest.mark.parametrize("case,model", _cases_and_models())
+def test_tile_loop_decisions_equal_inference(case, model):
+    """Lowering recomputes each copy/fill loop from the annotated layouts exactly as inference chose it."""
+    for variant, build in _case(case).VARIANTS.items():
+        res = infer_layouts(build(), cost_model=model)
+        layouts = buffer_layouts(res.func)
+        for index, decision in res.op_loops.items():
+            op = res.graph.ops[index]
+            if not isinstance(op, (CopyOp, FillOp)):
+                continue
+            mine = tile_loop_decision(nest_of(op), res.graph.thread_extent, res.target, "tx", layouts)
+            assert mine.layout.is_equal(decision.layout), (variant, op.describe())
+            assert (mine.predicate, mine.padding_guard, mine.replica_guard) == \
+                (decision.predicate, decision.padding_guard, decision.replica_guard), (variant, op.describe())
+
+
+def test_row_reduction_uses_a_warp_butterfly():
+    res = infer_layouts(_case("reduce_broadcast").VARIANTS["64x128_t128"]())
+    out = lower_tile_ops(res.func)
+    masks = [int(c.args[2]) for c in _calls(out, "tirx.tvm_warp_shuffle_xor")]
+    assert masks == [16, 8, 4, 2, 1]
+    assert _allocs(out, "shared") == []
+
+
+def test_column_reduction_goes_through_shared_memory():
+    out = lower_tile_ops(infer_layouts(col_sum).func)
+    assert _calls(out, "tirx.tvm_warp_shuffle_xor") == []
+    assert _allocs(out, "shared") == ["s_xchg"]
+    assert len(_calls(out, "tirx.tvm_storage_sync")) >= 2
+
+
+def _holders(layout: Fragment, threads: int):
+    lo = (layout.thread_range or (0, threads))[0]
+    tab = layout.thread_table().reshape(-1, layout.replicate_size) + lo
+    return [sorted(set(int(t) for t in row)) for row in tab]
+
+
+@pytest.mark.parametrize("variant", ["64x128_t128", "128x256_t256"])
+def test_xor_masks_span_exactly_the_holders(variant):
+    res = infer_layouts(_case("reduce_broadcast").VARIANTS[variant]())
+    row_max = res.buffers["row_max"]
+    threads = res.graph.thread_extent
+    cells = _cell_elements(row_max, threads)
+    counts = np.bincount(cells[cells >= 0], minlength=row_max.size)
+    masks = _xor_masks(cells, counts, 32)
+    assert masks is not None
+    span = {0}
+    for m in masks:
+        span |= {s ^ m for s in span}
+    for holders in _holders(row_max, threads):          # independent: from the thread table
+        assert sorted(holders[0] ^ s for s in span) == holders
+
+
+def test_xor_masks_refuse_holders_across_warps():
+    res = infer_layouts(col_sum)
+    s = res.buffers["s"]
+    cells = _cell_elements(s, 128)
+    counts = np.bincount(cells[cells >= 0], minlength=s.size)
+    assert _xor_masks(cells, counts, 32) is None
+
+
+# ------------------------------------------------------------------------------------ errors
+
+def test_unsatisfiable_reduction_replication_names_the_buffer():
+    res = infer_layouts(_case("reduce_broadcast").VARIANTS["64x128_t128"]())
+    one_owner = Fragment.from_exprs([64], P(0) % 64 * 2, [P(0) // 64]).bind_thread_range(0, 128)
+    func = annotate_layouts(res.func, {"row_max": one_owner})
+    with pytest.raises(LoweringError, match=r"buffer row_max: max .*unsatisfiable reduction replication"):
+        lower_tile_ops(func)
+
+
+def test_gemm_fragment_operand_not_held_whole_is_refused():
+    with pytest.raises(LoweringError, match=r"buffer Af: gemm .*does not hold the A element"):
+        lower_tile_ops(infer_layouts(gemm_fragment_a).func)
+
+
+def test_tile_op_on_a_fragment_without_layout_is_refused():
+    with pytest.raises(LoweringError, match="fragment frag: .* no layout annotation"):
+        lower_tile_ops(_case("elementwise_copy").VARIANTS["fp16_128x128_t128"]())
