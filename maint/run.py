@@ -35,8 +35,7 @@ from maint import snapshot  # noqa: E402
 COST_MODELS = ("register-count", "io-aware")
 
 #: flags owned by later issues: (flag, help, issue)
-_HOOKS = (("--cute", "score golden fragments with the CuTe model and the numpy oracle", 6),
-          ("--anchor", "compare lowered vector widths with VECTOR_ANCHOR", 7),
+_HOOKS = (("--anchor", "compare lowered vector widths with VECTOR_ANCHOR", 7),
           ("--numeric", "run every variant on CPU against its numpy reference", 7))
 
 
@@ -308,6 +307,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--base", default="HEAD", metavar="REF", help="git revision --review compares with")
     ap.add_argument("--html", metavar="PATH", help="with --review: also write an HTML report")
     ap.add_argument("--out", metavar="DIR", help="with --review: report directory (default review/)")
+    ap.add_argument("--cute", action="store_true",
+                    help="score every golden fragment (load and store) with the CuTe model and the numpy oracle")
     ap.add_argument("--explain", metavar="CASE[/VARIANT]",
                     help="print every free-level attempt (layouts, cost, statements, verdict) of matching variants")
     ap.add_argument("--cases-dir", type=Path, default=ROOT / "cases", help=argparse.SUPPRESS)
@@ -365,6 +366,15 @@ def _check_or_record(args: argparse.Namespace, stdout) -> int:
     modules = {name: load_case(cases_dir, name) for name in discover(cases_dir)}
     if args.explain:
         return _explain(args.explain, modules, models, stdout)
+    if args.cute:
+        from maint.cute_parity import parity
+        lines, total, same, converted = parity(modules, expected_dir, args.case, models)
+        if lines:
+            print("\n".join(lines), file=stdout)
+        rate = 100.0 * converted / total if total else 100.0
+        print(f"{same}/{total} statements match; CuTe conversion hit rate {converted}/{total} ({rate:.0f}%)",
+              file=stdout)
+        return 0 if same == total else 1
     tasks = [(str(cases_dir), case, variant, tuple(models), args.show)
              for case, module in modules.items() for variant in module.VARIANTS
              if args.case is None or args.case in f"{case}/{variant}"]

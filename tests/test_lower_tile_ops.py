@@ -101,7 +101,7 @@ def gemm_fragment_a(A: T.Buffer((64, 32), "float16"), B: T.Buffer((32, 64), "flo
     acc = T.alloc_buffer((64, 64), "float32", scope="local.fragment")
     Tx.copy(Af[0:64, 0:32], A[0:64, 0:32])
     Tx.copy(Bs[0:32, 0:64], B[0:32, 0:64])
-    Tx.gemm(acc[0:64, 0:64], Af[0:64, 0:32], Bs[0:32, 0:64], None, False, False, T.float32(1), T.float32(0))
+    Tx.gemm(acc[0:64, 0:64], Af[0:64, 0:32], Bs[0:32, 0:64], acc[0:64, 0:64], False, False, T.float32(1), T.float32(0))
     Tx.copy(C[0:64, 0:64], acc[0:64, 0:64])
 
 
