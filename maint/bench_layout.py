@@ -2,7 +2,7 @@
 """Median wall times of the core layout operations (a script that prints numbers, not a test).
 
 Each row builds its object afresh every repeat, so cached results never flatter a measurement.
-Usage: python maint/bench_layout.py [--repeats N]
+Usage: python maint/bench_layout.py [--repeats N] [--strict]   (--strict: exit 1 if a median misses the target)
 """
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def _cases():
     expr = _frag().forward_thread * 128 + _frag().forward_index[0]
     env = grid_env([i, j], [128, 128])
     for name, make in (("128x128 fragment", _frag), ("128x128 fragment, replicate 2", _replicated)):
-        yield f"build     {name}", (lambda _: _derived(make())), (lambda: None)
+        yield f"build     {name}", (lambda _, make=make: _derived(make())), (lambda: None)
         yield f"table     {name}", (lambda f: (f.table(), f.thread_table())), make
         yield f"inverse   {name}", (lambda f: f.inverse()), make
         yield f"injective {name}", (lambda f: f.is_injective()), make
@@ -60,7 +60,9 @@ def _cases():
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=50)
+    ap.add_argument("--strict", action="store_true", help="exit 1 when a median misses the target")
     args = ap.parse_args()
+    slow = 0
     print(f"tilelayout bench: median of {args.repeats} runs, {platform.processor() or platform.machine()}, "
           f"Python {platform.python_version()}")
     print(f"{'operation':<50} {'median ms':>10} {'min ms':>8}  target {TARGET_MS} ms (median)")
@@ -68,8 +70,9 @@ def main() -> int:
         fn(setup())  # warm TVM's own first-call caches, never our objects (each repeat builds afresh)
         times = _times_ms(fn, setup, args.repeats)
         med = statistics.median(times)
+        slow += med >= TARGET_MS
         print(f"{name:<50} {med:>10.3f} {min(times):>8.3f}  {'ok' if med < TARGET_MS else 'SLOW'}")
-    return 0
+    return 1 if args.strict and slow else 0
 
 
 if __name__ == "__main__":

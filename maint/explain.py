@@ -52,7 +52,9 @@ def bandwidth_lines(result, target=None) -> list:
     (distinct 128-byte segments of the region it touches, times 128); 1.00 is perfectly coalesced."""
     from tilelayout.passes.cost_models.io_aware import component_statements, score_statement
     from tilelayout.passes.cost_models.statement_score import SEGMENT_BYTES
-    graph = result.graph
+    graph = getattr(result, "graph", None)
+    if graph is None:
+        return []
     loops = {i: d.layout for i, d in result.op_loops.items()}
     lines = []
     for st in component_statements(graph.ops, result.buffers, loops, graph):

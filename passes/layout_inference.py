@@ -28,6 +28,20 @@ __all__ = ["Attempt", "InferenceResult", "infer_layouts", "LayoutInference"]
 _SEARCH_ERRORS = (LayoutConflictError, InferenceError, LayoutError)
 
 
+def _register_error_types() -> None:
+    """A Pass runs ``infer_layouts`` inside a TVM FFI callback; exception types unknown to the FFI come
+    back to the caller as RuntimeError. Registering ours (under qualified names) keeps them typed."""
+    import tvm_ffi
+    from tilelayout import errors
+    from .frontend import FrontendError
+    for cls in (errors.TileLayoutError, errors.LayoutError, errors.EvaluationError, errors.LayoutConflictError,
+                errors.InferenceError, FrontendError):
+        tvm_ffi.register_error(f"tilelayout.{cls.__name__}", cls)
+
+
+_register_error_types()
+
+
 @dataclass
 class Attempt:
     """One free-level attempt: which root went first, what it cost, whether it won, or why it failed."""

@@ -33,8 +33,6 @@ __all__ = ["LoweringError", "LoopPartition", "partition_function", "thread_launc
 PARTITIONED_KEY = "tilelayout.partitioned"
 #: annotation on the innermost slot loop (value: the nest's loop key); the vectorizer works on these
 SLOT_LOOP_KEY = "tilelayout.slot_loop"
-#: loop-level replica guard flag written by inference (informative; partition derives the guard itself)
-REPLICA_GUARD_KEY = "tilelayout.replica_guard"
 
 
 class LoweringError(LayoutError):
@@ -117,12 +115,6 @@ def int_value(e) -> int | None:
 def is_memory_scope(scope: str) -> bool:
     """Global or shared memory: side effects other threads can see."""
     return scope in ("", "global") or scope.startswith("shared")
-
-
-def _uses(expr, var) -> bool:
-    hits = []
-    tvm_ffi.structural_walk(expr, (tvm.ir.Var, lambda v: hits.append(1) if v.same_as(var) else None))
-    return bool(hits)
 
 
 def func_label(func) -> str:
@@ -221,8 +213,7 @@ def per_thread_cells(layout: Fragment, tx, threads: int, what: str, prefix: str 
     if any(not isinstance(s, int) for s in slots):
         raise LoweringError(f"{what}: layout {layout!r} has symbolic slot extents {layout.output_shape}")
     svars = slot_vars(prefix, layout)
-    inv_threads = int_value(inv.input_shape[-1]) if hasattr(inv.input_shape[-1], "value") else inv.input_shape[-1]
-    hi = lo + min(ext, int(inv_threads))
+    hi = lo + min(ext, int(inv.input_shape[-1]))      # threads past the inverse's extent hold nothing
     t = tx if tx is not None else tirx.const(0, "int32")
     tn = t - lo if lo else t
     bounds = {v: (0, s) for v, s in zip(svars, slots)}
@@ -282,10 +273,14 @@ def fragment_layouts(func, layouts: dict, threads: int) -> dict:
         if b.scope() == "local.fragment" and not any(b.same_as(x) for x in found):
             found.append(b)
 
-    walk(func.body, [((tirx.AllocBuffer, tirx.DeclBuffer), on_alloc)])
+    used: list = []
+    walk(func.body, [((tirx.AllocBuffer, tirx.DeclBuffer), on_alloc),
+                     (tirx.BufferStore, lambda s: used.append(s.buffer)), (TensorLoad, lambda e: used.append(e.source))])
     out = {}
     for b in found:
         lay = layouts.get(str(b.name))
+        if lay is None and not any(b.same_as(u) for u in used):
+            continue                      # never accessed: nothing to place
         if lay is None:
             raise LoweringError(f"fragment {b.name}: no layout annotation ({LAYOUTS_ATTR}); run layout inference first")
         if not isinstance(lay, Fragment):

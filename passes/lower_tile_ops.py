@@ -244,39 +244,52 @@ class _Lowering:
         return tirx.SeqStmt(stmts)
 
     def all_reduce(self, op, work: Fragment, wfor: "_ForCells", acc) -> list:
+        """Combine the partials of every holder of each destination element; all holders end with the result."""
         cells = _cell_elements(work, self.threads)
         counts = np.bincount(cells[cells >= 0].reshape(-1), minlength=work.size)
         if counts.max() <= 1:
             return []
-        masks = _xor_masks(cells, counts, warp_size(self.target))
-        if masks is not None:
+        warp = warp_size(self.target)
+        split = _split_basis(_xor_basis(cells, counts), warp)
+        if split is None:
+            return self.shared_exchange(op, work, wfor, acc)
+        lanes, warps = split
+        out = []
+        if lanes:   # butterfly inside each warp: every lane of a coset gets the coset's total
             steps = []
-            for m in masks:
-                shuffled = _shuffle_xor(tirx.BufferLoad(acc, wfor.svars), m, warp_size(self.target))
+            for m in lanes:
+                shuffled = _shuffle_xor(tirx.BufferLoad(acc, wfor.svars), m, warp)
                 steps.append(tirx.BufferStore(acc, reduce_combine(op.reducer, tirx.BufferLoad(acc, wfor.svars),
                                                                   shuffled), wfor.svars))
-            return [_slot_loops(wfor, tirx.SeqStmt(steps) if len(steps) > 1 else steps[0])]
-        return self.shared_exchange(op, work, wfor, acc)
+            out.append(_slot_loops(wfor, tirx.SeqStmt(steps) if len(steps) > 1 else steps[0]))
+        if warps:   # one value per warp-coset, exchanged through shared memory
+            group = tirx.const(0, "int32")
+            for k, m in enumerate(warps):
+                group = group + tirx.bitwise_and(tirx.shift_right(self.tx, m.bit_length() - 1), 1) * (1 << k)
+            out.extend(self.shared_exchange(op, work, wfor, acc, group, 1 << len(warps)))
+        return out
 
-    def shared_exchange(self, op, work: Fragment, wfor: "_ForCells", acc) -> list:
-        rep_n = work.replicate_size
+    def shared_exchange(self, op, work: Fragment, wfor: "_ForCells", acc, slot=None, count: int | None = None) -> list:
+        """Every holder publishes its partial at ``ws[element, slot]`` (default: its replica index), then
+        folds the ``count`` published values of each of its elements."""
+        if slot is None:
+            slot, count = wfor.coords[-1], work.replicate_size
         elems = int(work.size)
-        nbytes = elems * rep_n * max(1, tvm.DataType(acc.dtype).bits // 8)
+        nbytes = elems * count * max(1, tvm.DataType(acc.dtype).bits // 8)
         if nbytes > SHARED_LIMIT_BYTES:
             raise LoweringError(f"{op.describe()}: the cross-thread exchange needs {nbytes} bytes of shared memory "
-                                f"({elems} elements x {rep_n} holders), over the {SHARED_LIMIT_BYTES}-byte limit")
-        ws = tirx.decl_buffer([elems, rep_n], acc.dtype, name=self.fresh(f"{op.dst.buffer.name}_xchg"),
+                                f"({elems} elements x {count} partials), over the {SHARED_LIMIT_BYTES}-byte limit")
+        ws = tirx.decl_buffer([elems, count], acc.dtype, name=self.fresh(f"{op.dst.buffer.name}_xchg"),
                               scope="shared")
         flat = _flat(wfor.coords[:-1], [int(s) for s in work.input_shape])
-        rep = wfor.coords[-1]
-        put = tirx.BufferStore(ws, tirx.BufferLoad(acc, wfor.svars), [flat, rep])
+        put = tirx.BufferStore(ws, tirx.BufferLoad(acc, wfor.svars), [flat, slot])
         r = tirx.Var("r", "int32")
         take = tirx.SeqStmt([
             tirx.BufferStore(acc, tirx.BufferLoad(ws, [flat, tirx.const(0, "int32")]), wfor.svars),
-            tirx.For(r, 1, rep_n - 1, tirx.ForKind.SERIAL, tirx.BufferStore(
+            tirx.For(r, 1, count - 1, tirx.ForKind.SERIAL, tirx.BufferStore(
                 acc, reduce_combine(op.reducer, tirx.BufferLoad(acc, wfor.svars), tirx.BufferLoad(ws, [flat, r])),
                 wfor.svars)),
-        ]) if rep_n > 1 else tirx.Evaluate(0)
+        ]) if count > 1 else tirx.Evaluate(0)
         sync = tirx.Evaluate(tirx.op.tvm_storage_sync("shared"))
         return [tirx.AllocBuffer(ws), sync, _slot_loops(wfor, _guard(put, wfor.guards, wfor.ana)), sync,
                 _slot_loops(wfor, _guard(take, wfor.guards, wfor.ana)), sync]
@@ -450,24 +463,20 @@ def _cell_elements(layout: Fragment, threads: int) -> np.ndarray:
     return out
 
 
-def _xor_masks(cells: np.ndarray, counts: np.ndarray, warp: int) -> list | None:
-    """Lane masks m_1..m_k such that xor-ing the thread with their span stays on the same element in every
-    slot, and every element's holders are exactly one such coset inside a warp; None when there are none."""
+def _xor_basis(cells: np.ndarray, counts: np.ndarray) -> list | None:
+    """A reduced basis M of thread masks such that xor-ing a thread with any m in span(M) stays on the same
+    element in every slot, and every element's holders are exactly one coset ``t ^ span(M)``; else None."""
     holders = counts[counts > 0]
     size = int(holders.max())
     if size & (size - 1) or (holders != size).any():
         return None
     e0 = int(np.argmax(counts == size))
-    slot, threads = np.argwhere(cells == e0)[0][0], np.nonzero((cells == e0).any(axis=0))[0]
+    threads = np.nonzero((cells == e0).any(axis=0))[0]
     base = int(threads[0])
     basis: list = []
     for t in threads[1:]:
-        v = int(t) ^ base
-        for b in basis:
-            v = min(v, v ^ b)
-        if v:
-            basis.append(v)
-    if (1 << len(basis)) != size or any(b >= warp for b in basis):
+        basis = _reduced(basis + [int(t) ^ base])
+    if (1 << len(basis)) != size:
         return None
     n = cells.shape[1]
     lanes = np.arange(n)
@@ -475,7 +484,33 @@ def _xor_masks(cells: np.ndarray, counts: np.ndarray, warp: int) -> list | None:
         partner = lanes ^ b
         if (partner >= n).any() or not (cells[:, partner] == cells).all():
             return None
-    return sorted(basis, reverse=True)
+    return basis
+
+
+def _reduced(basis: list) -> list:
+    """Reduced row echelon form over GF(2): distinct leading bits, each cleared from every other vector."""
+    rows = sorted(basis, reverse=True)
+    out: list = []
+    for v in rows:
+        for b in out:
+            if v & (1 << (b.bit_length() - 1)):
+                v ^= b
+        if v:
+            top = 1 << (v.bit_length() - 1)
+            out = [b ^ v if b & top else b for b in out]
+            out.append(v)
+    return sorted(out, reverse=True)
+
+
+def _split_basis(basis: list | None, warp: int):
+    """(lane masks < warp, single high bits) when span(basis) = span(lanes) + span(high bits); else None."""
+    if basis is None:
+        return None
+    lanes = [b for b in basis if b < warp]
+    high = [b for b in basis if b >= warp]
+    if any(b & (b - 1) for b in high):
+        return None          # a mask mixing lane and warp bits: no clean two-level split
+    return lanes, sorted(high)
 
 
 def _shuffle_xor(value, mask: int, warp: int):

@@ -383,8 +383,6 @@ def _infer_gemm(op: GemmOp, level: int, state) -> None:
         state.propose(c, gemm_layouts.make_mma_accumulator_fragment(m, n, state.threads, c.dtype), op, level)
     for region in (op.a, op.b):
         buf = region.buffer
-        if buf.is_shared and state.layout(buf) is None:
-            layout = swizzle.make_gemm_operand_layout(buf.shape, buf.dtype) \
-                if hasattr(swizzle, "make_gemm_operand_layout") else None
-            if layout is not None:
-                state.propose(buf, layout, op, level)
+        if buf.is_shared and state.layout(buf) is None and region.is_full:
+            # MMA operands staged in shared memory get the widest bank swizzle the tile allows
+            state.propose(buf, swizzle.make_swizzled_layout(list(buf.shape), buf.dtype, None), op, level)

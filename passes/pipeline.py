@@ -32,7 +32,7 @@ from .loop_vectorize import vectorize_function
 from .lower_tile_ops import lower_tile_ops
 from .serialize_threads import sequential_semantics, serialize_threads
 
-__all__ = ["lower", "cuda_source", "build_cpu", "build_reference_cpu", "check_numeric", "check_case",
+__all__ = ["lower", "cuda_source", "build_cpu", "build_reference_cpu", "check_numeric", "check_case", "reference_outputs",
            "random_inputs", "NumericResult", "CpuKernel", "compile_ptx"]
 
 
@@ -158,13 +158,18 @@ def _cpu_compile(func, name: str) -> CpuKernel:
     if attrs is not None and "target" in attrs:
         func = func.without_attr("target") if hasattr(func, "without_attr") else func.with_attr("target", None)
     mod = tvm.IRModule({name: func})
-    try:
+    # TVM's LLVM backend cannot vectorise sub-byte/fp8 legalisation; vector semantics equal scalar ones
+    scalar = any(str(b.dtype).startswith(("float8", "float6", "float4")) for b in _buffers(func))
+    with tvm.transform.PassContext(config={"tirx.disable_vectorize": scalar}):
         ex = _compile(mod, "llvm")
-    except LoweringError:
-        # LLVM cannot vectorise some narrow types (fp8 legalisation); vector semantics equal scalar ones
-        with tvm.transform.PassContext(config={"tirx.disable_vectorize": True}):
-            ex = _compile(mod, "llvm")
     return CpuKernel(ex, func, name)
+
+
+def _buffers(func) -> list:
+    from .loop_partition import walk
+    out = [p for p in func.params if tirx.is_buffer_var(p)]
+    walk(func.body, [((tirx.AllocBuffer, tirx.DeclBuffer), lambda a: out.append(a.buffer))])
+    return out
 
 
 def build_cpu(func, target=None, cost_model=None, infer: bool = True, verify: bool = True) -> CpuKernel:
@@ -226,9 +231,30 @@ def _floating_reduction(func) -> bool:
     return False
 
 
+def reference_outputs(func, reference: Callable | None = None, seed: int = 0) -> dict:
+    """Final value of every parameter according to ``reference`` (numpy) or the sequential semantics."""
+    func = _as_func(func)
+    inputs = random_inputs(func, seed)
+    names = list(inputs)
+    if reference is not None:
+        expected = {n: inputs[n].copy() for n in names}
+        produced = reference({n: inputs[n].copy() for n in names})
+        unknown = sorted(set(produced) - set(names))
+        if unknown:
+            raise ValueError(f"the numpy reference returned unknown buffers {unknown} (parameters: {names})")
+        for n, v in produced.items():
+            expected[n] = np.asarray(v).astype(inputs[n].dtype).reshape(inputs[n].shape)
+        return expected
+    want = [inputs[n].copy() for n in names]
+    build_reference_cpu(func)(*want)
+    return dict(zip(names, want))
+
+
 def check_numeric(func, reference: Callable | None = None, target=None, cost_model=None, seed: int = 0,
-                  tolerance: tuple | None = None, kernel: CpuKernel | None = None) -> NumericResult:
-    """Run the lowered kernel on the CPU and compare every parameter with the reference's."""
+                  tolerance: tuple | None = None, kernel: CpuKernel | None = None,
+                  expected: dict | None = None) -> NumericResult:
+    """Run the lowered kernel on the CPU and compare every parameter with the reference's
+    (``expected``: precomputed ``reference_outputs`` for the same seed, to share between cost models)."""
     func = _as_func(func)
     inputs = random_inputs(func, seed)
     names = list(inputs)
@@ -241,19 +267,9 @@ def check_numeric(func, reference: Callable | None = None, target=None, cost_mod
     kernel(*[inputs[n].copy() for n in names])       # again, warm (the first call includes LLVM's JIT)
     warm = time.perf_counter() - t2
     t2 = time.perf_counter()
-    if reference is not None:
-        expected = {n: inputs[n].copy() for n in names}
-        produced = reference({n: inputs[n].copy() for n in names})
-        unknown = sorted(set(produced) - set(names))
-        if unknown:
-            raise ValueError(f"the numpy reference returned unknown buffers {unknown} (parameters: {names})")
-        for n, v in produced.items():
-            expected[n] = np.asarray(v).astype(inputs[n].dtype).reshape(inputs[n].shape)
-        want = [expected[n] for n in names]
-    else:
-        ref = build_reference_cpu(func)
-        want = [inputs[n].copy() for n in names]
-        ref(*want)
+    if expected is None:
+        expected = reference_outputs(func, reference, seed)
+    want = [expected[n] for n in names]
     t3 = time.perf_counter()
     exact = tolerance is None and not _floating_reduction(func)
     errors, problems = {}, []

@@ -160,6 +160,28 @@ def test_repeat_on_slots_and_dim_order():
         Fragment([4, 4], lambda i, j: i, lambda i, j: [j, 0]).repeat([2, 1])
 
 
+# ------------------------------------------------------------------ dtype views (reshape)
+
+def test_fragment_reshape_narrow_and_widen_keep_threads():
+    frag = Fragment([16, 16], lambda i, j: i * 2 + j // 8).bind_thread_range(0, 32)
+    narrow = frag.reshape([16, 32], 32, 16)            # each 32-bit element becomes two 16-bit lanes
+    i, j = grid([16, 32])
+    np.testing.assert_array_equal(narrow.thread_table()[..., 0], full(i * 2 + (j // 2) // 8, (16, 32)))
+    np.testing.assert_array_equal(narrow.table()[..., 0], full(((j // 2) % 8) * 2 + j % 2, (16, 32)))
+    assert narrow.thread_range == (0, 32) and narrow.is_bijective()
+    wide = frag.reshape([16, 8], 16, 32)               # pairs of 16-bit elements become one 32-bit element
+    i, j = grid([16, 8])
+    np.testing.assert_array_equal(wide.thread_table()[..., 0], full(i * 2 + (2 * j) // 8, (16, 8)))
+    np.testing.assert_array_equal(wide.table()[..., 0], full((2 * j % 8) // 2, (16, 8)))
+    assert wide.is_bijective()
+
+
+def test_fragment_widen_fails_when_a_pair_spans_threads():
+    frag = Fragment([16, 16], lambda i, j: j % 2 + 2 * (i % 8))       # neighbours live in different threads
+    with pytest.raises(LayoutError, match="interleaves storage"):
+        frag.reshape([16, 8], 16, 32)
+
+
 # ------------------------------------------------------------------ equality and ownership
 
 def test_is_equal_compares_threads_too():
@@ -183,6 +205,9 @@ def test_contains_is_ownership():
     assert "is held by thread" in rows.containment_error(cols)
     half = Fragment([16, 16], lambda i, j, r: i // 2 * 2 + r, replicate=2)   # pairs of rows in pairs of threads
     assert half.contains(rows) and not rows.contains(half)
+    lanes = Fragment([32], lambda i: i)                              # thread ranges shift the owners
+    assert not lanes.bind_thread_range(0, 32).contains(lanes.bind_thread_range(32, 32))
+    assert lanes.bind_thread_range(32, 32).contains(lanes.bind_thread_range(32, 32))
 
 
 # ------------------------------------------------------------------ canonical inverse

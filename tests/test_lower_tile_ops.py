@@ -27,7 +27,7 @@ from tilelayout.passes.frontend import CopyOp, FillOp  # noqa: E402
 from tilelayout.passes.layout_inference import infer_layouts  # noqa: E402
 from tilelayout.passes.loop_nest import nest_of  # noqa: E402
 from tilelayout.passes.loop_partition import LoweringError, buffer_layouts  # noqa: E402
-from tilelayout.passes.lower_tile_ops import (LowerTileOps, _cell_elements, _xor_masks,  # noqa: E402
+from tilelayout.passes.lower_tile_ops import (LowerTileOps, _cell_elements, _split_basis, _xor_basis,  # noqa: E402
                                               lower_tile_ops, tile_loop_decision)
 from tilelayout.passes.pipeline import check_numeric  # noqa: E402
 
@@ -209,34 +209,47 @@ def test_column_reduction_goes_through_shared_memory():
     assert len(_calls(out, "tirx.tvm_storage_sync")) >= 2
 
 
+def test_row_reduction_over_two_warps_shuffles_then_exchanges():
+    out = lower_tile_ops(infer_layouts(_case("reduce_broadcast").VARIANTS["128x256_t256"]()).func)
+    assert [int(c.args[2]) for c in _calls(out, "tirx.tvm_warp_shuffle_xor")] == [16, 8, 4, 2, 1]
+    assert _allocs(out, "shared") == ["row_max_xchg"]
+
+
 def _holders(layout: Fragment, threads: int):
     lo = (layout.thread_range or (0, threads))[0]
     tab = layout.thread_table().reshape(-1, layout.replicate_size) + lo
     return [sorted(set(int(t) for t in row)) for row in tab]
 
 
-@pytest.mark.parametrize("variant", ["64x128_t128", "128x256_t256"])
-def test_xor_masks_span_exactly_the_holders(variant):
+@pytest.mark.parametrize("variant,lanes,warps", [("64x128_t128", [16, 8, 4, 2, 1], []),
+                                                  ("128x256_t256", [16, 8, 4, 2, 1], [32])])
+def test_xor_basis_spans_exactly_the_holders(variant, lanes, warps):
     res = infer_layouts(_case("reduce_broadcast").VARIANTS[variant]())
     row_max = res.buffers["row_max"]
     threads = res.graph.thread_extent
     cells = _cell_elements(row_max, threads)
     counts = np.bincount(cells[cells >= 0], minlength=row_max.size)
-    masks = _xor_masks(cells, counts, 32)
-    assert masks is not None
+    basis = _xor_basis(cells, counts)
+    assert _split_basis(basis, 32) == (lanes, warps)
     span = {0}
-    for m in masks:
+    for m in basis:
         span |= {s ^ m for s in span}
     for holders in _holders(row_max, threads):          # independent: from the thread table
         assert sorted(holders[0] ^ s for s in span) == holders
 
 
-def test_xor_masks_refuse_holders_across_warps():
+def test_holders_across_warps_split_into_lanes_and_warp_bits():
     res = infer_layouts(col_sum)
     s = res.buffers["s"]
     cells = _cell_elements(s, 128)
     counts = np.bincount(cells[cells >= 0], minlength=s.size)
-    assert _xor_masks(cells, counts, 32) is None
+    assert _split_basis(_xor_basis(cells, counts), 32) == ([], [32, 64])
+
+
+def test_holders_that_are_no_coset_have_no_basis():
+    # element 0 held by threads {0, 1, 2}: not a power of two, no butterfly
+    cells = np.array([[0, 0, 0, 1]])
+    assert _xor_basis(cells, np.bincount(cells[cells >= 0])) is None
 
 
 # ------------------------------------------------------------------------------------ errors

@@ -4,6 +4,13 @@ from .evaluate import evaluate, evaluate_grid
 from .fragment import Fragment, fully_replicated
 from .layout import Layout, layout_from_dict
 
+from .swizzle import (SwizzleMode, choose_swizzle_mode, detect_swizzle_mode, make_bank_swizzled_layout,
+                      make_full_bank_swizzled_layout, make_half_bank_swizzled_layout, make_linear_layout,
+                      make_quarter_bank_swizzled_layout, make_swizzled_layout, make_tcgen05mma_swizzled_layout,
+                      make_wgmma_swizzled_layout, merge_swizzle_layouts)
+from .gemm_layouts import (compute_warp_partition, make_gemm_fragment_8x4, make_gemm_fragment_8x8,
+                           make_gemm_fragment_8x8_transposed, make_gemm_fragment_8x16, make_gemm_fragment_a,
+                           make_gemm_fragment_b, make_gemm_fragment_c, make_mma_accumulator_fragment)
 from .tirx import from_tile_layout, to_tile_layout
 from .annotate import annotate_layouts, get_pinned_layouts, read_layout_annotations
 from . import cute, tla  # noqa: E402
@@ -21,6 +28,12 @@ def get_layouts(func):
 __all__ = [
     "Layout", "Fragment", "fully_replicated", "layout_from_dict", "evaluate", "evaluate_grid",
     "TileLayoutError", "LayoutError", "EvaluationError", "LayoutConflictError", "InferenceError",
+    "SwizzleMode", "choose_swizzle_mode", "detect_swizzle_mode", "make_bank_swizzled_layout",
+    "make_full_bank_swizzled_layout", "make_half_bank_swizzled_layout", "make_linear_layout",
+    "make_quarter_bank_swizzled_layout", "make_swizzled_layout", "make_tcgen05mma_swizzled_layout",
+    "make_wgmma_swizzled_layout", "merge_swizzle_layouts", "compute_warp_partition", "make_gemm_fragment_8x4",
+    "make_gemm_fragment_8x8", "make_gemm_fragment_8x8_transposed", "make_gemm_fragment_8x16",
+    "make_gemm_fragment_a", "make_gemm_fragment_b", "make_gemm_fragment_c", "make_mma_accumulator_fragment",
     "from_tile_layout", "to_tile_layout", "annotate_layouts", "get_pinned_layouts", "read_layout_annotations",
     "cute", "tla", "passes", "infer_layouts", "get_layouts", "InferenceResult", "AttemptCost", "layout_config",
     "register_cost_model", "available_cost_models",

@@ -27,11 +27,11 @@ from .layout import (Layout, _as_expr, call_user_fn, _exprs_equal, _fmt_shape, _
 __all__ = ["Fragment", "fully_replicated", "infer_fragment_index"]
 
 
-def _check_replicate(replicate) -> int:
+def _check_replicate(replicate, what: str = "fragment") -> int:
     if isinstance(replicate, bool) or not isinstance(replicate, (int, np.integer)):
-        raise LayoutError(f"replicate must be a positive int, got {replicate!r}")
+        raise LayoutError(f"{what}: replicate must be a positive int, got {replicate!r}")
     if replicate < 1:
-        raise LayoutError(f"replicate must be >= 1, got {replicate}")
+        raise LayoutError(f"{what}: replicate must be >= 1, got {replicate}")
     return int(replicate)
 
 
@@ -43,7 +43,7 @@ class Fragment(Layout):
     def __init__(self, shape, forward_thread_fn: Callable, forward_index_fn: Callable | None = None,
                  replicate: int = 1):
         shape = normalize_shape(shape, "fragment")
-        replicate = _check_replicate(replicate)
+        replicate = _check_replicate(replicate, f"fragment over {_fmt_shape(shape)}")
         variables = [placeholder(k) for k in range(len(shape))]
         if not callable(forward_thread_fn):
             raise LayoutError("Fragment needs a callable forward_thread_fn(*coords[, rep])")
@@ -176,7 +176,7 @@ class Fragment(Layout):
     # ----------------------------------------------------------------- replication
     def replicate(self, n: int) -> "Fragment":
         """n times more replicas: replica r lives in thread thread(r % R) + T * (r // R)."""
-        n = _check_replicate(n)
+        n = _check_replicate(n, f"replicate() of {self!r}")
         if n == 1:
             return self
         r = rep_placeholder()

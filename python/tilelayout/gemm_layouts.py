@@ -105,7 +105,9 @@ def make_mma_accumulator_fragment(m: int, n: int, threads: int, dtype="float32",
 
     Per 16x8 atom (8x8 for float64's m8n8k4): lane = 4 * (i % 8) + (j % 8) // 2, slot pair j % 2, and the
     row half (i % 16) // 8 selects slots 2-3. Warp (block_i, block_j) owns rows block_i*wm.. and columns
-    block_j*wn..; thread = 32 * (block_j * Wm + block_i) + lane.
+    block_j*wn..; thread = 32 * (block_j * Wm + block_i) + lane. ``dtype`` is the accumulator type (only
+    float64 changes the atom). ``arch`` must be sm_80 or newer; note that on sm_90 TileLang's ``T.gemm`` with
+    both operands in shared memory switches to a wgmma accumulator, a different layout not built here.
     """
     _check_arch(arch)
     bits = element_bits(dtype)

@@ -19,7 +19,6 @@ Leading dimensions (beyond the last two) are passed through unchanged with ``Lay
 from __future__ import annotations
 
 import enum
-from typing import Sequence
 
 import numpy as np
 import tvm
@@ -275,11 +274,3 @@ def merge_swizzle_layouts(a: Layout, b: Layout, dtype) -> Layout | None:
         return None
     return b if mb.value < ma.value else a
 
-
-def swizzle_bank_groups(layout: Layout, dtype) -> np.ndarray:
-    """For analysis and tests: the 16-byte bank group (0..7) of every element's chunk, from the flat offset."""
-    bits = element_bits(dtype)
-    tab = _linear_table(layout)
-    if tab is None:
-        raise LayoutError(f"cannot enumerate {layout!r} to compute bank groups")
-    return (tab * bits // 8 // 16) % 8

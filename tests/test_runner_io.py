@@ -1,0 +1,53 @@
+"""The runner's io-model views on the real cases: --cute parity, --explain, --show bandwidth ratios."""
+import io
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from maint import run  # noqa: E402
+
+
+def invoke(*argv):
+    out = io.StringIO()
+    code = run.main(list(argv), stdout=out)
+    return code, out.getvalue()
+
+
+def test_cute_parity_over_golden_fragments():
+    code, text = invoke("--cute", "--case", "transposed_store")
+    assert code == 0, text
+    assert "8/8 statements match" in text and "hit rate 8/8" in text
+
+
+def test_cute_parity_counts_padded_fragments_as_unconvertible():
+    code, text = invoke("--cute", "--case", "ragged_extent/loop_1x229")
+    assert code == 0, text
+    assert "4/4 statements match" in text and "hit rate 0/4" in text
+
+
+def test_explain_lists_every_root_with_costs_and_the_winner():
+    code, text = invoke("--explain", "transposed_store/fp32", "--model", "io-aware")
+    assert code == 0, text
+    assert "mem=2162688 regs=128 not chosen" in text
+    assert "mem=786432 regs=128 CHOSEN" in text
+    assert "V=4 issue=65536 bw=524288 segments=4096" in text
+
+
+def test_explain_shows_rejected_attempts_with_their_reason():
+    code, text = invoke("--explain", "two_index_read/adjacent", "--model", "register-count")
+    assert code == 0, text
+    assert "REJECTED: buffer r:" in text and "CHOSEN" in text
+
+
+def test_explain_unknown_case_is_a_usage_error():
+    code, _ = invoke("--explain", "no_such_case")
+    assert code == 2
+
+
+def test_show_reports_bandwidth_against_the_physical_minimum():
+    code, text = invoke("--show", "--case", "broadcast_read/issue1729", "--model", "io-aware")
+    assert code == 0, text
+    assert "Out (store): bandwidth 20480 B vs minimum 20480 B = 1.00" in text
+    assert "S (load): bandwidth 1024 B vs minimum 128 B = 8.00" in text

@@ -1,0 +1,126 @@
+"""Loop vectorize: widths follow the shared width rule and hardware limit, guards stay correct, and the
+vector lanes in TVM's device code match every case's VECTOR_ANCHOR under the io-aware model."""
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+import tvm
+import tvm_ffi
+from tvm import tirx
+from tvm.script import tirx as T
+from tvm.tirx.script import tile as Tx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from maint.lanes import lowered_lanes, vector_lanes  # noqa: E402
+from maint.run import discover  # noqa: E402
+from tilelayout.passes.hardware import max_vector_load_bits  # noqa: E402
+from tilelayout.passes.loop_vectorize import VECTOR_WIDTH_KEY, LoopVectorize, vectorize_function  # noqa: E402
+from tilelayout.passes.pipeline import lower, lower_func  # noqa: E402
+
+SM100 = tvm.target.Target({"kind": "cuda", "arch": "sm_100"})
+
+
+@T.prim_func
+def global_copy(A: T.Buffer((64, 256), "float32"), B: T.Buffer((64, 256), "float32")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 128)
+    Tx.copy(B[0:64, 0:256], A[0:64, 0:256])
+
+
+@T.prim_func
+def slot_loops(A: T.Buffer((128, 4), "float32"), B: T.Buffer((128,), "float32")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 128)
+    for s in T.serial(4, annotations={"tilelayout.slot_loop": "store_invariant"}):
+        B[tx] = A[tx, s]
+    for s in T.serial(4, annotations={"tilelayout.slot_loop": "broadcast_load"}):
+        A[tx, s] = B[tx]
+    for s in T.serial(4, annotations={"tilelayout.slot_loop": "guard_varies"}):
+        if s < 3:
+            A[tx, s] = T.float32(0)
+    for s in T.serial(4, annotations={"tilelayout.slot_loop": "guard_invariant"}):
+        if tx < 64:
+            A[tx, s] = T.float32(1)
+
+
+def _widths(func) -> dict:
+    out = {}
+
+    def on_for(f):
+        if VECTOR_WIDTH_KEY in f.annotations:
+            key = str(f.annotations.get("tilelayout.slot_loop", "?"))
+            out.setdefault(key, []).append(int(f.annotations[VECTOR_WIDTH_KEY]))
+
+    tvm_ffi.structural_walk(func.body, (tirx.For, on_for))
+    return out
+
+
+def _case(name):
+    return importlib.import_module(f"cases.{name}")
+
+
+def _anchored():
+    out = []
+    for name in discover(ROOT / "cases"):
+        for variant, anchor in sorted(getattr(_case(name), "VECTOR_ANCHOR", {}).items()):
+            out.append(pytest.param(name, variant, anchor, id=f"{name}/{variant}"))
+    return out
+
+
+@pytest.mark.parametrize("name,variant,anchor", _anchored())
+def test_device_code_lanes_match_the_vector_anchor(name, variant, anchor):
+    lanes = lowered_lanes(_case(name).VARIANTS[variant](), cost_model="io-aware")
+    assert {k: lanes.get(k) for k in anchor} == anchor
+
+
+@pytest.mark.parametrize("name,variant,width", [("elementwise_copy", "fp16_128x128_t128", 8),
+                                                ("elementwise_copy", "fp32_64x256_t256", 4),
+                                                ("fp8_copy", "128x256_t128", 16)])
+def test_copy_width_is_one_128_bit_vector(name, variant, width):
+    widths = _widths(lower_func(_case(name).VARIANTS[variant]()))
+    assert widths == {"v0,v1[%s]" % "x".join(str(int(s)) for s in _case(name).VARIANTS[variant]().params[0].shape):
+                      [width, width]}
+
+
+def test_global_only_copies_use_256_bits_from_sm100():
+    assert max_vector_load_bits(SM100, global_only=True) == 256
+    assert _widths(lower_func(global_copy, SM100)) == {"v0,v1[64x256]": [8]}
+    assert _widths(lower_func(global_copy)) == {"v0,v1[64x256]": [4]}
+    assert lowered_lanes(global_copy, SM100) == {"A": 8, "B": 8}
+    assert lowered_lanes(global_copy) == {"A": 4, "B": 4}
+
+
+def test_width_rules_on_hand_written_slot_loops():
+    out = vectorize_function(slot_loops)
+    assert _widths(out) == {"store_invariant": [1],    # a store that does not move with the slot stays scalar
+                            "broadcast_load": [4],     # an invariant load is broadcast
+                            "guard_varies": [1],       # a guard that changes inside a vector forbids it
+                            "guard_invariant": [4]}    # an invariant guard is hoisted
+    text = out.script()
+    assert "if tx < 64:\n        for s_v in T.vectorized(4" in text
+
+
+def test_guards_of_partitioned_loops():
+    text = lower_func(_case("mixed_extents").VARIANTS["read_100_to_256_t128"]()).script()
+    assert "if tx < 50:" in text and "T.vectorized(2" in text
+    padded = _widths(lower_func(_case("ragged_extent").VARIANTS["loop_1x229_t128"]()))
+    assert padded == {"i,j[1x229]": [1], "v0[229]": [1]}     # the copy drops the unit dim
+
+
+def test_pass_object_runs_alone():
+    from tilelayout.passes.layout_inference import infer_layouts
+    from tilelayout.passes.loop_partition import partition_function
+    from tilelayout.passes.lower_tile_ops import lower_tile_ops
+    func = partition_function(lower_tile_ops(infer_layouts(_case("elementwise_copy").VARIANTS["fp16_128x128_t128"]()).func))
+    out = LoopVectorize()(tvm.IRModule({"main": func}))["main"]
+    assert "T.vectorized(8" in out.script()
+
+
+def test_lanes_of_a_scalar_kernel():
+    lanes = vector_lanes(lower(_case("ragged_extent").VARIANTS["copy_1x229_t128"]()))
+    assert lanes == {"X": 1, "Y": 1}
