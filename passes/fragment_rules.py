@@ -146,6 +146,10 @@ def complete_fragment(nest: LoopNest, loop: Fragment, access, threads: int, read
         frag = Fragment.from_exprs(buf.shape, thread, None, loop.replicate_size)
     else:
         frag = _broadcast_completion(nest, loop, idx, buf)
+        if frag is not None:
+            # replica digits that land in the loop's slots are the same thread: drop them before judging
+            # injectivity (TileLang condenses first, then falls back to full replication for #1729)
+            frag = frag.condense_rep_var()
         if frag is None or not frag.is_injective():
             if read_only:
                 return fully_replicated(buf.shape, threads)

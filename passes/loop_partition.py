@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-import tvm
 import tvm_ffi
 from tvm import sym, tirx
 from tvm.ir import Range, TensorLoad

@@ -15,13 +15,9 @@ Fragment accesses stay logical (``frag[i, j]``); partition turns them into local
 """
 from __future__ import annotations
 
-import math
-from typing import Any
-
 import numpy as np
 import tvm
 from tvm import tirx
-from tvm.ir import Range
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from tilelayout.annotate import annotate_loop

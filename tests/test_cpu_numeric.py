@@ -13,7 +13,6 @@ import pytest
 import tvm_ffi
 from tvm import tirx
 from tvm.script import tirx as T
-from tvm.tirx.script import tile as Tx
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))

@@ -22,7 +22,6 @@ sys.path.insert(0, str(ROOT))
 from tilelayout import Fragment  # noqa: E402
 from tilelayout.annotate import annotate_layouts, parallel_nests, read_layout_annotations  # noqa: E402
 from tilelayout.layout import placeholder as P  # noqa: E402
-from tilelayout.passes import op_rules  # noqa: E402
 from tilelayout.passes.frontend import CopyOp, FillOp  # noqa: E402
 from tilelayout.passes.layout_inference import infer_layouts  # noqa: E402
 from tilelayout.passes.loop_nest import nest_of  # noqa: E402

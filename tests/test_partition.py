@@ -12,7 +12,6 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 from tvm.script import tirx as T
-from tvm.tirx.script import tile as Tx
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -21,7 +20,7 @@ from tilelayout import Fragment  # noqa: E402
 from tilelayout.annotate import (LOOP_LAYOUT_KEY, annotate_layouts, annotate_loop, encode_layout,  # noqa: E402
                                  parallel_nests)
 from tilelayout.evaluate import evaluate  # noqa: E402
-from tilelayout.layout import placeholder as P, rep_placeholder  # noqa: E402
+from tilelayout.layout import placeholder as P  # noqa: E402
 from tilelayout.passes.layout_inference import infer_layouts  # noqa: E402
 from tilelayout.passes.loop_partition import (PARTITIONED_KEY, LoopPartition, LoweringError,  # noqa: E402
                                               partition_function, per_thread_cells)

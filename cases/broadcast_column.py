@@ -1,0 +1,46 @@
+"""A per-column vector ``w`` (fragment) scaling every row of a tile: ``Out[i, j] = X[i, j] * w[j]``.
+
+Pins the io-aware model's local-memory spill term (which TileLang's documentation claims and its code
+lacks). Two attempts compete: the copy-first one gives ``w`` one element per thread and makes the loop
+walk a column per thread (uncoalesced issue cost); the loop-first one plans a coalesced loop, so ``w``
+becomes fully replicated and its register slot depends on the thread index after partitioning: ``w`` is
+spilled to local memory and that traffic is charged. The coalesced loop still wins under io-aware
+(its global traffic is 4x lower even with the spill); register-count keeps the 1-register ``w``.
+"""
+from tvm.script import tirx as T
+from tvm.tirx.script import tile as Tx
+
+from cases import _support
+
+TILELANG = """TileLang 0.1.15 (sm_90) makes the same choices but scores the loop-first attempt without
+any spill traffic (its io-aware model has no spill term); tilelayout adds it (see run.py --explain)."""
+
+
+def _scale(m: int, n: int, threads: int):
+    @T.prim_func
+    def kernel(W: T.Buffer((n,), "float32"), X: T.Buffer((m, n), "float32"), Out: T.Buffer((m, n), "float32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", threads)
+        w = T.alloc_buffer((n,), "float32", scope="local.fragment")
+        Tx.copy(w[0:n], W[0:n])
+        for i in T.parallel(m):
+            for j in T.parallel(n):
+                Out[i, j] = X[i, j] * w[j]
+    return kernel
+
+
+VARIANTS = {
+    "m64_n128_t128": lambda: _scale(64, 128, 128),
+}
+
+
+def check(variant, model, result):
+    (key,) = result["loops"]
+    loop = result["loops"][key]
+    _support.assert_covers(key, loop)
+    _support.assert_owned(key, loop, "w", result["buffers"]["w"], lambda i, j: (j,))
+    if model == "io-aware":
+        _support.assert_replicate(f"loop {key}", loop, 1)
+        assert loop["output_shape"] == [64], f"io-aware must pick the coalesced 4-wide loop: {loop}"
+    else:
+        _support.assert_replicate("w", result["buffers"]["w"], 1)

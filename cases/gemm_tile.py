@@ -1,0 +1,50 @@
+"""A GEMM tile: A, B staged in shared memory, the accumulator in registers, then an epilogue loop.
+
+Strict level: the accumulator takes the mma.sync m16n8 layout tiled over the warps, and the shared
+operands take the widest bank swizzle their rows allow; both models must agree, and the epilogue
+loop must run every element in the thread that owns it (no replication, no re-layout).
+"""
+from tvm.script import tirx as T
+from tvm.tirx.script import tile as Tx
+
+from cases import _support
+
+TILELANG = """TileLang 0.1.15 (sm_80 policy, mma.sync): C_frag is its MakeGemmFragmentC layout, which
+tilelayout.make_mma_accumulator_fragment reproduces; the shared operands get full-bank (128B)
+swizzles when a row holds 64 fp16 values."""
+
+
+def _gemm(m: int, n: int, k: int, threads: int):
+    @T.prim_func
+    def kernel(A: T.Buffer((m, k), "float16"), B: T.Buffer((k, n), "float16"), C: T.Buffer((m, n), "float32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", threads)
+        A_s = T.alloc_buffer((m, k), "float16", scope="shared")
+        B_s = T.alloc_buffer((k, n), "float16", scope="shared")
+        C_frag = T.alloc_buffer((m, n), "float32", scope="local.fragment")
+        Tx.copy(A_s[0:m, 0:k], A[0:m, 0:k])
+        Tx.copy(B_s[0:k, 0:n], B[0:k, 0:n])
+        Tx.gemm(C_frag[0:m, 0:n], A_s[0:m, 0:k], B_s[0:k, 0:n], C_frag[0:m, 0:n], False, False, 1.0, 0.0)
+        for i in T.parallel(m):
+            for j in T.parallel(n):
+                C_frag[i, j] = C_frag[i, j] * T.float32(2)
+        Tx.copy(C[0:m, 0:n], C_frag[0:m, 0:n])
+    return kernel
+
+
+VARIANTS = {
+    "m64n64k64_t128": lambda: _gemm(64, 64, 64, 128),
+    "m128n128k32_t128": lambda: _gemm(128, 128, 32, 128),
+}
+
+
+def check(variant, model, result):
+    acc = result["buffers"]["C_frag"]
+    _support.assert_valid_fragment("C_frag", acc)
+    _support.assert_replicate("C_frag", acc, 1)
+    (key,) = result["loops"]
+    loop = result["loops"][key]
+    _support.assert_covers(key, loop)
+    _support.assert_owned(key, loop, "C_frag", acc, lambda i, j: (i, j))
+    for name in ("A_s", "B_s"):
+        assert result["buffers"][name]["kind"] == "Layout", f"{name} must get a shared swizzle: {result['buffers']}"
