@@ -12,8 +12,9 @@ from tvm.tirx.script import tile as Tx
 
 from cases import _support
 
-TILELANG = """TileLang 0.1.15 (sm_90) makes the same choices but scores the loop-first attempt without
-any spill traffic (its io-aware model has no spill term); tilelayout adds it (see run.py --explain)."""
+TILELANG = """TileLang 0.1.15 (sm_90; maint/peer) picks our layouts, equal as mappings. register-count: w
+thread i, slot 0; loop thread j, slot i. io-aware: loop thread i % 4 * 32 + j // 4, slot i // 4 * 4 + j % 4;
+w replicated 4x (thread rep * 32 + i // 4, slot i % 4). Its io-aware model has no spill term."""
 
 
 def _scale(m: int, n: int, threads: int):

@@ -9,9 +9,13 @@ from tvm.tirx.script import tile as Tx
 
 from cases import _support
 
-TILELANG = """TileLang 0.1.15 (sm_80 policy, mma.sync): C_frag is its MakeGemmFragmentC layout, which
-tilelayout.make_mma_accumulator_fragment reproduces; the shared operands get full-bank (128B)
-swizzles when a row holds 64 fp16 values."""
+TILELANG = """TileLang 0.1.15, both cost models (maint/peer). sm_80 (mma.sync): C_frag and the epilogue
+loop equal ours as mappings (make_mma_accumulator_fragment: Square 2x2 warps, each one contiguous
+(m/2)x(n/2) block; not make_gemm_fragment_c). sm_90: T.gemm takes wgmma and C_frag differs from ours:
+thread (i % 64) // 16 * 32 + i % 8 * 4 + j % 8 // 2, slot i // 64 * (n // 2) + j // 8 * 4 + i % 16 // 8 * 2
++ j % 2 (warp w owns rows 16w..16w+15 of each 64-row block, all columns; same lane atom); the loop follows
+it. A_s, B_s equal ours on both targets as flat offsets (TileLang prints [panels, row groups, offset]):
+128B swizzle for 64-element fp16 rows (B_s [32, 128] as two 64-column panels), 64B for A_s [128, 32]."""
 
 
 def _gemm(m: int, n: int, k: int, threads: int):

@@ -7,7 +7,9 @@
                                            say so and exit 0
     python maint/gpu_check.py --offline    no GPU needed: lower every variant, compile its CUDA source to PTX
                                            with nvcc (skipped when absent), run it on the CPU against the
-                                           reference, and print lowering / nvcc / CPU times per variant
+                                           reference, and print per variant: lowering time (inference
+                                           included), nvcc time, CPU build time (lowering + LLVM), first
+                                           CPU run (includes LLVM's JIT) and a warm CPU run
     options: --case SUBSTR, --model NAME (default io-aware), --peak-gbps N (override the peak table)
 
 Exit status: 0 all checks passed (or no GPU), 1 a variant failed.
@@ -70,7 +72,8 @@ def offline(args) -> int:
     have_nvcc = shutil.which("nvcc") is not None
     target = normalize_target(None)
     failures = 0
-    print(f"{'case/variant':48} {'lower_ms':>9} {'nvcc_s':>7} {'cpu_build_ms':>12} {'cpu_run_ms':>10}  numeric")
+    print(f"{'case/variant':46} {'lower_ms':>8} {'nvcc_s':>6} {'cpu_build_ms':>12} {'first_run_ms':>12} "
+          f"{'warm_run_ms':>11}  numeric")
     for name, module, variant in _variants(args.case):
         func = module.VARIANTS[variant]()
         t0 = time.perf_counter()
@@ -89,8 +92,9 @@ def offline(args) -> int:
                 print(f"  nvcc failed for {name}/{variant}: {str(err).splitlines()[-1][:200]}")
         res = check_case(module, variant, cost_model=args.model)
         failures += 0 if res.ok else 1
-        print(f"{name + '/' + variant:48} {(t1 - t0) * 1e3:9.1f} {ptx:>7} {res.times['lower_build_s'] * 1e3:12.1f} "
-              f"{res.times['run_s'] * 1e3:10.1f}  {res.message[:60]}")
+        t = res.times
+        print(f"{name + '/' + variant:46} {(t1 - t0) * 1e3:8.1f} {ptx:>6} {t['lower_build_s'] * 1e3:12.1f} "
+              f"{t['run_s'] * 1e3:12.1f} {t['warm_run_s'] * 1e3:11.2f}  {res.message[:60]}")
     if not have_nvcc:
         print("nvcc not found: PTX compilation skipped")
     return 1 if failures else 0

@@ -16,7 +16,7 @@ the slow, obvious way, so the two can be compared on any fragment:
    lanes' byte spans ``[addr * eb, (addr + V) * eb - 1]`` (stores: only lanes whose replica is 0),
    summed; ``bandwidth = segments * segment_bytes``.
 
-    python maint/oracle.py          score TileLang's golden fragments as loads and stores
+    python maint/oracle.py          score TileLang's golden fragments as 4-byte loads and stores
 """
 from __future__ import annotations
 

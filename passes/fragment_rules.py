@@ -89,7 +89,49 @@ def loop_from_fragment(nest: LoopNest, access, frag: Fragment, threads: int) -> 
 def dynamic_slot_accesses(nest: LoopNest, loop: Fragment, layouts) -> list:
     """Fragment accesses whose register slot, once the nest is partitioned by ``loop``, depends on the
     thread index or on a serial inner loop variable: such a fragment cannot stay in registers.
-    ``layouts``: buffer name -> layout."""
+    ``layouts``: buffer name -> layout. Decided by enumeration whenever the nest is static and the access
+    does not involve an inner serial loop (the symbolic test can fail to simplify a provably constant
+    slot, e.g. for 3-D nests); symbolically otherwise."""
+    out, symbolic = [], []
+    for a in nest.fragment_accesses():
+        frag = layouts.get(a.buffer.name)
+        if frag is None or a.is_constant:
+            continue
+        exact = _slot_varies_by_enumeration(nest, loop, a, frag)
+        if exact is None:
+            symbolic.append((a, frag))
+        elif exact:
+            out.append(a)
+    if symbolic:
+        hits = _dynamic_symbolic(nest, loop, symbolic)
+        out = [a for a in nest.fragment_accesses() if any(a is b for b in out + hits)]
+    return out
+
+
+def _slot_varies_by_enumeration(nest: LoopNest, loop: Fragment, access, frag: Fragment) -> bool | None:
+    """Does some loop slot read different fragment slots in different threads? None when not decidable
+    by enumeration (inner serial variables in the indices, symbolic or very large domains)."""
+    if nest.inner_vars and _mentions_any(access.indices, nest.inner_vars):
+        return None
+    if nest.size > VALIDATION_LIMIT or not frag.is_static or not loop.is_static:
+        return None
+    try:
+        lparts = np.asarray(loop.table(), dtype=np.int64).reshape(nest.size, -1)
+        fparts = np.asarray(frag.table(), dtype=np.int64).reshape(-1, len(frag.output_shape))
+        lslot = np.ravel_multi_index(tuple(lparts.T), tuple(int(e) for e in loop.output_shape))
+        fslot = np.ravel_multi_index(tuple(fparts.T), tuple(int(e) for e in frag.output_shape))
+        read = fslot[access_points(nest, access).reshape(-1)]
+    except (LayoutError, InferenceError, TypeError, ValueError):
+        return None
+    pairs = np.unique(lslot * (int(fslot.max()) + 1) + read)
+    return bool(np.unique(pairs // (int(fslot.max()) + 1)).size != pairs.size)
+
+
+def _mentions_any(exprs, variables) -> bool:
+    return any(_mentions(e, variables) for e in exprs if not isinstance(e, int))
+
+
+def _dynamic_symbolic(nest: LoopNest, loop: Fragment, accesses: list) -> list:
     from tvm import sym
     try:
         inv = loop.inverse_with_info(allow_padding=True)[0]
@@ -103,10 +145,7 @@ def dynamic_slot_accesses(nest: LoopNest, loop: Fragment, layouts) -> list:
     coords = [ana.simplify(substitute(e, dict(zip(inv.forward_vars, slots + [thread])))) for e in inv.forward_index]
     dynamic = [thread] + list(nest.inner_vars)
     out = []
-    for a in nest.fragment_accesses():
-        frag = layouts.get(a.buffer.name)
-        if frag is None or a.is_constant:
-            continue
+    for a, frag in accesses:
         idx = [substitute(e, dict(zip(nest.loop_vars, coords))) for e in a.indices]
         index = [ana.simplify(substitute(e, dict(zip(frag.forward_vars, idx)))) for e in frag.forward_index]
         if any(_mentions(e, dynamic) for e in index):
@@ -149,17 +188,29 @@ def complete_fragment(nest: LoopNest, loop: Fragment, access, threads: int, read
         if frag is not None:
             # replica digits that land in the loop's slots are the same thread: drop them before judging
             # injectivity (TileLang condenses first, then falls back to full replication for #1729)
-            frag = frag.condense_rep_var()
+            frag = _condensed(frag)
+            if read_only and frag.contains(fully_replicated(buf.shape, threads)):
+                return fully_replicated(buf.shape, threads)     # every thread holds everything: say so
         if frag is None or not frag.is_injective():
             if read_only:
                 return fully_replicated(buf.shape, threads)
             raise InferenceError(f"{nest.describe()} writes fragment {buf.name} through {access} with several loop "
                                  f"iterations per element; no thread/slot layout makes that write well defined")
-    frag = frag.condense_rep_var().bind_thread_range(*rng)
+    frag = _condensed(frag).bind_thread_range(*rng)
     if not frag.is_injective():
         if read_only:
             return fully_replicated(buf.shape, threads)
         raise InferenceError(f"{nest.describe()}: the layout induced on {buf.name} ({frag!r}) is not injective")
+    return frag
+
+
+def _condensed(frag: Fragment) -> Fragment:
+    """``frag.condense_rep_var()`` when every element keeps exactly the same holders (checked by
+    enumeration); ``frag`` itself otherwise (the symbolic condensing can misread wrapped thread maps such
+    as ``(_i * 640 + _rep) % 256``)."""
+    condensed = frag.condense_rep_var()
+    if condensed is frag or (condensed.contains(frag) and frag.contains(condensed)):
+        return condensed
     return frag
 
 

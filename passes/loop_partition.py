@@ -5,7 +5,8 @@ For a nest over coordinates x with layout L: (x, rep) -> (slot..., thread) the c
 exactly the cells that are real iterations (padding, thread range, loop predicate); stores to
 shared/global memory of a replicated layout are guarded by ``rep == 0`` so each element is written once.
 Fragment buffers (``local.fragment``) become per-thread ``local`` arrays of shape ``L_frag.output_shape``
-indexed by the fragment's forward index.
+indexed by the fragment's forward index; shared tiles with a layout (swizzles) are stored at their
+physical address ``L.forward(coords)``.
 
 The partitioner trusts nothing it can check: it refuses a layout that does not cover the loop, cannot be
 inverted or does not fit the launched threads, and (``verify=True``) checks by enumeration that every
@@ -259,7 +260,7 @@ def partition_function(func, verify: bool = True):
         return mutator.default_mutate(loop)
 
     body = mutate(func.body, [(tirx.For, on_for)])
-    body = localize_fragments(body, frag_layouts, tx, threads)
+    body = localize_fragments(body, frag_layouts, tx, threads, shared_layouts(func, layouts))
     return func.with_body(body)
 
 
@@ -396,14 +397,43 @@ def _guard_memory_stores(stmt, cond):
 
 # --------------------------------------------------------------------------------------- fragments
 
-def localize_fragments(body, frag_layouts: dict, tx, threads: int):
-    """Fragment buffers -> per-thread ``local`` arrays of shape output_shape, indexed by forward_index."""
-    if not frag_layouts:
+def shared_layouts(func, layouts: dict) -> dict:
+    """{shared buffer Var: Layout} for shared tiles with an annotated (e.g. swizzled) layout, validated."""
+    found: list = []
+
+    def on_alloc(node):
+        b = node.buffer
+        if b.scope().startswith("shared") and str(b.name) in layouts and not any(b.same_as(x) for x in found):
+            found.append(b)
+
+    walk(func.body, [(tirx.AllocBuffer, on_alloc)])
+    out = {}
+    for b in found:
+        lay = layouts[str(b.name)]
+        if isinstance(lay, Fragment):
+            raise LoweringError(f"shared buffer {b.name}: its layout {lay!r} is a Fragment; shared tiles take a Layout")
+        shape = [int_value(s) for s in b.shape]
+        if shape != [int_value(s) if not isinstance(s, int) else s for s in lay.input_shape]:
+            raise LoweringError(f"shared buffer {b.name}: layout covers {lay.input_shape} but the buffer has shape {shape}")
+        if not lay.is_injective():
+            raise LoweringError(f"shared buffer {b.name}: layout {lay!r} maps two elements to one address: "
+                                f"{lay.injectivity_error()}")
+        out[b] = lay
+    return out
+
+
+def localize_fragments(body, frag_layouts: dict, tx, threads: int, memory_layouts: dict | None = None):
+    """Store buffers physically: fragments as per-thread ``local`` arrays of shape output_shape indexed by
+    forward_index; shared tiles with a layout (``memory_layouts``) at address ``forward(coords)``."""
+    memory_layouts = memory_layouts or {}
+    if not frag_layouts and not memory_layouts:
         return body
-    new_bufs = {}
-    for b, lay in frag_layouts.items():
+    new_bufs, all_layouts = {}, {}
+    for b, lay in list(frag_layouts.items()) + list(memory_layouts.items()):
         shape = [int_value(s) if int_value(s) is not None else s for s in lay.output_shape]
-        new_bufs[b] = tirx.decl_buffer(shape, b.dtype, name=str(b.name), scope="local")
+        scope = "local" if b in frag_layouts else b.scope()
+        new_bufs[b] = tirx.decl_buffer(shape, b.dtype, name=str(b.name), scope=scope)
+        all_layouts[b] = lay
 
     def lookup(buf):
         for b, nb in new_bufs.items():
@@ -418,7 +448,7 @@ def localize_fragments(body, frag_layouts: dict, tx, threads: int):
 
     def index(buf, indices):
         b, nb = lookup(buf)
-        lay = frag_layouts[b]
+        lay = all_layouts[b]
         return nb, [state["ana"].simplify(e) for e in lay.forward(*indices)]
 
     def on_for(loop, mutator):
@@ -455,7 +485,7 @@ def localize_fragments(body, frag_layouts: dict, tx, threads: int):
     def on_decl(d, mutator):
         b, _ = lookup(d.buffer)
         if b is not None:
-            raise LoweringError(f"fragment {d.buffer.name}: buffer views (DeclBuffer) of fragments are not supported")
+            raise LoweringError(f"buffer {d.buffer.name}: views (DeclBuffer) of a buffer with a layout are not supported")
         return mutator.default_mutate(d)
 
     return mutate(body, [(tirx.For, on_for), (tirx.BufferStore, on_store), (TensorLoad, on_load),

@@ -22,6 +22,7 @@ from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from tilelayout.annotate import annotate_loop
 from tilelayout.fragment import Fragment
+from tilelayout.layout import substitute
 
 from . import op_rules
 from .frontend import CopyOp, ElementwiseOp, FillOp, GemmOp, ReduceOp, build_op_graph
@@ -396,7 +397,10 @@ class _ForCells:
 
 
 def _slot_loops(cells: _ForCells, body):
-    for v, e in reversed(list(zip(cells.svars, cells.slots))):
+    """Serial loops over the slots around ``body``, with fresh loop variables (TIR defines a var once)."""
+    fresh = [tirx.Var(v.name, "int32") for v in cells.svars]
+    body = substitute(body, dict(zip(cells.svars, fresh)))
+    for v, e in reversed(list(zip(fresh, cells.slots))):
         body = tirx.For(v, 0, e, tirx.ForKind.SERIAL, body)
     return body
 

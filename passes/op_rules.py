@@ -380,9 +380,21 @@ def _infer_gemm(op: GemmOp, level: int, state) -> None:
     c = op.c.buffer
     if c.is_fragment and state.layout(c) is None:
         m, n = c.shape[-2], c.shape[-1]
-        state.propose(c, gemm_layouts.make_mma_accumulator_fragment(m, n, state.threads, c.dtype), op, level)
+        if _uses_wgmma(op, m, state):
+            acc = gemm_layouts.make_wgmma_accumulator_fragment(m, n, state.threads)
+        else:
+            acc = gemm_layouts.make_mma_accumulator_fragment(m, n, state.threads, c.dtype)
+        state.propose(c, acc, op, level)
     for region in (op.a, op.b):
         buf = region.buffer
         if buf.is_shared and state.layout(buf) is None and region.is_full:
             # MMA operands staged in shared memory get the widest bank swizzle the tile allows
             state.propose(buf, swizzle.make_swizzled_layout(list(buf.shape), buf.dtype, None), op, level)
+
+
+def _uses_wgmma(op: GemmOp, m, state) -> bool:
+    """TileLang's rule: Hopper (sm_90) with both operands in shared memory issues wgmma, whose accumulator
+    layout differs from mma.sync's; it needs whole warpgroups and 64-row blocks."""
+    from .hardware import sm_version
+    return (90 <= sm_version(state.target) < 100 and op.a.buffer.is_shared and op.b.buffer.is_shared
+            and state.threads % 128 == 0 and isinstance(m, int) and m % (64 * (state.threads // 128)) == 0)

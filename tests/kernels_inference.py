@@ -490,3 +490,49 @@ def small_roundtrip(n: int, threads: int, dtype: str):
         Tx.copy(f[0:n], A[0:n])
         Tx.copy(B[0:n], f[0:n])
     return kernel
+
+
+def accumulate_rows(threads: int):
+    """r is filled, then ``sum(x, axis 1)`` accumulates into it: starting from the fill plans r the wrong
+    way for the reduction (that attempt fails); starting from the copy works."""
+    @T.prim_func
+    def kernel(A: T.Buffer((64, 128), "float32"), R: T.Buffer((64,), "float32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", threads)
+        x = T.alloc_buffer((64, 128), "float32", scope="local.fragment")
+        r = T.alloc_buffer((64,), "float32", scope="local.fragment")
+        Tx.fill(r[0:64], T.float32(0))
+        Tx.copy(x[0:64, 0:128], A[0:64, 0:128])
+        Tx.sum(r[0:64], x[0:64, 0:128], axes=[1], accum=True)
+        Tx.copy(R[0:64], r[0:64])
+    return kernel
+
+
+def column_broadcast(m: int, n: int, threads: int):
+    """``Out[i, j] = c[j] * 2``: each column value is read by every row; the coalesced loop needs c[j] in
+    the threads that run column j (a partial replication), not in every thread."""
+    @T.prim_func
+    def kernel(Cv: T.Buffer((n,), "float32"), Out: T.Buffer((m, n), "float32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", threads)
+        c = T.alloc_buffer((n,), "float32", scope="local.fragment")
+        Tx.copy(c[0:n], Cv[0:n])
+        for i in T.parallel(m):
+            for j in T.parallel(n):
+                Out[i, j] = c[j] * T.float32(2)
+    return kernel
+
+
+def nest_3d(threads: int):
+    """A 3-D parallel nest writing a fragment at its own coordinates (no spill possible)."""
+    @T.prim_func
+    def kernel(A: T.Buffer((4, 8, 32), "float32"), B: T.Buffer((4, 8, 32), "float32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", threads)
+        x = T.alloc_buffer((4, 8, 32), "float32", scope="local.fragment")
+        for a in T.parallel(4):
+            for b in T.parallel(8):
+                for c in T.parallel(32):
+                    x[a, b, c] = A[a, b, c] + T.float32(1)
+        Tx.copy(B[0:4, 0:8, 0:32], x[0:4, 0:8, 0:32])
+    return kernel

@@ -50,6 +50,9 @@ KERNELS = {
     "repeated": lambda: K.repeated_copy(4),
     "partial_copy": K.partial_copy,
     "small_roundtrip": lambda: K.small_roundtrip(8, 256, "float32"),
+    "column_broadcast": lambda: K.column_broadcast(64, 128, T128),
+    "accumulate": lambda: K.accumulate_rows(T128),
+    "nest_3d": lambda: K.nest_3d(T128),
 }
 THREADS = {"copy_fp8": 64, "small_roundtrip": 256}
 
@@ -207,10 +210,31 @@ def test_2398_ragged_extent_gives_a_valid_predicated_layout(infer, name, width):
         assert info.layout.input_shape == [1, width]
 
 
-def test_1729_broadcast_read_falls_back_to_full_replication(infer):
-    r = infer("row_scale", "io-aware")
-    assert r.buffers["r"].is_equal(tl.fully_replicated([64], T128))
-    assert r.loops["i,j[64x128]"].replicate_size == 1
+def test_1729_broadcast_read_falls_back_to_full_replication():
+    """2 x 2560 over 256 threads: the occurrence-indexed replication wraps around the threads, so the
+    read-only fragment is fully replicated instead of collapsing the loop onto 2 threads."""
+    import importlib
+    func = importlib.import_module("cases.broadcast_read").VARIANTS["issue1729_2x2560_t256"]()
+    r = tl.infer_layouts(func, cost_model="io-aware")
+    assert r.buffers["s_frag"].is_equal(tl.fully_replicated([2], 256))
+    assert r.loops["i,j[2x2560]"].replicate_size == 1
+    K.check_result(r, 256)
+
+
+@pytest.mark.parametrize("name,buf,holders", [("row_scale", "r", 32), ("column_broadcast", "c", 4)])
+def test_broadcast_read_is_held_by_exactly_the_threads_that_read_it(infer, name, buf, holders):
+    """No wrap: the broadcast fragment is partially replicated, each element on the threads running the
+    iterations that read it (not fully replicated, which would spill)."""
+    r = infer(name, "io-aware")
+    frag = r.buffers[buf]
+    assert frag.replicate_size == holders
+    loop = next(iter(r.loops.values()))
+    runs = np.asarray(loop.thread_table())[..., 0]               # (m, n)
+    readers = [set(runs[:, k].tolist()) if buf == "c" else set(runs[k].tolist()) for k in range(runs.shape[
+        1 if buf == "c" else 0])]
+    holds = np.asarray(frag.thread_table())
+    for k, who in enumerate(readers):
+        assert set(holds[k].tolist()) == who
 
 
 # --------------------------------------------------------------------------- conflicts

@@ -47,6 +47,8 @@ _BUILDERS = {
     "row_max": lambda: K.row_max_then_subtract(64, 128, 128),
     "const_pair": lambda: K.const_pair(64, 128, 128),
     "register_spill": lambda: K.register_spill(64, 128, 128),
+    "column_broadcast": lambda: K.column_broadcast(64, 128, 128),
+    "nest_3d": lambda: K.nest_3d(128),
     "int4": lambda: K.copy_roundtrip(64, 64, "int4", 128),
     "gather1": lambda: K.gather_load(True),
     "gather2": lambda: K.gather_load(False),
@@ -221,6 +223,8 @@ def test_oracle_and_cute_both_refuse_non_bijective_fragments(spec, data):
     frag, strides, base = _spec_case(spec, data)
     o = score_statement_oracle(frag, None, 4, False, strides=strides, base=base)
     c = cute_model.score_fragment(frag, None, 4, False, strides=strides, base=base)
+    if int(np.prod(spec.shape)) * spec.replicate > 1:          # a digit was dropped: two points collide
+        assert isinstance(o, Unenumerable), (spec, o)
     assert _same(o, c), (spec, o, c)
 
 
@@ -351,8 +355,8 @@ def _dynamic_slot(nest, loop, access, frag) -> bool:
     return bool((np.bincount(pairs[:, 0]) > 1).any())
 
 
-@pytest.mark.parametrize("name", ["row_scale", "issue1729", "register_spill", "transposed", "chain", "row_max",
-                                  "const_pair"])
+@pytest.mark.parametrize("name", ["row_scale", "issue1729", "register_spill", "column_broadcast", "nest_3d",
+                                  "transposed", "chain", "row_max", "const_pair"])
 def test_spill_is_charged_exactly_when_a_slot_depends_on_the_thread(infer, name):
     """Per parallel nest of every attempt: charged spill == cells x max(elem bytes, 128 / 32) per fragment
     access whose slot, by enumeration, varies between the threads running one loop slot; 0 otherwise
@@ -380,7 +384,7 @@ def test_spill_is_charged_exactly_when_a_slot_depends_on_the_thread(infer, name)
         for c in a.details:
             if not c.statement.startswith("parallel"):
                 assert "spill" not in c.note
-    want = {"row_scale": {True, False}, "issue1729": {True, False}, "register_spill": {True}}.get(name, {False})
+    want = {"issue1729": {True, False}, "register_spill": {True}}.get(name, {False})
     assert seen == want
 
 
@@ -392,10 +396,20 @@ def test_register_only_loop_spill_is_charged(infer):
     assert r.buffers["r"].is_fully_replicated
 
 
-def test_row_scale_spill_numbers_and_choice(infer):
+def test_broadcast_reads_keep_partial_replication_and_do_not_spill(infer):
+    """r[i] (row_scale) and c[j] (column_broadcast) are held by exactly the threads that read them, so the
+    coalesced loop-first attempt neither spills nor pays for full replication; it wins under io-aware."""
     r = infer("row_scale")
     a0, a1 = r.attempts
-    assert "spill" not in a0.details[1].note and a0.details[1].cost == _traffic(a0.details[1])
-    assert a1.details[1].note == f"spill {128 * 64 * 4}"
-    assert a1.chosen and a1.mem < a0.mem
-    assert r.buffers["r"].is_fully_replicated
+    assert a1.chosen and a1.mem == 32_768 + 65_536 < a0.mem and a1.regs == 16
+    assert all("spill" not in c.note for a in r.attempts for c in a.details)
+    want = tl.Fragment([64], lambda i, rep: i % 4 * 32 + rep, lambda i: i // 4, replicate=32)
+    assert r.buffers["r"].is_equal(want.bind_thread_range(0, 128))
+    c = infer("column_broadcast").buffers["c"]
+    assert c.replicate_size == 4 and int(np.prod(c.output_shape)) == 4
+
+
+def test_3d_nest_writing_its_own_coordinates_is_not_charged_a_spill(infer):
+    r = infer("nest_3d")
+    assert all(c.note == "" for a in r.attempts for c in a.details)
+    assert [a.mem for a in r.attempts] == [8192, 8192]

@@ -176,3 +176,17 @@ def test_fragment_without_a_layout_is_refused():
 
     with pytest.raises(LoweringError, match="fragment f: no layout annotation"):
         partition_function(kernel)
+
+
+def test_shared_tiles_with_a_layout_are_stored_at_their_physical_address():
+    func = partition_function(_lowered("gemm_tile", "m64n64k64_t128"))
+    text = _script(func)
+    assert 'A_s = T.alloc_shared((4096,), "float16")' in text     # swizzled: one flat array of 64 x 64
+
+
+def test_a_shared_layout_mapping_two_elements_to_one_address_is_refused():
+    from tilelayout import Layout
+    func = _lowered("shared_staging", "fp32_128x128_t128")
+    colliding = Layout([128, 128], lambda i, j: [i * 64 + j % 64])
+    with pytest.raises(LoweringError, match="shared buffer smem: layout .* maps two elements to one address"):
+        partition_function(annotate_layouts(func, {"smem": colliding}))

@@ -73,3 +73,21 @@ def test_cpu_passes_are_passes_too():
     cpu = SerializeThreads()(lowered)
     text = next(iter(cpu.functions.values())).script()
     assert "launch_thread" not in text and "frag_per_thread" in text
+
+
+def _all_variants():
+    from maint.run import discover
+    return [pytest.param(name, variant, id=f"{name}/{variant}")
+            for name in discover(ROOT / "cases") for variant in _case(name).VARIANTS]
+
+
+@pytest.mark.parametrize("name,variant", _all_variants())
+def test_every_case_variant_lowers_to_well_formed_cuda(name, variant):
+    from tilelayout.passes.serialize_threads import sequential_semantics, serialize_threads
+    original = _case(name).VARIANTS[variant]()
+    mod = lower(original)
+    (func,) = mod.functions.values()
+    for f in (func, serialize_threads(func), sequential_semantics(original)):
+        tvm.tirx.analysis.verify_well_formed(f, assert_mode=True)
+    src = tvm.compile(mod).mod.imports[0].inspect_source("cuda")
+    assert "__global__" in src and "local.fragment" not in src

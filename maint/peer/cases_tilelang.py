@@ -163,6 +163,35 @@ def _ragged_copy(n, threads):
     return main
 
 
+def _gemm(m, n, k, threads):
+    @T.prim_func
+    def main(A: T.Tensor((m, k), T.float16), B: T.Tensor((k, n), T.float16),
+             C: T.Tensor((m, n), T.float32)):
+        with T.Kernel(1, threads=threads):
+            A_s = T.alloc_shared((m, k), T.float16)
+            B_s = T.alloc_shared((k, n), T.float16)
+            C_frag = T.alloc_fragment((m, n), T.float32)
+            T.copy(A, A_s)
+            T.copy(B, B_s)
+            T.gemm(A_s, B_s, C_frag, clear_accum=True)  # ours: alpha 1, beta 0
+            for i, j in T.Parallel(m, n):
+                C_frag[i, j] = C_frag[i, j] * 2.0
+            T.copy(C_frag, C)
+    return main
+
+
+def _scale_columns(m, n, threads):
+    @T.prim_func
+    def main(W: T.Tensor((n,), T.float32), X: T.Tensor((m, n), T.float32),
+             Out: T.Tensor((m, n), T.float32)):
+        with T.Kernel(1, threads=threads):
+            w = T.alloc_fragment((n,), T.float32)
+            T.copy(W, w)
+            for i, j in T.Parallel(m, n):
+                Out[i, j] = X[i, j] * w[j]
+    return main
+
+
 KERNELS = {
     "elementwise_copy/fp16_128x128_t128": lambda: _roundtrip(128, 128, T.float16, 128),
     "elementwise_copy/fp32_64x256_t256": lambda: _roundtrip(64, 256, T.float32, 256),
@@ -187,4 +216,7 @@ KERNELS = {
     "ragged_extent/loop_1x229_t128": lambda: _ragged(229, 128),
     "ragged_extent/loop_1x192_t128": lambda: _ragged(192, 128),
     "ragged_extent/copy_1x229_t128": lambda: _ragged_copy(229, 128),
+    "gemm_tile/m64n64k64_t128": lambda: _gemm(64, 64, 64, 128),
+    "gemm_tile/m128n128k32_t128": lambda: _gemm(128, 128, 32, 128),
+    "broadcast_column/m64_n128_t128": lambda: _scale_columns(64, 128, 128),
 }

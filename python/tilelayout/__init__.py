@@ -10,7 +10,8 @@ from .swizzle import (SwizzleMode, choose_swizzle_mode, detect_swizzle_mode, mak
                       make_wgmma_swizzled_layout, merge_swizzle_layouts)
 from .gemm_layouts import (compute_warp_partition, make_gemm_fragment_8x4, make_gemm_fragment_8x8,
                            make_gemm_fragment_8x8_transposed, make_gemm_fragment_8x16, make_gemm_fragment_a,
-                           make_gemm_fragment_b, make_gemm_fragment_c, make_mma_accumulator_fragment)
+                           make_gemm_fragment_b, make_gemm_fragment_c, make_mma_accumulator_fragment,
+                           make_wgmma_accumulator_fragment)
 from .tirx import from_tile_layout, to_tile_layout
 from .annotate import annotate_layouts, get_pinned_layouts, read_layout_annotations
 from . import cute, tla  # noqa: E402
@@ -34,6 +35,7 @@ __all__ = [
     "make_wgmma_swizzled_layout", "merge_swizzle_layouts", "compute_warp_partition", "make_gemm_fragment_8x4",
     "make_gemm_fragment_8x8", "make_gemm_fragment_8x8_transposed", "make_gemm_fragment_8x16",
     "make_gemm_fragment_a", "make_gemm_fragment_b", "make_gemm_fragment_c", "make_mma_accumulator_fragment",
+    "make_wgmma_accumulator_fragment",
     "from_tile_layout", "to_tile_layout", "annotate_layouts", "get_pinned_layouts", "read_layout_annotations",
     "cute", "tla", "passes", "infer_layouts", "get_layouts", "InferenceResult", "AttemptCost", "layout_config",
     "register_cost_model", "available_cost_models",

@@ -107,7 +107,7 @@ def make_mma_accumulator_fragment(m: int, n: int, threads: int, dtype="float32",
     row half (i % 16) // 8 selects slots 2-3. Warp (block_i, block_j) owns rows block_i*wm.. and columns
     block_j*wn..; thread = 32 * (block_j * Wm + block_i) + lane. ``dtype`` is the accumulator type (only
     float64 changes the atom). ``arch`` must be sm_80 or newer; note that on sm_90 TileLang's ``T.gemm`` with
-    both operands in shared memory switches to a wgmma accumulator, a different layout not built here.
+    both operands in shared memory switches to a wgmma accumulator (``make_wgmma_accumulator_fragment``).
     """
     _check_arch(arch)
     bits = element_bits(dtype)
@@ -122,6 +122,29 @@ def make_mma_accumulator_fragment(m: int, n: int, threads: int, dtype="float32",
     def index(i, j):
         local = j % 2 if bits == 64 else (i % 16) // 8 * 2 + j % 2
         return ((i // atom_m) % warp_rows) * (warp_cols * slots) + ((j // 8) % warp_cols) * slots + local
+    return Fragment([m, n], thread, index)
+
+
+def make_wgmma_accumulator_fragment(m: int, n: int, threads: int = 128) -> Fragment:
+    """Hopper wgmma accumulator of an m x n tile, as TileLang's ``T.gemm`` infers it on sm_90 when both
+    operands are in shared memory: within each 64-row block, warp w of a warpgroup owns rows 16w..16w+15
+    across all columns (lane = 4 * (i % 8) + (j % 8) // 2, as in mma.sync); further 64-row blocks stack
+    in the slots. Several warpgroups take consecutive 64-row blocks (checked against TileLang for one
+    warpgroup only)."""
+    _positive("m", m), _positive("n", n), _positive("threads", threads)
+    if threads % 128:
+        raise LayoutError(f"wgmma accumulator needs whole warpgroups (threads % 128 == 0), got {threads} threads")
+    groups = threads // 128
+    if m % (64 * groups) or n % 8:
+        raise LayoutError(f"wgmma accumulator of {m}x{n} over {groups} warpgroup(s) needs m % {64 * groups} == 0 "
+                          f"and n % 8 == 0")
+    per_block = n // 8 * 4
+
+    def thread(i, j):
+        return (i // 64) % groups * 128 + (i % 64) // 16 * WARP + (i % 8) * 4 + (j % 8) // 2
+
+    def index(i, j):
+        return i // (64 * groups) * per_block + (j // 8) * 4 + (i % 16) // 8 * 2 + j % 2
     return Fragment([m, n], thread, index)
 
 
