@@ -29,6 +29,12 @@ VARIANTS = {
     "64x128_t64": lambda: _roundtrip(64, 128, 64),
 }
 
+# the 16-lane (128-bit) width of 1-byte elements, as TileLang's harness anchors it
+VECTOR_ANCHOR = {
+    "128x256_t128": {"A": 16, "B": 16},
+    "64x128_t64": {"A": 16, "B": 16},
+}
+
 
 def check(variant, model, result):
     assert result["buffers"]["frag"]["replicate"] == 1, f"a round trip needs no replication: {result['buffers']['frag']}"

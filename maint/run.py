@@ -34,10 +34,6 @@ from maint import snapshot  # noqa: E402
 #: every cost model a snapshot may hold, in the order they are run and printed
 COST_MODELS = ("register-count", "io-aware")
 
-#: flags owned by later issues: (flag, help, issue)
-_HOOKS = (("--anchor", "compare lowered vector widths with VECTOR_ANCHOR", 7),
-          ("--numeric", "run every variant on CPU against its numpy reference", 7))
-
 
 class UsageError(Exception):
     """Bad arguments or a broken case module: exit status 2."""
@@ -85,7 +81,7 @@ def _validate(name: str, module: ModuleType) -> None:
         raise UsageError(f"case {name}: the module docstring must say what the case pins")
     if hasattr(module, "check") and not callable(module.check):
         raise UsageError(f"case {name}: check must be callable as check(variant, model, result)")
-    for table in ("VECTOR_ANCHOR", "CUTE_STATEMENTS"):
+    for table in ("VECTOR_ANCHOR", "CUTE_STATEMENTS", "REFERENCE", "TOLERANCE"):
         unknown = sorted(set(getattr(module, table, {}) or {}) - set(variants))
         if unknown:
             raise UsageError(f"case {name}: {table} names unknown variants {unknown}")
@@ -309,18 +305,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--out", metavar="DIR", help="with --review: report directory (default review/)")
     ap.add_argument("--cute", action="store_true",
                     help="score every golden fragment (load and store) with the CuTe model and the numpy oracle")
+    ap.add_argument("--anchor", action="store_true",
+                    help="lower each variant (io-aware unless --model) and compare vector lanes with VECTOR_ANCHOR")
+    ap.add_argument("--numeric", action="store_true",
+                    help="lower every variant, run it on CPU and compare with its numpy reference")
     ap.add_argument("--explain", metavar="CASE[/VARIANT]",
                     help="print every free-level attempt (layouts, cost, statements, verdict) of matching variants")
     ap.add_argument("--cases-dir", type=Path, default=ROOT / "cases", help=argparse.SUPPRESS)
     ap.add_argument("--expected-dir", type=Path, default=ROOT / "expected", help=argparse.SUPPRESS)
-    for flag, text, issue in _HOOKS:
-        ap.add_argument(flag, nargs="?", const=True, default=None, help=f"{text} (issue {issue}, not yet)")
     args = ap.parse_args(argv)
     if args.jobs < 1:
         ap.error("-j needs a positive number of processes")
-    for flag, _, issue in _HOOKS:
-        if getattr(args, flag[2:]) is not None:
-            raise UsageError(f"{flag}: not implemented yet: needs issue {issue}")
     if args.record and args.review:
         raise UsageError("--record and --review do not combine: record first, then review")
     if (args.html or args.out) and not args.review:
@@ -366,6 +361,16 @@ def _check_or_record(args: argparse.Namespace, stdout) -> int:
     modules = {name: load_case(cases_dir, name) for name in discover(cases_dir)}
     if args.explain:
         return _explain(args.explain, modules, models, stdout)
+    if args.anchor:
+        from maint.lowered_checks import anchors
+        lines, total, same = anchors(modules, args.case, args.model or "io-aware")
+        print("\n".join(lines + [f"{same}/{total} vector anchors match"]), file=stdout)
+        return 0 if same == total else 1
+    if args.numeric:
+        from maint.lowered_checks import numeric
+        lines, total, passed = numeric(modules, args.case, models)
+        print("\n".join(lines + [f"{passed}/{total} numeric checks pass"]), file=stdout)
+        return 0 if passed == total else 1
     if args.cute:
         from maint.cute_parity import parity
         lines, total, same, converted = parity(modules, expected_dir, args.case, models)

@@ -21,7 +21,7 @@ from tvm import sym, tirx
 from tvm.ir import Range, TensorLoad
 
 from tilelayout.annotate import LAYOUTS_ATTR, LOOP_LAYOUT_KEY, LOOP_PREDICATE_KEY, decode_layout, loop_key, loop_nest
-from tilelayout.errors import LayoutError
+from tilelayout.errors import LayoutError, LoweringError
 from tilelayout.exprparse import parse_expr
 from tilelayout.fragment import Fragment
 from tilelayout.layout import Layout, substitute
@@ -33,10 +33,6 @@ __all__ = ["LoweringError", "LoopPartition", "partition_function", "thread_launc
 PARTITIONED_KEY = "tilelayout.partitioned"
 #: annotation on the innermost slot loop (value: the nest's loop key); the vectorizer works on these
 SLOT_LOOP_KEY = "tilelayout.slot_loop"
-
-
-class LoweringError(LayoutError):
-    """A layout or op cannot be lowered correctly; the message names the buffer / loop / op and why."""
 
 
 # --------------------------------------------------------------------------------------- IR helpers

@@ -156,15 +156,20 @@ def test_row_max_of_a_128x128_tile_matches_the_issue_statement(infer):
     assert mx.is_equal(want.bind_thread_range(0, T128))
 
 
-def test_gemm_accumulator_is_an_mma_fragment():
+@pytest.mark.parametrize("arch", ["sm_90", "sm_80"])
+def test_gemm_accumulator_is_the_mma_fragment_of_the_target(arch):
+    """Strict level: sm_90 with shared operands -> the wgmma accumulator, otherwise mma.sync's; either way
+    a bijection of the 128x128 tile onto 128 threads x 128 registers."""
     gemm_layouts = pytest.importorskip("tilelayout.gemm_layouts")
-    if not hasattr(gemm_layouts, "make_mma_accumulator_fragment"):
-        pytest.skip("make_mma_accumulator_fragment not implemented yet")
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     import kernels_frontend
-    r = tl.infer_layouts(kernels_frontend.gemm)
-    want = gemm_layouts.make_mma_accumulator_fragment(128, 128, T128, "float32")
-    assert r.buffers["acc"].is_equal(want.bind_thread_range(0, T128)) or r.buffers["acc"].is_equal(want)
+    r = tl.infer_layouts(kernels_frontend.gemm, target={"kind": "cuda", "arch": arch})
+    if arch == "sm_90" and hasattr(gemm_layouts, "make_wgmma_accumulator_fragment"):
+        want = gemm_layouts.make_wgmma_accumulator_fragment(128, 128, T128)
+    else:
+        want = gemm_layouts.make_mma_accumulator_fragment(128, 128, T128, "float32")
+    acc = r.buffers["acc"]
+    assert acc.is_equal(want.bind_thread_range(0, T128))
+    assert acc.is_bijective()
     K.check_result(r, T128)
 
 

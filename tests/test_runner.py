@@ -223,12 +223,6 @@ def test_parallel_jobs_match_serial(fake):
     assert code == 0 and "2/2 variant-model pairs match" in out
 
 
-@pytest.mark.parametrize("flag,issue", [("--anchor", 7), ("--numeric", 7)])
-def test_later_issue_hooks_exit_2(fake, flag, issue, capsys):
-    assert fake.invoke(flag)[0] == 2
-    assert f"not implemented yet: needs issue {issue}" in capsys.readouterr().err
-
-
 def test_broken_case_module_is_exit_2(fake, capsys):
     (fake.cases / "broken.py").write_text('"""No variants."""\n')
     assert fake.invoke()[0] == 2

@@ -51,3 +51,21 @@ def test_show_reports_bandwidth_against_the_physical_minimum():
     assert code == 0, text
     assert "Out (store): bandwidth 20480 B vs minimum 20480 B = 1.00" in text
     assert "S (load): bandwidth 1024 B vs minimum 128 B = 8.00" in text
+
+
+def test_anchor_compares_emitted_vector_lanes_with_the_case_anchor():
+    code, text = invoke("--anchor", "--case", "transposed_store/fp32")
+    assert code == 0, text
+    assert "A: anchor 1 lanes, emitted 1 -> match" in text and "B: anchor 4 lanes, emitted 4 -> match" in text
+
+
+def test_anchor_reports_drift_under_the_other_model():
+    # register-count keeps the 4-wide copy layout for transposed fp32: the store then runs scalar
+    code, text = invoke("--anchor", "--case", "transposed_store/fp32", "--model", "register-count")
+    assert code == 1 and "DRIFT" in text
+
+
+def test_numeric_runs_lowered_code_on_cpu_against_the_reference():
+    code, text = invoke("--numeric", "--case", "reduce_broadcast/64x128", "--model", "io-aware")
+    assert code == 0, text
+    assert "1/1 numeric checks pass" in text

@@ -1,5 +1,6 @@
 """tilelayout: automatic layouts for register fragments and shared tiles of TVM TIRx kernels."""
-from .errors import EvaluationError, InferenceError, LayoutConflictError, LayoutError, TileLayoutError
+from .errors import (EvaluationError, InferenceError, LayoutConflictError, LayoutError, LoweringError,
+                     TileLayoutError)
 from .evaluate import evaluate, evaluate_grid
 from .fragment import Fragment, fully_replicated
 from .layout import Layout, layout_from_dict
@@ -16,8 +17,8 @@ from .tirx import from_tile_layout, to_tile_layout
 from .annotate import annotate_layouts, get_pinned_layouts, read_layout_annotations
 from . import cute, tla  # noqa: E402
 from . import passes  # noqa: E402  (passes build on the core objects above)
-from .passes import (AttemptCost, InferenceResult, available_cost_models, infer_layouts, layout_config,
-                     register_cost_model)
+from .passes import (AttemptCost, InferenceResult, available_cost_models, build_cpu, cuda_source, infer_layouts,
+                     layout_config, lower, register_cost_model)
 
 
 def get_layouts(func):
@@ -28,6 +29,7 @@ def get_layouts(func):
 
 __all__ = [
     "Layout", "Fragment", "fully_replicated", "layout_from_dict", "evaluate", "evaluate_grid",
+    "lower", "cuda_source", "build_cpu", "LoweringError",
     "TileLayoutError", "LayoutError", "EvaluationError", "LayoutConflictError", "InferenceError",
     "SwizzleMode", "choose_swizzle_mode", "detect_swizzle_mode", "make_bank_swizzled_layout",
     "make_full_bank_swizzled_layout", "make_half_bank_swizzled_layout", "make_linear_layout",

@@ -19,3 +19,7 @@ class LayoutConflictError(LayoutError):
 
 class InferenceError(LayoutError):
     """Layout inference cannot give a buffer or loop a valid layout."""
+
+
+class LoweringError(LayoutError):
+    """A layout or op cannot be lowered correctly; the message names the buffer / loop / op and why."""
