@@ -324,10 +324,10 @@ def test_every_real_case_module_loads_and_validates():
         assert module.VARIANTS and module.__doc__.strip()
 
 
-def test_script_entry_point_exits_2_on_hook():
-    proc = subprocess.run([sys.executable, str(ROOT / "maint" / "run.py"), "--anchor"], capture_output=True,
-                          text=True, timeout=60)
-    assert proc.returncode == 2 and "needs issue 7" in proc.stderr
+def test_script_entry_point_exits_2_on_usage_error():
+    proc = subprocess.run([sys.executable, str(ROOT / "maint" / "run.py"), "--model", "no-such-model"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "unknown cost model" in proc.stderr
 
 
 def test_progress_writes_only_to_a_terminal():
