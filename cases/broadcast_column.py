@@ -1,11 +1,11 @@
 """A per-column vector ``w`` (fragment) scaling every row of a tile: ``Out[i, j] = X[i, j] * w[j]``.
 
-Pins the io-aware model's local-memory spill term (which TileLang's documentation claims and its code
-lacks). Two attempts compete: the copy-first one gives ``w`` one element per thread and makes the loop
-walk a column per thread (uncoalesced issue cost); the loop-first one plans a coalesced loop, so ``w``
-becomes fully replicated and its register slot depends on the thread index after partitioning: ``w`` is
-spilled to local memory and that traffic is charged. The coalesced loop still wins under io-aware
-(its global traffic is 4x lower even with the spill); register-count keeps the 1-register ``w``.
+Two attempts compete. Copy-first gives ``w`` one element per thread and makes the loop walk a column
+per thread (every row a separate vector step: 4x the issue cost). Loop-first plans the coalesced
+4-wide loop and completes ``w`` from it: each column is read by 4 threads, so ``w`` gets exactly those
+4 replicas (condensed, not fully replicated), and its slot stays thread-independent: no spill.
+io-aware picks the coalesced loop; register-count keeps the 1-register ``w``. (The spill term itself
+is pinned by ``register_spill``.)
 """
 from tvm.script import tirx as T
 from tvm.tirx.script import tile as Tx

@@ -21,6 +21,7 @@ from tvm import tirx
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from tilelayout.annotate import annotate_loop
+from tilelayout.errors import LayoutError
 from tilelayout.fragment import Fragment
 from tilelayout.layout import substitute
 
@@ -94,19 +95,11 @@ def tile_loop_decision(nest, threads: int, target, thread_name: str, layouts: di
             raise LoweringError(f"fragment {a.buffer.name}: {nest.describe()} touches it but it has no layout "
                                 f"annotation; run layout inference first")
     try:
-        candidates = op_rules._candidates(nest, op_rules.FREE, state)
+        return op_rules.decide_loop(nest, state)
     except LoweringError:
         raise
-    except Exception as err:  # the rules raise typed layout errors; name the op
-        raise LoweringError(f"{nest.describe()}: no loop layout: {err}") from None
-    if not candidates:
-        raise LoweringError(f"{nest.describe()}: no loop layout could be derived from the annotated layouts")
-    layout, source = op_rules._choose(nest, candidates, state)
-    err = op_rules._validation_error(nest, layout, state)
-    if err is not None:
-        raise LoweringError(f"{nest.describe()}: the annotated layouts admit no valid loop layout: {err}")
-    return op_rules.LoopDecision(layout, op_rules._predicate(layout, state), op_rules._padding(layout, nest),
-                                 op_rules._needs_replica_guard(nest, layout, state), source)
+    except LayoutError as err:  # the rules raise typed layout errors; name the op
+        raise LoweringError(f"{nest.describe()}: the annotated layouts admit no valid loop layout: {err}") from None
 
 
 # --------------------------------------------------------------------------------------- the pass

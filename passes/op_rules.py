@@ -24,7 +24,7 @@ from .loop_plan import plan_loop_layout, plan_vector_width, select_min_padding_w
 STRICT, COMMON, FREE = 2, 1, 0
 LEVEL_NAMES = {STRICT: "strict", COMMON: "common", FREE: "free"}
 
-__all__ = ["STRICT", "COMMON", "FREE", "LEVEL_NAMES", "LoopDecision", "infer_op"]
+__all__ = ["STRICT", "COMMON", "FREE", "LEVEL_NAMES", "LoopDecision", "infer_op", "decide_loop"]
 
 
 @dataclass(frozen=True)
@@ -225,7 +225,8 @@ def _validation_error(nest: LoopNest, layout: Fragment, state) -> str | None:
     return None
 
 
-def _commit_loop(nest: LoopNest, layout: Fragment, source: str, level: int, state) -> None:
+def _checked_decision(nest: LoopNest, layout: Fragment, source: str, state) -> LoopDecision:
+    """Validate ``layout`` for ``nest`` against the known fragment layouts and attach its guards."""
     err = None if layout.is_injective() else layout.injectivity_error()
     if err is not None:
         raise InferenceError(f"{nest.describe()}: loop layout is not injective: {err}")
@@ -239,9 +240,24 @@ def _commit_loop(nest: LoopNest, layout: Fragment, source: str, level: int, stat
                                           f"{err}")
     written = tuple(state.layout(a.buffer).key for a in nest.fragment_accesses()
                     if a.is_write and state.layout(a.buffer) is not None)
-    state.set_loop(nest, state.memo(("decision", nest.index, layout.key, source, written), lambda: LoopDecision(
-        layout, _predicate(layout, state), _padding(layout, nest), _needs_replica_guard(nest, layout, state), source)))
+    return state.memo(("decision", nest.index, layout.key, source, written), lambda: LoopDecision(
+        layout, _predicate(layout, state), _padding(layout, nest), _needs_replica_guard(nest, layout, state), source))
+
+
+def _commit_loop(nest: LoopNest, layout: Fragment, source: str, level: int, state) -> None:
+    state.set_loop(nest, _checked_decision(nest, layout, source, state))
     _complete_fragments(nest, layout, level, state)
+
+
+def decide_loop(nest: LoopNest, state) -> LoopDecision:
+    """The loop layout inference chooses for ``nest`` when every fragment it touches already has its layout
+    in ``state`` (lowering uses this to rebuild the element loops of copy/fill tile ops from the annotated
+    buffer layouts, with the very rules inference applied)."""
+    candidates = _candidates(nest, FREE, state)
+    if not candidates:
+        raise InferenceError(f"{nest.describe()}: no loop layout can be derived from the given layouts")
+    layout, source = _choose(nest, candidates, state)
+    return _checked_decision(nest, layout, source, state)
 
 
 def _predicate(layout: Fragment, state) -> str | None:

@@ -344,3 +344,12 @@ def test_property_replicate_then_condense_keeps_ownership(spec):
     assert doubled.is_bijective()
     check_fragment_inverse_roundtrip(doubled)
     assert doubled.condense_rep_var().replicate_size == doubled.replicate_size  # every replica bit is used
+
+
+def test_condense_keeps_replicas_of_a_thread_map_tvm_cannot_split():
+    # (i * 640 + rep) % 256 is not an iterator sum TVM can split; condensing must not drop the replica
+    from tilelayout.layout import placeholder, rep_placeholder
+    frag = Fragment.from_exprs([2], (placeholder(0) * 640 + rep_placeholder()) % 256, [placeholder(0)], 256)
+    condensed = frag.condense_rep_var()
+    assert condensed.replicate_size == 256
+    assert np.array_equal(condensed.thread_table(), frag.thread_table())

@@ -373,6 +373,8 @@ def _collect_pieces(expr, dom: dict) -> dict | None:
         norm = sym.normalize_to_iter_sum(expr, dom)
     except Exception:
         return None
+    if type(norm.base).__name__ != "IntImm":
+        return None  # TVM could not split the expression into iterators: it left it whole in the base
     out: dict = {}
     try:
         for split in norm.args:
@@ -395,6 +397,7 @@ def infer_fragment_index(thread, shape: Sequence) -> list:
     variables = [placeholder(k) for k in range(len(shape))]
     rep = rep_placeholder()
     thread0 = substitute(thread, {rep: tirx.const(0, "int32")})
+    thread0 = make_analyzer(variables, list(shape)).simplify(thread0)
     dom = {v: Range(0, s) for v, s in zip(variables, shape)}
     pieces = _collect_pieces(thread0, dom)
     if pieces is None:
