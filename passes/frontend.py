@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import KW_ONLY, dataclass, field
-from typing import Any, ClassVar, Iterable, Sequence
+from typing import Any, ClassVar, Iterable
 
 import tvm
 import tvm_ffi

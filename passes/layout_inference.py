@@ -21,7 +21,7 @@ from .fragment_rules import ownership_error
 from .frontend import build_op_graph
 from .hardware import normalize_target
 from .loop_nest import nest_of
-from .op_rules import COMMON, FREE, LEVEL_NAMES, STRICT, LoopDecision, infer_op
+from .op_rules import COMMON, FREE, STRICT, LoopDecision, infer_op
 
 __all__ = ["Attempt", "InferenceResult", "infer_layouts", "LayoutInference"]
 

@@ -102,6 +102,23 @@ def tile_loop_decision(nest, threads: int, target, thread_name: str, layouts: di
         raise LoweringError(f"{nest.describe()}: the annotated layouts admit no valid loop layout: {err}") from None
 
 
+def element_loop(op, node, nest, kind):
+    """The loop nest a copy/fill/elementwise tile op means: ``dst[x] = f(srcs[x])`` for every x."""
+    dst = nest.accesses[-1]
+    loads = [tirx.BufferLoad(a.buffer.var, a.indices) for a in nest.accesses[:-1]]
+    dtype = dst.buffer.dtype
+    if isinstance(op, CopyOp):
+        value = _cast(dtype, loads[0])
+    elif isinstance(op, FillOp):
+        value = _cast(dtype, op.value)
+    else:
+        value = elementwise_value(op.name, dtype, _operands(node, loads), tirx.BufferLoad(dst.buffer.var, dst.indices))
+    body = tirx.BufferStore(dst.buffer.var, value, dst.indices)
+    for v, e in reversed(list(zip(nest.loop_vars, nest.extents))):
+        body = tirx.For(v, 0, e, kind, body)
+    return body
+
+
 # --------------------------------------------------------------------------------------- the pass
 
 def lower_tile_ops(func, target=None):
@@ -151,18 +168,7 @@ class _Lowering:
     def loop_op(self, op, node):
         nest = nest_of(op)
         decision = tile_loop_decision(nest, self.threads, self.target, self.thread_name, self.layouts)
-        dst = nest.accesses[-1]
-        srcs = [tirx.BufferLoad(a.buffer.var, a.indices) for a in nest.accesses[:-1]]
-        dtype = dst.buffer.dtype
-        if isinstance(op, CopyOp):
-            value = _cast(dtype, srcs[0])
-        elif isinstance(op, FillOp):
-            value = _cast(dtype, op.value)
-        else:
-            value = elementwise_value(op.name, dtype, _operands(node, srcs), tirx.BufferLoad(dst.buffer.var, dst.indices))
-        body = tirx.BufferStore(dst.buffer.var, value, dst.indices)
-        for v, e in reversed(list(zip(nest.loop_vars, nest.extents))):
-            body = tirx.For(v, 0, e, tirx.ForKind.PARALLEL, body)
+        body = element_loop(op, node, nest, tirx.ForKind.PARALLEL)
         return annotate_loop(body, decision.layout, decision.predicate, decision.padding_guard, decision.replica_guard)
 
     # ------------------------------------------------------------------ reductions

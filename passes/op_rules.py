@@ -113,7 +113,6 @@ def _read_source_access(nest: LoopNest, state):
 
 def _candidates(nest: LoopNest, level: int, state) -> list:
     """(layout, source) candidates in preference order; empty when the op must wait for a later level."""
-    threads = state.threads
     src = _source_access(nest, state)
     out = []
     if src is not None:
@@ -193,7 +192,7 @@ def _choose(nest: LoopNest, candidates: list, state):
         return candidates[0]
     if len(valid) == 1:
         return valid[0]
-    (buf_l, buf_s), (plan_l, plan_s) = valid[0], valid[-1]
+    buf_l, plan_l = valid[0][0], valid[-1][0]
     if nest.stores_memory:
         buf_spill, plan_spill = _thread_indexed(nest, buf_l, state), _thread_indexed(nest, plan_l, state)
         if buf_spill != plan_spill:

@@ -293,23 +293,10 @@ def sequential_semantics(func):
 
 def _reference_op(op, node):
     from .frontend import CopyOp, ElementwiseOp, FillOp, GemmOp
-    from .lower_tile_ops import _cast, _operands, _region_index, elementwise_value, reduce_combine, reduce_identity
+    from .lower_tile_ops import _cast, _region_index, element_loop, reduce_combine, reduce_identity
     if isinstance(op, (CopyOp, FillOp, ElementwiseOp)):
         from .loop_nest import nest_of
-        nest = nest_of(op)
-        dst = nest.accesses[-1]
-        loads = [tirx.BufferLoad(a.buffer.var, a.indices) for a in nest.accesses[:-1]]
-        dtype = dst.buffer.dtype
-        if isinstance(op, CopyOp):
-            value = _cast(dtype, loads[0])
-        elif isinstance(op, FillOp):
-            value = _cast(dtype, op.value)
-        else:
-            value = elementwise_value(op.name, dtype, _operands(node, loads), tirx.BufferLoad(dst.buffer.var, dst.indices))
-        body = tirx.BufferStore(dst.buffer.var, value, dst.indices)
-        for v, e in reversed(list(zip(nest.loop_vars, nest.extents))):
-            body = tirx.For(v, 0, e, tirx.ForKind.SERIAL, body)
-        return body
+        return element_loop(op, node, nest_of(op), tirx.ForKind.SERIAL)
     acc = tirx.decl_buffer([1], (op.c if isinstance(op, GemmOp) else op.dst).buffer.dtype, name="ref_acc")
     zero = [tirx.const(0, "int32")]
     if isinstance(op, GemmOp):

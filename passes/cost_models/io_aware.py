@@ -24,7 +24,7 @@ from ..frontend import CopyOp, ParallelOp
 from ..hardware import max_vector_load_bits, warp_size
 from ..loop_nest import nest_of
 from .base import AttemptCost, ScoringContext, count_register_slots
-from .statement_score import SEGMENT_BYTES, GlobalAccess, StatementScore, Unconvertible, score_cute
+from .statement_score import SEGMENT_BYTES, GlobalAccess, Unconvertible, score_cute
 
 __all__ = ["IOAwareModel", "Statement", "component_statements", "score_statement"]
 
