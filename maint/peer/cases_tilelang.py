@@ -142,6 +142,21 @@ def _adjacent_rows(m, n, threads):
     return main
 
 
+def _register_spill(m, n, threads):
+    @T.prim_func
+    def main(V: T.Tensor((m + 1,), T.float32), A: T.Tensor((m, n), T.float32), B: T.Tensor((m, n), T.float32)):
+        with T.Kernel(1, threads=threads):
+            r = T.alloc_fragment((m + 1,), T.float32)
+            x = T.alloc_fragment((m, n), T.float32)
+            y = T.alloc_fragment((m, n), T.float32)
+            T.copy(V, r)
+            T.copy(A, x)
+            for i, j in T.Parallel(m, n):
+                y[i, j] = x[i, j] * (r[i + 1] - r[i])
+            T.copy(y, B)
+    return main
+
+
 def _ragged(n, threads):
     @T.prim_func
     def main(X: T.Tensor((1, n), T.float32), Y: T.Tensor((1, n), T.float32)):
@@ -219,4 +234,5 @@ KERNELS = {
     "gemm_tile/m64n64k64_t128": lambda: _gemm(64, 64, 64, 128),
     "gemm_tile/m128n128k32_t128": lambda: _gemm(128, 128, 32, 128),
     "broadcast_column/m64_n128_t128": lambda: _scale_columns(64, 128, 128),
+    "register_spill/m64_n128_t128": lambda: _register_spill(64, 128, 128),
 }
