@@ -413,3 +413,14 @@ def test_3d_nest_writing_its_own_coordinates_is_not_charged_a_spill(infer):
     r = infer("nest_3d")
     assert all(c.note == "" for a in r.attempts for c in a.details)
     assert [a.mem for a in r.attempts] == [8192, 8192]
+
+
+def test_flat_packed_table_is_the_packed_fragment_over_its_flattened_domain():
+    import numpy as np
+    from tilelayout import Fragment
+    from tilelayout.cute import pack_fragment
+    from tilelayout.passes.cost_models.statement_score import flat_packed_table
+    frag = Fragment([2, 2560], lambda i, j, r: r * 2 + i, lambda i, j: [j], replicate=128)
+    packed = np.asarray(pack_fragment(frag).table())          # (2, 2560, 128, [thread, slot])
+    expected = (packed[..., 0] * 2560 + packed[..., 1]).reshape(-1)
+    assert np.array_equal(flat_packed_table(frag), expected)

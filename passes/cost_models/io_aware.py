@@ -92,54 +92,72 @@ def component_statements(ops, layouts: dict, loops: dict, graph) -> list:
     out = []
     for op in ops:
         nest = nest_of(op) if isinstance(op, (CopyOp, ParallelOp)) else None
-        if nest is None:
-            continue
-        globals_ = [a for a in nest.accesses if a.buffer.is_global]
-        if not globals_:
-            # a register-only loop moves no global memory, but a spilled fragment still costs local traffic
-            loop = loops.get(op.index) if isinstance(op, ParallelOp) else None
-            spilled = _spilled_accesses(nest, loop, layouts) if loop is not None else []
-            if spilled:
-                out.append(Statement(op.index, op.describe(), loop, repeat=op.serial_repeat, worst_elements=nest.size,
-                                     global_count=0, spill_accesses=spilled))
-            continue
-        if isinstance(op, CopyOp):
-            frags = [a for a in nest.accesses if a.buffer.is_fragment]
-            if not frags:
-                continue  # global <-> shared staging is outside the model
-            frag = layouts.get(frags[0].buffer.name)
-            region = op.dst if frags[0].is_write else op.src
-            unscorable = None
-            if frag is None or not hasattr(frag, "forward_thread"):
-                continue
-            if not region.is_full or list(frag.input_shape) != list(nest.extents):
-                unscorable = "copy does not cover the whole fragment"
-        else:
-            decision = loops.get(op.index)
-            if decision is None:
-                continue
-            frag = decision
-            unscorable = None
-        st = Statement(op.index, op.describe(), frag, repeat=op.serial_repeat,
-                       global_only=not nest.touches_shared, worst_elements=nest.size, global_count=len(globals_))
-        if st.repeat is None:
-            unscorable = "symbolic serial repeat"
-        for a in globals_:
-            bits = a.buffer.bits
-            if bits < 8 or bits % 8:
-                unscorable = unscorable or f"sub-byte element type of {a.buffer.name}"
-                continue
-            affine = _affine_address(a, nest, graph)
-            if affine is None:
-                unscorable = unscorable or f"non-affine address of {a}"
-                continue
-            strides, base = affine
-            st.accesses.append(GlobalAccess(a.buffer.name, strides, base, bits // 8, a.is_write))
-        if isinstance(op, ParallelOp):
-            st.spill_accesses = _spilled_accesses(nest, frag, layouts)
-        st.unscorable = unscorable
-        out.append(st)
+        st = op_statement(op, nest, layouts, loops, graph) if nest is not None else None
+        if st is not None:
+            out.append(st)
     return out
+
+
+def statement_key(op, nest, layouts: dict, loops: dict):
+    """What a statement's cost depends on: the op, its fragment or loop layout, and (for the spill term)
+    the layouts of the fragments it touches. None when the op makes no statement under these layouts."""
+    if isinstance(op, CopyOp):
+        frags = nest.fragment_accesses()
+        frag = layouts.get(frags[0].buffer.name) if frags else None
+        return None if frag is None else (op.index, frag.key)
+    loop = loops.get(op.index)
+    if loop is None:
+        return None
+    touched = tuple(layouts[b.name].key if b.name in layouts else None for b in nest.fragments())
+    return (op.index, loop.key, touched)
+
+
+def op_statement(op, nest, layouts: dict, loops: dict, graph) -> Statement | None:
+    """The modelled statement of one copy or parallel nest, or None when it is outside the model."""
+    globals_ = [a for a in nest.accesses if a.buffer.is_global]
+    if not globals_:
+        # a register-only loop moves no global memory, but a spilled fragment still costs local traffic
+        loop = loops.get(op.index) if isinstance(op, ParallelOp) else None
+        spilled = _spilled_accesses(nest, loop, layouts) if loop is not None else []
+        if spilled:
+            return Statement(op.index, op.describe(), loop, repeat=op.serial_repeat, worst_elements=nest.size,
+                             global_count=0, spill_accesses=spilled)
+        return None
+    if isinstance(op, CopyOp):
+        frags = nest.fragment_accesses()
+        if not frags:
+            return None  # global <-> shared staging is outside the model
+        frag = layouts.get(frags[0].buffer.name)
+        region = op.dst if frags[0].is_write else op.src
+        unscorable = None
+        if frag is None or not hasattr(frag, "forward_thread"):
+            return None
+        if not region.is_full or list(frag.input_shape) != list(nest.extents):
+            unscorable = "copy does not cover the whole fragment"
+    else:
+        frag = loops.get(op.index)
+        if frag is None:
+            return None
+        unscorable = None
+    st = Statement(op.index, op.describe(), frag, repeat=op.serial_repeat,
+                   global_only=not nest.touches_shared, worst_elements=nest.size, global_count=len(globals_))
+    if st.repeat is None:
+        unscorable = "symbolic serial repeat"
+    for a in globals_:
+        bits = a.buffer.bits
+        if bits < 8 or bits % 8:
+            unscorable = unscorable or f"sub-byte element type of {a.buffer.name}"
+            continue
+        affine = _affine_address(a, nest, graph)
+        if affine is None:
+            unscorable = unscorable or f"non-affine address of {a}"
+            continue
+        strides, base = affine
+        st.accesses.append(GlobalAccess(a.buffer.name, strides, base, bits // 8, a.is_write))
+    if isinstance(op, ParallelOp):
+        st.spill_accesses = _spilled_accesses(nest, frag, layouts)
+    st.unscorable = unscorable
+    return st
 
 
 def _spilled_accesses(nest, loop, layouts: dict) -> list:
@@ -182,10 +200,33 @@ def score_statement(st: Statement, target) -> StatementCost:
 
 
 class IOAwareModel:
+    """Attempt cost = sum of statement costs. One instance serves one inference run, so statement costs
+    are cached by what they depend on (op, layout keys): attempts that agree on a statement score it once."""
+
     name = "io-aware"
 
+    def __init__(self):
+        self._nests: dict = {}
+        self._costs: dict = {}
+
     def score(self, component, candidate_layouts: dict, context: ScoringContext) -> AttemptCost:
-        statements = component_statements(component, candidate_layouts, context.loop_layouts, context.graph)
-        costs = [score_statement(st, context.target) for st in statements]
+        if context.graph is not getattr(self, "_graph", None):  # a reused instance: new kernel, new caches
+            self._graph, self._target = context.graph, context.target
+            self._nests, self._costs = {}, {}
+        costs = []
+        for op in component:
+            if not isinstance(op, (CopyOp, ParallelOp)):
+                continue
+            nest = self._nests.get(op.index)
+            if nest is None:
+                nest = self._nests[op.index] = nest_of(op)
+            key = statement_key(op, nest, candidate_layouts, context.loop_layouts)
+            if key is None:
+                continue
+            if key not in self._costs:
+                st = op_statement(op, nest, candidate_layouts, context.loop_layouts, context.graph)
+                self._costs[key] = None if st is None else score_statement(st, context.target)
+            if self._costs[key] is not None:
+                costs.append(self._costs[key])
         return AttemptCost(mem=sum(c.cost for c in costs), regs=count_register_slots(candidate_layouts),
                            details=tuple(costs))

@@ -64,26 +64,18 @@ def _flat_modes(layout) -> list:
     return [(int(s), int(d)) for s, d in zip(shapes, strides)]
 
 
-def flat_packed(frag):
-    """The packed fragment over its flattened domain n = row-major(coords) * R + rep (rep fastest):
-    n -> [thread, slot]. Flattening first lets layouts whose modes straddle coordinate boundaries
-    (thread ``(_i * 640 + _j // 4) % 256`` on 2x2560) convert, which per-axis probing cannot."""
-    from tvm import tirx
-    from tilelayout.layout import Layout, placeholder, rep_placeholder, substitute
-    n = placeholder(0)
-    R = frag.replicate_size
-    rest, coords = tirx.floordiv(n, R), []
-    for ext in reversed(frag.input_shape):
-        coords.append(tirx.floormod(rest, ext))
-        rest = tirx.floordiv(rest, ext)
-    vmap = dict(zip(frag.forward_vars, reversed(coords)))
-    vmap[rep_placeholder()] = tirx.floormod(n, R)
-    slot = tirx.const(0, "int32")
-    for e, ext in zip(frag.forward_index, frag.output_shape):
-        slot = slot * ext + e
-    total = int(np.prod(frag.input_shape)) * R
-    return Layout.from_exprs([total], [substitute(frag.forward_thread, vmap), substitute(slot, vmap)],
-                             simplify_exprs=False)
+def flat_packed_table(frag) -> np.ndarray:
+    """The packed fragment over its flattened domain, n = row-major(coords) * R + rep (rep fastest) ->
+    cell = thread * slots + slot, from the fragment's exact (cached) tables. Flattening first lets
+    layouts whose modes straddle coordinate boundaries (thread ``(_i * 640 + _j // 4) % 256`` on 2x2560)
+    convert, which per-axis probing cannot."""
+    threads = np.asarray(frag.thread_table(), dtype=np.int64)          # (*shape, R)
+    slots = np.asarray(frag.table(), dtype=np.int64)                   # (*shape, outputs)
+    slot = np.zeros(slots.shape[:-1], dtype=np.int64)
+    for k, ext in enumerate(frag.output_shape):
+        slot = slot * int(ext) + slots[..., k]
+    cells = threads * int(np.prod(frag.output_shape)) + slot[..., None]
+    return cells.reshape(-1)
 
 
 def prepare_cute(frag, accesses) -> CuteStatement | Unconvertible:
@@ -96,7 +88,7 @@ def prepare_cute(frag, accesses) -> CuteStatement | Unconvertible:
     S = int(np.prod(frag.output_shape))
     if points * R != T * S:
         return Unconvertible(f"points x replication {points}x{R} != threads x slots {T}x{S}")
-    flat = cute.layout_from_tilelang(flat_packed(frag))
+    flat = cute.layout_from_table(flat_packed_table(frag))
     if flat is None:
         return Unconvertible("packed fragment is not a strided CuTe layout")
     try:

@@ -7,7 +7,7 @@ None (never raise) when a tilelayout Layout is not expressible.
 from .algebra import (append, blocked_product, coalesce, complement, composition, filter, left_inverse,
                       logical_divide, logical_product, raked_product, restrict, right_inverse, tiled_divide,
                       tiled_product, with_shape, zipped_divide, zipped_product)
-from .convert import (composed_from_tilelang, composed_to_tilelang, layout_from_tilelang,
+from .convert import (composed_from_tilelang, composed_to_tilelang, layout_from_table, layout_from_tilelang,
                       layout_from_tilelang_hierarchical, layout_to_tilelang, pack_fragment)
 from .int_tuple import (CuteError, E, ScaledBasis, crd2idx, flatten_to_tuple, has_none, idx2crd, inner_product,
                         is_int, is_tuple, prefix_product, product, shape_div, slice_, suffix_product)
@@ -25,6 +25,6 @@ __all__ = [
     "coshape", "slice_and_offset", "coalesce", "filter", "composition", "complement", "right_inverse",
     "left_inverse", "logical_divide", "zipped_divide", "tiled_divide", "logical_product", "zipped_product",
     "tiled_product", "blocked_product", "raked_product", "append", "with_shape", "restrict", "parse",
-    "parse_int_tuple", "layout_from_tilelang", "layout_from_tilelang_hierarchical", "composed_from_tilelang",
+    "parse_int_tuple", "layout_from_tilelang", "layout_from_table", "layout_from_tilelang_hierarchical", "composed_from_tilelang",
     "layout_to_tilelang", "composed_to_tilelang", "pack_fragment",
 ]

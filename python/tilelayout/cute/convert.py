@@ -19,7 +19,7 @@ from .int_tuple import CuteError, ScaledBasis, flatten, is_int, is_tuple, prefix
 from .layout import Layout, size
 from .swizzle import ComposedLayout, Swizzle
 
-__all__ = ["layout_from_tilelang", "layout_from_tilelang_hierarchical", "composed_from_tilelang",
+__all__ = ["layout_from_tilelang", "layout_from_table", "layout_from_tilelang_hierarchical", "composed_from_tilelang",
            "layout_to_tilelang", "composed_to_tilelang", "pack_fragment"]
 
 
@@ -92,10 +92,19 @@ def _assemble(per_axis, as_stride) -> Layout:
 def layout_from_tilelang(layout) -> Layout | None:
     """CuTe layout with one integer output equal to the row-major serialisation of ``layout``'s outputs, or None."""
     try:
-        tab = _flat(layout)
+        return layout_from_table(_flat(layout))
+    except Exception:  # noqa: BLE001 - a converter answers None on any doubt, by contract
+        return None
+
+
+def layout_from_table(tab) -> Layout | None:
+    """The same probe-then-prove conversion from an exact integer table over a domain (axis k = mode k):
+    modes are proposed from the values along each axis and the result is checked at every point."""
+    try:
+        tab = np.asarray(tab, dtype=np.int64)
         fitted = _fit_table(tab, tab.ndim)
         return None if fitted is None else _assemble(fitted, int)
-    except Exception:  # noqa: BLE001 - a converter answers None on any doubt, by contract
+    except Exception:  # noqa: BLE001
         return None
 
 
