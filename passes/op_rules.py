@@ -393,7 +393,9 @@ def _infer_gemm(op: GemmOp, level: int, state) -> None:
         return
     from tilelayout import gemm_layouts, swizzle
     c = op.c.buffer
-    if c.is_fragment and state.layout(c) is None:
+    # the MMA instruction fixes these layouts: propose them even over a pin, so a pin that disagrees is
+    # reported as a conflict (and two bank swizzles of a shared operand merge to the finer one)
+    if c.is_fragment:
         m, n = c.shape[-2], c.shape[-1]
         if _uses_wgmma(op, m, state):
             acc = gemm_layouts.make_wgmma_accumulator_fragment(m, n, state.threads)
@@ -402,7 +404,7 @@ def _infer_gemm(op: GemmOp, level: int, state) -> None:
         state.propose(c, acc, op, level)
     for region in (op.a, op.b):
         buf = region.buffer
-        if buf.is_shared and state.layout(buf) is None and region.is_full:
+        if buf.is_shared and region.is_full:
             # MMA operands staged in shared memory get the widest bank swizzle the tile allows
             state.propose(buf, swizzle.make_swizzled_layout(list(buf.shape), buf.dtype, None), op, level)
 
