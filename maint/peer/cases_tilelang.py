@@ -157,6 +157,24 @@ def _register_spill(m, n, threads):
     return main
 
 
+def _pinned_mma():
+    pin = T.Fragment([128, 128],
+                     forward_thread_fn=lambda i, j: i // 64 * 64 + j // 64 * 32 + i % 8 * 4 + j % 8 // 2,
+                     forward_index_fn=lambda i, j: i % 64 // 16 * 32 + j % 64 // 8 * 4 + i % 16 // 8 * 2 + j % 2)
+
+    @T.prim_func
+    def main(A: T.Tensor((128, 128), T.float32), B: T.Tensor((128, 128), T.float32)):
+        with T.Kernel(1, threads=128):
+            acc = T.alloc_fragment((128, 128), T.float32)
+            tmp = T.alloc_fragment((128, 128), T.float32)
+            T.annotate_layout({acc: pin})
+            T.copy(A, acc)
+            for i, j in T.Parallel(128, 128):
+                tmp[i, j] = acc[i, j] * 0.5
+            T.copy(tmp, B)
+    return main
+
+
 def _ragged(n, threads):
     @T.prim_func
     def main(X: T.Tensor((1, n), T.float32), Y: T.Tensor((1, n), T.float32)):
@@ -235,4 +253,5 @@ KERNELS = {
     "gemm_tile/m128n128k32_t128": lambda: _gemm(128, 128, 32, 128),
     "broadcast_column/m64_n128_t128": lambda: _scale_columns(64, 128, 128),
     "register_spill/m64_n128_t128": lambda: _register_spill(64, 128, 128),
+    "pinned_layout/mma_pin_128x128_t128": _pinned_mma,
 }
