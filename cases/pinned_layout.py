@@ -12,8 +12,9 @@ from tvm.tirx.script import tile as Tx
 
 from cases import _support
 
-TILELANG = """TileLang expresses the same pin with T.annotate_layout({acc: T.Fragment(...)}); its strict level
-takes it as is. (TIRx's TileLayout notation has no TileLang twin.)"""
+TILELANG = """TileLang 0.1.15 (sm_90, both models), given the same pin through
+T.annotate_layout({acc: T.Fragment(...)}), keeps acc as pinned and lays out tmp and the loop identically
+(equal as mappings). TIRx's TileLayout notation itself has no TileLang counterpart."""
 
 # 128x128 over 4 warps (2x2): i = (2 warp-rows, 4 atoms, 2 halves, 8 lanes), j = (2 warp-cols, 8 atoms, 4 lanes, 2)
 _MMA = TileLayout(S[(2, 4, 2, 8, 2, 8, 4, 2):(2 @ warpid, 32, 2, 4 @ laneid, 1 @ warpid, 4, 1 @ laneid, 1)])
