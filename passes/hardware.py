@@ -7,7 +7,7 @@ import re
 import tvm
 
 DEFAULT_TARGET = {"kind": "cuda", "arch": "sm_90"}
-SEGMENT_BYTES = 128
+SEGMENT_BYTES = 128  # global-memory transaction granularity the io-aware model counts
 
 
 def normalize_target(target=None) -> tvm.target.Target:

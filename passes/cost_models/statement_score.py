@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-SEGMENT_BYTES = 128
+from ..hardware import SEGMENT_BYTES
 
 
 @dataclass(frozen=True)
