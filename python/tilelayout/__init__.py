@@ -8,7 +8,7 @@ from .layout import Layout, layout_from_dict
 from .swizzle import (SwizzleMode, choose_swizzle_mode, detect_swizzle_mode, make_bank_swizzled_layout,
                       make_full_bank_swizzled_layout, make_half_bank_swizzled_layout, make_linear_layout,
                       make_quarter_bank_swizzled_layout, make_swizzled_layout, make_tcgen05mma_swizzled_layout,
-                      make_wgmma_swizzled_layout, merge_swizzle_layouts)
+                      make_volta_swizzled_layout, make_wgmma_swizzled_layout, merge_swizzle_layouts)
 from .gemm_layouts import (compute_warp_partition, make_gemm_fragment_8x4, make_gemm_fragment_8x8,
                            make_gemm_fragment_8x8_transposed, make_gemm_fragment_8x16, make_gemm_fragment_a,
                            make_gemm_fragment_b, make_gemm_fragment_c, make_mma_accumulator_fragment,
@@ -37,7 +37,7 @@ __all__ = [
     "make_wgmma_swizzled_layout", "merge_swizzle_layouts", "compute_warp_partition", "make_gemm_fragment_8x4",
     "make_gemm_fragment_8x8", "make_gemm_fragment_8x8_transposed", "make_gemm_fragment_8x16",
     "make_gemm_fragment_a", "make_gemm_fragment_b", "make_gemm_fragment_c", "make_mma_accumulator_fragment",
-    "make_wgmma_accumulator_fragment",
+    "make_wgmma_accumulator_fragment", "make_volta_swizzled_layout",
     "from_tile_layout", "to_tile_layout", "annotate_layouts", "get_pinned_layouts", "read_layout_annotations",
     "cute", "tla", "passes", "infer_layouts", "get_layouts", "InferenceResult", "AttemptCost", "layout_config",
     "register_cost_model", "available_cost_models",

@@ -31,7 +31,7 @@ __all__ = [
     "SwizzleMode", "element_bits", "make_swizzled_layout", "make_linear_layout", "make_full_bank_swizzled_layout",
     "make_half_bank_swizzled_layout", "make_quarter_bank_swizzled_layout", "make_bank_swizzled_layout",
     "make_wgmma_swizzled_layout", "make_tcgen05mma_swizzled_layout", "choose_swizzle_mode", "detect_swizzle_mode",
-    "merge_swizzle_layouts",
+    "merge_swizzle_layouts", "make_volta_swizzled_layout",
 ]
 
 
@@ -274,3 +274,78 @@ def merge_swizzle_layouts(a: Layout, b: Layout, dtype) -> Layout | None:
         return None
     return b if mb.value < ma.value else a
 
+
+# ----------------------------------------------------------------------------------------------- Volta (sm_70)
+# Volta's mma.sync reads operands as 64-bit (4 x 16-bit) fragments along K, or as 128-bit (8 x 16-bit) vectors
+# along M/N, so its operand tiles use CUTLASS's sm70 crosswise / congruous permutations rather than the 16-byte
+# bank swizzles above. TileLang hard-codes 16-bit elements for them: the dtype never changes the result.
+
+def _bit(x, k: int):
+    """Bit k of a non-negative expression."""
+    return tirx.floormod(tirx.floordiv(x, 1 << k), 2)
+
+
+def _volta_crosswise(i, j, rows: int):
+    """K-contiguous operand (rows % 32 == 0, cont % 32 == 0): each 4-element K vector ``vec = j // 4`` owns a
+    block of ``4 * rows`` elements; inside it row i lands at a permuted slot whose two low bits are
+    ``i[2] ^ vec[1]`` and ``i[4] ^ i[3] ^ vec[2]``, bits 2..3 are ``i[0..1]`` and the high part is ``i // 16``."""
+    vec, lane = tirx.floordiv(j, 4), tirx.floormod(j, 4)
+    low = tirx.floormod(_bit(i, 2) + _bit(vec, 1), 2) \
+        + 2 * tirx.floormod(_bit(i, 4) + _bit(i, 3) + _bit(vec, 2), 2)
+    slot = tirx.floordiv(i, 16) * 16 + tirx.floormod(i, 4) * 4 + low
+    return vec * (4 * rows) + slot * 4 + lane
+
+
+def _volta_congruous(i, j, cont: int, is_a: bool):
+    """M/N-contiguous operand (rows % 4 == 0, cont % 64 == 0): 8-element vectors ``v = j // 8`` in 64-element
+    column tiles. Vector ``r = v % 8`` of a tile moves to row ``r // 2`` (A) or ``r % 4`` (B) of its 4-row group,
+    and to column slot ``4 * (r % 2)`` (A) or ``4 * (r // 4)`` (B) plus ``(i % 4) ^ new_row`` within the tile."""
+    v, lane = tirx.floordiv(j, 8), tirx.floormod(j, 8)
+    tile, r = tirx.floordiv(v, 8), tirx.floormod(v, 8)
+    if is_a:
+        row, half = tirx.floordiv(r, 2), tirx.floormod(r, 2)
+    else:
+        row, half = tirx.floormod(r, 4), tirx.floordiv(r, 4)
+    col = half * 4 + _xor_bits(tirx.floormod(i, 4), row, 2)
+    return (tirx.floordiv(i, 4) * 4 + row) * cont + (tile * 8 + col) * 8 + lane
+
+
+def _check_volta_dtype(dtype, what: str) -> None:
+    if isinstance(dtype, (int, np.integer)) and not isinstance(dtype, bool):
+        if dtype < 1:
+            raise LayoutError(f"{what}: element width must be a positive bit count, got {dtype}")
+        return
+    try:
+        tvm.DataType(str(dtype))
+    except Exception:
+        raise LayoutError(f"{what}: unknown dtype {dtype!r}") from None
+
+
+def _as_flag(value, name: str, what: str) -> bool:
+    if isinstance(value, (bool, np.bool_)) or (isinstance(value, (int, np.integer)) and value in (0, 1)):
+        return bool(value)
+    raise LayoutError(f"{what}: {name} must be a bool, got {value!r}")
+
+
+def make_volta_swizzled_layout(shape, dtype, is_a: bool = True, k_inner: bool = True) -> Layout:
+    """Shared-memory layout of a Volta GEMM operand tile, TileLang's rule, flat form (one element offset, plus
+    leading dims passed through). The last two dims are (rows, cont), ``cont`` contiguous in the buffer:
+
+    * ``k_inner`` and rows, cont multiples of 32: crosswise (K-contiguous) permutation;
+    * else cont a multiple of 64 and rows of 4: congruous permutation, A's or B's variant by ``is_a``;
+    * else row-major, with the row pitch padded by 8 elements (16 bytes of 16-bit data) when cont % 16 == 0.
+
+    ``dtype`` is validated but, as in TileLang, does not change the layout (Volta MMA operands are 16-bit).
+    Refused like TileLang: fewer than two dims, or a symbolic extent among the last two."""
+    what = f"make_volta_swizzled_layout of shape {list(shape) if isinstance(shape, (list, tuple)) else shape} {dtype}"
+    _check_volta_dtype(dtype, what)
+    is_a, k_inner = _as_flag(is_a, "is_a", what), _as_flag(k_inner, "k_inner", what)
+    lead, rows, cont = _tile_shape(shape, what)
+    i, j = placeholder(0), placeholder(1)
+    if k_inner and rows % 32 == 0 and cont % 32 == 0:
+        offset = _volta_crosswise(i, j, rows)
+    elif rows % 4 == 0 and cont % 64 == 0:
+        offset = _volta_congruous(i, j, cont, is_a)
+    else:
+        offset = i * (cont + 8 if cont % 16 == 0 else cont) + j
+    return Layout.from_exprs([rows, cont], [offset]).expand(lead)

@@ -1,0 +1,679 @@
+#!/usr/bin/env python3
+"""Differential fuzzer: random small TIRx kernels, checked end to end under every cost model.
+
+    python maint/fuzz.py --seed 1 --count 200          generate and check 200 kernels
+    python maint/fuzz.py --seed 1 --only 17 --show     print (and check) kernel 17 of seed 1 only
+    python maint/fuzz.py --seed 1 --count 50 --save /tmp/fz   also write every non-OK kernel's text there
+
+Kernel ``k`` of seed ``S`` depends only on ``(S, k)``, so any finding replays with ``--only``.
+Each kernel is TVMScript text (parsed with ``tvm.script.from_source``): a random thread count,
+random 1-D / 2-D fragments and a chain of ops among copies global <-> fragment (whole and offset
+regions, directly or through shared memory), fills, reductions, and ``T.parallel`` nests doing
+elementwise math with broadcast, constant-index, transposed and partial-extent accesses.
+
+Per kernel and cost model: ``tl.infer_layouts``; every fragment layout and every loop layout
+(user nests and the element loops of copy/fill ops) is checked by exact enumeration (valid: the
+packed (coords, rep) -> (slot, thread) map is injective inside the thread range; a loop layout
+covers its loop; every thread running an iteration holds what it touches there, and a write
+reaches every holder); then ``check_numeric`` runs the lowered kernel on the CPU against the
+program's sequential semantics. Outcomes:
+
+    ok           inference, validation and numbers all fine
+    unsupported  a TileLayoutError (clear refusal; the message is kept for review)
+    crash        any other exception (a bug: a raw error reached the user)
+    invalid      a layout failed the enumeration checks (a serious bug)
+    mismatch     the CPU run disagrees with the reference (a serious bug)
+    generator    the text did not parse (a bug of this script)
+
+Exit status 0 when no kernel is crash/invalid/mismatch, 1 otherwise.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import sys
+import time
+import traceback
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+COST_MODELS = ("register-count", "io-aware")
+THREADS = (32, 64, 96, 128, 160, 192, 224, 256, 32, 64, 128, 256, 48, 100)
+DIMS = (1, 2, 3, 4, 5, 7, 8, 12, 16, 24, 32, 33, 48, 64, 96, 100, 128)
+MAX_ELEMS = 4096
+BAD = ("crash", "invalid", "mismatch", "generator")
+
+
+# ----------------------------------------------------------------------------------------- generator
+
+@dataclass
+class Buf:
+    name: str
+    shape: tuple
+    dtype: str
+    scope: str          # "param" | "local.fragment" | "shared"
+
+
+@dataclass
+class Kernel:
+    text: str
+    threads: int
+    notes: list = field(default_factory=list)     # which features the kernel uses
+    has_sum: bool = False
+    sum_extent: int = 1
+
+
+def _dtname(dtype: str) -> str:
+    return {"float32": "float32", "float16": "float16"}[dtype]
+
+
+def _const(dtype: str, value: float) -> str:
+    return f"T.{_dtname(dtype)}({value!r})"
+
+
+def _cast(expr: str, src: str, dst: str) -> str:
+    return expr if src == dst else f'T.Cast("{dst}", {expr})'
+
+
+def _region(shape, offsets=None) -> str:
+    offsets = offsets or ["0"] * len(shape)
+    parts = []
+    for o, e in zip(offsets, shape):
+        parts.append(f"{o}:{e}" if o == "0" else f"{o}:{o} + {e}")
+    return ", ".join(parts)
+
+
+class Gen:
+    """Builds one kernel from a private ``random.Random``; every choice goes through ``self.rng``."""
+
+    def __init__(self, rng: random.Random):
+        self.rng = rng
+        self.params: list[Buf] = []
+        self.allocs: list[Buf] = []
+        self.body: list[str] = []
+        self.defined: set[str] = set()
+        self.counter = Counter()
+        self.notes: list[str] = []
+        self.has_sum = False
+        self.sum_extent = 1
+        self.threads = rng.choice(THREADS)
+        self.nblocks = 2 if rng.random() < 0.15 else 1
+        self.dtype = rng.choice(("float32", "float32", "float16"))
+        self.mixed = rng.random() < 0.15
+        m, n = self._dims()
+        self.M, self.N = m, n
+        self.one_d = rng.random() < 0.25
+
+    # -- shapes and buffers
+    def _dims(self):
+        while True:
+            m, n = self.rng.choice(DIMS), self.rng.choice(DIMS)
+            if m * n <= MAX_ELEMS and m * n >= 2:
+                return m, n
+
+    def fresh(self, prefix: str) -> str:
+        self.counter[prefix] += 1
+        return f"{prefix}{self.counter[prefix] - 1}"
+
+    def frag_dtype(self) -> str:
+        if self.mixed and self.rng.random() < 0.4:
+            return "float32" if self.dtype == "float16" else "float16"
+        return self.dtype
+
+    def new_frag(self, shape, dtype=None) -> Buf:
+        b = Buf(self.fresh("f"), tuple(shape), dtype or self.frag_dtype(), "local.fragment")
+        self.allocs.append(b)
+        return b
+
+    def frags(self, shape=None, defined=True) -> list[Buf]:
+        return [b for b in self.allocs if b.scope == "local.fragment" and (shape is None or b.shape == tuple(shape))
+                and (not defined or b.name in self.defined)]
+
+    def main_shape(self):
+        return (self.N,) if self.one_d else (self.M, self.N)
+
+    def shapes(self):
+        """Fragment shapes this kernel may use: the main one and, for 2-D kernels, its row/column vectors."""
+        if self.one_d:
+            return [(self.N,)]
+        return [(self.M, self.N), (self.M, self.N), (self.M,), (self.N,)]
+
+    def global_region(self, shape, dtype, role: str):
+        """A new parameter and the region of it that covers ``shape``: whole, offset inside a larger buffer,
+        per-block tile (blockIdx offsets) or a row of a 2-D buffer for a 1-D shape."""
+        rng = self.rng
+        name = self.fresh("A" if role == "in" else "O")
+        gshape, offs = list(shape), ["0"] * len(shape)
+        kind = rng.random()
+        if kind < 0.3:
+            for d in range(len(shape)):
+                pad = rng.choice((0, 1, 3, 8))
+                c = rng.randint(0, pad)
+                gshape[d] = shape[d] + pad
+                offs[d] = str(c)
+            self.notes.append("offset-region")
+        region_shape = list(shape)
+        if len(shape) == 1 and rng.random() < 0.2:
+            rows = rng.choice((2, 3))
+            r = rng.randint(0, rows - 1)
+            gshape, offs, region_shape = [rows] + gshape, [str(r)] + offs, [1] + region_shape
+            self.notes.append("unit-dim-region")
+        if self.nblocks > 1:
+            tile = gshape[0]
+            gshape[0] = tile * self.nblocks
+            offs[0] = f"bx * {tile}" if offs[0] == "0" else f"bx * {tile} + {offs[0]}"
+        self.params.append(Buf(name, tuple(gshape), dtype, "param"))
+        return name, _region(region_shape, offs)
+
+    # -- ops
+    def load(self, frag: Buf) -> None:
+        g, reg = self.global_region(frag.shape, frag.dtype, "in")
+        full = _region(frag.shape)
+        if self.rng.random() < 0.25:
+            s = Buf(self.fresh("s"), frag.shape, frag.dtype, "shared")
+            self.allocs.append(s)
+            self.body.append(f"Tx.copy({s.name}[{full}], {g}[{reg}])")
+            self.body.append(f"Tx.copy({frag.name}[{full}], {s.name}[{full}])")
+            self.notes.append("shared-load")
+        else:
+            self.body.append(f"Tx.copy({frag.name}[{full}], {g}[{reg}])")
+        self.defined.add(frag.name)
+
+    def store(self, frag: Buf) -> None:
+        g, reg = self.global_region(frag.shape, frag.dtype, "out")
+        full = _region(frag.shape)
+        if self.rng.random() < 0.25:
+            s = Buf(self.fresh("s"), frag.shape, frag.dtype, "shared")
+            self.allocs.append(s)
+            self.body.append(f"Tx.copy({s.name}[{full}], {frag.name}[{full}])")
+            self.body.append(f"Tx.copy({g}[{reg}], {s.name}[{full}])")
+            self.notes.append("shared-store")
+        else:
+            self.body.append(f"Tx.copy({g}[{reg}], {frag.name}[{full}])")
+
+    def fill(self, frag: Buf) -> None:
+        value = self.rng.choice((0.0, 1.0, -2.5, 0.5))
+        if frag.name in self.defined and self.rng.random() < 0.3 and frag.shape[-1] > 1:
+            k = self.rng.randint(1, frag.shape[-1] - 1)
+            shape = list(frag.shape[:-1]) + [k]
+            self.body.append(f"Tx.fill({frag.name}[{_region(shape)}], {_const(frag.dtype, value)})")
+            self.notes.append("partial-fill")
+            return
+        self.body.append(f"Tx.fill({frag.name}[{_region(frag.shape)}], {_const(frag.dtype, value)})")
+        self.defined.add(frag.name)
+
+    def copy_frag(self, src: Buf) -> None:
+        dst = self.rng.choice([b for b in self.frags(src.shape, defined=False) if b is not src and b.dtype == src.dtype]
+                              or [self.new_frag(src.shape, src.dtype)])
+        full = _region(src.shape)
+        self.body.append(f"Tx.copy({dst.name}[{full}], {src.name}[{full}])")
+        self.defined.add(dst.name)
+        self.notes.append("frag-copy")
+
+    def reduce(self, src: Buf) -> None:
+        rng = self.rng
+        if len(src.shape) == 2:
+            axes = rng.choice(([1], [1], [0], [0, 1]))
+        else:
+            axes = [0]
+        kept = [e for d, e in enumerate(src.shape) if d not in axes] or [1]
+        reducer = rng.choice(("max", "min", "sum")) if src.dtype == "float32" else rng.choice(("max", "min"))
+        cands = [b for b in self.frags(tuple(kept), defined=False) if b.dtype == src.dtype and b is not src]
+        dst = rng.choice(cands) if cands and rng.random() < 0.5 else self.new_frag(tuple(kept), src.dtype)
+        accum = dst.name in self.defined and rng.random() < 0.3
+        if reducer == "sum":
+            self.has_sum = True
+            self.sum_extent = max(self.sum_extent, int(np.prod([src.shape[a] for a in axes])))
+        extra = ", accum=True" if accum else ""
+        self.body.append(f"Tx.{reducer}({dst.name}[{_region(dst.shape)}], {src.name}[{_region(src.shape)}], "
+                         f"axes={axes}{extra})")
+        self.defined.add(dst.name)
+        self.notes.append(f"reduce-{reducer}{'-accum' if accum else ''}")
+
+    def term(self, shape, dtype: str, ivars: list) -> str:
+        """One operand of an elementwise expression over a nest with loop variables ``ivars``."""
+        rng = self.rng
+        options = []
+        for b in self.frags():
+            if b.shape == tuple(shape):
+                options += [("frag", b)] * 3
+            elif len(shape) == 2 and b.shape == (shape[0],):
+                options.append(("row", b))
+            elif len(shape) == 2 and b.shape == (shape[1],):
+                options.append(("col", b))
+            elif len(b.shape) == 1 and b.shape[0] <= 4:
+                options.append(("const", b))
+            elif len(shape) == 1 and len(b.shape) == 2 and b.shape[1] == shape[0]:
+                options.append(("fixed-row", b))
+            elif len(shape) == 1 and len(b.shape) == 1 and b.shape[0] == shape[0] + 1:
+                options.append(("shifted", b))
+        options += [("global", None), ("constant", None)]
+        if len(shape) == 2:
+            options.append(("global-t", None))
+        if len(shape) == 1:
+            options.append(("reversed", None))
+        kind, b = rng.choice(options)
+        if kind == "frag":
+            return _cast(f"{b.name}[{', '.join(ivars)}]", b.dtype, dtype)
+        if kind == "row":
+            self.notes.append("broadcast-row")
+            return _cast(f"{b.name}[{ivars[0]}]", b.dtype, dtype)
+        if kind == "col":
+            self.notes.append("broadcast-col")
+            return _cast(f"{b.name}[{ivars[1]}]", b.dtype, dtype)
+        if kind == "const":
+            self.notes.append("const-index")
+            return _cast(f"{b.name}[{rng.randrange(b.shape[0])}]", b.dtype, dtype)
+        if kind == "fixed-row":
+            self.notes.append("fixed-row")
+            return _cast(f"{b.name}[{rng.randrange(b.shape[0])}, {ivars[0]}]", b.dtype, dtype)
+        if kind == "shifted":
+            self.notes.append("shifted")
+            return _cast(f"{b.name}[{ivars[0]} + 1]", b.dtype, dtype)
+        if kind == "reversed":
+            frags = self.frags(shape)
+            if frags:
+                b = rng.choice(frags)
+                self.notes.append("reversed")
+                return _cast(f"{b.name}[{shape[0] - 1} - {ivars[0]}]", b.dtype, dtype)
+            kind = "constant"
+        if kind == "global":
+            return self.global_read(shape, dtype, ivars)
+        if kind == "global-t":
+            g = self.fresh("A")
+            self.params.append(Buf(g, (shape[1], shape[0]), dtype, "param"))
+            self.notes.append("transposed-read")
+            return f"{g}[{ivars[1]}, {ivars[0]}]"
+        return _const(dtype, rng.choice((1.5, 2.0, -0.75, 3.0)))
+
+    def global_read(self, shape, dtype: str, ivars: list) -> str:
+        """``A[i + c0, j + c1]`` from a new parameter (per-block tile when there are several blocks)."""
+        rng = self.rng
+        name = self.fresh("A")
+        gshape, idx = [], []
+        for d, (e, v) in enumerate(zip(shape, ivars)):
+            pad = rng.choice((0, 0, 2))
+            off = rng.randint(0, pad)
+            tile = e + pad
+            base = f"bx * {tile} + " if d == 0 and self.nblocks > 1 else ""
+            gshape.append(tile * (self.nblocks if d == 0 else 1))
+            idx.append(f"{base}{v}" + (f" + {off}" if off else ""))
+        self.params.append(Buf(name, tuple(gshape), dtype, "param"))
+        return f"{name}[{', '.join(idx)}]"
+
+    def global_write(self, shape, dtype: str, ivars: list, transposed: bool) -> str:
+        """``O[i, j]`` (or ``O[j, i]``) of a new output parameter, one tile per block."""
+        name = self.fresh("O")
+        dims, idx = list(shape), list(ivars)
+        if transposed:
+            dims, idx = dims[::-1], idx[::-1]
+        if self.nblocks > 1:
+            idx[0] = f"bx * {dims[0]} + {idx[0]}"
+            dims[0] *= self.nblocks
+        self.params.append(Buf(name, tuple(dims), dtype, "param"))
+        return f"{name}[{', '.join(idx)}]"
+
+    def expression(self, shape, dtype: str, ivars: list) -> str:
+        rng = self.rng
+        n = rng.choice((1, 2, 2, 3))
+        expr = self.term(shape, dtype, ivars)
+        for _ in range(n - 1):
+            t = self.term(shape, dtype, ivars)
+            op = rng.choice(("+", "-", "*", "max", "min"))
+            expr = f"T.{op}({expr}, {t})" if op in ("max", "min") else f"({expr} {op} {t})"
+        return expr
+
+    def nest(self, shape, body_fn, extents=None) -> None:
+        extents = list(extents or shape)
+        ivars = ["i", "j", "k"][:len(shape)]
+        lines, pad = [], ""
+        for v, e in zip(ivars, extents):
+            lines.append(f"{pad}for {v} in T.parallel({e}):")
+            pad += "    "
+        for stmt in body_fn(ivars):
+            lines.append(pad + stmt)
+        self.body.append("\n".join(lines))
+
+    def elementwise(self) -> None:
+        """``dst[i, j] = expr`` over a fragment (new or existing), sometimes also storing to global."""
+        rng = self.rng
+        shape = rng.choice(self.shapes())
+        cands = self.frags(shape, defined=False)
+        dst = rng.choice(cands) if cands and rng.random() < 0.5 else self.new_frag(shape)
+        also_store = rng.random() < 0.15
+        if also_store:
+            self.notes.append("nest-writes-frag-and-global")
+
+        def body(ivars):
+            idx = ", ".join(ivars)
+            stmts = [f"{dst.name}[{idx}] = {self.expression(shape, dst.dtype, ivars)}"]
+            if also_store:
+                stmts.append(f"{self.global_write(shape, dst.dtype, ivars, False)} = {dst.name}[{idx}]")
+            return stmts
+        self.nest(shape, body)
+        self.defined.add(dst.name)
+
+    def partial(self) -> None:
+        """A loop over only the head of an already defined fragment (#2957 family)."""
+        rng = self.rng
+        cands = [b for b in self.frags() if b.shape[0] > 1]
+        if not cands:
+            return self.elementwise()
+        dst = rng.choice(cands)
+        k = rng.randint(1, dst.shape[0] - 1)
+        extents = [k] + list(dst.shape[1:])
+        self.notes.append("partial-loop")
+
+        def body(ivars):
+            idx = ", ".join(ivars)
+            terms = [t for t in (self._same_shape_read(dst, ivars),) if t]
+            expr = terms[0] if terms and rng.random() < 0.6 else _const(dst.dtype, 7.0)
+            return [f"{dst.name}[{idx}] = {expr}"]
+        self.nest(dst.shape, body, extents)
+
+    def _same_shape_read(self, dst: Buf, ivars) -> str | None:
+        cands = self.frags(dst.shape)
+        if not cands:
+            return None
+        b = self.rng.choice(cands)
+        return _cast(f"{b.name}[{', '.join(ivars)}]", b.dtype, dst.dtype) + f" + {_const(dst.dtype, 1.0)}"
+
+    def global_store_nest(self) -> None:
+        """``O[i, j] = expr`` (or the transposed ``O[j, i]``): a loop that writes no fragment."""
+        rng = self.rng
+        shape = rng.choice(self.shapes())
+        transposed = len(shape) == 2 and rng.random() < 0.5
+        if transposed:
+            self.notes.append("transposed-store")
+
+        def body(ivars):
+            value = self.expression(shape, self.dtype, ivars)
+            return [f"{self.global_write(shape, self.dtype, ivars, transposed)} = {value}"]
+        self.nest(shape, body)
+
+    def small_const_frag(self) -> None:
+        """A tiny fragment (fewer elements than threads) loaded for constant-index reads."""
+        n = self.rng.choice((1, 2, 3, 4))
+        b = self.new_frag((n,), self.dtype)
+        self.load(b)
+
+    def serial_inner(self) -> None:
+        """``for i in T.parallel(M): for j in T.serial(N): f[i, j] = ...`` (a serial loop inside a nest)."""
+        if self.one_d:
+            return self.elementwise()
+        shape = (self.M, self.N)
+        srcs = self.frags(shape)
+        dst = self.new_frag(shape, self.dtype)
+        src = self.rng.choice(srcs) if srcs else None
+        read = _cast(f"{src.name}[i, j]", src.dtype, self.dtype) if src else _const(self.dtype, 2.0)
+        self.body.append(f"for i in T.parallel({self.M}):\n    for j in T.serial({self.N}):\n"
+                         f"        {dst.name}[i, j] = {read} * {_const(self.dtype, 2.0)}")
+        self.defined.add(dst.name)
+        self.notes.append("serial-inner")
+
+    # -- whole kernel
+    def build(self) -> Kernel:
+        rng = self.rng
+        first = self.new_frag(self.main_shape(), self.dtype)
+        self.load(first) if rng.random() < 0.85 else self.fill(first)
+        steps = rng.randint(1, 5)
+        for _ in range(steps):
+            r = rng.random()
+            defined = self.frags()
+            if r < 0.28:
+                self.elementwise()
+            elif r < 0.42 and any(len(b.shape) >= 1 and b.shape != (1,) for b in defined):
+                src = rng.choice([b for b in defined if b.shape != (1,)])
+                self.reduce(src)
+            elif r < 0.52:
+                shape = rng.choice(self.shapes())
+                b = rng.choice(self.frags(shape, defined=False) or [self.new_frag(shape)])
+                self.load(b)
+            elif r < 0.60:
+                self.global_store_nest()
+            elif r < 0.67:
+                self.small_const_frag()
+            elif r < 0.76:
+                self.partial()
+            elif r < 0.82:
+                b = rng.choice(self.frags(defined=False))
+                self.fill(b)
+            elif r < 0.88:
+                self.copy_frag(rng.choice(defined))
+            elif r < 0.93:
+                self.serial_inner()
+            else:
+                self.store(rng.choice(defined))
+        outs = [b for b in self.frags() if rng.random() < 0.7] or [self.frags()[-1]]
+        for b in outs:
+            self.store(b)
+        return Kernel(self.render(), self.threads, sorted(set(self.notes)), self.has_sum, self.sum_extent)
+
+    def render(self) -> str:
+        params = ", ".join(f'{p.name}: T.Buffer({p.shape!r}, "{p.dtype}")' for p in self.params)
+        lines = ["@T.prim_func", f"def main({params}):",
+                 f'    bx = T.launch_thread("blockIdx.x", {self.nblocks})',
+                 f'    tx = T.launch_thread("threadIdx.x", {self.threads})']
+        for b in self.allocs:
+            lines.append(f'    {b.name} = T.alloc_buffer({b.shape!r}, "{b.dtype}", scope="{b.scope}")')
+        for stmt in self.body:
+            lines += ["    " + line for line in stmt.split("\n")]
+        return "\n".join(lines) + "\n"
+
+
+def generate(seed: int, index: int) -> Kernel:
+    """Kernel ``index`` of ``seed`` (independent of every other kernel)."""
+    return Gen(random.Random(f"tilelayout-fuzz:{seed}:{index}")).build()
+
+
+# ----------------------------------------------------------------------------------------- checker
+
+@dataclass
+class Outcome:
+    kind: str               # ok | unsupported | crash | invalid | mismatch | generator
+    model: str
+    detail: str = ""
+
+
+def parse(text: str):
+    import tvm
+    from tvm.script import tirx as T
+    from tvm.tirx.script import tile as Tx
+    return tvm.script.from_source(text, extra_vars={"T": T, "Tx": Tx})
+
+
+def _index_fn(nest, access):
+    from tilelayout.evaluate import evaluate
+
+    def index(*grids):
+        env = dict(zip(nest.loop_vars, grids))
+        return tuple(np.broadcast_to(np.asarray(evaluate(e, env), dtype=np.int64), grids[0].shape if grids else ())
+                     for e in access.indices)
+    return index
+
+
+def validate(result) -> list[str]:
+    """Every violated invariant of an inference result, judged by exact enumeration (empty: valid)."""
+    from cases import _support
+    from tilelayout.fragment import Fragment
+    from tilelayout.passes.loop_nest import nest_of
+    problems = []
+    graph = result.graph
+    for buf in graph.fragments():
+        lay = result.buffers.get(buf.name)
+        if lay is None:
+            if buf.name in {b.name for op in graph.ops for b in op.buffers()}:
+                problems.append(f"fragment {buf.name} has no layout")
+            continue
+        if not isinstance(lay, Fragment):
+            problems.append(f"fragment {buf.name} got a non-Fragment layout {lay!r}")
+            continue
+        d = lay.to_dict()
+        if [int(s) for s in d["input_shape"]] != [int(s) for s in buf.shape]:
+            problems.append(f"fragment {buf.name}: layout domain {d['input_shape']} != shape {list(buf.shape)}")
+            continue
+        try:
+            _support.assert_valid_fragment(buf.name, d)
+        except AssertionError as err:
+            problems.append(str(err))
+    for op in graph.ops:
+        nest = nest_of(op)
+        if nest is None:
+            continue
+        decision = result.op_loops.get(op.index)
+        if decision is None:
+            problems.append(f"{op.describe()}: no loop layout")
+            continue
+        loop = decision.layout.to_dict()
+        key = f"{','.join(v.name for v in nest.loop_vars)}[{'x'.join(str(e) for e in nest.extents)}]"
+        if [int(s) for s in loop["input_shape"]] != [int(e) for e in nest.extents]:
+            problems.append(f"{op.describe()}: loop layout domain {loop['input_shape']} does not cover {nest.extents}")
+            continue
+        try:
+            _support.assert_valid_fragment(f"loop of {op.describe()}", loop)
+        except AssertionError as err:
+            problems.append(str(err))
+        inner = [v.name for v in nest.inner_vars]
+        for a in nest.fragment_accesses():
+            if inner and any(n in str(e) for e in a.indices for n in inner):
+                continue      # indices that use a serial inner variable cannot be enumerated over the nest
+            frag = result.buffers.get(a.buffer.name)
+            if frag is None:
+                continue
+            try:
+                _support.assert_owned(key, loop, a.buffer.name, frag.to_dict(), _index_fn(nest, a), write=a.is_write)
+            except AssertionError as err:
+                problems.append(f"{op.describe()}: {err}")
+    return problems
+
+
+def _short(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0] if text else ''}"[:400]
+
+
+def _tolerance(kernel: Kernel, func):
+    if not kernel.has_sum:
+        return None
+    # float sums in a different association order: error grows with the summed extent
+    return (1e-3, 2e-5 * max(16.0, float(kernel.sum_extent)))
+
+
+def check(kernel: Kernel, models=COST_MODELS, numeric: bool = True) -> list[Outcome]:
+    from tilelayout.errors import TileLayoutError
+    from tilelayout.passes.layout_inference import infer_layouts
+    from tilelayout.passes.pipeline import check_numeric, reference_outputs
+    try:
+        func = parse(kernel.text)
+    except Exception as err:       # noqa: BLE001 - a generator bug, reported as such
+        return [Outcome("generator", m, _short(err)) for m in models]
+    expected = None
+    out = []
+    for model in models:
+        try:
+            result = infer_layouts(func, cost_model=model)
+        except TileLayoutError as err:
+            out.append(Outcome("unsupported", model, "infer: " + _short(err)))
+            continue
+        except Exception as err:   # noqa: BLE001
+            out.append(Outcome("crash", model, "infer: " + _short(err) + "\n" + traceback.format_exc(limit=-3)))
+            continue
+        try:
+            problems = validate(result)
+        except Exception as err:   # noqa: BLE001
+            problems = [f"validator raised {_short(err)}\n{traceback.format_exc(limit=-3)}"]
+        if problems:
+            out.append(Outcome("invalid", model, "; ".join(problems[:3])))
+            continue
+        if not numeric:
+            out.append(Outcome("ok", model))
+            continue
+        try:
+            if expected is None:
+                expected = reference_outputs(func)
+            res = check_numeric(func, cost_model=model, expected=expected, tolerance=_tolerance(kernel, func))
+        except TileLayoutError as err:
+            out.append(Outcome("unsupported", model, "lower: " + _short(err)))
+            continue
+        except Exception as err:   # noqa: BLE001
+            out.append(Outcome("crash", model, "lower: " + _short(err) + "\n" + traceback.format_exc(limit=-3)))
+            continue
+        out.append(Outcome("ok" if res.ok else "mismatch", model, "" if res.ok else res.message[:400]))
+    return out
+
+
+# ----------------------------------------------------------------------------------------- driver
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--count", type=int, default=50)
+    ap.add_argument("--start", type=int, default=0, help="first kernel index")
+    ap.add_argument("--only", type=int, help="check kernel ONLY of the seed alone")
+    ap.add_argument("--show", action="store_true", help="print each kernel's text")
+    ap.add_argument("--model", choices=COST_MODELS, help="one cost model only")
+    ap.add_argument("--no-numeric", action="store_true", help="inference and enumeration checks only")
+    ap.add_argument("--save", type=Path, help="write the text of every non-OK kernel into this folder")
+    ap.add_argument("--time-limit", type=float, default=540.0, help="stop starting new kernels after this many seconds")
+    ap.add_argument("-v", "--verbose", action="store_true", help="print unsupported messages in full")
+    args = ap.parse_args(argv)
+    models = (args.model,) if args.model else COST_MODELS
+    indices = [args.only] if args.only is not None else list(range(args.start, args.start + args.count))
+    t0 = time.perf_counter()
+    counts: Counter = Counter()
+    kernels: Counter = Counter()
+    reasons: Counter = Counter()
+    done = 0
+    for k in indices:
+        if time.perf_counter() - t0 > args.time_limit:
+            print(f"time limit reached after {done} kernels")
+            break
+        kernel = generate(args.seed, k)
+        if args.show:
+            print(f"# ---- seed {args.seed} kernel {k} (threads {kernel.threads}; {', '.join(kernel.notes)})")
+            print(kernel.text)
+        outcomes = check(kernel, models, not args.no_numeric)
+        done += 1
+        worst = max(outcomes, key=lambda o: ("ok", "unsupported", "generator", "crash", "invalid", "mismatch").index(o.kind))
+        kernels[worst.kind] += 1
+        for o in outcomes:
+            counts[o.kind] += 1
+            if o.kind == "unsupported":
+                reasons[o.detail.split(":")[0] + ": " + _reason_key(o.detail)] += 1
+            if o.kind != "ok" and (o.kind in BAD or args.verbose):
+                print(f"[{o.kind}] seed {args.seed} kernel {k} {o.model}: {o.detail}")
+        if args.save and worst.kind != "ok":
+            args.save.mkdir(parents=True, exist_ok=True)
+            (args.save / f"s{args.seed}_k{k}_{worst.kind}.py").write_text(
+                f"# seed {args.seed} kernel {k}: {worst.kind} ({worst.model}): {worst.detail.splitlines()[0] if worst.detail else ''}\n"
+                + kernel.text)
+    wall = time.perf_counter() - t0
+    print(f"kernels: {done} in {wall:.1f} s; per kernel (worst over models): "
+          + ", ".join(f"{k} {kernels[k]}" for k in ("ok", "unsupported", "crash", "invalid", "mismatch", "generator")))
+    print("kernel-model pairs: " + ", ".join(f"{k} {counts[k]}" for k in
+                                              ("ok", "unsupported", "crash", "invalid", "mismatch", "generator")))
+    if reasons:
+        print("unsupported, by reason:")
+        for r, n in reasons.most_common():
+            print(f"  {n:4d}  {r}")
+    return 1 if any(kernels[k] for k in BAD) else 0
+
+
+def _reason_key(detail: str) -> str:
+    """A coarse key for grouping refusal messages (the error type and its wording without numbers)."""
+    import re
+    body = detail.split(": ", 1)[1] if ": " in detail else detail
+    body = re.sub(r"\[[^\]]*\]|\([^)]*\)|`[^`]*`|\d+", "#", body)
+    return body[:110]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
