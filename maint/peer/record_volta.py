@@ -1,7 +1,10 @@
-"""Record TileLang 0.1.15's make_volta_swizzled_layout outputs (run with the peer venv's Python)."""
+"""Record TileLang 0.1.15's make_volta_swizzled_layout outputs into tests/data/volta_swizzle_tilelang.json.
+
+Development only: run with the TileLang peer venv's Python (see README.md here)."""
 import itertools, json, sys
 import numpy as np
-sys.path.insert(0, "/work/shared/peer")
+import pathlib
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3] / "shared" / "peer"))
 from tilelang_peer import _install_torch_stub
 _install_torch_stub()
 import tilelang
