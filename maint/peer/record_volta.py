@@ -1,4 +1,4 @@
-"""Record TileLang 0.1.15's make_volta_swizzled_layout outputs into tests/data/volta_swizzle_tilelang.json.
+"""Record TileLang 0.1.15's make_volta_swizzled_layout outputs (usage: record_volta.py tests/data/volta_swizzle_tilelang.json).
 
 Development only: run with the TileLang peer venv's Python (see README.md here)."""
 import itertools, json, sys
