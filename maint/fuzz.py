@@ -218,6 +218,56 @@ class Gen:
         self.defined.add(dst.name)
         self.notes.append("frag-copy")
 
+    def tile_elementwise(self) -> None:
+        """``Tx.add/sub/mul/maximum/minimum(dst, a, b)`` over whole fragments (an operand may be a global
+        region or a constant), or ``Tx.cast`` between dtypes."""
+        rng = self.rng
+        shape = rng.choice(self.shapes())
+        full = _region(shape)
+        srcs = self.frags(shape)
+        if not srcs:
+            return self.elementwise()
+        a = rng.choice(srcs)
+        if self.mixed and rng.random() < 0.4:
+            dst = self.new_frag(shape, "float32" if a.dtype == "float16" else "float16")
+            self.body.append(f"Tx.cast({dst.name}[{full}], {a.name}[{full}])")
+            self.notes.append("tile-cast")
+            self.defined.add(dst.name)
+            return
+        same = [b for b in srcs if b.dtype == a.dtype]
+        cands = [b for b in self.frags(shape, defined=False) if b.dtype == a.dtype]
+        dst = rng.choice(cands) if cands and rng.random() < 0.6 else self.new_frag(shape, a.dtype)
+        kind = rng.random()
+        if kind < 0.5:
+            other = f"{rng.choice(same).name}[{full}]"
+        elif kind < 0.75:
+            g, reg = self.global_region(shape, a.dtype, "in")
+            other = f"{g}[{reg}]"
+        else:
+            other = _const(a.dtype, rng.choice((0.5, 2.0, -1.0)))
+        name = rng.choice(("add", "sub", "mul", "maximum", "minimum"))
+        self.body.append(f"Tx.{name}({dst.name}[{full}], {a.name}[{full}], {other})")
+        self.notes.append(f"tile-{name}")
+        self.defined.add(dst.name)
+
+    def partial_copy(self) -> None:
+        """A copy into or out of the head of a defined fragment (a region smaller than the fragment)."""
+        rng = self.rng
+        cands = [b for b in self.frags() if b.shape[-1] > 1]
+        if not cands:
+            return self.elementwise()
+        b = rng.choice(cands)
+        k = rng.randint(1, b.shape[-1] - 1)
+        shape = list(b.shape[:-1]) + [k]
+        if rng.random() < 0.5:
+            g, reg = self.global_region(tuple(shape), b.dtype, "in")
+            self.body.append(f"Tx.copy({b.name}[{_region(shape)}], {g}[{reg}])")
+            self.notes.append("partial-copy-in")
+        else:
+            g, reg = self.global_region(tuple(shape), b.dtype, "out")
+            self.body.append(f"Tx.copy({g}[{reg}], {b.name}[{_region(shape)}])")
+            self.notes.append("partial-copy-out")
+
     def reduce(self, src: Buf) -> None:
         rng = self.rng
         if len(src.shape) == 2:
@@ -238,11 +288,14 @@ class Gen:
         self.defined.add(dst.name)
         self.notes.append(f"reduce-{reducer}{'-accum' if accum else ''}")
 
-    def term(self, shape, dtype: str, ivars: list) -> str:
-        """One operand of an elementwise expression over a nest with loop variables ``ivars``."""
+    def term(self, shape, dtype: str, ivars: list, written: str | None = None) -> str:
+        """One operand of an elementwise expression over a nest with loop variables ``ivars``; the fragment
+        ``written`` by the nest is read only at the written index (other reads would race across iterations)."""
         rng = self.rng
         options = []
         for b in self.frags():
+            if b.name == written and b.shape != tuple(shape):
+                continue
             if b.shape == tuple(shape):
                 options += [("frag", b)] * 3
             elif len(shape) == 2 and b.shape == (shape[0],):
@@ -279,7 +332,7 @@ class Gen:
             self.notes.append("shifted")
             return _cast(f"{b.name}[{ivars[0]} + 1]", b.dtype, dtype)
         if kind == "reversed":
-            frags = self.frags(shape)
+            frags = [b for b in self.frags(shape) if b.name != written]
             if frags:
                 b = rng.choice(frags)
                 self.notes.append("reversed")
@@ -321,12 +374,12 @@ class Gen:
         self.params.append(Buf(name, tuple(dims), dtype, "param"))
         return f"{name}[{', '.join(idx)}]"
 
-    def expression(self, shape, dtype: str, ivars: list) -> str:
+    def expression(self, shape, dtype: str, ivars: list, written: str | None = None) -> str:
         rng = self.rng
         n = rng.choice((1, 2, 2, 3))
-        expr = self.term(shape, dtype, ivars)
+        expr = self.term(shape, dtype, ivars, written)
         for _ in range(n - 1):
-            t = self.term(shape, dtype, ivars)
+            t = self.term(shape, dtype, ivars, written)
             op = rng.choice(("+", "-", "*", "max", "min"))
             expr = f"T.{op}({expr}, {t})" if op in ("max", "min") else f"({expr} {op} {t})"
         return expr
@@ -354,7 +407,7 @@ class Gen:
 
         def body(ivars):
             idx = ", ".join(ivars)
-            stmts = [f"{dst.name}[{idx}] = {self.expression(shape, dst.dtype, ivars)}"]
+            stmts = [f"{dst.name}[{idx}] = {self.expression(shape, dst.dtype, ivars, dst.name)}"]
             if also_store:
                 stmts.append(f"{self.global_write(shape, dst.dtype, ivars, False)} = {dst.name}[{idx}]")
             return stmts
@@ -446,10 +499,14 @@ class Gen:
             elif r < 0.82:
                 b = rng.choice(self.frags(defined=False))
                 self.fill(b)
-            elif r < 0.88:
+            elif r < 0.86:
                 self.copy_frag(rng.choice(defined))
-            elif r < 0.93:
+            elif r < 0.87:
                 self.serial_inner()
+            elif r < 0.91:
+                self.partial_copy()
+            elif r < 0.96:
+                self.tile_elementwise()
             else:
                 self.store(rng.choice(defined))
         outs = [b for b in self.frags() if rng.random() < 0.7] or [self.frags()[-1]]
@@ -556,8 +613,7 @@ def validate(result) -> list[str]:
 
 
 def _short(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {text[0] if text else ''}"[:400]
+    return f"{type(err).__name__}: {str(err).strip()}"
 
 
 def _tolerance(kernel: Kernel, func):
@@ -612,6 +668,53 @@ def check(kernel: Kernel, models=COST_MODELS, numeric: bool = True) -> list[Outc
 
 # ----------------------------------------------------------------------------------------- driver
 
+class Worker:
+    """Checks kernels in a child process, so a kernel that corrupts memory or hangs (the lowered code runs
+    natively) is reported as a crash of that kernel instead of ending the run."""
+
+    def __init__(self, timeout: float):
+        self.timeout = timeout
+        self.proc = None
+        self.conn = None
+
+    def _start(self) -> None:
+        import multiprocessing as mp
+        ctx = mp.get_context("fork")
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_serve, args=(child,), daemon=True)
+        self.proc.start()
+
+    def check(self, kernel: Kernel, models, numeric: bool) -> list[Outcome]:
+        if self.proc is None or not self.proc.is_alive():
+            self._start()
+        self.conn.send((kernel, models, numeric))
+        if self.conn.poll(self.timeout):
+            try:
+                return self.conn.recv()
+            except EOFError:
+                self.proc.join(10)
+        why = f"timed out after {self.timeout:.0f} s" if self.proc.is_alive() else \
+            f"died (exit code {self.proc.exitcode}: the lowered kernel may write out of bounds)"
+        self.close()
+        return [Outcome("crash", m, f"the checking process {why}") for m in models]
+
+    def close(self) -> None:
+        if self.proc is not None:
+            if self.proc.is_alive():
+                self.proc.kill()
+            self.proc.join()
+        self.proc = self.conn = None
+
+
+def _serve(conn) -> None:
+    while True:
+        try:
+            kernel, models, numeric = conn.recv()
+        except EOFError:
+            return
+        conn.send(check(kernel, models, numeric))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seed", type=int, default=0)
@@ -623,6 +726,9 @@ def main(argv=None) -> int:
     ap.add_argument("--no-numeric", action="store_true", help="inference and enumeration checks only")
     ap.add_argument("--save", type=Path, help="write the text of every non-OK kernel into this folder")
     ap.add_argument("--time-limit", type=float, default=540.0, help="stop starting new kernels after this many seconds")
+    ap.add_argument("--kernel-timeout", type=float, default=120.0, help="seconds one kernel may take")
+    ap.add_argument("--in-process", action="store_true", help="check in this process (for debugging)")
+    ap.add_argument("--progress", action="store_true", help="print each kernel index before checking it")
     ap.add_argument("-v", "--verbose", action="store_true", help="print unsupported messages in full")
     args = ap.parse_args(argv)
     models = (args.model,) if args.model else COST_MODELS
@@ -632,15 +738,19 @@ def main(argv=None) -> int:
     kernels: Counter = Counter()
     reasons: Counter = Counter()
     done = 0
+    worker = None if args.in_process else Worker(args.kernel_timeout)
     for k in indices:
         if time.perf_counter() - t0 > args.time_limit:
             print(f"time limit reached after {done} kernels")
             break
         kernel = generate(args.seed, k)
+        if args.progress:
+            print(f"... kernel {k}", flush=True)
         if args.show:
             print(f"# ---- seed {args.seed} kernel {k} (threads {kernel.threads}; {', '.join(kernel.notes)})")
             print(kernel.text)
-        outcomes = check(kernel, models, not args.no_numeric)
+        outcomes = worker.check(kernel, models, not args.no_numeric) if worker else \
+            check(kernel, models, not args.no_numeric)
         done += 1
         worst = max(outcomes, key=lambda o: ("ok", "unsupported", "generator", "crash", "invalid", "mismatch").index(o.kind))
         kernels[worst.kind] += 1
@@ -649,12 +759,15 @@ def main(argv=None) -> int:
             if o.kind == "unsupported":
                 reasons[o.detail.split(":")[0] + ": " + _reason_key(o.detail)] += 1
             if o.kind != "ok" and (o.kind in BAD or args.verbose):
-                print(f"[{o.kind}] seed {args.seed} kernel {k} {o.model}: {o.detail}")
+                text = o.detail.replace("\n", " | ") if args.verbose else o.detail[:600]
+                print(f"[{o.kind}] seed {args.seed} kernel {k} {o.model}: {text[:4000]}")
         if args.save and worst.kind != "ok":
             args.save.mkdir(parents=True, exist_ok=True)
             (args.save / f"s{args.seed}_k{k}_{worst.kind}.py").write_text(
                 f"# seed {args.seed} kernel {k}: {worst.kind} ({worst.model}): {worst.detail.splitlines()[0] if worst.detail else ''}\n"
                 + kernel.text)
+    if worker:
+        worker.close()
     wall = time.perf_counter() - t0
     print(f"kernels: {done} in {wall:.1f} s; per kernel (worst over models): "
           + ", ".join(f"{k} {kernels[k]}" for k in ("ok", "unsupported", "crash", "invalid", "mismatch", "generator")))
@@ -668,9 +781,12 @@ def main(argv=None) -> int:
 
 
 def _reason_key(detail: str) -> str:
-    """A coarse key for grouping refusal messages (the error type and its wording without numbers)."""
+    """A coarse key for grouping refusal messages (the error type and its wording without numbers); for a
+    failed free-level search, the first attempt's reason."""
     import re
-    body = detail.split(": ", 1)[1] if ": " in detail else detail
+    lines = detail.splitlines()
+    body = lines[1].split(": ", 1)[1] if len(lines) > 1 and lines[1].startswith("  root ") else \
+        (detail.split(": ", 1)[1] if ": " in detail else detail)
     body = re.sub(r"\[[^\]]*\]|\([^)]*\)|`[^`]*`|\d+", "#", body)
     return body[:110]
 

@@ -55,6 +55,12 @@ def access_points(nest: LoopNest, access) -> np.ndarray:
         try:
             val = np.broadcast_to(evaluate(idx, env), shape)
         except Exception as err:
+            inner = [v.name for v in nest.inner_vars if _mentions(idx, [v])] if not isinstance(idx, int) else []
+            if inner:
+                raise InferenceError(
+                    f"{nest.describe()}: {access} indexes fragment {access.buffer.name} with the serial loop variable "
+                    f"{', '.join(inner)} inside the parallel nest; layouts are inferred over the parallel variables "
+                    f"only, so index fragments with T.parallel loop variables (make the inner loop T.parallel)") from None
             raise InferenceError(f"{nest.describe()}: cannot evaluate index {idx} of {access}: {err}") from None
         if val.min() < 0 or val.max() >= ext:
             bad = np.unravel_index(int(np.argmax((val < 0) | (val >= ext))), shape)
@@ -77,11 +83,24 @@ def loop_from_fragment(nest: LoopNest, access, frag: Fragment, threads: int) -> 
         raise LayoutConflictError(
             f"{nest.describe()}: access {access} makes the owning thread depend on a serial inner loop; "
             f"a thread-distributed fragment cannot be indexed by a sequential loop variable")
+    err = None
     try:
         loop = Fragment.from_exprs(nest.extents, thread, None, frag.replicate_size)
-    except LayoutError as err:
-        raise InferenceError(f"{nest.describe()}: cannot derive a loop layout from {frag.kind} of "
-                             f"{access.buffer.name} through {access}: {err}") from None
+    except LayoutError as error:
+        loop, err = None, error
+    if loop is None or (nest.size <= VALIDATION_LIMIT and not loop.is_injective()):
+        # no slot map derivable from the thread map alone (a wrapped ``(_i * 96 + _j) % 256`` over part of the
+        # fragment): the fragment's own slots, read through the access, serve when distinct per iteration
+        index = [substitute(e, dict(zip(frag.forward_vars, idx))) for e in frag.forward_index]
+        try:
+            fallback = Fragment.from_exprs(nest.extents, thread, index, frag.replicate_size)
+        except LayoutError:
+            fallback = None
+        if fallback is not None and fallback.is_injective():
+            loop = fallback
+        elif loop is None:
+            raise InferenceError(f"{nest.describe()}: cannot derive a loop layout from {frag.kind} of "
+                                 f"{access.buffer.name} through {access}: {err}") from None
     rng = frag.thread_range or (0, threads)
     return loop.bind_thread_range(*rng)
 

@@ -363,6 +363,23 @@ class _Engine:
             for buf in op.buffers():
                 if buf.is_fragment and state.layout(buf) is None:
                     raise InferenceError(f"fragment {buf.name}: {op.describe()} left it without a layout")
+        # a layout upgraded after a loop was decided (more replicas for a reduction) can leave that loop's
+        # writes short of the new holders: such an attempt fails here, so the search keeps a valid one
+        for i in members:
+            if self.nests[i] is not None:
+                self._check_ownership(state, i)
+
+    def _check_ownership(self, state: _State, i: int) -> None:
+        nest = self.nests[i]
+        layout = state.loops[i].layout
+        for k, a in enumerate(nest.accesses):
+            if not a.buffer.is_fragment:
+                continue
+            frag = state.layout(a.buffer)
+            err = state.memo(("own", i, k, layout.key, frag.key), lambda: ownership_error(nest, layout, a, frag))
+            if err is not None:
+                raise InferenceError(f"buffer {a.buffer.name}: final layouts are inconsistent in "
+                                     f"{nest.describe()}: {err}")
 
     def _check_complete(self, state: _State) -> None:
         for buf in self.graph.fragments():
@@ -373,14 +390,7 @@ class _Engine:
                 continue
             if i not in state.loops:
                 raise InferenceError(f"{nest.describe()}: no loop layout could be chosen")
-            layout = state.loops[i].layout
-            for a in nest.fragment_accesses():
-                frag = state.layout(a.buffer)
-                err = state.memo(("own", i, next(k for k, b in enumerate(nest.accesses) if b is a), layout.key,
-                                  frag.key), lambda: ownership_error(nest, layout, a, frag))
-                if err is not None:
-                    raise InferenceError(f"buffer {a.buffer.name}: final layouts are inconsistent in "
-                                         f"{nest.describe()}: {err}")
+            self._check_ownership(state, i)
 
 
 def infer_layouts(func, target=None, cost_model=None) -> InferenceResult:

@@ -348,8 +348,51 @@ def reducer_layout(src: Fragment, axis: int) -> Fragment:
     shape = [s for d, s in enumerate(src.input_shape) if d != axis] or [1]
     if n == 1:
         thread = substitute(thread, {placeholder(0): tirx.const(0, "int32")})
-    out = Fragment.from_exprs(shape, thread, None, extent * src.replicate_size).condense_rep_var()
+    try:
+        out = Fragment.from_exprs(shape, thread, None, extent * src.replicate_size)
+    except LayoutError:
+        # a wrapped thread map (``(_i * 32 + _rep) % 100``) has no derivable slot map: one slot per element
+        out = Fragment.from_exprs(shape, thread, [_flat_index(shape)], extent * src.replicate_size)
+    out = _distinct_replicas(out.condense_rep_var())
     return out.bind_thread_range(*src.thread_range) if src.thread_range is not None else out
+
+
+def _flat_index(shape: list):
+    """Row-major element number over ``shape`` in the placeholders (one register slot per element)."""
+    flat = tirx.const(0, "int32")
+    for k, e in enumerate(shape):
+        flat = flat * e + placeholder(k)
+    return flat
+
+
+def _distinct_replicas(frag: Fragment) -> Fragment:
+    """``frag`` with its replica range cut to the first period of the thread map when replicas repeat threads.
+
+    Reducing ``(_i * 7 + _j) % 32`` over 96 rows gives holders ``(_rep * 7 + _i) % 32`` for 96 replicas: each
+    thread three times, which no (slot, thread) packing can hold. Every thread holds every element there, so
+    that is the layout; otherwise the first period of replicas that reaches every holder (checked by
+    enumeration: same holders, injective)."""
+    if frag.replicate_size == 1 or not frag.is_static:
+        return frag
+    total, shape = frag.replicate_size, list(frag.input_shape)
+    every = fully_replicated(shape, frag.thread_extent)
+    if every.contains(frag) and frag.contains(every):
+        return every        # every thread holds every element: say so (invertible, unlike a modular map)
+    if frag.is_injective():
+        return frag
+    flat = _flat_index(shape)
+    for d in range(1, total + 1):
+        if total % d:
+            continue
+        for index in (None, [flat]):      # the derived slot map, else one slot per element
+            try:
+                cand = Fragment.from_exprs(shape, frag.forward_thread, index, d)
+            except LayoutError:
+                continue
+            if cand.is_injective() and cand.contains(frag):
+                return cand
+    raise InferenceError(f"reducing gives a destination layout whose replicas share threads irregularly ({frag!r}); "
+                         f"no fragment layout holds it")
 
 
 def _infer_reduce(op: ReduceOp, level: int, state) -> None:
@@ -377,13 +420,14 @@ def _infer_reduce(op: ReduceOp, level: int, state) -> None:
         raise InferenceError(f"{op.describe()}: destination shape {list(dst.shape)} does not match the reduced "
                              f"shape {out.input_shape}")
     old = state.layout(dst)
-    if old is not None:
-        if out.contains(old) or old.is_equal(out):
-            return
+    if old is not None and old.contains(out):
+        return      # every holder of a source row already holds its result (extra holders get it too)
+    try:
+        state.propose(dst, out, op, level)  # new, or an upgrade of a layout with fewer holders
+    except LayoutConflictError:
         raise LayoutConflictError(
             f"buffer {dst.name}: {op.describe()} needs every thread that holds a source row to hold its result "
-            f"({out!r}), but {state.setter(dst)} gave it {old!r}")
-    state.propose(dst, out, op, level)
+            f"({out!r}), but {state.setter(dst)} gave it {old!r}") from None
 
 
 # ------------------------------------------------------------------------------------------ gemm

@@ -257,13 +257,23 @@ def test_ownership_conflict_names_the_buffer_both_ops_and_both_layouts(infer):
     assert "does not hold the element of x" in text
 
 
+def test_reduction_into_a_pinned_superset_of_holders_is_accepted():
+    """Every holder of a source row must end with its result; extra holders (a fully replicated pin) are fine."""
+    pin = tl.fully_replicated([64], T128)
+    result = tl.infer_layouts(annotate_layouts(K.row_max_then_subtract(64, 128, T128), {"mx": pin}))
+    assert result.buffers["mx"].is_equal(pin)
+
+
 def test_reduction_conflict_names_the_buffer_both_parties_and_both_layouts():
-    func = annotate_layouts(K.row_max_then_subtract(64, 128, T128), {"mx": tl.fully_replicated([64], T128)})
-    with pytest.raises(tl.InferenceError) as err:
+    """A pin holding each row in fewer threads than hold the source row cannot receive the reduction."""
+    rows = tl.Fragment([64, 128], lambda i, j: i % 4 * 32 + j // 4)           # x: a row spread over 32 threads
+    pin = tl.Fragment([64], lambda i: i, lambda i: [0])                         # mx: each row in one thread
+    func = annotate_layouts(K.row_max_then_subtract(64, 128, T128), {"x": rows, "mx": pin})
+    with pytest.raises(tl.LayoutError) as err:
         tl.infer_layouts(func)
     text = str(err.value)
     assert "buffer mx" in text and "max mx[0:64] <- x[0:64, 0:128] axes=[1] (op #1)" in text
-    assert "a pinned layout gave it" in text and "replicate: 128" in text and "replicate: 32" in text
+    assert "pinned layout" in text and "replicate: 32" in text and "forward_thread: _i," in text
 
 
 def test_two_different_pins_of_one_buffer_conflict_before_inference():

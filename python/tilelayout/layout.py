@@ -365,6 +365,12 @@ class Layout:
                 self.__dict__["_output_shape"] = derived
         out_shape = self.output_shape
         exact = True
+        filled = shape_size(out_shape), self.size
+        if res is not None and all(isinstance(n, int) for n in filled) and filled[0] != filled[1]:
+            # bijective onto [base, base + n) with base != 0 (``_i // 4 + 16``) but not onto the box [0, base + n)
+            exact = False
+            if not allow_padding:
+                res = None
         if res is None and allow_padding:
             res = _detect(self._forward_index, self.forward_vars, self._input_shape, "noCheck")
             exact = False
@@ -391,6 +397,10 @@ class Layout:
             raise LayoutError(f"cannot invert {self!r}: it is injective but not onto its output box "
                               f"{out_shape} ({self.size} points into {shape_size(out_shape)})")
         result = _gf2_inverse(self)
+        if result is None:
+            result = _stride_inverse(self)
+        if result is None:
+            result = _digit_inverse(self)
         if result is None:
             raise LayoutError(f"cannot invert {self!r}: it is neither affine nor an XOR (GF(2)-linear) map over "
                               f"power-of-two extents, so no closed-form inverse exists here")
@@ -528,15 +538,24 @@ def _detect(exprs, variables, shape, level: str):
 
 
 def _iter_sum_extents(indices, variables, shape) -> list | None:
-    """max+1 of each detected iter sum: base + sum(scale * (extent - 1)) + 1 (exact for iter maps)."""
+    """max+1 of each detected iter sum (exact for iter maps): base plus scale * (extent - 1) of every split
+    with a positive scale. A negative scale (``31 - _i``) lowers the minimum instead; None unless every
+    minimum is provably 0 (the output box starts at 0), so the caller falls back to enumeration."""
     out = []
     ana = make_analyzer(variables, shape)
     for idx in indices:
         if not isinstance(idx, sym.IterSumExpr):
             return None
-        top = idx.base
+        top, bottom = idx.base, idx.base
         for split in idx.args:
-            top = top + split.scale * (split.extent - 1)
+            span = split.scale * (split.extent - 1)
+            if type(split.scale).__name__ == "IntImm" and int(split.scale.value) < 0:
+                bottom = bottom + span
+            else:
+                top = top + span
+        bottom = ana.simplify(bottom)
+        if type(bottom).__name__ != "IntImm" or int(bottom.value) != 0:
+            return None
         top = ana.simplify(top + 1)
         out.append(int(top.value) if type(top).__name__ == "IntImm" else top)
     return out
@@ -585,6 +604,252 @@ def _bound_extent(ana, e, input_shape, k):
     if bound.min_value >= 0 and bound.max_value < (1 << 62):
         return int(bound.max_value) + 1
     return input_shape[k] if k < len(input_shape) else 1
+
+
+def _stride_inverse(layout: Layout) -> Layout | None:
+    """Invert an injective layout output by output, each output solving for inputs no earlier one fixed:
+
+    - ``base + sum(c_k * x_k)`` with strides that leave gaps (``_j * 7 + _i``, ``_i``: 6) or run backwards
+      (``_j * 4 + 3 - _i``), which TVM's iter maps take neither: sorted by |stride|, each stride must exceed
+      the span of the smaller ones, and ``x_k = (u % c_{k+1}) // c_k``;
+    - ``(x + base) % M`` with ``x``'s extent at most M (a wrapped thread map, ``(_i * 32 + _rep) % 100``
+      once ``_i`` is known): ``x = (y - base) % M``.
+
+    ``base`` may use inputs solved before. Cells no input maps to come out of the input box (the lowest
+    stride's remainder is folded into its coordinate), so range guards alone exclude them; the result is
+    checked by enumeration over the whole output box."""
+    if not layout.is_static:
+        return None
+    variables, shape = list(layout.forward_vars), [int(s) for s in layout.input_shape]
+    out_vars = _PLACEHOLDERS[: layout.output_dim]
+    back: list = [None] * len(variables)
+    pending = _fuse_div_mod(list(zip(out_vars, layout.forward_index)), make_analyzer(variables, shape))
+    while pending:
+        progress = False
+        for item in list(pending):
+            solved = _solve_output(item[0], item[1], variables, shape, back)
+            if solved is None:
+                continue
+            pending.remove(item)
+            progress = True
+            for k, x in solved.items():
+                back[k] = x
+        if not progress:
+            return None
+    for k, s in enumerate(shape):
+        if back[k] is None:
+            if s != 1:
+                return None
+            back[k] = tirx.const(0, "int32")
+    return _checked_inverse(layout, back)
+
+
+def _checked_inverse(layout: Layout, back: list) -> Layout | None:
+    """``back`` (input coordinates in the output placeholders) as the inverse of ``layout`` when, at every
+    cell of the output box, it gives either a point outside the input box or the point that maps there."""
+    shape = [int(s) for s in layout.input_shape]
+    out_shape = [int(s) for s in layout.output_shape]
+    inv = Layout.from_exprs(out_shape, back)
+    if shape_size(out_shape) > (1 << 20):
+        return inv
+    cells = np.stack(np.unravel_index(np.arange(shape_size(out_shape)), tuple(out_shape)), axis=1)
+    env = {v: cells[:, k] for k, v in enumerate(inv.forward_vars)}
+    coords = np.stack([np.broadcast_to(evaluate(x, env), cells.shape[:1]) for x in back], axis=1)
+    inside = ((coords >= 0) & (coords < np.asarray(shape))).all(axis=1)
+    table = np.asarray(layout.table()).reshape(-1, layout.output_dim)
+    flat_in = np.ravel_multi_index(tuple(coords[inside].T), tuple(shape))
+    if inside.sum() != layout.size or not (table[flat_in] == cells[inside]).all():
+        return None
+    return inv
+
+
+def _digit_inverse(layout: Layout) -> Layout | None:
+    """Like ``_stride_inverse`` over the digits ``(x // lower) % extent`` the outputs use instead of whole
+    inputs (``[_i // 32, _i % 32 * 3 + _j]``): each output solves its digits by strides, then every input
+    is rebuilt from its digits, which must tile it (lower factors 1, e0, e0*e1, ...). A digit out of its
+    range puts its input out of range, so range guards still exclude every cell no point maps to."""
+    if not layout.is_static:
+        return None
+    variables, shape = list(layout.forward_vars), [int(s) for s in layout.input_shape]
+    dom = {v: Range(0, s) for v, s in zip(variables, shape)}
+    ana = make_analyzer(variables, shape)
+    outputs = _fuse_div_mod(list(zip(_PLACEHOLDERS[: layout.output_dim], layout.forward_index)), ana)
+    extents: dict = {}
+    digit_of: dict = {}
+    for y, e in outputs:
+        try:
+            norm = sym.normalize_to_iter_sum(e, dom)
+        except Exception:
+            return None
+        if type(norm.base).__name__ != "IntImm":
+            return None
+        terms = []
+        for split in norm.args:
+            src = split.source.source
+            ks = [k for k, v in enumerate(variables) if isinstance(src, tvm.ir.Var) and src.same_as(v)]
+            if not ks or any(type(x).__name__ != "IntImm" for x in (split.lower_factor, split.extent, split.scale)):
+                return None
+            key = (ks[0], int(split.lower_factor))
+            if key in extents:
+                return None                      # one digit in two places: not this shape of map
+            extents[key] = int(split.extent)
+            terms.append((int(split.scale), key))
+        solved = _solve_strides(y, int(norm.base.value), terms, extents)
+        if solved is None:
+            return None
+        digit_of.update(solved)
+    back = []
+    for k, s in enumerate(shape):
+        pieces = sorted((lower, key) for key in extents if key[0] == k for lower in [key[1]])
+        if not pieces:
+            if s != 1:
+                return None
+            back.append(tirx.const(0, "int32"))
+            continue
+        value, expected, bad = tirx.const(0, "int32"), 1, None
+        for n, (lower, key) in enumerate(pieces):
+            if lower != expected:
+                return None                      # digits leave part of the input unused: not a bijection
+            d = digit_of[key]
+            value = value + (d * lower if lower > 1 else d)
+            expected = lower * extents[key]
+            if n + 1 < len(pieces):
+                out = tirx.Or(d < 0, d >= extents[key])
+                bad = out if bad is None else tirx.Or(bad, out)
+        if expected < s:
+            return None
+        back.append(value + tirx.Cast("int32", bad) * s if bad is not None else value)
+    return _checked_inverse(layout, back)
+
+
+def _solve_strides(y, base: int, terms: list, extents: dict) -> dict | None:
+    """{unknown: expression of y} for ``y = base + sum(c * x)`` over unknowns with the given extents, when
+    sorted by |c| each stride exceeds the span of the smaller ones (see ``_stride_inverse``)."""
+    ordered = []
+    for c, key in terms:
+        if c == 0:
+            continue
+        if c < 0:
+            base += c * (extents[key] - 1)
+        ordered.append((abs(c), key, c < 0))
+    ordered.sort(key=lambda t: t[0])
+    span = 0
+    for c, key, _ in ordered:
+        if c <= span:
+            return None
+        span += c * (extents[key] - 1)
+    u = y - base if base else y
+    out = {}
+    for n, (c, key, flipped) in enumerate(ordered):
+        top = tirx.floormod(u, ordered[n + 1][0]) if n + 1 < len(ordered) else u
+        x = tirx.floordiv(top, c) if c > 1 else top
+        if n == 0 and c > 1:
+            x = x + tirx.floormod(u, c) * extents[key]     # off-stride cells land out of range
+        out[key] = extents[key] - 1 - x if flipped else x
+    return out
+
+
+def _fuse_div_mod(items: list, ana) -> list:
+    """Rejoin an output pair ``F // M`` and ``(F + c) % M`` (a flat index split into slot and thread, the
+    thread possibly rotated) into one output ``F = y_div * M + (y_mod - c) % M``."""
+    out, used = [], set()
+    for a, (ya, ea) in enumerate(items):
+        if a in used:
+            continue
+        if isinstance(ea, tirx.FloorDiv) and type(ea.b).__name__ == "IntImm":
+            m = int(ea.b.value)
+            for b, (yb, eb) in enumerate(items):
+                if b in used or b == a or not isinstance(eb, tirx.FloorMod) or type(eb.b).__name__ != "IntImm" \
+                        or int(eb.b.value) != m:
+                    continue
+                c = ana.simplify(eb.a - ea.a)
+                if type(c).__name__ != "IntImm":
+                    continue
+                low = tirx.floormod(yb - int(c.value), m) if int(c.value) else yb
+                out.append((ya * m + low, ea.a))
+                used.update((a, b))
+                break
+        if a not in used:
+            out.append((ya, ea))
+    return out
+
+
+def _solve_output(y, expr, variables: list, shape: list, back: list) -> dict | None:
+    """{input index: expression in the outputs} for the inputs ``y = expr`` determines (see
+    ``_stride_inverse``); {} when it uses only solved inputs; None when it cannot be solved yet."""
+    known = {v: back[k] if back[k] is not None else tirx.const(0, "int32")
+             for k, v in enumerate(variables) if back[k] is not None or shape[k] == 1}
+    unknown = [k for k in range(len(variables)) if back[k] is None and shape[k] > 1]
+    wrap = None
+    if isinstance(expr, tirx.FloorMod) and type(expr.b).__name__ == "IntImm":
+        wrap, expr = int(expr.b.value), expr.a
+    coeffs = sym.detect_linear_equation(expr, [variables[k] for k in unknown])
+    if not len(coeffs) or any(type(c).__name__ != "IntImm" for c in coeffs[:-1]):
+        return None
+    base = substitute(coeffs[-1], known) if known else coeffs[-1]
+    if _mentions_unsolved(base, variables, back, shape):
+        return None
+    terms = [(int(c.value), k) for c, k in zip(coeffs[:-1], unknown) if int(c.value) != 0]
+    if not terms:
+        # a pure constraint on solved inputs: fold "y differs from what they give" into one solved input so
+        # that such cells land out of range (a flat slot map plus its thread: ``[_i, (3 - _i) % 48]``)
+        solved = [k for k in range(len(variables)) if back[k] is not None]
+        if not solved:
+            return None
+        value = tirx.floormod(base, wrap) if wrap is not None else base
+        k = solved[0]
+        return {k: back[k] + tirx.Cast("int32", tirx.NE(y, value)) * shape[k]}
+    if wrap is not None:
+        # y = (c * x + base) % M: with g = gcd(c, M), x = ((y - base) / g * (c / g)^-1) % (M / g), defined when
+        # g divides y - base (otherwise folded out of range); injective only when x's extent <= M / g
+        if len(terms) != 1:
+            return None
+        c, k = terms[0]
+        g = math.gcd(c, wrap)
+        m = wrap // g
+        if shape[k] > m:
+            return None
+        diff = y - base
+        unit = pow((c // g) % m, -1, m) if m > 1 else 0
+        x = tirx.floormod(tirx.floordiv(diff, g) * unit if g > 1 else diff * unit, m) if m > 1 else \
+            tirx.const(0, "int32")
+        if g > 1:
+            x = x + tirx.floormod(diff, g) * shape[k]
+        return {k: x}
+    if type(base).__name__ != "IntImm" and terms and any(c < 0 for c, _ in terms):
+        return None
+    base_val = int(base.value) if type(base).__name__ == "IntImm" else None
+    ordered = []
+    for c, k in terms:
+        if c < 0:                                # x = e - 1 - x' turns a backwards stride forwards
+            base_val += c * (shape[k] - 1)
+        ordered.append((abs(c), k, c < 0))
+    ordered.sort()
+    span = 0
+    for c, k, _ in ordered:
+        if c <= span:
+            return None                          # strides overlap: not a mixed radix with gaps
+        span += c * (shape[k] - 1)
+    if base_val is not None:
+        u = y - base_val if base_val else y
+    else:
+        u = y - base
+    out = {}
+    for n, (c, k, flipped) in enumerate(ordered):
+        top = tirx.floormod(u, ordered[n + 1][0]) if n + 1 < len(ordered) else u
+        x = tirx.floordiv(top, c) if c > 1 else top
+        if n == 0 and c > 1:
+            x = x + tirx.floormod(u, c) * shape[k]     # off-stride cells land out of range
+        out[k] = shape[k] - 1 - x if flipped else x
+    return out
+
+
+def _mentions_unsolved(expr, variables: list, back: list, shape: list) -> bool:
+    import tvm_ffi
+    todo = [v for k, v in enumerate(variables) if back[k] is None and shape[k] > 1]
+    hits = []
+    tvm_ffi.structural_walk(expr, (tvm.ir.Var, lambda v: hits.append(1) if any(v.same_as(w) for w in todo) else None))
+    return bool(hits)
 
 
 def _gf2_inverse(layout: Layout) -> Layout | None:

@@ -1,0 +1,247 @@
+"""One minimal kernel per bug found by ``maint/fuzz.py`` (random TIRx kernels checked end to end).
+
+Each test states the bug it pins; kernels are TVMScript text parsed with ``tvm.script.from_source``.
+Every kernel is checked as the fuzzer checks it: inference under both cost models, every fragment
+and loop layout validated by exact enumeration, then the lowered kernel run on the CPU against the
+program's sequential semantics.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from maint.fuzz import COST_MODELS, parse, validate  # noqa: E402
+from tilelayout.layout import Layout, placeholder as P  # noqa: E402
+from tilelayout.passes.layout_inference import infer_layouts  # noqa: E402
+from tilelayout.passes.pipeline import check_numeric, reference_outputs  # noqa: E402
+
+
+def _check_end_to_end(text: str) -> None:
+    func = parse(text)
+    expected = reference_outputs(func)
+    for model in COST_MODELS:
+        result = infer_layouts(func, cost_model=model)
+        assert validate(result) == [], model
+        res = check_numeric(func, cost_model=model, expected=expected)
+        assert res.ok, f"{model}: {res.message}"
+
+
+def _roundtrip(layout: Layout) -> None:
+    """inverse(forward(x)) == x at every point, by enumeration (the inverse is taken first: tabulating the
+    layout before would fix its output shape by enumeration and hide a wrong symbolic one)."""
+    inv = np.asarray(layout.inverse().table())
+    table = np.asarray(layout.table()).reshape(-1, layout.output_dim)
+    back = inv[tuple(table.T)]
+    coords = np.stack(np.unravel_index(np.arange(table.shape[0]), tuple(layout.input_shape)), axis=1)
+    assert (back == coords).all()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Bug 1: a reversed index (``f[31 - i]``) gave an iter sum with scale -1, whose output extent was taken
+# as base + scale * (extent - 1) + 1 = 1; the trusted "bijective" inverse then covered one point, so
+# completion put every element of g on one thread (inference failed where a layout exists) and the
+# partitioned loop read the wrong registers (silently wrong: 31 of 32 outputs differed).
+
+REVERSED = '''
+@T.prim_func
+def main(A: T.Buffer((32,), "float32"), O: T.Buffer((32,), "float32")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 32)
+    f = T.alloc_buffer((32,), "float32", scope="local.fragment")
+    g = T.alloc_buffer((32,), "float32", scope="local.fragment")
+    Tx.copy(f[0:32], A[0:32])
+    for i in T.parallel(32):
+        g[i] = f[31 - i] * T.float32(2)
+    Tx.copy(O[0:32], g[0:32])
+'''
+
+
+def test_reversed_index_inverse_covers_the_whole_range():
+    for layout in (Layout.from_exprs([32], [31 - P(0)]), Layout.from_exprs([4, 8], [P(0), 7 - P(1)])):
+        _roundtrip(layout)
+        assert int(np.prod([int(s) for s in layout.output_shape])) == 32
+
+
+def test_reversed_index_kernel():
+    _check_end_to_end(REVERSED)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Bug 2: a loop derived from one row of a fragment (``f0[1, i]`` with f0's thread ``_i * 16 + _j // 4``)
+# runs on threads 16..31 only; its packed layout is a bijection onto [16, 32) x slots, which the inverse
+# reported as exact over the box [0, 32) x slots, so partition guarded only ``tx < 32`` and threads
+# 0..15 stored to O0[tx * 4 + s - 64] (out of bounds: heap corruption on the CPU).
+
+ROW_OF_FRAGMENT = '''
+@T.prim_func
+def main(O0: T.Buffer((64,), "float32")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 48)
+    f0 = T.alloc_buffer((3, 64), "float32", scope="local.fragment")
+    Tx.fill(f0[0:3, 0:64], T.float32(-2.5))
+    for i in T.parallel(64):
+        O0[i] = f0[1, i] + T.float32(1)
+'''
+
+
+def test_offset_bijection_is_not_exact():
+    layout = Layout.from_exprs([64], [P(0) % 4, P(0) // 4 + 16])
+    inv, exact = layout.inverse_with_info(allow_padding=True)
+    assert not exact
+    with pytest.raises(ValueError):
+        layout.inverse()
+
+
+def test_loop_on_a_thread_subrange_is_guarded_from_below():
+    # in a child process: the unfixed lowering corrupts the heap and would take pytest down with it
+    import subprocess
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[1] + '/tests'); "
+            "import test_fuzz_regressions as t; t._check_end_to_end(t.ROW_OF_FRAGMENT)")
+    proc = subprocess.run([sys.executable, "-c", code, str(ROOT)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-2000:]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Bug 3: reducing ``(_i * 7 + _j) % 32`` over 96 rows gave the destination 96 replicas on 32 threads
+# (``(_rep * 7 + _i) % 32``): each thread held each element three times at the same slot, an invalid
+# fragment (two elements share one (thread, slot) register). Every thread holds every element there, so
+# the destination is now fully replicated.
+
+WRAPPED_COLUMN_MAX = '''
+@T.prim_func
+def main(A: T.Buffer((96, 7), "float16"), O: T.Buffer((7,), "float16")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 32)
+    f0 = T.alloc_buffer((96, 7), "float16", scope="local.fragment")
+    f1 = T.alloc_buffer((7,), "float16", scope="local.fragment")
+    Tx.copy(f0[0:96, 0:7], A[0:96, 0:7])
+    Tx.max(f1[0:7], f0[0:96, 0:7], axes=[0])
+    Tx.copy(O[0:7], f1[0:7])
+'''
+
+
+def test_reduction_replicas_that_wrap_around_the_threads_stay_valid():
+    _check_end_to_end(WRAPPED_COLUMN_MAX)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Bug 4: the reduction rule accepted a destination layout with *fewer* holders than the source rows
+# (``out.contains(old)``) and refused one with more, the reverse of what lowering needs (every thread
+# holding a source row must hold the result): r, laid out by its copy-in on 4 threads, was kept, and
+# lowering then failed ("unsatisfiable reduction replication"). Now a layout with more holders is kept and
+# one with fewer is upgraded (attempts whose earlier writes the upgrade leaves stale fail in the search).
+
+ACCUMULATED_COLUMN_MAX = '''
+@T.prim_func
+def main(A: T.Buffer((64, 4), "float32"), B: T.Buffer((4,), "float32"), O: T.Buffer((4,), "float32")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 64)
+    f = T.alloc_buffer((64, 4), "float32", scope="local.fragment")
+    r = T.alloc_buffer((4,), "float32", scope="local.fragment")
+    Tx.copy(r[0:4], B[0:4])
+    Tx.copy(f[0:64, 0:4], A[0:64, 0:4])
+    Tx.max(r[0:4], f[0:64, 0:4], axes=[0], accum=True)
+    Tx.copy(O[0:4], r[0:4])
+'''
+
+ROW_MAX = '''
+@T.prim_func
+def main(A: T.Buffer((64, 128), "float32"), B: T.Buffer((64, 128), "float32")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 128)
+    x = T.alloc_buffer((64, 128), "float32", scope="local.fragment")
+    mx = T.alloc_buffer((64,), "float32", scope="local.fragment")
+    Tx.copy(x[0:64, 0:128], A[0:64, 0:128])
+    Tx.max(mx[0:64], x[0:64, 0:128], axes=[1])
+    for i in T.parallel(64):
+        for j in T.parallel(128):
+            B[i, j] = x[i, j] - mx[i]
+'''
+
+
+def test_reduction_destination_with_fewer_holders_is_upgraded():
+    _check_end_to_end(ACCUMULATED_COLUMN_MAX)
+
+
+_X = ((64, 128), lambda i, j: i % 4 * 32 + j // 4, lambda i, j: i // 4 * 4 + j % 4)
+
+
+def test_reduction_destination_pinned_with_more_holders_is_honoured():
+    import tilelayout as tl
+    x = tl.Fragment(*_X)
+    func = tl.annotate_layouts(parse(ROW_MAX), {"x": x, "mx": tl.fully_replicated([64], 128)})
+    for model in COST_MODELS:
+        result = infer_layouts(func, cost_model=model)
+        assert result.buffers["mx"].replicate_size == 128 and validate(result) == []
+        assert check_numeric(func, cost_model=model).ok
+
+
+def test_reduction_destination_pinned_with_fewer_holders_conflicts_clearly():
+    import tilelayout as tl
+    x = tl.Fragment(*_X)
+    one = tl.Fragment([64], lambda i: i % 4 * 32, lambda i: i // 4)
+    with pytest.raises(tl.LayoutConflictError, match="needs every thread that holds a source row to hold its "
+                                                      "result .* but a pinned layout gave it"):
+        infer_layouts(tl.annotate_layouts(parse(ROW_MAX), {"x": x, "mx": one}))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Bug 5 (checker): the layout-free reference of this kernel took LLVM over 100 s to build at -O3 (its scalar
+# 4096-element min loop, then a chain of one-element copies); the reference is built at -O1 now.
+
+FILL_THEN_REDUCE = '''
+@T.prim_func
+def main(O: T.Buffer((1,), "float32")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 32)
+    f0 = T.alloc_buffer((128, 32), "float32", scope="local.fragment")
+    f1 = T.alloc_buffer((1,), "float32", scope="local.fragment")
+    f2 = T.alloc_buffer((1,), "float32", scope="local.fragment")
+    s0 = T.alloc_buffer((1,), "float32", scope="shared")
+    Tx.fill(f0[0:128, 0:32], T.float32(-2.5))
+    Tx.min(f1[0:1], f0[0:128, 0:32], axes=[0, 1])
+    Tx.copy(f2[0:1], f1[0:1])
+    Tx.copy(s0[0:1], f2[0:1])
+    Tx.copy(O[0:1], s0[0:1])
+'''
+
+
+def test_reference_of_a_constant_reduction_builds_quickly():
+    import time
+    func = parse(FILL_THEN_REDUCE)
+    t0 = time.perf_counter()
+    out = reference_outputs(func)
+    assert time.perf_counter() - t0 < 30
+    assert out["O"][0] == -2.5
+
+
+# ---------------------------------------------------------------------------------------------------
+# Unclear refusal: a fragment indexed by a serial loop inside a parallel nest was refused with "free
+# variable 'j' has no value while evaluating an index expr"; the message now names the serial variable.
+
+SERIAL_INNER = '''
+@T.prim_func
+def main(A: T.Buffer((16, 8), "float32"), O: T.Buffer((16, 8), "float32")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 32)
+    f = T.alloc_buffer((16, 8), "float32", scope="local.fragment")
+    g = T.alloc_buffer((16, 8), "float32", scope="local.fragment")
+    Tx.copy(f[0:16, 0:8], A[0:16, 0:8])
+    for i in T.parallel(16):
+        for j in T.serial(8):
+            g[i, j] = f[i, j] * T.float32(2)
+    Tx.copy(O[0:16, 0:8], g[0:16, 0:8])
+'''
+
+
+def test_serial_inner_loop_indexing_a_fragment_is_refused_by_name():
+    import tilelayout as tl
+    with pytest.raises(tl.InferenceError, match="with the serial loop variable j inside the parallel nest"):
+        infer_layouts(parse(SERIAL_INNER))
