@@ -94,8 +94,9 @@ def _region(shape, offsets=None) -> str:
 class Gen:
     """Builds one kernel from a private ``random.Random``; every choice goes through ``self.rng``."""
 
-    def __init__(self, rng: random.Random):
+    def __init__(self, rng: random.Random, max_steps: int = 5):
         self.rng = rng
+        self.max_steps = max_steps
         self.params: list[Buf] = []
         self.allocs: list[Buf] = []
         self.body: list[str] = []
@@ -312,7 +313,7 @@ class Gen:
         if len(shape) == 2:
             options.append(("global-t", None))
         if len(shape) == 1:
-            options.append(("reversed", None))
+            options += [("reversed", None), ("strided", None)]
         kind, b = rng.choice(options)
         if kind == "frag":
             return _cast(f"{b.name}[{', '.join(ivars)}]", b.dtype, dtype)
@@ -331,6 +332,16 @@ class Gen:
         if kind == "shifted":
             self.notes.append("shifted")
             return _cast(f"{b.name}[{ivars[0]} + 1]", b.dtype, dtype)
+        if kind == "strided":
+            # f[i // 2] (each element read by two iterations), f[2 * i] / f[2 * i + 1] (every other element)
+            n = shape[0]
+            form = rng.choice(("half", "even", "odd"))
+            size = (n + 1) // 2 if form == "half" else 2 * n
+            src = self.new_frag((size,), dtype)
+            self.load(src)
+            self.notes.append(f"strided-{form}")
+            index = {"half": f"{ivars[0]} // 2", "even": f"{ivars[0]} * 2", "odd": f"{ivars[0]} * 2 + 1"}[form]
+            return f"{src.name}[{index}]"
         if kind == "reversed":
             frags = [b for b in self.frags(shape) if b.name != written]
             if frags:
@@ -414,6 +425,46 @@ class Gen:
         self.nest(shape, body)
         self.defined.add(dst.name)
 
+    def transposed_frag(self) -> None:
+        """``g[j, i] = f[i, j]`` (a fragment written through a permutation of the loop variables)."""
+        if self.one_d or self.M == self.N and self.rng.random() < 0.5:
+            return self.elementwise()
+        srcs = self.frags((self.M, self.N))
+        if not srcs:
+            return self.elementwise()
+        src = self.rng.choice(srcs)
+        dst = self.new_frag((self.N, self.M), src.dtype)
+        self.body.append(f"for i in T.parallel({self.M}):\n    for j in T.parallel({self.N}):\n"
+                         f"        {dst.name}[j, i] = {src.name}[i, j] * {_const(src.dtype, 2.0)}")
+        self.defined.add(dst.name)
+        self.notes.append("transposed-frag-write")
+        if self.rng.random() < 0.7:
+            self.store(dst)
+
+    def guarded_store(self) -> None:
+        """A nest storing to global under a condition on its loop variables (some iterations do nothing),
+        or choosing its value with ``T.if_then_else``."""
+        rng = self.rng
+        shape = rng.choice(self.shapes())
+        ivars = ["i", "j"][:len(shape)]
+        v = rng.randrange(len(shape))
+        cut = rng.randint(1, max(1, shape[v] - 1))
+        cond = f"{ivars[v]} < {cut}" if rng.random() < 0.5 else f"{ivars[v]} % 2 == 1"
+        value = self.expression(shape, self.dtype, ivars)
+        target = self.global_write(shape, self.dtype, ivars, False)
+        lines, pad = [], ""
+        for iv, e in zip(ivars, shape):
+            lines.append(f"{pad}for {iv} in T.parallel({e}):")
+            pad += "    "
+        if rng.random() < 0.5:
+            lines += [f"{pad}if {cond}:", f"{pad}    {target} = {value}"]
+            self.notes.append("guarded-store")
+        else:
+            other = self.expression(shape, self.dtype, ivars)
+            lines.append(f"{pad}{target} = T.if_then_else({cond}, {value}, {other})")
+            self.notes.append("if-then-else")
+        self.body.append("\n".join(lines))
+
     def partial(self) -> None:
         """A loop over only the head of an already defined fragment (#2957 family)."""
         rng = self.rng
@@ -477,7 +528,7 @@ class Gen:
         rng = self.rng
         first = self.new_frag(self.main_shape(), self.dtype)
         self.load(first) if rng.random() < 0.85 else self.fill(first)
-        steps = rng.randint(1, 5)
+        steps = rng.randint(1, self.max_steps)
         for _ in range(steps):
             r = rng.random()
             defined = self.frags()
@@ -503,10 +554,14 @@ class Gen:
                 self.copy_frag(rng.choice(defined))
             elif r < 0.87:
                 self.serial_inner()
-            elif r < 0.91:
+            elif r < 0.90:
                 self.partial_copy()
-            elif r < 0.96:
+            elif r < 0.94:
                 self.tile_elementwise()
+            elif r < 0.96:
+                self.transposed_frag()
+            elif r < 0.98:
+                self.guarded_store()
             else:
                 self.store(rng.choice(defined))
         outs = [b for b in self.frags() if rng.random() < 0.7] or [self.frags()[-1]]
@@ -526,9 +581,9 @@ class Gen:
         return "\n".join(lines) + "\n"
 
 
-def generate(seed: int, index: int) -> Kernel:
+def generate(seed: int, index: int, max_steps: int = 5) -> Kernel:
     """Kernel ``index`` of ``seed`` (independent of every other kernel)."""
-    return Gen(random.Random(f"tilelayout-fuzz:{seed}:{index}")).build()
+    return Gen(random.Random(f"tilelayout-fuzz:{seed}:{index}"), max_steps).build()
 
 
 # ----------------------------------------------------------------------------------------- checker
@@ -720,6 +775,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--count", type=int, default=50)
     ap.add_argument("--start", type=int, default=0, help="first kernel index")
+    ap.add_argument("--reduce", action="store_true", help="with --only: shrink the kernel keeping its outcome, print it")
+    ap.add_argument("--steps", type=int, default=5, help="most ops between the first load and the stores")
     ap.add_argument("--only", type=int, help="check kernel ONLY of the seed alone")
     ap.add_argument("--show", action="store_true", help="print each kernel's text")
     ap.add_argument("--model", choices=COST_MODELS, help="one cost model only")
@@ -739,11 +796,21 @@ def main(argv=None) -> int:
     reasons: Counter = Counter()
     done = 0
     worker = None if args.in_process else Worker(args.kernel_timeout)
+    if args.reduce:
+        if args.only is None:
+            ap.error("--reduce needs --only K")
+        small = reduce_kernel(generate(args.seed, args.only, args.steps), models, not args.no_numeric, worker)
+        print(small.text)
+        for o in (worker.check(small, models, not args.no_numeric) if worker else check(small, models)):
+            print(f"[{o.kind}] {o.model}: {o.detail.replace(chr(10), ' | ')[:3000]}")
+        if worker:
+            worker.close()
+        return 0
     for k in indices:
         if time.perf_counter() - t0 > args.time_limit:
             print(f"time limit reached after {done} kernels")
             break
-        kernel = generate(args.seed, k)
+        kernel = generate(args.seed, k, args.steps)
         if args.progress:
             print(f"... kernel {k}", flush=True)
         if args.show:
@@ -778,6 +845,65 @@ def main(argv=None) -> int:
         for r, n in reasons.most_common():
             print(f"  {n:4d}  {r}")
     return 1 if any(kernels[k] for k in BAD) else 0
+
+
+def _signature(outcomes: list) -> tuple:
+    """What a reduction must preserve: the worst outcome kind per model and, for refusals, the reason."""
+    return tuple((o.model, o.kind, _reason_key(o.detail) if o.kind == "unsupported" else "") for o in outcomes)
+
+
+def reduce_kernel(kernel: Kernel, models, numeric: bool, worker) -> Kernel:
+    """Greedy one-statement-at-a-time deletion keeping the outcome signature (kind and refusal reason per
+    model); allocations and parameters nothing mentions any more are dropped at the end."""
+    import re
+    head, body = [], []
+    for line in kernel.text.splitlines():
+        if line.startswith("    ") and not line.startswith("     ") and "launch_thread" not in line \
+                and "alloc_buffer" not in line:
+            body.append([line])
+        elif line.startswith("     ") and body:
+            body[-1].append(line)
+        else:
+            head.append(line)
+
+    def text_of(stmts):
+        return "\n".join(head + [l for st in stmts for l in st]) + "\n"
+
+    def run(stmts):
+        k = Kernel(text_of(stmts), kernel.threads, kernel.notes, kernel.has_sum, kernel.sum_extent)
+        return _signature(worker.check(k, models, numeric) if worker else check(k, models, numeric))
+
+    want = run(body)
+    i = 0
+    while i < len(body):
+        trial = body[:i] + body[i + 1:]
+        if trial and run(trial) == want:
+            body = trial
+        else:
+            i += 1
+    text = text_of(body)
+    used = set(re.findall(r"\b\w+\b", "\n".join(l for st in body for l in st)))
+    keep = []
+    for line in text.splitlines():
+        m = re.match(r"\s+(\w+) = T.alloc_buffer", line)
+        if m and m.group(1) not in used:
+            continue
+        keep.append(line)
+    text = "\n".join(keep) + "\n"
+    m = re.search(r"def main\((.*)\):", text)
+    if m:
+        params = [p.strip() for p in re.split(r",\s*(?=\w+: T.Buffer)", m.group(1))]
+        params = [p for p in params if p.split(":")[0] in used]
+        text = text.replace(m.group(0), f"def main({', '.join(params)}):")
+    out = Kernel(text, kernel.threads, kernel.notes, kernel.has_sum, kernel.sum_extent)
+    return out if run_text_ok(out, want, models, numeric, worker) else Kernel(text_of(body), kernel.threads,
+                                                                               kernel.notes, kernel.has_sum,
+                                                                               kernel.sum_extent)
+
+
+def run_text_ok(kernel: Kernel, want: tuple, models, numeric: bool, worker) -> bool:
+    got = worker.check(kernel, models, numeric) if worker else check(kernel, models, numeric)
+    return _signature(got) == want
 
 
 def _reason_key(detail: str) -> str:

@@ -201,7 +201,13 @@ def complete_fragment(nest: LoopNest, loop: Fragment, access, threads: int, read
         coords = inv.forward_index
         loop_vars = loop.forward_vars
         thread = substitute(loop.forward_thread, dict(zip(loop_vars, coords)))
-        frag = Fragment.from_exprs(buf.shape, thread, None, loop.replicate_size)
+        try:
+            frag = Fragment.from_exprs(buf.shape, thread, None, loop.replicate_size)
+        except LayoutError:
+            # no slot map derivable from a wrapped thread map (``(_j * 12 + _i) % 160`` through a transposed
+            # write): one iteration per element, so the loop's own slots, read back through the access, serve
+            index = [substitute(e, dict(zip(loop_vars, coords))) for e in loop.forward_index]
+            frag = Fragment.from_exprs(buf.shape, thread, index, loop.replicate_size)
     else:
         frag = _broadcast_completion(nest, loop, idx, buf)
         if frag is not None:

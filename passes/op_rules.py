@@ -224,8 +224,11 @@ def _validation_error(nest: LoopNest, layout: Fragment, state) -> str | None:
     return None
 
 
-def _checked_decision(nest: LoopNest, layout: Fragment, source: str, state) -> LoopDecision:
-    """Validate ``layout`` for ``nest`` against the known fragment layouts and attach its guards."""
+def _checked_decision(nest: LoopNest, layout: Fragment, source: str, state, level: int | None = None) -> LoopDecision:
+    """Validate ``layout`` for ``nest`` against the known fragment layouts and attach its guards. During
+    inference (``level`` given) a fragment the nest only reads, whose layout does not serve the loop, is
+    upgraded to full replication when nothing pinned it (a fragment read at ``i`` in one loop and at
+    ``32 - i`` in another needs both holders); writes to it that no longer reach every holder fail later."""
     err = None if layout.is_injective() else layout.injectivity_error()
     if err is not None:
         raise InferenceError(f"{nest.describe()}: loop layout is not injective: {err}")
@@ -233,6 +236,13 @@ def _checked_decision(nest: LoopNest, layout: Fragment, source: str, state) -> L
         frag = state.layout(a.buffer)
         if frag is not None:
             err = _ownership(nest, layout, a, frag, state)
+            if err is not None and level is not None and level != STRICT and a.buffer.name not in state.strict \
+                    and not any(b.is_write for b in nest.accesses_of(a.buffer)):
+                everyone = fully_replicated(a.buffer.shape, state.threads)
+                if everyone.contains(frag.bind_thread_range(0, state.threads) if frag.thread_range is None else frag):
+                    state.propose(a.buffer, everyone, nest.op, level)
+                    frag = state.layout(a.buffer)
+                    err = _ownership(nest, layout, a, frag, state)
             if err is not None:
                 raise LayoutConflictError(f"buffer {a.buffer.name}: {nest.describe()} cannot use its loop layout "
                                           f"({source}) with the layout of {a.buffer.name} (set by {state.setter(a.buffer)}): "
@@ -244,7 +254,7 @@ def _checked_decision(nest: LoopNest, layout: Fragment, source: str, state) -> L
 
 
 def _commit_loop(nest: LoopNest, layout: Fragment, source: str, level: int, state) -> None:
-    state.set_loop(nest, _checked_decision(nest, layout, source, state))
+    state.set_loop(nest, _checked_decision(nest, layout, source, state, level))
     _complete_fragments(nest, layout, level, state)
 
 
@@ -312,6 +322,11 @@ def _complete_fragments(nest: LoopNest, layout: Fragment, level: int, state) -> 
             if level != FREE:
                 continue
             frag = plan_loop_layout(list(buf.shape), state.threads, _fragment_width(buf, state), True)
+            if not writes and any(_ownership(nest, layout, a, frag.bind_thread_range(0, state.threads), state)
+                                  for a in accesses):
+                # only read here, by a loop the planned layout does not serve (a replicated loop reading
+                # every other element): every thread holding everything always does
+                frag = fully_replicated(buf.shape, state.threads)
             state.propose(buf, frag, nest.op, level)
             frag = state.layout(buf)
             for a in accesses:

@@ -615,9 +615,9 @@ def _stride_inverse(layout: Layout) -> Layout | None:
     - ``(x + base) % M`` with ``x``'s extent at most M (a wrapped thread map, ``(_i * 32 + _rep) % 100``
       once ``_i`` is known): ``x = (y - base) % M``.
 
-    ``base`` may use inputs solved before. Cells no input maps to come out of the input box (the lowest
-    stride's remainder is folded into its coordinate), so range guards alone exclude them; the result is
-    checked by enumeration over the whole output box."""
+    ``base`` may use inputs solved before. Cells no input maps to come out of the input box (an off-stride
+    or inconsistent cell gives coordinate -1), so range guards alone exclude them; the result is checked by
+    enumeration over the whole output box."""
     if not layout.is_static:
         return None
     variables, shape = list(layout.forward_vars), [int(s) for s in layout.input_shape]
@@ -667,7 +667,7 @@ def _digit_inverse(layout: Layout) -> Layout | None:
     """Like ``_stride_inverse`` over the digits ``(x // lower) % extent`` the outputs use instead of whole
     inputs (``[_i // 32, _i % 32 * 3 + _j]``): each output solves its digits by strides, then every input
     is rebuilt from its digits, which must tile it (lower factors 1, e0, e0*e1, ...). A digit out of its
-    range puts its input out of range, so range guards still exclude every cell no point maps to."""
+    range makes its input -1, so range guards still exclude every cell no point maps to."""
     if not layout.is_static:
         return None
     variables, shape = list(layout.forward_vars), [int(s) for s in layout.input_shape]
@@ -718,7 +718,7 @@ def _digit_inverse(layout: Layout) -> Layout | None:
                 bad = out if bad is None else tirx.Or(bad, out)
         if expected < s:
             return None
-        back.append(value + tirx.Cast("int32", bad) * s if bad is not None else value)
+        back.append(tirx.Select(bad, tirx.const(-1, "int32"), value) if bad is not None else value)
     return _checked_inverse(layout, back)
 
 
@@ -730,6 +730,8 @@ def _solve_strides(y, base: int, terms: list, extents: dict) -> dict | None:
         if c == 0:
             continue
         if c < 0:
+            if not isinstance(base, int):
+                return None
             base += c * (extents[key] - 1)
         ordered.append((abs(c), key, c < 0))
     ordered.sort(key=lambda t: t[0])
@@ -738,13 +740,13 @@ def _solve_strides(y, base: int, terms: list, extents: dict) -> dict | None:
         if c <= span:
             return None
         span += c * (extents[key] - 1)
-    u = y - base if base else y
+    u = y - base if not isinstance(base, int) or base else y
     out = {}
     for n, (c, key, flipped) in enumerate(ordered):
         top = tirx.floormod(u, ordered[n + 1][0]) if n + 1 < len(ordered) else u
         x = tirx.floordiv(top, c) if c > 1 else top
-        if n == 0 and c > 1:
-            x = x + tirx.floormod(u, c) * extents[key]     # off-stride cells land out of range
+        if n == 0 and c > 1:      # off-stride cells land out of range
+            x = tirx.Select(tirx.NE(tirx.floormod(u, c), 0), tirx.const(-1 if not flipped else extents[key], "int32"), x)
         out[key] = extents[key] - 1 - x if flipped else x
     return out
 
@@ -798,7 +800,7 @@ def _solve_output(y, expr, variables: list, shape: list, back: list) -> dict | N
             return None
         value = tirx.floormod(base, wrap) if wrap is not None else base
         k = solved[0]
-        return {k: back[k] + tirx.Cast("int32", tirx.NE(y, value)) * shape[k]}
+        return {k: tirx.Select(tirx.NE(y, value), tirx.const(-1, "int32"), back[k])}
     if wrap is not None:
         # y = (c * x + base) % M: with g = gcd(c, M), x = ((y - base) / g * (c / g)^-1) % (M / g), defined when
         # g divides y - base (otherwise folded out of range); injective only when x's extent <= M / g
@@ -814,34 +816,12 @@ def _solve_output(y, expr, variables: list, shape: list, back: list) -> dict | N
         x = tirx.floormod(tirx.floordiv(diff, g) * unit if g > 1 else diff * unit, m) if m > 1 else \
             tirx.const(0, "int32")
         if g > 1:
-            x = x + tirx.floormod(diff, g) * shape[k]
+            x = tirx.Select(tirx.NE(tirx.floormod(diff, g), 0), tirx.const(-1, "int32"), x)
         return {k: x}
-    if type(base).__name__ != "IntImm" and terms and any(c < 0 for c, _ in terms):
-        return None
-    base_val = int(base.value) if type(base).__name__ == "IntImm" else None
-    ordered = []
-    for c, k in terms:
-        if c < 0:                                # x = e - 1 - x' turns a backwards stride forwards
-            base_val += c * (shape[k] - 1)
-        ordered.append((abs(c), k, c < 0))
-    ordered.sort()
-    span = 0
-    for c, k, _ in ordered:
-        if c <= span:
-            return None                          # strides overlap: not a mixed radix with gaps
-        span += c * (shape[k] - 1)
-    if base_val is not None:
-        u = y - base_val if base_val else y
-    else:
-        u = y - base
-    out = {}
-    for n, (c, k, flipped) in enumerate(ordered):
-        top = tirx.floormod(u, ordered[n + 1][0]) if n + 1 < len(ordered) else u
-        x = tirx.floordiv(top, c) if c > 1 else top
-        if n == 0 and c > 1:
-            x = x + tirx.floormod(u, c) * shape[k]     # off-stride cells land out of range
-        out[k] = shape[k] - 1 - x if flipped else x
-    return out
+    ext = {k: shape[k] for _, k in terms}
+    if type(base).__name__ == "IntImm":
+        base = int(base.value)
+    return _solve_strides(y, base, terms, ext)
 
 
 def _mentions_unsolved(expr, variables: list, back: list, shape: list) -> bool:
