@@ -158,14 +158,17 @@ def _numpy_dtype(dtype: str):
 REFERENCE_LLVM = {"kind": "llvm", "opt-level": 1}
 
 
-def _cpu_compile(func, name: str, target="llvm") -> CpuKernel:
+def _cpu_compile(func, name: str, target="llvm", storage_rewrite: bool = True) -> CpuKernel:
     attrs = func.attrs
     if attrs is not None and "target" in attrs:
         func = func.without_attr("target") if hasattr(func, "without_attr") else func.with_attr("target", None)
     mod = tvm.IRModule({name: func})
     # TVM's LLVM backend cannot vectorise sub-byte/fp8 legalisation; vector semantics equal scalar ones
     scalar = any(str(b.dtype).startswith(("float8", "float6", "float4")) for b in _buffers(func))
-    with tvm.transform.PassContext(config={"tirx.disable_vectorize": scalar}):
+    # storage rewrite off for serialised kernels: it shares the per-thread arrays of two fragments when one
+    # is written but never read, and the dead writes then clobber the live one (not the GPU's behaviour)
+    with tvm.transform.PassContext(config={"tirx.disable_vectorize": scalar,
+                                           "tirx.disable_storage_rewrite": not storage_rewrite}):
         ex = _compile(mod, tvm.target.Target(target) if isinstance(target, dict) else target)
     return CpuKernel(ex, func, name)
 
@@ -177,10 +180,22 @@ def _buffers(func) -> list:
     return out
 
 
+def device_index_rewrites(func) -> tirx.PrimFunc:
+    """The lowered kernel after the buffer-index rewriting TVM's GPU pipeline does before codegen (buffer
+    flattening, whose iter-map simplification rewrites every index, then simplification): the CPU run must
+    execute the index arithmetic the GPU executes. apache-tvm 0.27 rewrites ``((tx + 28) % 128 + 100) // 128``
+    to ``(tx + 100) % 128 // 128`` (always 0) when ``tx`` ranges over [0, 128); serialising the threads first
+    would hide such rewrites from the check."""
+    from tvm import s_tir
+    mod = tvm.IRModule({"main": func})
+    mod = tvm.transform.Sequential([tirx.transform.FlattenBuffer(), s_tir.transform.StmtSimplify()])(mod)
+    return mod["main"]
+
+
 def build_cpu(func, target=None, cost_model=None, infer: bool = True, verify: bool = True) -> CpuKernel:
     """The lowered kernel (for ``target``'s vector widths) run on the CPU with threads serialised."""
     f = lower_func(func, target, cost_model, infer, verify)
-    return _cpu_compile(serialize_threads(f), _name(f))
+    return _cpu_compile(serialize_threads(device_index_rewrites(f)), _name(f), storage_rewrite=False)
 
 
 def build_reference_cpu(func) -> CpuKernel:

@@ -623,11 +623,12 @@ def _stride_inverse(layout: Layout) -> Layout | None:
     variables, shape = list(layout.forward_vars), [int(s) for s in layout.input_shape]
     out_vars = _PLACEHOLDERS[: layout.output_dim]
     back: list = [None] * len(variables)
-    pending = _fuse_div_mod(list(zip(out_vars, layout.forward_index)), make_analyzer(variables, shape))
+    box = make_analyzer(out_vars, [int(s) for s in layout.output_shape])
+    pending = _fuse_div_mod(list(zip(out_vars, layout.forward_index)), make_analyzer(variables, shape), box)
     while pending:
         progress = False
         for item in list(pending):
-            solved = _solve_output(item[0], item[1], variables, shape, back)
+            solved = _solve_output(item[0], item[1], variables, shape, back, box)
             if solved is None:
                 continue
             pending.remove(item)
@@ -673,7 +674,8 @@ def _digit_inverse(layout: Layout) -> Layout | None:
     variables, shape = list(layout.forward_vars), [int(s) for s in layout.input_shape]
     dom = {v: Range(0, s) for v, s in zip(variables, shape)}
     ana = make_analyzer(variables, shape)
-    outputs = _fuse_div_mod(list(zip(_PLACEHOLDERS[: layout.output_dim], layout.forward_index)), ana)
+    box = make_analyzer(_PLACEHOLDERS[: layout.output_dim], [int(s) for s in layout.output_shape])
+    outputs = _fuse_div_mod(list(zip(_PLACEHOLDERS[: layout.output_dim], layout.forward_index)), ana, box)
     extents: dict = {}
     digit_of: dict = {}
     for y, e in outputs:
@@ -751,7 +753,23 @@ def _solve_strides(y, base: int, terms: list, extents: dict) -> dict | None:
     return out
 
 
-def _fuse_div_mod(items: list, ana) -> list:
+def _mod(a, m: int, box):
+    """``a % m`` as a chain of Selects over the periods ``a`` can span (``box`` bounds the output variables),
+    floormod when unbounded or wide. apache-tvm 0.27's iter-map simplification, which FlattenBuffer applies
+    to every buffer index on the way to CUDA, rewrites sums of a rotation wrongly (``((y + 28) % 128 + 100) //
+    128`` becomes ``(y + 100) % 128 // 128``, always 0, for y in [0, 128)); it leaves Selects alone."""
+    bound = box.const_int_bound(a)
+    lo, hi = bound.min_value, bound.max_value
+    if lo <= sym.ConstIntBound.NEG_INF or hi >= sym.ConstIntBound.POS_INF or hi // m - lo // m > 3:
+        return tirx.floormod(a, m)
+    out = None
+    for k in range(lo // m, hi // m + 1):
+        term = a - k * m if k else a
+        out = term if out is None else tirx.Select(a >= k * m, term, out)
+    return out
+
+
+def _fuse_div_mod(items: list, ana, box) -> list:
     """Rejoin an output pair ``F // M`` and ``(F + c) % M`` (a flat index split into slot and thread, the
     thread possibly rotated) into one output ``F = y_div * M + (y_mod - c) % M``."""
     out, used = [], set()
@@ -767,7 +785,7 @@ def _fuse_div_mod(items: list, ana) -> list:
                 c = ana.simplify(eb.a - ea.a)
                 if type(c).__name__ != "IntImm":
                     continue
-                low = tirx.floormod(yb - int(c.value), m) if int(c.value) else yb
+                low = _mod(yb - int(c.value), m, box) if int(c.value) else yb
                 out.append((ya * m + low, ea.a))
                 used.update((a, b))
                 break
@@ -776,7 +794,7 @@ def _fuse_div_mod(items: list, ana) -> list:
     return out
 
 
-def _solve_output(y, expr, variables: list, shape: list, back: list) -> dict | None:
+def _solve_output(y, expr, variables: list, shape: list, back: list, box) -> dict | None:
     """{input index: expression in the outputs} for the inputs ``y = expr`` determines (see
     ``_stride_inverse``); {} when it uses only solved inputs; None when it cannot be solved yet."""
     known = {v: back[k] if back[k] is not None else tirx.const(0, "int32")
@@ -798,7 +816,7 @@ def _solve_output(y, expr, variables: list, shape: list, back: list) -> dict | N
         solved = [k for k in range(len(variables)) if back[k] is not None]
         if not solved:
             return None
-        value = tirx.floormod(base, wrap) if wrap is not None else base
+        value = _mod(base, wrap, box) if wrap is not None else base
         k = solved[0]
         return {k: tirx.Select(tirx.NE(y, value), tirx.const(-1, "int32"), back[k])}
     if wrap is not None:
@@ -813,7 +831,7 @@ def _solve_output(y, expr, variables: list, shape: list, back: list) -> dict | N
             return None
         diff = y - base
         unit = pow((c // g) % m, -1, m) if m > 1 else 0
-        x = tirx.floormod(tirx.floordiv(diff, g) * unit if g > 1 else diff * unit, m) if m > 1 else \
+        x = _mod(tirx.floordiv(diff, g) * unit if g > 1 else diff * unit, m, box) if m > 1 else \
             tirx.const(0, "int32")
         if g > 1:
             x = tirx.Select(tirx.NE(tirx.floormod(diff, g), 0), tirx.const(-1, "int32"), x)
