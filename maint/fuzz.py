@@ -2,35 +2,43 @@
 """Differential fuzzer: random small TIRx kernels, checked end to end under every cost model.
 
     python maint/fuzz.py --seed 1 --count 200          generate and check 200 kernels
+    python maint/fuzz.py --seed 1 --count 200 --steps 10   longer op chains (default at most 5 ops)
     python maint/fuzz.py --seed 1 --only 17 --show     print (and check) kernel 17 of seed 1 only
+    python maint/fuzz.py --seed 1 --only 17 --reduce   shrink kernel 17 keeping its outcome, print it
     python maint/fuzz.py --seed 1 --count 50 --save /tmp/fz   also write every non-OK kernel's text there
+    python maint/fuzz.py ... -v                        print every refusal in full (one line each)
 
-Kernel ``k`` of seed ``S`` depends only on ``(S, k)``, so any finding replays with ``--only``.
-Each kernel is TVMScript text (parsed with ``tvm.script.from_source``): a random thread count,
-random 1-D / 2-D fragments and a chain of ops among copies global <-> fragment (whole and offset
-regions, directly or through shared memory), fills, reductions, and ``T.parallel`` nests doing
-elementwise math with broadcast, constant-index, transposed and partial-extent accesses.
+Kernel ``k`` of seed ``S`` depends only on ``(S, k)`` (and ``--steps``), so a finding replays with ``--only``.
+Each kernel is TVMScript text (parsed with ``tvm.script.from_source``): a random thread count (32..256,
+non-powers of two included), random 1-D / 2-D fragments (extents that are not multiples of the thread
+count, fragments smaller than the thread count), float16/float32, and a chain of ops among copies global
+<-> fragment (whole, offset and per-block regions, unit-dim rows, through shared memory, into/out of part
+of a fragment), fragment -> fragment copies, fills (whole and partial), sum/max/min reductions over an
+axis or all axes (also accumulating), Tx elementwise tile ops and casts, and ``T.parallel`` nests doing
+elementwise math with broadcast rows/columns, constant-index, reversed, shifted, strided
+(``f[i // 2]``, ``f[2 * i + 1]``), transposed and partial-extent accesses, guarded stores and
+``T.if_then_else``, and serial inner loops.
 
-Per kernel and cost model: ``tl.infer_layouts``; every fragment layout and every loop layout
-(user nests and the element loops of copy/fill ops) is checked by exact enumeration (valid: the
-packed (coords, rep) -> (slot, thread) map is injective inside the thread range; a loop layout
-covers its loop; every thread running an iteration holds what it touches there, and a write
-reaches every holder); then ``check_numeric`` runs the lowered kernel on the CPU against the
-program's sequential semantics. Outcomes:
+Per kernel and cost model: ``tl.infer_layouts``; every fragment layout and every loop layout (user
+nests and the element loops of copy/fill/elementwise ops) is checked by exact enumeration (valid: the
+packed (coords, rep) -> (slot, thread) map is injective inside the thread range; a loop layout covers its
+loop; every thread running an iteration holds what it touches there, and a write reaches every holder);
+then ``check_numeric`` runs the lowered kernel on the CPU (after the GPU pipeline's index rewriting)
+against the program's sequential semantics. Each kernel is checked in a child process, so a kernel
+that corrupts memory or hangs is reported as a crash. Outcomes:
 
     ok           inference, validation and numbers all fine
     unsupported  a TileLayoutError (clear refusal; the message is kept for review)
-    crash        any other exception (a bug: a raw error reached the user)
+    crash        any other exception, or the checking process died / timed out (a bug)
     invalid      a layout failed the enumeration checks (a serious bug)
     mismatch     the CPU run disagrees with the reference (a serious bug)
     generator    the text did not parse (a bug of this script)
 
-Exit status 0 when no kernel is crash/invalid/mismatch, 1 otherwise.
+Exit status 0 when no kernel is crash/invalid/mismatch/generator, 1 otherwise.
 """
 from __future__ import annotations
 
 import argparse
-import math
 import random
 import sys
 import time
@@ -896,14 +904,9 @@ def reduce_kernel(kernel: Kernel, models, numeric: bool, worker) -> Kernel:
         params = [p for p in params if p.split(":")[0] in used]
         text = text.replace(m.group(0), f"def main({', '.join(params)}):")
     out = Kernel(text, kernel.threads, kernel.notes, kernel.has_sum, kernel.sum_extent)
-    return out if run_text_ok(out, want, models, numeric, worker) else Kernel(text_of(body), kernel.threads,
-                                                                               kernel.notes, kernel.has_sum,
-                                                                               kernel.sum_extent)
-
-
-def run_text_ok(kernel: Kernel, want: tuple, models, numeric: bool, worker) -> bool:
-    got = worker.check(kernel, models, numeric) if worker else check(kernel, models, numeric)
-    return _signature(got) == want
+    got = worker.check(out, models, numeric) if worker else check(out, models, numeric)
+    return out if _signature(got) == want else Kernel(text_of(body), kernel.threads, kernel.notes,
+                                                      kernel.has_sum, kernel.sum_extent)
 
 
 def _reason_key(detail: str) -> str:

@@ -14,8 +14,8 @@ from tilelayout.errors import InferenceError, LayoutConflictError, LayoutError
 from tilelayout.fragment import Fragment, fully_replicated
 from tilelayout.layout import placeholder, rep_placeholder, substitute
 
-from .fragment_rules import (PartialCoverage, complete_fragment, dynamic_slot_accesses, loop_from_fragment,
-                             ownership_error)
+from .fragment_rules import (PartialCoverage, _condensed, complete_fragment, dynamic_slot_accesses,
+                             loop_from_fragment, ownership_error)
 from .frontend import GemmOp, ReduceOp
 from .hardware import max_vector_load_bits
 from .loop_nest import LoopNest
@@ -81,13 +81,26 @@ def _infer_nest(nest: LoopNest, level: int, state) -> None:
             _commit_loop(nest, pinned, "pinned by annotation", level, state)
         return
     if state.loop(nest) is not None:
-        _complete_fragments(nest, state.loop(nest).layout, level, state)
-        return
+        if state.pinned_loop(nest) is None and _writes_short_of_holders(nest, state.loop(nest).layout, state):
+            # a fragment it writes gained holders after the loop was decided (replicated for a read elsewhere):
+            # derive the loop again from the written fragment, or its writes would leave replicas stale
+            del state.loops[nest.index]
+        else:
+            _complete_fragments(nest, state.loop(nest).layout, level, state)
+            return
     candidates = _candidates(nest, level, state)
     if not candidates:
         return
     layout, source = _choose(nest, candidates, state)
     _commit_loop(nest, layout, source, level, state)
+
+
+def _writes_short_of_holders(nest: LoopNest, loop: Fragment, state) -> bool:
+    for a in nest.fragment_accesses():
+        frag = state.layout(a.buffer)
+        if a.is_write and not a.is_constant and frag is not None and _ownership(nest, loop, a, frag, state):
+            return True
+    return False
 
 
 def _source_access(nest: LoopNest, state):
@@ -227,8 +240,9 @@ def _validation_error(nest: LoopNest, layout: Fragment, state) -> str | None:
 def _checked_decision(nest: LoopNest, layout: Fragment, source: str, state, level: int | None = None) -> LoopDecision:
     """Validate ``layout`` for ``nest`` against the known fragment layouts and attach its guards. During
     inference (``level`` given) a fragment the nest only reads, whose layout does not serve the loop, is
-    upgraded to full replication when nothing pinned it (a fragment read at ``i`` in one loop and at
-    ``32 - i`` in another needs both holders); writes to it that no longer reach every holder fail later."""
+    upgraded to full replication when nothing pinned it and the loop layout was not derived from it (a
+    fragment read at ``i`` in one loop and at ``32 - i`` in another needs both holders); loops already
+    decided that write it are derived again (see ``_infer_nest``)."""
     err = None if layout.is_injective() else layout.injectivity_error()
     if err is not None:
         raise InferenceError(f"{nest.describe()}: loop layout is not injective: {err}")
@@ -237,6 +251,7 @@ def _checked_decision(nest: LoopNest, layout: Fragment, source: str, state, leve
         if frag is not None:
             err = _ownership(nest, layout, a, frag, state)
             if err is not None and level is not None and level != STRICT and a.buffer.name not in state.strict \
+                    and not source.startswith(f"derived from {a.buffer.name} (") \
                     and not any(b.is_write for b in nest.accesses_of(a.buffer)):
                 everyone = fully_replicated(a.buffer.shape, state.threads)
                 if everyone.contains(frag.bind_thread_range(0, state.threads) if frag.thread_range is None else frag):
@@ -368,7 +383,7 @@ def reducer_layout(src: Fragment, axis: int) -> Fragment:
     except LayoutError:
         # a wrapped thread map (``(_i * 32 + _rep) % 100``) has no derivable slot map: one slot per element
         out = Fragment.from_exprs(shape, thread, [_flat_index(shape)], extent * src.replicate_size)
-    out = _distinct_replicas(out.condense_rep_var())
+    out = _distinct_replicas(_condensed(out))
     return out.bind_thread_range(*src.thread_range) if src.thread_range is not None else out
 
 
@@ -381,12 +396,12 @@ def _flat_index(shape: list):
 
 
 def _distinct_replicas(frag: Fragment) -> Fragment:
-    """``frag`` with its replica range cut to the first period of the thread map when replicas repeat threads.
+    """``frag`` with no replica repeating a thread that another replica of the element already gives.
 
     Reducing ``(_i * 7 + _j) % 32`` over 96 rows gives holders ``(_rep * 7 + _i) % 32`` for 96 replicas: each
     thread three times, which no (slot, thread) packing can hold. Every thread holds every element there, so
-    that is the layout; otherwise the first period of replicas that reaches every holder (checked by
-    enumeration: same holders, injective)."""
+    that is the layout; otherwise the fewest leading replicas that reach every holder (checked by
+    enumeration: same holders, injective), else a clear refusal."""
     if frag.replicate_size == 1 or not frag.is_static:
         return frag
     total, shape = frag.replicate_size, list(frag.input_shape)
@@ -396,9 +411,7 @@ def _distinct_replicas(frag: Fragment) -> Fragment:
     if frag.is_injective():
         return frag
     flat = _flat_index(shape)
-    for d in range(1, total + 1):
-        if total % d:
-            continue
+    for d in range(1, total + 1):       # the first d replicas, when they already reach every holder
         for index in (None, [flat]):      # the derived slot map, else one slot per element
             try:
                 cand = Fragment.from_exprs(shape, frag.forward_thread, index, d)

@@ -158,17 +158,14 @@ def _numpy_dtype(dtype: str):
 REFERENCE_LLVM = {"kind": "llvm", "opt-level": 1}
 
 
-def _cpu_compile(func, name: str, target="llvm", storage_rewrite: bool = True) -> CpuKernel:
+def _cpu_compile(func, name: str, target="llvm") -> CpuKernel:
     attrs = func.attrs
     if attrs is not None and "target" in attrs:
         func = func.without_attr("target") if hasattr(func, "without_attr") else func.with_attr("target", None)
     mod = tvm.IRModule({name: func})
     # TVM's LLVM backend cannot vectorise sub-byte/fp8 legalisation; vector semantics equal scalar ones
     scalar = any(str(b.dtype).startswith(("float8", "float6", "float4")) for b in _buffers(func))
-    # storage rewrite off for serialised kernels: it shares the per-thread arrays of two fragments when one
-    # is written but never read, and the dead writes then clobber the live one (not the GPU's behaviour)
-    with tvm.transform.PassContext(config={"tirx.disable_vectorize": scalar,
-                                           "tirx.disable_storage_rewrite": not storage_rewrite}):
+    with tvm.transform.PassContext(config={"tirx.disable_vectorize": scalar}):
         ex = _compile(mod, tvm.target.Target(target) if isinstance(target, dict) else target)
     return CpuKernel(ex, func, name)
 
@@ -195,7 +192,7 @@ def device_index_rewrites(func) -> tirx.PrimFunc:
 def build_cpu(func, target=None, cost_model=None, infer: bool = True, verify: bool = True) -> CpuKernel:
     """The lowered kernel (for ``target``'s vector widths) run on the CPU with threads serialised."""
     f = lower_func(func, target, cost_model, infer, verify)
-    return _cpu_compile(serialize_threads(device_index_rewrites(f)), _name(f), storage_rewrite=False)
+    return _cpu_compile(serialize_threads(device_index_rewrites(f)), _name(f))
 
 
 def build_reference_cpu(func) -> CpuKernel:

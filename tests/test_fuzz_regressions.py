@@ -245,3 +245,151 @@ def test_serial_inner_loop_indexing_a_fragment_is_refused_by_name():
     import tilelayout as tl
     with pytest.raises(tl.InferenceError, match="with the serial loop variable j inside the parallel nest"):
         infer_layouts(parse(SERIAL_INNER))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Bug 6 (GPU only, hidden from the CPU check): the loop below runs iteration i on thread (i + 100) % 128, so
+# partitioning needs i = (tx - 100) mod 128 and reads f0's slot (100 + i) // 128. Written as
+# ``((tx + 28) % 128 + 100) // 128``, apache-tvm 0.27's iter-map simplification (FlattenBuffer, on the way to
+# CUDA) turns it into ``(tx + 100) % 128 // 128`` = 0: 72 of 100 outputs wrong on the GPU while the CPU
+# check, which serialised the threads first, passed. Inverses now write such rotations as Selects, and
+# build_cpu applies the GPU pipeline's index rewriting before serialising, so the check sees what runs.
+
+ROTATED_ROW = '''
+@T.prim_func
+def main(A: T.Buffer((3, 100), "float32"), O: T.Buffer((100,), "float32")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 128)
+    f0 = T.alloc_buffer((3, 100), "float32", scope="local.fragment")
+    Tx.copy(f0[0:3, 0:100], A[0:3, 0:100])
+    for i in T.parallel(100):
+        O[i] = f0[1, i] * T.float32(2)
+'''
+
+
+def test_rotated_thread_map_survives_tvm_index_simplification():
+    from tvm import sym, tirx
+    from tvm.ir import Range
+    from tilelayout.evaluate import evaluate
+    inv = Layout.from_exprs([100], [0 * P(0), (P(0) + 100) % 128]).inverse_with_info(allow_padding=True)[0]
+    y = inv.forward_vars[1]
+    i = inv.forward_index[0]
+    slot = tirx.floordiv(i + 100, 128)
+    simplified = sym.iter_map_simplify([slot], {y: Range(0, 128)})[0]
+    ys = np.arange(128)
+    assert (np.broadcast_to(evaluate(slot, {y: ys}), ys.shape) ==
+            np.broadcast_to(evaluate(simplified, {y: ys}), ys.shape)).all()
+
+
+def test_rotated_thread_map_kernel():
+    _check_end_to_end(ROTATED_ROW)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Bug 7: summing columns of f0 (thread ``(_i * 48 + _j) % 32``) gives holders ``(_rep * 48 + _i) % 32`` for 3
+# replicas; ``condense_rep_var`` read that as ``_i % 32`` (one holder), dropping the thread (j + 16) % 32 that
+# also holds a source element of column j: its partial sum was folded into another column (28 of 48 sums
+# wrong, silently). Reductions now condense only when enumeration shows the same holders, and keep the
+# fewest leading replicas that reach every holder.
+
+PARTIAL_FILL_COLUMN_SUM = '''
+@T.prim_func
+def main(A: T.Buffer((3, 48), "float32"), O: T.Buffer((48,), "float32")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 32)
+    f0 = T.alloc_buffer((3, 48), "float32", scope="local.fragment")
+    f1 = T.alloc_buffer((48,), "float32", scope="local.fragment")
+    Tx.copy(f0[0:3, 0:48], A[0:3, 0:48])
+    Tx.fill(f0[0:3, 0:26], T.float32(-2.5))
+    Tx.sum(f1[0:48], f0[0:3, 0:48], axes=[0])
+    Tx.copy(O[0:48], f1[0:48])
+'''
+
+
+def test_column_sum_over_a_wrapped_layout_keeps_every_holder():
+    _check_end_to_end(PARTIAL_FILL_COLUMN_SUM)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Refusals of supported kernels, now inferred and lowered (each was an InferenceError or LoweringError):
+# - an odd-strided loop ``f[2 * i + 1]``: its inverse has gaps below the lowest stride and below the base;
+# - a fragment read at i in one loop and at 32 - i in another (needs both holders: fully replicated);
+# - a transposed fragment write ``g[j, i] = f[i, j]`` with a wrapped thread map (no derivable slot map);
+# - a replicated loop reading every other element of a fragment nothing else lays out.
+
+ODD_STRIDE = '''
+@T.prim_func
+def main(A: T.Buffer((128,), "float32"), O: T.Buffer((64,), "float32")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 128)
+    f = T.alloc_buffer((128,), "float32", scope="local.fragment")
+    Tx.copy(f[0:128], A[0:128])
+    for i in T.parallel(64):
+        O[i] = f[i * 2 + 1] + T.float32(1)
+'''
+
+READ_AT_TWO_PERMUTATIONS = '''
+@T.prim_func
+def main(A: T.Buffer((33,), "float32"), O: T.Buffer((33,), "float32")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 224)
+    f0 = T.alloc_buffer((33,), "float32", scope="local.fragment")
+    f1 = T.alloc_buffer((33,), "float32", scope="local.fragment")
+    Tx.copy(f0[0:33], A[0:33])
+    for i in T.parallel(33):
+        f1[i] = f0[i] * f0[i]
+    for i in T.parallel(33):
+        f1[i] = f0[32 - i] * f1[i]
+    Tx.copy(O[0:33], f1[0:33])
+'''
+
+WRAPPED_TRANSPOSE = '''
+@T.prim_func
+def main(A: T.Buffer((96, 12), "float32"), O: T.Buffer((12, 96), "float32")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 160)
+    f0 = T.alloc_buffer((96, 12), "float32", scope="local.fragment")
+    f1 = T.alloc_buffer((12, 96), "float32", scope="local.fragment")
+    Tx.copy(f0[0:96, 0:12], A[0:96, 0:12])
+    for i in T.parallel(96):
+        for j in T.parallel(12):
+            f1[j, i] = f0[i, j] * T.float32(2.0)
+    Tx.copy(O[0:12, 0:96], f1[0:12, 0:96])
+'''
+
+REPLICATED_STRIDED_READ = '''
+@T.prim_func
+def main(A: T.Buffer((64,), "float16"), B: T.Buffer((128,), "float16"), O: T.Buffer((64,), "float16")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 64)
+    f0 = T.alloc_buffer((64,), "float16", scope="local.fragment")
+    f1 = T.alloc_buffer((128,), "float16", scope="local.fragment")
+    Tx.copy(f0[0:64], A[0:64])
+    Tx.copy(f1[0:128], B[0:128])
+    for i in T.parallel(64):
+        f0[i] = T.float16(3.0) + f1[i * 2 + 1] + f0[i]
+    for i in T.parallel(64):
+        O[i] = T.min(f0[i], f0[63 - i])
+'''
+
+
+@pytest.mark.parametrize("text", [ODD_STRIDE, READ_AT_TWO_PERMUTATIONS, WRAPPED_TRANSPOSE, REPLICATED_STRIDED_READ],
+                         ids=["odd_stride", "read_at_two_permutations", "wrapped_transpose", "replicated_strided_read"])
+def test_formerly_refused_kernels_run_correctly(text):
+    _check_end_to_end(text)
+
+
+def test_gapped_inverse_sends_every_unused_cell_out_of_range():
+    for layout in (Layout.from_exprs([64, 1], [0 * P(0), P(0) * 2 + 1]),
+                   Layout.from_exprs([100, 1], [P(0) // 32, P(0) % 32 * 2 + 1]),
+                   Layout.from_exprs([6, 6], [0 * P(0), P(1) * 7 + P(0)])):
+        inv, exact = layout.inverse_with_info(allow_padding=True)
+        assert not exact
+        out_shape = [int(s) for s in layout.output_shape]
+        cells = np.stack(np.unravel_index(np.arange(int(np.prod(out_shape))), out_shape), axis=1)
+        coords = np.asarray(inv.table()).reshape(-1, len(layout.input_shape))
+        inside = ((coords >= 0) & (coords < np.asarray(layout.input_shape))).all(axis=1)
+        assert inside.sum() == layout.size
+        table = np.asarray(layout.table()).reshape(-1, len(out_shape))
+        flat = np.ravel_multi_index(tuple(coords[inside].T), tuple(layout.input_shape))
+        assert (table[flat] == cells[inside]).all()
