@@ -18,7 +18,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from tilelayout.errors import TileLayoutError  # noqa: E402
-from tilelayout.passes.cost_models.statement_score import (SEGMENT_BYTES, GlobalAccess,  # noqa: E402
+from tilelayout.passes.inference.cost_models.statement_score import (SEGMENT_BYTES, GlobalAccess,  # noqa: E402
                                                            Unconvertible, prepare_cute, score_cute)
 from tilelayout.passes.hardware import max_vector_load_bits, warp_size  # noqa: E402
 

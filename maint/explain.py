@@ -50,8 +50,8 @@ def explain_result(result) -> list:
 def bandwidth_lines(result, target=None) -> list:
     """Per fragment<->global statement of the chosen layouts: io-model bandwidth vs the physical minimum
     (distinct 128-byte segments of the region it touches, times 128); 1.00 is perfectly coalesced."""
-    from tilelayout.passes.cost_models.io_aware import component_statements, score_statement
-    from tilelayout.passes.cost_models.statement_score import SEGMENT_BYTES
+    from tilelayout.passes.inference.cost_models.io_aware import component_statements, score_statement
+    from tilelayout.passes.inference.cost_models.statement_score import SEGMENT_BYTES
     graph = getattr(result, "graph", None)
     if graph is None:
         return []

@@ -25,10 +25,10 @@ from tilelayout.errors import LayoutError
 from tilelayout.fragment import Fragment
 from tilelayout.layout import substitute
 
-from . import op_rules
-from .frontend import CopyOp, ElementwiseOp, FillOp, GemmOp, ReduceOp, build_op_graph
-from .hardware import normalize_target, warp_size
-from .loop_nest import nest_of
+from ..inference import op_rules
+from ..inference.frontend import CopyOp, ElementwiseOp, FillOp, GemmOp, ReduceOp, build_op_graph
+from ..hardware import normalize_target, warp_size
+from ..inference.loop_nest import nest_of
 from .loop_partition import (LoweringError, buffer_layouts, check_thread_fit, int_value, make_analyzer, mutate,
                              per_thread_cells, thread_launch)
 

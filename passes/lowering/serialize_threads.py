@@ -265,7 +265,7 @@ def SequentialSemantics():
 
 def sequential_semantics(func):
     """The unlowered tile program run once, by one thread, op by op over whole regions (the reference)."""
-    from .frontend import CopyOp, ElementwiseOp, FillOp, GemmOp, ReduceOp, build_op_graph
+    from ..inference.frontend import CopyOp, ElementwiseOp, FillOp, GemmOp, ReduceOp, build_op_graph
     graph = build_op_graph(func)
     blocks, threads, body = _launches(func)
     if threads and _uses_any(body, [v for v, _ in threads]):
@@ -292,10 +292,10 @@ def sequential_semantics(func):
 
 
 def _reference_op(op, node):
-    from .frontend import CopyOp, ElementwiseOp, FillOp, GemmOp
+    from ..inference.frontend import CopyOp, ElementwiseOp, FillOp, GemmOp
     from .lower_tile_ops import _cast, _region_index, element_loop, reduce_combine, reduce_identity
     if isinstance(op, (CopyOp, FillOp, ElementwiseOp)):
-        from .loop_nest import nest_of
+        from ..inference.loop_nest import nest_of
         return element_loop(op, node, nest_of(op), tirx.ForKind.SERIAL)
     acc = tirx.decl_buffer([1], (op.c if isinstance(op, GemmOp) else op.dst).buffer.dtype, name="ref_acc")
     zero = [tirx.const(0, "int32")]

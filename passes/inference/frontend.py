@@ -28,7 +28,7 @@ from tvm.ir import TensorLoad, TensorRegion
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from tilelayout.errors import LayoutError
-from tilelayout.tirx import is_default_tile_layout
+from tilelayout.tile_layout_interop import is_default_tile_layout
 
 __all__ = [
     "FrontendError", "BufferInfo", "Region", "Access", "Loop", "TileOp", "CopyOp", "FillOp",
