@@ -40,8 +40,8 @@ VARIANTS = {
 def spilled_buffers(variant: str, result: dict) -> dict:
     """{buffer: spill bytes} the io-aware statements charge under the recorded layouts."""
     from tilelayout import layout_from_dict
-    from tilelayout.passes.cost_models.io_aware import component_statements, spill_bytes
-    from tilelayout.passes.frontend import build_op_graph
+    from tilelayout.passes.inference.cost_models.io_aware import component_statements, spill_bytes
+    from tilelayout.passes.inference.frontend import build_op_graph
     graph = build_op_graph(VARIANTS[variant]())
     layouts = {name: layout_from_dict(d) for name, d in result["buffers"].items()}
     loops = {op.index: layout_from_dict(result["loops"][op.key]) for op in graph.parallel_ops()}

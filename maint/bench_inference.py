@@ -18,7 +18,7 @@ sys.path.insert(0, str(ROOT))
 
 import tvm  # noqa: E402
 
-from tilelayout.passes.layout_inference import infer_layouts  # noqa: E402
+from tilelayout.passes.inference.layout_inference import infer_layouts  # noqa: E402
 
 
 def chain_kernel(k: int, m: int = 64, n: int = 64, threads: int = 128):

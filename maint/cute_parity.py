@@ -9,7 +9,7 @@ from maint import snapshot
 def parity(modules: dict, expected_dir, case_filter: str | None, models: list) -> tuple:
     """(report lines, statements compared, statements matching, CuTe-convertible statements)."""
     from tilelayout import Fragment, layout_from_dict
-    from tilelayout.passes.frontend import build_op_graph
+    from tilelayout.passes.inference.frontend import build_op_graph
     from maint.cute_model import CuteScore, score_fragment
     from maint.oracle import OracleScore, score_statement_oracle
     lines, total, same, converted = [], 0, 0, 0

@@ -624,7 +624,7 @@ def validate(result) -> list[str]:
     """Every violated invariant of an inference result, judged by exact enumeration (empty: valid)."""
     from cases import _support
     from tilelayout.fragment import Fragment
-    from tilelayout.passes.loop_nest import nest_of
+    from tilelayout.passes.inference.loop_nest import nest_of
     problems = []
     graph = result.graph
     for buf in graph.fragments():
@@ -688,8 +688,8 @@ def _tolerance(kernel: Kernel, func):
 
 def check(kernel: Kernel, models=COST_MODELS, numeric: bool = True) -> list[Outcome]:
     from tilelayout.errors import TileLayoutError
-    from tilelayout.passes.layout_inference import infer_layouts
-    from tilelayout.passes.pipeline import check_numeric, reference_outputs
+    from tilelayout.passes.inference.layout_inference import infer_layouts
+    from tilelayout.passes.lowering.pipeline import check_numeric, reference_outputs
     try:
         func = parse(kernel.text)
     except Exception as err:       # noqa: BLE001 - a generator bug, reported as such

@@ -46,13 +46,13 @@ def _variants(case_filter: str):
 
 
 def _is_copy_case(func) -> bool:
-    from tilelayout.passes.frontend import CopyOp, build_op_graph
+    from tilelayout.passes.inference.frontend import CopyOp, build_op_graph
     ops = build_op_graph(func).ops
     return bool(ops) and all(isinstance(op, CopyOp) for op in ops)
 
 
 def _global_bytes(func) -> int:
-    from tilelayout.passes.pipeline import random_inputs
+    from tilelayout.passes.lowering.pipeline import random_inputs
     return int(sum(a.nbytes for a in random_inputs(func).values()))
 
 
@@ -66,7 +66,7 @@ def peak_gbps(device_name: str) -> float | None:
 # --------------------------------------------------------------------------------------- offline
 
 def offline(args) -> int:
-    from tilelayout.passes.pipeline import compile_ptx, check_case, lower
+    from tilelayout.passes.lowering.pipeline import compile_ptx, check_case, lower
     import tvm
     from tilelayout.passes.hardware import normalize_target
     have_nvcc = shutil.which("nvcc") is not None
@@ -115,7 +115,7 @@ def on_gpu(args) -> int:
         os.environ.setdefault("TVM_CUDA_COMPILE_MODE", "nvcc")
     import tvm
     import tvm.support.nvcc  # noqa: F401  (registers the CUDA JIT compile callback)
-    from tilelayout.passes.pipeline import build_reference_cpu, lower, random_inputs
+    from tilelayout.passes.lowering.pipeline import build_reference_cpu, lower, random_inputs
     dev = tvm.cuda(0)
     major, minor = str(dev.compute_version).split(".")
     target = tvm.target.Target({"kind": "cuda", "arch": f"sm_{major}{minor}"})

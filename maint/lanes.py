@@ -77,7 +77,7 @@ def vector_lanes(mod, target=None) -> dict:
 
 def lowered_lanes(func, target=None, cost_model=None) -> dict:
     """Lower ``func`` with tilelayout (inference with ``cost_model``) and report its vector lanes."""
-    from tilelayout.passes.pipeline import lower
+    from tilelayout.passes.lowering.pipeline import lower
     return vector_lanes(lower(func, target, cost_model), target)
 
 

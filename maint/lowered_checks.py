@@ -38,7 +38,7 @@ def anchors(modules: dict, case_filter: str | None, model: str) -> tuple:
 
 def numeric(modules: dict, case_filter: str | None, models: list) -> tuple:
     """(lines, checks run, checks passing)."""
-    from tilelayout.passes.pipeline import check_case
+    from tilelayout.passes.lowering.pipeline import check_case
     lines, total, passed = [], 0, 0
     for case, module in modules.items():
         for variant in module.VARIANTS:

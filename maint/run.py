@@ -170,7 +170,7 @@ def run_all(tasks: list[tuple], jobs: int, progress) -> list[Outcome]:
 def available_models() -> list[str]:
     """Registered cost models, in ``COST_MODELS`` order (register-count alone if the registry is silent)."""
     try:
-        from tilelayout.passes import cost_models
+        from tilelayout.passes.inference import cost_models
         names = set(cost_models.available_cost_models())
     except (ImportError, AttributeError):
         return ["register-count"]

@@ -428,7 +428,7 @@ def check_result(result, threads: int) -> None:
     """Every fragment is a valid fragment; every loop layout covers its nest injectively; every fragment
     access in every loop-shaped op (parallel nests and copies) respects ownership -- all by enumeration."""
     from tilelayout import Fragment
-    from tilelayout.passes.loop_nest import nest_of
+    from tilelayout.passes.inference.loop_nest import nest_of
     for name, lay in result.buffers.items():
         if isinstance(lay, Fragment):
             assert_valid_fragment(name, lay, threads)

@@ -12,7 +12,7 @@ from tilelayout.annotate import (LAYOUTS_ATTR, LOOP_LAYOUT_KEY, LOOP_PREDICATE_K
                                  function_buffers, get_pinned_layouts, parallel_nests, read_layout_annotations)
 from tilelayout.fragment import Fragment
 from tilelayout.layout import Layout
-from tilelayout.tirx import from_tile_layout
+from tilelayout.tile_layout_interop import from_tile_layout
 
 FRAG = Fragment([128, 128], lambda i, j: i % 8 * 16 + j // 8)
 ROWS = Fragment([128], lambda i: i)

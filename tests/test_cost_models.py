@@ -19,10 +19,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import kernels_inference as K  # noqa: E402
 import tilelayout as tl  # noqa: E402
-from tilelayout.passes import cost_models  # noqa: E402
-from tilelayout.passes.cost_models import (AttemptCost, available_cost_models, get_cost_model,  # noqa: E402
+from tilelayout.passes.inference import cost_models  # noqa: E402
+from tilelayout.passes.inference.cost_models import (AttemptCost, available_cost_models, get_cost_model,  # noqa: E402
                                            layout_config, register_cost_model, resolve_cost_model_name)
-from tilelayout.passes.cost_models.base import count_register_slots  # noqa: E402
+from tilelayout.passes.inference.cost_models.base import count_register_slots  # noqa: E402
 
 ENV = "TILELAYOUT_COST_MODEL"
 

@@ -21,8 +21,8 @@ from maint.run import discover  # noqa: E402
 from tilelayout import Fragment  # noqa: E402
 from tilelayout.annotate import annotate_loop, parallel_nests  # noqa: E402
 from tilelayout.layout import placeholder as P  # noqa: E402
-from tilelayout.passes.layout_inference import infer_layouts  # noqa: E402
-from tilelayout.passes.pipeline import (build_cpu, build_reference_cpu, check_case, check_numeric,  # noqa: E402
+from tilelayout.passes.inference.layout_inference import infer_layouts  # noqa: E402
+from tilelayout.passes.lowering.pipeline import (build_cpu, build_reference_cpu, check_case, check_numeric,  # noqa: E402
                                         random_inputs, reference_outputs)
 
 
@@ -100,7 +100,7 @@ def test_a_deliberately_wrong_layout_is_caught_by_the_cpu_check():
 
 
 def test_the_partitioner_refuses_the_same_layout_by_itself():
-    from tilelayout.passes.loop_partition import LoweringError
+    from tilelayout.passes.lowering.loop_partition import LoweringError
     with pytest.raises(LoweringError, match="buffer frag"):
         build_cpu(_tampered_transpose(), infer=False)
 
@@ -148,8 +148,8 @@ def barrier_in_loop(A: T.Buffer((4, 64), "float32"), B: T.Buffer((64,), "float32
 
 
 def _run_serialized(func, *arrays):
-    from tilelayout.passes.pipeline import _cpu_compile
-    from tilelayout.passes.serialize_threads import serialize_threads
+    from tilelayout.passes.lowering.pipeline import _cpu_compile
+    from tilelayout.passes.lowering.serialize_threads import serialize_threads
     return _cpu_compile(serialize_threads(func), "main")(*arrays)
 
 

@@ -12,7 +12,7 @@ from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 import kernels_frontend as K
 from tilelayout.errors import LayoutError
-from tilelayout.passes.frontend import (
+from tilelayout.passes.inference.frontend import (
     CopyOp, ElementwiseOp, FillOp, FrontendError, GemmOp, OpGraph, ParallelOp, ReduceOp,
     build_op_graph,
 )
@@ -396,7 +396,7 @@ def test_gemm_with_zero_beta_clears():
 _SUMMARY = """
 import sys; sys.path.insert(0, {tests!r})
 import kernels_frontend as K
-from tilelayout.passes.frontend import build_op_graph
+from tilelayout.passes.inference.frontend import build_op_graph
 for name in ("row_max", "two_indices", "gemm", "serial_around", "pinned_and_views", "floating"):
     g = build_op_graph(getattr(K, name))
     print(g.describe())

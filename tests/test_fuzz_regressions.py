@@ -19,8 +19,8 @@ if str(ROOT) not in sys.path:
 
 from maint.fuzz import COST_MODELS, parse, validate  # noqa: E402
 from tilelayout.layout import Layout, placeholder as P  # noqa: E402
-from tilelayout.passes.layout_inference import infer_layouts  # noqa: E402
-from tilelayout.passes.pipeline import check_numeric, reference_outputs  # noqa: E402
+from tilelayout.passes.inference.layout_inference import infer_layouts  # noqa: E402
+from tilelayout.passes.lowering.pipeline import check_numeric, reference_outputs  # noqa: E402
 
 
 def _check_end_to_end(text: str) -> None:

@@ -21,7 +21,7 @@ sys.path.insert(0, str(TESTS))
 import kernels_inference as K  # noqa: E402
 import tilelayout as tl  # noqa: E402
 from tilelayout.errors import InferenceError, LayoutConflictError, LayoutError, TileLayoutError  # noqa: E402
-from tilelayout.passes.frontend import FrontendError  # noqa: E402
+from tilelayout.passes.inference.frontend import FrontendError  # noqa: E402
 
 T128 = 128
 

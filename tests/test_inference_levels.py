@@ -20,7 +20,7 @@ import kernels_inference as K  # noqa: E402
 import tilelayout as tl  # noqa: E402
 from tilelayout.annotate import annotate_layouts  # noqa: E402
 from tilelayout.errors import InferenceError  # noqa: E402
-from tilelayout.passes.layout_inference import _Engine  # noqa: E402
+from tilelayout.passes.inference.layout_inference import _Engine  # noqa: E402
 
 T128 = 128
 

@@ -83,7 +83,7 @@ def test_every_inferred_layout_is_valid_and_owned(infer, name, model):
 def test_the_enumeration_checks_catch_a_wrong_layout(infer):
     """The checker is not vacuous: a loop running on the wrong threads is reported."""
     r = infer("chain")
-    nest = __import__("tilelayout.passes.loop_nest", fromlist=["nest_of"]).nest_of(r.graph.ops[1])
+    nest = __import__("tilelayout.passes.inference.loop_nest", fromlist=["nest_of"]).nest_of(r.graph.ops[1])
     shifted = tl.Fragment([64, 128], lambda i, j: (i % 4 * 32 + j // 4 + 1) % 128,
                           lambda i, j: i // 4 * 4 + j % 4).bind_thread_range(0, T128)
     (read,) = [a for a in nest.fragment_accesses() if a.buffer.name == "x"]

@@ -27,9 +27,9 @@ from conftest import affine_specs  # noqa: E402
 from maint import cute_model, oracle  # noqa: E402
 from maint.oracle import OracleScore, Unenumerable, score_statement_oracle  # noqa: E402
 from tilelayout import Fragment, layout_from_dict  # noqa: E402
-from tilelayout.passes.cost_models.io_aware import component_statements, score_statement  # noqa: E402
+from tilelayout.passes.inference.cost_models.io_aware import component_statements, score_statement  # noqa: E402
 from tilelayout.passes.hardware import normalize_target  # noqa: E402
-from tilelayout.passes.loop_nest import nest_of  # noqa: E402
+from tilelayout.passes.inference.loop_nest import nest_of  # noqa: E402
 
 IO, RC = "io-aware", "register-count"
 
@@ -419,7 +419,7 @@ def test_flat_packed_table_is_the_packed_fragment_over_its_flattened_domain():
     import numpy as np
     from tilelayout import Fragment
     from tilelayout.cute import pack_fragment
-    from tilelayout.passes.cost_models.statement_score import flat_packed_table
+    from tilelayout.passes.inference.cost_models.statement_score import flat_packed_table
     frag = Fragment([2, 2560], lambda i, j, r: r * 2 + i, lambda i, j: [j], replicate=128)
     packed = np.asarray(pack_fragment(frag).table())          # (2, 2560, 128, [thread, slot])
     expected = (packed[..., 0] * 2560 + packed[..., 1]).reshape(-1)

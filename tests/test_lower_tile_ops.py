@@ -22,13 +22,13 @@ sys.path.insert(0, str(ROOT))
 from tilelayout import Fragment  # noqa: E402
 from tilelayout.annotate import annotate_layouts, parallel_nests, read_layout_annotations  # noqa: E402
 from tilelayout.layout import placeholder as P  # noqa: E402
-from tilelayout.passes.frontend import CopyOp, FillOp  # noqa: E402
-from tilelayout.passes.layout_inference import infer_layouts  # noqa: E402
-from tilelayout.passes.loop_nest import nest_of  # noqa: E402
-from tilelayout.passes.loop_partition import LoweringError, buffer_layouts  # noqa: E402
-from tilelayout.passes.lower_tile_ops import (LowerTileOps, _cell_elements, _split_basis, _xor_basis,  # noqa: E402
+from tilelayout.passes.inference.frontend import CopyOp, FillOp  # noqa: E402
+from tilelayout.passes.inference.layout_inference import infer_layouts  # noqa: E402
+from tilelayout.passes.inference.loop_nest import nest_of  # noqa: E402
+from tilelayout.passes.lowering.loop_partition import LoweringError, buffer_layouts  # noqa: E402
+from tilelayout.passes.lowering.lower_tile_ops import (LowerTileOps, _cell_elements, _split_basis, _xor_basis,  # noqa: E402
                                               lower_tile_ops, tile_loop_decision)
-from tilelayout.passes.pipeline import check_numeric  # noqa: E402
+from tilelayout.passes.lowering.pipeline import check_numeric  # noqa: E402
 
 
 # ------------------------------------------------------------------------------------ kernels

@@ -21,10 +21,10 @@ from tilelayout.annotate import (LOOP_LAYOUT_KEY, annotate_layouts, annotate_loo
                                  parallel_nests)
 from tilelayout.evaluate import evaluate  # noqa: E402
 from tilelayout.layout import placeholder as P  # noqa: E402
-from tilelayout.passes.layout_inference import infer_layouts  # noqa: E402
-from tilelayout.passes.loop_partition import (PARTITIONED_KEY, LoopPartition, LoweringError,  # noqa: E402
+from tilelayout.passes.inference.layout_inference import infer_layouts  # noqa: E402
+from tilelayout.passes.lowering.loop_partition import (PARTITIONED_KEY, LoopPartition, LoweringError,  # noqa: E402
                                               partition_function, per_thread_cells)
-from tilelayout.passes.lower_tile_ops import lower_tile_ops  # noqa: E402
+from tilelayout.passes.lowering.lower_tile_ops import lower_tile_ops  # noqa: E402
 
 CASES = ["elementwise_copy", "transposed_store", "broadcast_read", "mixed_extents", "ragged_extent",
          "reduce_broadcast", "two_index_read"]

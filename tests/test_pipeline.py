@@ -14,12 +14,12 @@ import tvm
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tilelayout.passes.layout_inference import LayoutInference  # noqa: E402
-from tilelayout.passes.loop_partition import LoopPartition  # noqa: E402
-from tilelayout.passes.loop_vectorize import LoopVectorize  # noqa: E402
-from tilelayout.passes.lower_tile_ops import LowerTileOps  # noqa: E402
-from tilelayout.passes.pipeline import compile_ptx, cuda_source, lower  # noqa: E402
-from tilelayout.passes.serialize_threads import SequentialSemantics, SerializeThreads  # noqa: E402
+from tilelayout.passes.inference.layout_inference import LayoutInference  # noqa: E402
+from tilelayout.passes.lowering.loop_partition import LoopPartition  # noqa: E402
+from tilelayout.passes.lowering.loop_vectorize import LoopVectorize  # noqa: E402
+from tilelayout.passes.lowering.lower_tile_ops import LowerTileOps  # noqa: E402
+from tilelayout.passes.lowering.pipeline import compile_ptx, cuda_source, lower  # noqa: E402
+from tilelayout.passes.lowering.serialize_threads import SequentialSemantics, SerializeThreads  # noqa: E402
 
 
 def _case(name):
@@ -83,7 +83,7 @@ def _all_variants():
 
 @pytest.mark.parametrize("name,variant", _all_variants())
 def test_every_case_variant_lowers_to_well_formed_cuda(name, variant):
-    from tilelayout.passes.serialize_threads import sequential_semantics, serialize_threads
+    from tilelayout.passes.lowering.serialize_threads import sequential_semantics, serialize_threads
     original = _case(name).VARIANTS[variant]()
     mod = lower(original)
     (func,) = mod.functions.values()

@@ -17,7 +17,7 @@ import tilelayout as tl
 from tilelayout.evaluate import grid_env
 from tilelayout.fragment import Fragment
 from tilelayout.layout import Layout, placeholder, rep_placeholder
-from tilelayout.tirx import (_digits_numeric, _digits_symbolic, _inline_lets, from_tile_layout, is_default_tile_layout, memory_axes,
+from tilelayout.tile_layout_interop import (_digits_numeric, _digits_symbolic, _inline_lets, from_tile_layout, is_default_tile_layout, memory_axes,
                              to_tile_layout)
 
 UNITS = {"laneid": 1, "tx": 1, "tid_in_wg": 1, "warpid": 32, "wid_in_wg": 32, "wgid": 128}

@@ -19,8 +19,8 @@ sys.path.insert(0, str(ROOT))
 from maint.lanes import lowered_lanes, vector_lanes  # noqa: E402
 from maint.run import discover  # noqa: E402
 from tilelayout.passes.hardware import max_vector_load_bits  # noqa: E402
-from tilelayout.passes.loop_vectorize import VECTOR_WIDTH_KEY, LoopVectorize, vectorize_function  # noqa: E402
-from tilelayout.passes.pipeline import lower, lower_func  # noqa: E402
+from tilelayout.passes.lowering.loop_vectorize import VECTOR_WIDTH_KEY, LoopVectorize, vectorize_function  # noqa: E402
+from tilelayout.passes.lowering.pipeline import lower, lower_func  # noqa: E402
 
 SM100 = tvm.target.Target({"kind": "cuda", "arch": "sm_100"})
 
@@ -113,9 +113,9 @@ def test_guards_of_partitioned_loops():
 
 
 def test_pass_object_runs_alone():
-    from tilelayout.passes.layout_inference import infer_layouts
-    from tilelayout.passes.loop_partition import partition_function
-    from tilelayout.passes.lower_tile_ops import lower_tile_ops
+    from tilelayout.passes.inference.layout_inference import infer_layouts
+    from tilelayout.passes.lowering.loop_partition import partition_function
+    from tilelayout.passes.lowering.lower_tile_ops import lower_tile_ops
     func = partition_function(lower_tile_ops(infer_layouts(_case("elementwise_copy").VARIANTS["fp16_128x128_t128"]()).func))
     out = LoopVectorize()(tvm.IRModule({"main": func}))["main"]
     assert "T.vectorized(8" in out.script()

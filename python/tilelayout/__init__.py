@@ -13,7 +13,7 @@ from .gemm_layouts import (compute_warp_partition, make_gemm_fragment_8x4, make_
                            make_gemm_fragment_8x8_transposed, make_gemm_fragment_8x16, make_gemm_fragment_a,
                            make_gemm_fragment_b, make_gemm_fragment_c, make_mma_accumulator_fragment,
                            make_wgmma_accumulator_fragment)
-from .tirx import from_tile_layout, to_tile_layout
+from .tile_layout_interop import from_tile_layout, to_tile_layout
 from .annotate import annotate_layouts, get_pinned_layouts, read_layout_annotations
 from . import cute, tla  # noqa: E402
 from .plot import PlotError, plot_layout
@@ -24,7 +24,7 @@ from .passes import (AttemptCost, InferenceResult, available_cost_models, build_
 
 def get_layouts(func):
     """Read layouts back from a function annotated by layout inference (no inference is run)."""
-    from .passes.annotations import get_layouts as _get
+    from .passes.inference.annotations import get_layouts as _get
     return _get(func)
 
 

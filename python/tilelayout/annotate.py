@@ -15,7 +15,7 @@ of its directly nested parallel loops; nests inside a nest body are not separate
 agree with ``passes/frontend.py``.
 
 User pins are buffers whose TIRx layout is not the default ``TileLayout(S[shape])`` (converted by
-:func:`tilelayout.tirx.from_tile_layout`) plus layouts attached with :func:`annotate_layouts`.
+:func:`tilelayout.tile_layout_interop.from_tile_layout`) plus layouts attached with :func:`annotate_layouts`.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from tvm import tirx
 
 from .errors import LayoutConflictError, LayoutError, TileLayoutError
 from .layout import Layout, layout_from_dict
-from .tirx import from_tile_layout, is_default_tile_layout
+from .tile_layout_interop import from_tile_layout, is_default_tile_layout
 
 __all__ = [
     "LAYOUTS_ATTR", "LOOP_LAYOUT_KEY", "LOOP_PREDICATE_KEY", "PADDING_GUARD_KEY",

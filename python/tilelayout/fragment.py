@@ -10,6 +10,7 @@ takes ``rep=`` by name, tables put the replica on the last axis, and ``inverse()
 ``(slot..., thread) -> (coords..., rep)`` with ``rep`` last.
 """
 from __future__ import annotations
+from .expr import mentions as _uses
 
 import math
 from functools import cached_property
@@ -329,14 +330,6 @@ def fully_replicated(shape, threads: int) -> Fragment:
 
 
 # --------------------------------------------------------------------------- index inference
-
-def _uses(expr, var) -> bool:
-    import tvm
-    import tvm_ffi
-    found = []
-    tvm_ffi.structural_walk(expr, (tvm.ir.Var, lambda v: found.append(True) if v.same_as(var) else None))
-    return bool(found)
-
 
 def _split_pieces(split, out: dict) -> bool:
     """Record (lower_factor, extent) pieces of base variables used by one IterSplitExpr."""

@@ -147,7 +147,7 @@ def explain_dict(result) -> dict:
 def bandwidth_rows(result) -> list[dict]:
     """Per fragment<->global access of the chosen layouts: the io model's bandwidth and the physical minimum
     (distinct 128-byte segments of the region touched, times 128 bytes); ratio 1.0 is perfectly coalesced."""
-    from tilelayout.passes.cost_models.io_aware import component_statements, score_statement
+    from tilelayout.passes.inference.cost_models.io_aware import component_statements, score_statement
     from tilelayout.passes.hardware import SEGMENT_BYTES
     graph = getattr(result, "graph", None)
     if graph is None:
@@ -192,7 +192,7 @@ def _minimum_bytes(st, acc, segment_bytes: int) -> int:
 
 def show_lines(result) -> list[str]:
     """Every buffer and loop layout, io bandwidth per global access, and the resource totals."""
-    from tilelayout.passes.resources import resource_usage
+    from tilelayout.passes.inference.resources import resource_usage
     lines = [f"cost model {result.cost_model}, target {result.target}"]
     lines += [f"buffer {name}: {describe_layout(lay)}" for name, lay in sorted(result.buffers.items())]
     lines += [f"loop {key}: {describe_layout(lay)}" for key, lay in sorted(result.loops.items())]
@@ -203,7 +203,7 @@ def show_lines(result) -> list[str]:
 
 def show_dict(result) -> dict:
     """JSON-ready form of ``show_lines`` (layouts in ``to_dict`` form)."""
-    from tilelayout.passes.resources import resource_usage
+    from tilelayout.passes.inference.resources import resource_usage
     return {"cost_model": result.cost_model, "target": str(result.target),
             "buffers": {n: l.to_dict() for n, l in sorted(result.buffers.items())},
             "loops": {k: l.to_dict() for k, l in sorted(result.loops.items())},

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..hardware import SEGMENT_BYTES
+from ...hardware import SEGMENT_BYTES
 
 
 @dataclass(frozen=True)

@@ -11,13 +11,14 @@ from dataclasses import dataclass
 from tvm import tirx
 
 from tilelayout.errors import InferenceError, LayoutConflictError, LayoutError
+from tilelayout.expr import row_major_offset
 from tilelayout.fragment import Fragment, fully_replicated
 from tilelayout.layout import placeholder, rep_placeholder, substitute
 
 from .fragment_rules import (PartialCoverage, _condensed, complete_fragment, dynamic_slot_accesses,
                              loop_from_fragment, ownership_error)
 from .frontend import GemmOp, ReduceOp
-from .hardware import max_vector_load_bits
+from ..hardware import max_vector_load_bits
 from .loop_nest import LoopNest
 from .loop_plan import plan_loop_layout, plan_vector_width, select_min_padding_width
 
@@ -389,10 +390,7 @@ def reducer_layout(src: Fragment, axis: int) -> Fragment:
 
 def _flat_index(shape: list):
     """Row-major element number over ``shape`` in the placeholders (one register slot per element)."""
-    flat = tirx.const(0, "int32")
-    for k, e in enumerate(shape):
-        flat = flat * e + placeholder(k)
-    return flat
+    return row_major_offset([placeholder(k) for k in range(len(shape))], shape)
 
 
 def _distinct_replicas(frag: Fragment) -> Fragment:
@@ -484,6 +482,6 @@ def _infer_gemm(op: GemmOp, level: int, state) -> None:
 def _uses_wgmma(op: GemmOp, m, state) -> bool:
     """TileLang's rule: Hopper (sm_90) with both operands in shared memory issues wgmma, whose accumulator
     layout differs from mma.sync's; it needs whole warpgroups and 64-row blocks."""
-    from .hardware import sm_version
+    from ..hardware import sm_version
     return (90 <= sm_version(state.target) < 100 and op.a.buffer.is_shared and op.b.buffer.is_shared
             and state.threads % 128 == 0 and isinstance(m, int) and m % (64 * (state.threads // 128)) == 0)

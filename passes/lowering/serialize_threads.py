@@ -12,6 +12,7 @@ program once, sequentially, as one thread -- tile ops over whole regions, parall
 iteration, fragments as full logical arrays -- so it depends on no layout at all.
 """
 from __future__ import annotations
+from tilelayout.expr import mentions as _uses_any
 
 import tvm
 import tvm_ffi
@@ -21,7 +22,8 @@ from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from tilelayout.layout import substitute
 
-from .loop_partition import LoweringError, int_value, mapped, mutate, walk
+from ..ir_utils import int_value, mapped, mutate, walk
+from .loop_partition import LoweringError
 
 __all__ = ["SerializeThreads", "serialize_threads", "SequentialSemantics", "sequential_semantics", "LOCAL_SCOPES"]
 
@@ -121,12 +123,6 @@ def _is_sync(c) -> bool:
 
 def _is_shuffle(c) -> bool:
     return isinstance(c.op, tvm.ir.Op) and str(c.op.name) in _SHUFFLES
-
-
-def _uses_any(node, variables) -> bool:
-    hits = []
-    tvm_ffi.structural_walk(node, (Var, lambda v: hits.append(1) if any(v.same_as(w) for w in variables) else None))
-    return bool(hits)
 
 
 # --------------------------------------------------------------------------------------- SerializeThreads
@@ -265,7 +261,7 @@ def SequentialSemantics():
 
 def sequential_semantics(func):
     """The unlowered tile program run once, by one thread, op by op over whole regions (the reference)."""
-    from .frontend import CopyOp, ElementwiseOp, FillOp, GemmOp, ReduceOp, build_op_graph
+    from ..inference.frontend import CopyOp, ElementwiseOp, FillOp, GemmOp, ReduceOp, build_op_graph
     graph = build_op_graph(func)
     blocks, threads, body = _launches(func)
     if threads and _uses_any(body, [v for v, _ in threads]):
@@ -292,10 +288,10 @@ def sequential_semantics(func):
 
 
 def _reference_op(op, node):
-    from .frontend import CopyOp, ElementwiseOp, FillOp, GemmOp
+    from ..inference.frontend import CopyOp, ElementwiseOp, FillOp, GemmOp
     from .lower_tile_ops import _cast, _region_index, element_loop, reduce_combine, reduce_identity
     if isinstance(op, (CopyOp, FillOp, ElementwiseOp)):
-        from .loop_nest import nest_of
+        from ..inference.loop_nest import nest_of
         return element_loop(op, node, nest_of(op), tirx.ForKind.SERIAL)
     acc = tirx.decl_buffer([1], (op.c if isinstance(op, GemmOp) else op.dst).buffer.dtype, name="ref_acc")
     zero = [tirx.const(0, "int32")]

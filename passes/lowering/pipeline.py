@@ -26,7 +26,7 @@ from tvm import tirx
 
 from tilelayout.errors import TileLayoutError
 
-from .hardware import normalize_target
+from ..hardware import normalize_target
 from .loop_partition import LoweringError, partition_function
 from .loop_vectorize import vectorize_function
 from .lower_tile_ops import lower_tile_ops
@@ -59,7 +59,7 @@ def lower_func(func, target=None, cost_model=None, infer: bool = True, verify: b
     target = normalize_target(target)
     func = _as_func(func)
     if infer:
-        from .layout_inference import infer_layouts
+        from ..inference.layout_inference import infer_layouts
         func = infer_layouts(func, target, cost_model).func
     func = lower_tile_ops(func, target)
     func = partition_function(func, verify)
@@ -171,7 +171,7 @@ def _cpu_compile(func, name: str, target="llvm") -> CpuKernel:
 
 
 def _buffers(func) -> list:
-    from .loop_partition import walk
+    from ..ir_utils import walk
     out = [p for p in func.params if tirx.is_buffer_var(p)]
     walk(func.body, [((tirx.AllocBuffer, tirx.DeclBuffer), lambda a: out.append(a.buffer))])
     return out
@@ -239,7 +239,7 @@ _TOLERANCE = {"float64": (1e-9, 1e-9), "float32": (1e-4, 1e-4), "float16": (2e-2
 
 
 def _floating_reduction(func) -> bool:
-    from .frontend import GemmOp, ReduceOp, build_op_graph
+    from ..inference.frontend import GemmOp, ReduceOp, build_op_graph
     for op in build_op_graph(_as_func(func)).ops:
         if isinstance(op, ReduceOp) and op.reducer == "sum" and "float" in op.dst.buffer.dtype:
             return True

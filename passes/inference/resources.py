@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from tilelayout.errors import TileLayoutResourceWarning
 from tilelayout.fragment import Fragment
 
-from .hardware import normalize_target, sm_version
+from ..hardware import normalize_target, sm_version
 
 __all__ = ["ResourceUsage", "resource_usage", "resource_warnings", "warn_resources", "shared_memory_limit",
            "MAX_REGISTERS_PER_THREAD", "MAX_STATIC_SHARED_BYTES", "LARGE_FRAGMENT_REGISTERS"]

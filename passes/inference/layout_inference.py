@@ -19,7 +19,7 @@ from tilelayout.fragment import Fragment, fully_replicated
 from .cost_models import ScoringContext, get_cost_model
 from .fragment_rules import ownership_error
 from .frontend import build_op_graph
-from .hardware import normalize_target
+from ..hardware import normalize_target
 from .loop_nest import nest_of
 from .op_rules import COMMON, FREE, STRICT, LoopDecision, infer_op
 
