@@ -1,4 +1,6 @@
 """tilelayout: automatic layouts for register fragments and shared tiles of TVM TIRx kernels."""
+__version__ = "0.1.0"
+
 from .errors import (EvaluationError, InferenceError, LayoutConflictError, LayoutError, LoweringError,
                      TileLayoutError, TileLayoutResourceWarning)
 from .evaluate import evaluate, evaluate_grid

@@ -13,6 +13,7 @@ review pictures use the same function. matplotlib is an optional dependency (``p
 from __future__ import annotations
 
 import colorsys
+import math
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,8 @@ __all__ = ["plot_layout", "layout_cells", "LayoutCells", "colour_hex", "grid_sha
 BANKS, BANK_BYTES = 32, 4
 #: a 1-D layout is drawn in rows of this many elements
 WRAP_1D = 32
+#: advance width of a DejaVu Sans Mono glyph (matplotlib's bundled monospace font), in em
+_MONO_ADVANCE = 0.602
 
 
 class PlotError(TileLayoutError):
@@ -71,14 +74,14 @@ class LayoutCells:
             return self.threads[:, 0]
         return self.banks if self.banks is not None else self.slots
 
-    def label(self, k: int) -> str:
-        """Two-line text of cell ``k``: thread(s) and slot, or address and bank."""
+    def label(self, k: int) -> tuple[str, str]:
+        """The two text lines of cell ``k``: thread(s) and slot, or address and bank."""
         if self.threads is not None:
             ts = [int(t) for t in self.threads[k]]
             who = ",".join(str(t) for t in ts) if len(ts) <= 2 else f"{ts[0]}+{len(ts) - 1}"
-            return f"T{who}\ns{int(self.slots[k])}"
-        bank = f"\nb{int(self.banks[k])}" if self.banks is not None else ""
-        return f"{int(self.slots[k])}{bank}"
+            return f"T{who}", f"s{int(self.slots[k])}"
+        bank = f"b{int(self.banks[k])}" if self.banks is not None else ""
+        return str(int(self.slots[k])), bank
 
 
 def _flat(index: np.ndarray, extents) -> np.ndarray:
@@ -175,35 +178,55 @@ def _pages(rows: int, cols: int, max_rows: int, max_cols: int) -> list[tuple[int
             for r in range(0, rows, max_rows) for c in range(0, cols, max_cols)]
 
 
+def _rgb(hex_colour: str) -> tuple:
+    return tuple(int(hex_colour[k:k + 2], 16) / 255 for k in (1, 3, 5))
+
+
 def _draw_page(plt, cells: LayoutCells, page, rows: int, cols: int, heading: str):
     r0, r1, c0, c1 = page
     nr, nc = r1 - r0, c1 - c0
-    fig, ax = plt.subplots(figsize=(max(3.0, 0.42 * nc + 0.8), max(1.6, 0.34 * nr + 1.0)))
+    cell_w, cell_h, left, top, bottom = 0.42, 0.34, 0.5, 0.75, 0.1
+    fig = plt.figure(figsize=(max(3.0, cell_w * nc + left + 0.2), cell_h * nr + top + bottom))
+    width, height = fig.get_figwidth(), fig.get_figheight()
+    ax = fig.add_axes((left / width, bottom / height, cell_w * nc / width, cell_h * nr / height))
     keys = cells.colour_keys
     total = keys.shape[0]
+    image = np.ones((nr, nc, 3))
+    palette: dict = {}
+    labels = [[cells.label(r * cols + c) if r * cols + c < total else ("", "") for c in range(c0, c1)]
+              for r in range(r0, r1)]
     for r in range(r0, r1):
         for c in range(c0, c1):
             k = r * cols + c
-            if k >= total:
-                continue
-            x, y = c - c0, r - r0
-            ax.add_patch(plt.Rectangle((x, y), 1, 1, facecolor=colour_hex(int(keys[k])), edgecolor="#ffffff",
-                                       linewidth=0.5))
-            ax.text(x + 0.5, y + 0.5, cells.label(k), ha="center", va="center", fontsize=4.5, color="#111111",
-                    linespacing=1.0)
-    ax.set_xlim(0, nc)
-    ax.set_ylim(nr, 0)
-    ax.set_aspect("auto")
-    ax.set_xticks([i + 0.5 for i in range(nc)], [str(c0 + i) for i in range(nc)], fontsize=5)
-    ax.set_yticks([i + 0.5 for i in range(nr)], [_row_label(cells.shape, r0 + i) for i in range(nr)], fontsize=5)
+            if k < total:
+                key = int(keys[k])
+                if key not in palette:
+                    palette[key] = _rgb(colour_hex(key))
+                image[r - r0, c - c0] = palette[key]
+    # one monospaced text per row and line (not one per cell: thousands of text artists take minutes to
+    # render); each label is centred in a field exactly one cell wide
+    field = max([len(line) for row in labels for cell in row for line in cell] + [1]) + 1
+    field = max(field, math.ceil(cell_w * 72 / (_MONO_ADVANCE * 6.0)))     # at most 6 pt
+    size = cell_w * 72 / (_MONO_ADVANCE * field)
+    for y, row in enumerate(labels):
+        for line, dy in ((0, -0.2), (1, 0.22)):
+            text = "".join(cell[line].center(field) for cell in row)
+            if text.strip():
+                ax.text(-0.5, y + dy, text, ha="left", va="center", fontsize=size, family="DejaVu Sans Mono",
+                        color="#111111")
+    ax.pcolormesh(np.arange(nc + 1) - 0.5, np.arange(nr + 1) - 0.5, image, edgecolors="#ffffff", linewidth=0.6)
+    ax.set_xlim(-0.5, nc - 0.5)
+    ax.set_ylim(nr - 0.5, -0.5)
+    ax.set_xticks(range(nc), [str(c0 + i) for i in range(nc)], fontsize=5)
+    ax.set_yticks(range(nr), [_row_label(cells.shape, r0 + i) for i in range(nr)], fontsize=5)
     ax.tick_params(length=0)
     ax.xaxis.tick_top()
     for spine in ax.spines.values():
         spine.set_visible(False)
     part = "" if (nr, nc) == (rows, cols) else f" (rows {r0}-{r1 - 1}, columns {c0}-{c1 - 1} of {rows}x{cols})"
-    width_chars = max(30, int(fig.get_figwidth() * 15))
-    ax.set_title("\n".join(textwrap.wrap(heading + part, width_chars)), fontsize=7, pad=12)
-    fig.tight_layout()
+    width_chars = max(30, int(width * 15))
+    fig.suptitle("\n".join(textwrap.wrap(heading + part, width_chars)), fontsize=7,
+                 y=1 - 0.05 / height, va="top")
     return fig
 
 
@@ -219,7 +242,7 @@ def _page_path(path: Path, k: int) -> Path:
 
 
 def plot_layout(layout, path=None, *, dtype: str | None = "float16", title: str | None = None,
-                max_rows: int = 64, max_cols: int = 64, dpi: int = 150):
+                max_rows: int = 64, max_cols: int = 64, dpi: int = 120):
     """Draw ``layout`` (a ``tl.Layout`` or ``tl.Fragment``) with matplotlib.
 
     A Fragment: one cell per logical element, labelled ``T<thread>`` (each replica's thread when replicated)
@@ -242,10 +265,19 @@ def plot_layout(layout, path=None, *, dtype: str | None = "float16", title: str 
     rows, cols = grid_shape(cells.shape)
     heading = _title(cells, title, dtype)
     pages = _pages(rows, cols, max_rows, max_cols)
-    figures = [_draw_page(plt, cells, page, rows, cols, heading) for page in pages]
-    if path is None:
-        return figures
-    path = Path(path)
+    import matplotlib
+    # unhinted glyphs advance exactly 0.602 em, so each row's monospaced label line stays aligned with its cells
+    with matplotlib.rc_context(_RC):
+        figures = [_draw_page(plt, cells, page, rows, cols, heading) for page in pages]
+        if path is None:
+            return figures
+        return _save(plt, figures, Path(path), dpi)
+
+
+_RC = {"text.hinting": "none", "text.hinting_factor": 1}
+
+
+def _save(plt, figures: list, path: Path, dpi: int) -> list:
     written = []
     try:
         if path.suffix.lower() == ".pdf":

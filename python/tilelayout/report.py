@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 __all__ = ["TIE_BREAK", "AttemptGroup", "attempt_groups", "describe_layout", "explain_lines", "explain_dict",
-           "bandwidth_rows", "bandwidth_lines", "show_lines", "show_dict"]
+           "bandwidth_rows", "bandwidth_lines", "show_lines", "show_dict", "target_label"]
 
 #: how the free level picks among successful attempts (the rule ``layout_inference`` implements)
 TIE_BREAK = ("the cheapest attempt wins: lowest mem first, then lowest regs; on a tie the earliest root in "
@@ -190,10 +190,19 @@ def _minimum_bytes(st, acc, segment_bytes: int) -> int:
 
 # --------------------------------------------------------------------------- everything at once
 
+def target_label(target) -> str:
+    """A short name of a TVM target: ``cuda sm_90``, ``llvm``."""
+    if target is None:
+        return "default"
+    arch = target.attrs.get("arch") if hasattr(target, "attrs") else None
+    kind = target.kind.name if hasattr(target, "kind") else str(target)
+    return f"{kind} {arch}" if arch else kind
+
+
 def show_lines(result) -> list[str]:
     """Every buffer and loop layout, io bandwidth per global access, and the resource totals."""
     from tilelayout.passes.inference.resources import resource_usage
-    lines = [f"cost model {result.cost_model}, target {result.target}"]
+    lines = [f"cost model {result.cost_model}, target {target_label(result.target)}"]
     lines += [f"buffer {name}: {describe_layout(lay)}" for name, lay in sorted(result.buffers.items())]
     lines += [f"loop {key}: {describe_layout(lay)}" for key, lay in sorted(result.loops.items())]
     lines += [f"io: {line}" for line in bandwidth_lines(result)]
@@ -204,7 +213,7 @@ def show_lines(result) -> list[str]:
 def show_dict(result) -> dict:
     """JSON-ready form of ``show_lines`` (layouts in ``to_dict`` form)."""
     from tilelayout.passes.inference.resources import resource_usage
-    return {"cost_model": result.cost_model, "target": str(result.target),
+    return {"cost_model": result.cost_model, "target": target_label(result.target),
             "buffers": {n: l.to_dict() for n, l in sorted(result.buffers.items())},
             "loops": {k: l.to_dict() for k, l in sorted(result.loops.items())},
             "io": bandwidth_rows(result), "resources": resource_usage(result).to_dict()}
