@@ -274,7 +274,7 @@ def plot_layout(layout, path=None, *, dtype: str | None = "float16", title: str 
         return _save(plt, figures, Path(path), dpi)
 
 
-_RC = {"text.hinting": "none", "text.hinting_factor": 1}
+_RC = {"text.hinting": "none"}
 
 
 def _save(plt, figures: list, path: Path, dpi: int) -> list:

@@ -59,3 +59,45 @@ def wrong_reference(inputs):
 
 
 NOT_A_KERNEL = np.zeros(3)
+
+
+def loop_past_fragment():
+    """A parallel loop reading 128 elements of a 64-element fragment: refused with a TileLayoutError."""
+
+    @T.prim_func
+    def past(A: T.Buffer((64,), "float32"), B: T.Buffer((128,), "float32")):
+        tx = T.launch_thread("threadIdx.x", 64)
+        frag = T.alloc_buffer((64,), "float32", scope="local.fragment")
+        Tx.copy(frag, A)
+        for i in T.parallel(128):
+            B[i] = frag[i]
+
+    return past
+
+
+def too_many_threads():
+    """2048 threads per block: over CUDA's 1024."""
+
+    @T.prim_func
+    def wide(A: T.Buffer((2048,), "float32"), B: T.Buffer((2048,), "float32")):
+        tx = T.launch_thread("threadIdx.x", 2048)
+        frag = T.alloc_buffer((2048,), "float32", scope="local.fragment")
+        Tx.copy(frag, A)
+        Tx.copy(B, frag)
+
+    return wide
+
+
+def big_shared(scope="shared.dyn", rows=512):
+    """A rows x 256 float32 shared tile staged between global buffers (512 rows: 512 KiB)."""
+
+    @T.prim_func
+    def staged(A: T.Buffer((rows, 256), "float32"), B: T.Buffer((rows, 256), "float32")):
+        tx = T.launch_thread("threadIdx.x", 256)
+        smem = T.alloc_buffer((rows, 256), "float32", scope=scope)
+        frag = T.alloc_buffer((rows, 256), "float32", scope="local.fragment")
+        Tx.copy(smem, A)
+        Tx.copy(frag, smem)
+        Tx.copy(B, frag)
+
+    return staged
