@@ -406,6 +406,8 @@ def infer_layouts(func, target=None, cost_model=None) -> InferenceResult:
                              engine.graph, op_loops)
     from .annotations import annotate_result
     result.func = annotate_result(func, result)
+    from .resources import warn_resources
+    warn_resources(result)
     return result
 
 
