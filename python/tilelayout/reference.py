@@ -107,11 +107,11 @@ class _Ctx:
         return _Ctx(self.n, env, self.threads)
 
 
-_UNARY = {"tirx.exp": np.exp, "tirx.exp2": np.exp2, "tirx.log": np.log, "tirx.log2": np.log2,
-          "tirx.sqrt": np.sqrt, "tirx.fabs": np.abs, "tirx.tanh": np.tanh, "tirx.floor": np.floor,
-          "tirx.ceil": np.ceil, "tirx.rsqrt": lambda x: 1.0 / np.sqrt(x),
-          "tirx.sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x))}
-_EXACT_UNARY = ("tirx.fabs", "tirx.floor", "tirx.ceil")
+#: intrinsics by short name (apache-tvm 0.27 registers some as ``tirx.NAME``, others as ``prim.NAME``)
+_UNARY = {"exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "sqrt": np.sqrt, "fabs": np.abs,
+          "tanh": np.tanh, "floor": np.floor, "ceil": np.ceil, "rsqrt": lambda x: 1.0 / np.sqrt(x),
+          "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x))}
+_EXACT_UNARY = ("fabs", "floor", "ceil")
 
 
 class _Interpreter:
@@ -252,20 +252,21 @@ class _Interpreter:
         return out
 
     def call(self, e, dt, ctx) -> np.ndarray:
-        name = str(e.op.name) if isinstance(e.op, tvm.ir.Op) else str(e.op)
+        full = str(e.op.name) if isinstance(e.op, tvm.ir.Op) else str(e.op)
+        name = full.split(".", 1)[1] if full.startswith(("tirx.", "prim.")) else full
         args = list(e.args)
-        if name == "tirx.if_then_else":
+        if name == "if_then_else":
             return self.choose(args[0], args[1], args[2], dt, ctx)
         if name in _UNARY and len(args) == 1:
             x = self.ev(args[0], ctx)
             if name not in _EXACT_UNARY:
                 self.exact = False
             return self.convert(_UNARY[name](x.astype(np.float64)), dt)
-        if name in ("tirx.pow", "tirx.fmod") and len(args) == 2:
+        if name in ("pow", "fmod") and len(args) == 2:
             self.exact = False
             a, b = (self.ev(x, ctx).astype(np.float64) for x in args)
-            return self.convert(np.power(a, b) if name == "tirx.pow" else np.fmod(a, b), dt)
-        self.refuse(f"the call {name}", e)
+            return self.convert(np.power(a, b) if name == "pow" else np.fmod(a, b), dt)
+        self.refuse(f"the call {full}", e)
 
     def indices(self, buf, idx_exprs, ctx, node) -> tuple:
         arr = self.array(buf, node)
