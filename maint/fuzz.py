@@ -7,34 +7,47 @@
     python maint/fuzz.py --seed 1 --only 17 --reduce   shrink kernel 17 keeping its outcome, print it
     python maint/fuzz.py --seed 1 --count 50 --save /tmp/fz   also write every non-OK kernel's text there
     python maint/fuzz.py ... -v                        print every refusal in full (one line each)
+    python maint/fuzz.py --seeds 1000-1009 --count 200 -j 2   ten seeds, kernels in two child processes
+    python maint/fuzz.py ... --cross-check             also compare the numpy interpreter with the compiled
+                                                       sequential semantics (oracle self-check)
 
 Kernel ``k`` of seed ``S`` depends only on ``(S, k)`` (and ``--steps``), so a finding replays with ``--only``.
 Each kernel is TVMScript text (parsed with ``tvm.script.from_source``): a random thread count (32..256,
-non-powers of two included), random 1-D / 2-D fragments (extents that are not multiples of the thread
+non-powers of two included; tiny and odd ones, 1..65, in 15% of kernels), random 1-D / 2-D fragments (extents that are not multiples of the thread
 count, fragments smaller than the thread count), float16/float32, and a chain of ops among copies global
 <-> fragment (whole, offset and per-block regions, unit-dim rows, through shared memory, into/out of part
 of a fragment), fragment -> fragment copies, fills (whole and partial), sum/max/min reductions over an
 axis or all axes (also accumulating), Tx elementwise tile ops and casts, and ``T.parallel`` nests doing
 elementwise math with broadcast rows/columns, constant-index, reversed, shifted, strided
 (``f[i // 2]``, ``f[2 * i + 1]``), transposed and partial-extent accesses, guarded stores and
-``T.if_then_else``, and serial inner loops.
+``T.if_then_else``, and serial inner loops. Steps are drawn by weight (``Gen.STEPS``); the classes that
+found silent miscompiles have their own steps: ops under ``if tx < c:`` (and ``else:``), partial visits at an
+offset (``f[i + c, j + d]``, read or written), copies into/out of interior boxes of a fragment, reversed
+indices in one or both dimensions and diagonals (``f[i, i]``, read or updated), one fragment read at several
+index forms in one nest, reductions followed by permuted reads of their result, and in 12% of kernels a
+pin through ``tl.annotate_layouts`` (``VALID_PINS``, which must be kept and run correctly, or
+``INVALID_PINS``: thread ids out of range or negative, not injective, wrong shape, a plain Layout, an
+unknown buffer, two different pins of one buffer, which inference must refuse with a typed error).
 
 Per kernel and cost model: ``tl.infer_layouts``; every fragment layout and every loop layout (user
 nests and the element loops of copy/fill/elementwise ops) is checked by exact enumeration (valid: the
 packed (coords, rep) -> (slot, thread) map is injective inside the thread range; a loop layout covers its
 loop; every thread running an iteration holds what it touches there, and a write reaches every holder);
 then ``check_numeric`` runs the lowered kernel on the CPU (after the GPU pipeline's index rewriting)
-against the program's sequential semantics. Each kernel is checked in a child process, so a kernel
-that corrupts memory or hangs is reported as a crash. Outcomes:
+against the numpy interpreter of the unlowered program (``tilelayout.reference``, no code shared with
+the passes). Each kernel is checked in a child process, so a kernel that corrupts memory or hangs is
+reported as a crash. Outcomes:
 
     ok           inference, validation and numbers all fine
-    unsupported  a TileLayoutError (clear refusal; the message is kept for review)
+    unsupported  a TileLayoutError (clear refusal; the message, prefixed pin:/infer:/lower:, is kept)
     crash        any other exception, or the checking process died / timed out (a bug)
     invalid      a layout failed the enumeration checks (a serious bug)
     mismatch     the CPU run disagrees with the reference (a serious bug)
+    accepted-bad inference accepted an invalid pin, or a program that indexes out of bounds (a bug)
+    oracle       the numpy interpreter refused the kernel or disagreed with the sequential semantics
     generator    the text did not parse (a bug of this script)
 
-Exit status 0 when no kernel is crash/invalid/mismatch/generator, 1 otherwise.
+Exit status 0 when every kernel is ok or unsupported, 1 otherwise.
 """
 from __future__ import annotations
 
