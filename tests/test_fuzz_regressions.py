@@ -568,3 +568,17 @@ def test_valid_pins_are_kept_and_run_correctly(worker, kind):
 def test_invalid_pins_are_typed_errors(worker, kind):
     outcomes = _outcomes(worker, PINNED, [("frag", kind, (16, 24))])
     assert all(o.kind == "unsupported" for o in outcomes), [(o.kind, o.detail[:300]) for o in outcomes]
+
+
+def test_generator_draws_every_class_and_replays_deterministically():
+    from maint.fuzz import TINY_THREADS, generate
+    kernels = [generate(7, k) for k in range(400)]
+    notes = {n for kern in kernels for n in kern.notes}
+    for prefix in ("thread-region", "offset-write", "offset-read", "sub-region-copy-in", "sub-region-copy-out",
+                   "reversed-", "diagonal-read", "diagonal-update", "multi-index-read", "reduce-permuted-read",
+                   "pin-cyclic", "pin-blocked", "pin-thread-out-of-range"):
+        assert any(n.startswith(prefix) for n in notes), prefix
+    assert any(kern.threads in TINY_THREADS for kern in kernels)
+    assert generate(7, 123).text == kernels[123].text and generate(7, 123).pins == kernels[123].pins
+    for kern in kernels[:5]:
+        parse(kern.text)
