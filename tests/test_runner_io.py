@@ -21,10 +21,11 @@ def test_cute_parity_over_golden_fragments():
     assert "8/8 statements match" in text and "hit rate 8/8" in text
 
 
-def test_cute_parity_counts_padded_fragments_as_unconvertible():
+def test_cute_parity_reports_padded_fragments_refused_by_both_apart_from_matches():
     code, text = invoke("--cute", "--case", "ragged_extent/loop_1x229")
-    assert code == 0, text
-    assert "4/4 statements match" in text and "hit rate 0/4" in text
+    assert code == 0, text       # two refusals are no disagreement, but no match either
+    assert "0/4 statements match, 4 refused by both sides, 0 disagree" in text and "hit rate 0/4" in text
+    assert text.count("refused by both (cute: Unconvertible") == 4
 
 
 def test_explain_lists_every_root_with_costs_and_the_winner():
@@ -74,4 +75,6 @@ def test_anchor_reports_drift(monkeypatch):
 def test_numeric_runs_lowered_code_on_cpu_against_the_reference():
     code, text = invoke("--numeric", "--case", "reduce_broadcast/64x128", "--model", "io-aware")
     assert code == 0, text
-    assert "1/1 numeric checks pass" in text
+    assert "reduce_broadcast/64x128_t128: interpreter vs sequential semantics: ok" in text
+    assert "reduce_broadcast/64x128_t128/io-aware: lowered vs interpreter: ok" in text
+    assert "2/2 numeric checks pass" in text
