@@ -6,7 +6,7 @@ FREE (may invent a layout when nothing constrains it).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tvm import tirx
 
@@ -28,6 +28,19 @@ __all__ = ["STRICT", "COMMON", "FREE", "LEVEL_NAMES", "LoopDecision", "infer_op"
 
 
 @dataclass(frozen=True)
+class Derived:
+    """How a loop layout came from a fragment: formatted only when someone reads it (the search builds
+    thousands of decisions, and printing an access calls TVM's script printer)."""
+
+    buffer: str
+    access_key: int
+    access: object = field(compare=False, hash=False)
+
+    def __str__(self) -> str:
+        return f"derived from {self.buffer} ({self.access})"
+
+
+@dataclass(frozen=True)
 class LoopDecision:
     """A loop nest's layout and the guards partitioning needs."""
 
@@ -35,7 +48,7 @@ class LoopDecision:
     predicate: str | None          # condition on the thread index, None when always true
     padding_guard: bool            # (slot, thread) cells beyond the loop domain exist
     replica_guard: bool            # stores to shared/global must be done by replica 0 only
-    source: str                    # how it was chosen, for explanations
+    source: object                 # how it was chosen, for explanations: "planned", Derived(...), ...
 
 
 def infer_op(op, nest: LoopNest | None, level: int, state) -> None:
@@ -129,8 +142,7 @@ def _candidates(nest: LoopNest, level: int, state) -> list:
     src = _source_access(nest, state)
     out = []
     if src is not None:
-        out.append((_from_fragment(nest, src, state.layout(src.buffer), state),
-                    f"derived from {src.buffer.name} ({src})"))
+        out.append((_from_fragment(nest, src, state.layout(src.buffer), state), _derived(nest, src)))
         return out
     if level != FREE:
         return out
@@ -138,11 +150,15 @@ def _candidates(nest: LoopNest, level: int, state) -> list:
     if read_src is not None:
         try:
             out.append((_from_fragment(nest, read_src, state.layout(read_src.buffer), state),
-                        f"derived from {read_src.buffer.name} ({read_src})"))
+                        _derived(nest, read_src)))
         except (LayoutError, InferenceError) as err:
             state.note(f"{nest.describe()}: no candidate from {read_src.buffer.name}: {err}")
     out.append((_plan(nest, state), "planned"))
     return out
+
+
+def _derived(nest: LoopNest, access) -> Derived:
+    return Derived(access.buffer.name, _access_key(nest, access), access)
 
 
 def _plan(nest: LoopNest, state) -> Fragment:
@@ -251,7 +267,7 @@ def _checked_decision(nest: LoopNest, layout: Fragment, source: str, state, leve
         if frag is not None:
             err = _ownership(nest, layout, a, frag, state)
             if err is not None and level is not None and level != STRICT and a.buffer.name not in state.strict \
-                    and not source.startswith(f"derived from {a.buffer.name} (") \
+                    and not (isinstance(source, Derived) and source.buffer == a.buffer.name) \
                     and not any(b.is_write for b in nest.accesses_of(a.buffer)):
                 everyone = fully_replicated(a.buffer.shape, state.threads)
                 if everyone.contains(frag.bind_thread_range(0, state.threads) if frag.thread_range is None else frag):
