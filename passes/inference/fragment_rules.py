@@ -132,6 +132,8 @@ def _slot_varies_by_enumeration(nest: LoopNest, loop: Fragment, access, frag: Fr
     by enumeration (inner serial variables in the indices, symbolic or very large domains)."""
     if nest.inner_vars and _mentions_any(access.indices, nest.inner_vars):
         return None
+    if (frag is loop or frag.key == loop.key) and is_common_access(nest, access):
+        return False        # the fragment's slot at each point is the loop's own slot there
     if nest.size > VALIDATION_LIMIT or not frag.is_static or not loop.is_static:
         return None
     try:

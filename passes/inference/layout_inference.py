@@ -24,7 +24,7 @@ from .loop_nest import nest_of
 from .op_rules import COMMON, FREE, STRICT, LoopDecision, infer_op
 from .search_certificate import certify as _certify, copy_outcome as _copy_outcome
 
-__all__ = ["Attempt", "InferenceResult", "infer_layouts", "LayoutInference"]
+__all__ = ["Attempt", "InferenceResult", "infer_layouts", "LayoutInference", "clear_caches"]
 
 _SEARCH_ERRORS = (LayoutConflictError, InferenceError, LayoutError)
 
@@ -401,6 +401,14 @@ class _Engine:
             if i not in state.loops:
                 raise InferenceError(f"{nest.describe()}: no loop layout could be chosen")
             self._check_ownership(state, i)
+
+
+def clear_caches() -> None:
+    """Forget every process-wide memo inference keeps (shared plans, containment answers): the next run is cold."""
+    from tilelayout import fragment
+    from . import loop_plan
+    fragment.clear_caches()
+    loop_plan.clear_caches()
 
 
 def infer_layouts(func, target=None, cost_model=None) -> InferenceResult:

@@ -108,6 +108,10 @@ def plan_loop_layout(extents: Sequence[int], threads: int, width: int, touches_f
     return _plan(extents, threads, width, touches_fragment)
 
 
+def clear_caches() -> None:
+    _plan_static.cache_clear()
+
+
 @functools.lru_cache(maxsize=512)
 def _plan_static(extents: tuple, threads: int, width: int, touches_fragment: bool) -> Fragment:
     """Layouts are immutable values: every loop of the same extents shares one plan (and its cached tables)."""

@@ -439,6 +439,16 @@ def _distinct_replicas(frag: Fragment) -> Fragment:
                          f"no fragment layout holds it")
 
 
+def _slot_count(frag: Fragment) -> float:
+    """Registers per thread of ``frag`` (infinite when symbolic, so a symbolic layout is never preferred)."""
+    out = 1
+    for s in frag.output_shape:
+        if not isinstance(s, int):
+            return float("inf")
+        out *= s
+    return out
+
+
 def _infer_reduce(op: ReduceOp, level: int, state) -> None:
     if level == STRICT:
         return
@@ -466,6 +476,10 @@ def _infer_reduce(op: ReduceOp, level: int, state) -> None:
     old = state.layout(dst)
     if old is not None and old.contains(out):
         return      # every holder of a source row already holds its result (extra holders get it too)
+    if isinstance(old, Fragment) and _slot_count(old) < _slot_count(out) and out.contains(old):
+        # a consumer gave the destination fewer registers and only threads that hold a source row: after the
+        # cross-thread combine every holder of the row has the result, and these owners keep it
+        return
     try:
         state.propose(dst, out, op, level)  # new, or an upgrade of a layout with fewer holders
     except LayoutConflictError:

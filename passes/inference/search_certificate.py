@@ -106,43 +106,44 @@ def certify(engine, start, final, members: list, budget: int) -> bool:
     plans, total = [], 0
     for m in members:
         items = _items(engine, m)
+        begin = {item: _value(start, item) for item in items}
+        goal = {item: _value(final, item) for item in items}
         free = []
         for item in items:
-            v0, vf = _value(start, item), _value(final, item)
-            if v0 is not None and not _same(item, v0, vf):
+            if begin[item] is not None and not _same(item, begin[item], goal[item]):
                 return False                    # the attempt replaced a starting layout: not a monotone run
-            if v0 is None and vf is not None:
+            if begin[item] is None and goal[item] is not None:
                 free.append(item)
         if len(free) > PATTERN_ITEMS_LIMIT:
             return False
         total += 1 << len(free)
-        plans.append((m, items, free))
+        plans.append((m, items, begin, goal, free))
     if total > budget:
         return False
-    covered = {item for m, items, _ in plans for item in items if _value(start, item) is not None}
-    for m, items, free in plans:
+    covered = {item for _, items, begin, _, _ in plans for item in items if begin[item] is not None}
+    for m, items, begin, goal, free in plans:
         always = None
         for mask in range(1 << len(free)):
-            pattern = {item for k, item in enumerate(free) if mask >> k & 1}
-            after = _step_pattern(engine, start, final, m, items, pattern)
+            before = dict(begin)
+            for k, item in enumerate(free):
+                if mask >> k & 1:
+                    before[item] = goal[item]
+            after = _step_pattern(engine, start, m, items, before, goal)
             if after is None:
                 return False
             always = after if always is None else always & after
         covered |= always
-    return all(item in covered for m, items, _ in plans for item in items if _value(final, item) is not None)
+    return all(item in covered for _, items, _, goal, _ in plans for item in items if goal[item] is not None)
 
 
-def _step_pattern(engine, start, final, index: int, items: list, pattern: set) -> set | None:
-    """Step op ``index`` on the partial state ``start`` + ``final`` on ``pattern``; the set of its items set
-    afterwards, or None when the step fails, leaves F, removes a value or reaches outside its items."""
+def _step_pattern(engine, start, index: int, items: list, before: dict, goal: dict) -> set | None:
+    """Step op ``index`` on the partial state ``before`` (its items); the set of its items set afterwards,
+    or None when the step fails, leaves ``goal``, removes a value or reaches outside its items."""
     from .layout_inference import _State
     from .op_rules import FREE
     state = _State(engine)
-    layouts, loops = {}, {}
-    for item in items:
-        value = _value(final if item in pattern else start, item)
-        if value is not None:
-            (layouts if item[0] == "b" else loops)[item[1]] = value
+    layouts = {key: v for (kind, key), v in before.items() if kind == "b" and v is not None}
+    loops = {key: v for (kind, key), v in before.items() if kind == "l" and v is not None}
     state.layouts = _Watched(layouts, {key for kind, key in items if kind == "b"})
     state.loops = _Watched(loops, {key for kind, key in items if kind == "l"})
     state.setters = {}
@@ -155,11 +156,12 @@ def _step_pattern(engine, start, final, index: int, items: list, pattern: set) -
         return None
     out = set()
     for item in items:
-        before, now, goal = _value(final if item in pattern else start, item), _value(state, item), _value(final, item)
-        if before is not None and not _same(item, now, before):
+        kind, key = item
+        now = dict.get(state.layouts if kind == "b" else state.loops, key)
+        if before[item] is not None and not _same(item, now, before[item]):
             return None
         if now is not None:
-            if not _same(item, now, goal):
+            if not _same(item, now, goal[item]):
                 return None
             out.add(item)
     return out

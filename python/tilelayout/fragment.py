@@ -25,7 +25,7 @@ from .evaluate import evaluate, grid_env
 from .layout import (Layout, _as_expr, call_user_fn, _exprs_equal, _fmt_shape, _jsonable, _shapes_equal, make_analyzer,
                      normalize_shape, placeholder, rep_placeholder, shape_size, shape_vars, substitute)
 
-__all__ = ["Fragment", "fully_replicated", "infer_fragment_index"]
+__all__ = ["Fragment", "fully_replicated", "infer_fragment_index", "clear_caches"]
 
 #: containment answers by (container key, contained key): keys identify mappings, so answers never go stale
 _CONTAINS_MEMO: dict = {}
@@ -350,6 +350,13 @@ class Fragment(Layout):
 
     def __hash__(self) -> int:
         return hash((self.kind, tuple(str(s) for s in self._input_shape), self._replicate))
+
+
+def clear_caches() -> None:
+    """Forget process-wide memos (containment answers, shared fully replicated layouts); benchmarks call it
+    to time a cold run, as a compiler sees each kernel once."""
+    _CONTAINS_MEMO.clear()
+    _fully_replicated_static.cache_clear()
 
 
 def fully_replicated(shape, threads: int) -> Fragment:
