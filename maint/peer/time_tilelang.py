@@ -5,7 +5,7 @@
 
 Each FILE defines ``KERNELS = {name: zero-argument callable returning a TileLang PrimFunc}``. For every kernel
 and both cost models the module is taken exactly as ``tilelang.lower`` hands it to ``tl.LayoutInference`` (a
-pass instrument captures it), then only that pass is timed: the median of ``--repeat`` runs after one
+pass instrument captures it), then only that pass is timed (CPU time of the process): the median of ``--repeat`` runs after one
 warm-up run. Registers per thread: the sum over the inferred fragments of their slot counts. Prints one JSON
 object ``{model: {name: {"ms": float, "regs": int} | {"error": text}}}``. TileLang imports torch, which layout
 inference never uses: when torch is absent a small stand-in module is installed first.
@@ -117,10 +117,10 @@ def time_kernel(build, target, model: str, repeat: int) -> dict:
     samples, out = [], None
     for k in range(repeat + 1):
         with tvm.transform.PassContext(opt_level=3, config=config), target:
-            t0 = time.perf_counter()
+            t0 = time.process_time()
             out = tilelang.transform.LayoutInference()(mod)
             if k:
-                samples.append((time.perf_counter() - t0) * 1e3)
+                samples.append((time.process_time() - t0) * 1e3)
     return {"ms": statistics.median(samples), "regs": _registers(out)}
 
 

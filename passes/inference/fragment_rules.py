@@ -17,7 +17,7 @@ from tvm.ir import Range
 from tilelayout.errors import InferenceError, LayoutConflictError, LayoutError
 from tilelayout.evaluate import evaluate, grid_env
 from tilelayout.fragment import Fragment, fully_replicated
-from tilelayout.layout import Layout, placeholder, rep_placeholder, substitute
+from tilelayout.layout import Layout, mentions, placeholder, rep_placeholder, substitute
 
 from .loop_nest import LoopNest
 
@@ -175,11 +175,7 @@ def _dynamic_symbolic(nest: LoopNest, loop: Fragment, accesses: list) -> list:
 
 
 def _mentions(expr, variables) -> bool:
-    import tvm
-    import tvm_ffi
-    hits = []
-    tvm_ffi.structural_walk(expr, (tvm.ir.Var, lambda v: hits.append(1) if any(v.same_as(w) for w in variables) else None))
-    return bool(hits)
+    return mentions(expr, variables)
 
 
 def complete_fragment(nest: LoopNest, loop: Fragment, access, threads: int, read_only: bool) -> Fragment:

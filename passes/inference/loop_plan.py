@@ -13,7 +13,7 @@ from tvm import sym, tirx
 from tvm.ir import Range
 
 from tilelayout.fragment import Fragment
-from tilelayout.layout import placeholder, substitute
+from tilelayout.layout import mentions, placeholder, substitute
 
 __all__ = ["plan_loop_layout", "plan_vector_width", "is_contiguous_run", "linear_offset", "select_min_padding_width"]
 
@@ -27,11 +27,7 @@ def linear_offset(indices: Sequence, shape: Sequence):
 
 
 def _uses(expr, var) -> bool:
-    import tvm
-    import tvm_ffi
-    hits = []
-    tvm_ffi.structural_walk(expr, (tvm.ir.Var, lambda v: hits.append(1) if v.same_as(var) else None))
-    return bool(hits)
+    return mentions(expr, [var])
 
 
 def is_contiguous_run(offset, var, extent: int, width: int, bounds: dict) -> bool:

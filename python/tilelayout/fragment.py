@@ -22,7 +22,7 @@ from tvm.ir import Range
 
 from .errors import LayoutError
 from .evaluate import evaluate, grid_env
-from .layout import (Layout, _as_expr, call_user_fn, _exprs_equal, _fmt_shape, _jsonable, _shapes_equal, make_analyzer,
+from .layout import (ExprKey, Layout, _as_expr, call_user_fn, mentions, _exprs_equal, _fmt_shape, _jsonable, _shapes_equal, make_analyzer,
                      normalize_shape, placeholder, rep_placeholder, shape_size, shape_vars, substitute)
 
 __all__ = ["Fragment", "fully_replicated", "infer_fragment_index", "clear_caches"]
@@ -229,7 +229,8 @@ class Fragment(Layout):
     @property
     def is_fully_replicated(self) -> bool:
         """Every thread holds every element (thread == _rep)."""
-        return self._forward_thread.same_as(rep_placeholder()) or str(self._forward_thread) == "_rep"
+        t = self._forward_thread
+        return t.same_as(rep_placeholder()) or (isinstance(t, tirx.Var) and t.name == "_rep")
 
     def repeat(self, repeats, repeat_on_thread: bool = False, lower_dim_first: bool = True) -> "Fragment":
         """Tile each input dim by repeats[d]; the copy id goes to the thread or to the slot."""
@@ -268,7 +269,7 @@ class Fragment(Layout):
 
     @cached_property
     def key(self) -> tuple:
-        return super().key + (self._thread_str, self._replicate, self._thread_range)
+        return super().key + (ExprKey([self._forward_thread]), self._replicate, self._thread_range)
 
     def is_equal(self, other) -> bool:
         """Same slots, same threads for every replica, same replication and thread range."""
@@ -377,11 +378,7 @@ def _fully_replicated_static(shape: tuple, threads: int) -> Fragment:
 # --------------------------------------------------------------------------- index inference
 
 def _uses(expr, var) -> bool:
-    import tvm
-    import tvm_ffi
-    found = []
-    tvm_ffi.structural_walk(expr, (tvm.ir.Var, lambda v: found.append(True) if v.same_as(var) else None))
-    return bool(found)
+    return mentions(expr, [var])
 
 
 def _split_pieces(split, out: dict) -> bool:

@@ -53,6 +53,52 @@ def substitute(expr, vmap: dict):
     return tvm_ffi.structural_map(expr, (tvm.ir.Var, lambda v: vmap.get(v, v)))
 
 
+class ExprKey:
+    """Expressions compared structurally (the same tree over the same variables), hashed by TVM's structural
+    hash: a memo key for a layout's expressions without printing them (printing costs ~5x the hash)."""
+
+    __slots__ = ("exprs", "_hash")
+
+    def __init__(self, exprs):
+        self.exprs = tuple(exprs)
+        self._hash = hash(tuple(tvm_ffi_structural_hash(e) for e in self.exprs))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other) -> bool:
+        if self is other:
+            return True
+        if not isinstance(other, ExprKey) or self._hash != other._hash or len(self.exprs) != len(other.exprs):
+            return False
+        return all(a.same_as(b) or tvm_ffi_structural_equal(a, b) for a, b in zip(self.exprs, other.exprs))
+
+    def __repr__(self) -> str:
+        return f"ExprKey({', '.join(str(e) for e in self.exprs)})"
+
+
+def tvm_ffi_structural_hash(expr) -> int:
+    import tvm_ffi
+    return tvm_ffi.structural_hash(expr)
+
+
+def tvm_ffi_structural_equal(a, b) -> bool:
+    import tvm_ffi
+    return bool(tvm_ffi.structural_equal(a, b))
+
+
+def free_vars(expr) -> list:
+    """The variables ``expr`` uses: one FFI call (a Python structural walk costs ~40x more per expression)."""
+    if isinstance(expr, (int, np.integer)) or not isinstance(expr, tvm.ir.Expr):
+        return []
+    return list(tirx.analysis.undefined_vars(expr, []))
+
+
+def mentions(expr, variables) -> bool:
+    """Does ``expr`` use any of ``variables`` (by identity)?"""
+    return any(v.same_as(w) for v in free_vars(expr) for w in variables)
+
+
 def call_user_fn(fn, args, what: str, role: str):
     """Call a user's forward function, turning an arity mismatch into a LayoutError (shape/rank mismatch)."""
     try:
@@ -97,11 +143,10 @@ def normalize_shape(shape, what: str = "layout") -> list:
 
 def shape_vars(shape: Sequence) -> set:
     """Free variables of symbolic extents: expressions of a symbolic layout may use them (``_i * n + _j``)."""
-    import tvm_ffi
     found: list = []
     for s in shape:
         if isinstance(s, tvm.ir.Expr):
-            tvm_ffi.structural_walk(s, (tvm.ir.Var, found.append))
+            found.extend(free_vars(s))
     return set(found)
 
 
@@ -172,15 +217,10 @@ class Layout:
         return obj
 
     def _check_free_vars(self, exprs, allowed: set) -> None:
-        import tvm_ffi
         bad = []
         allowed = list(allowed)
-
-        def check(v):
-            if not any(v.same_as(a) for a in allowed):
-                bad.append(v.name)
         for e in exprs:
-            tvm_ffi.structural_walk(e, (tvm.ir.Var, check))
+            bad += [v.name for v in free_vars(e) if not any(v.same_as(a) for a in allowed)]
         if bad:
             names = ", ".join(sorted(set(bad)))
             raise LayoutError(f"layout over {_fmt_shape(self._input_shape)} uses variables that are not its "
@@ -340,7 +380,8 @@ class Layout:
     @cached_property
     def key(self) -> tuple:
         """Structural identity (same key => same mapping); used to memoise work on equal layouts."""
-        return (self.kind, tuple(str(s) for s in self._input_shape), self._index_strs)
+        return (self.kind, tuple(s if isinstance(s, int) else str(s) for s in self._input_shape),
+                ExprKey(self._forward_index))
 
     def _same_index(self, other: "Layout") -> bool:
         if not _shapes_equal(self._input_shape, other._input_shape) or self.output_dim != other.output_dim:
@@ -843,11 +884,8 @@ def _solve_output(y, expr, variables: list, shape: list, back: list, box) -> dic
 
 
 def _mentions_unsolved(expr, variables: list, back: list, shape: list) -> bool:
-    import tvm_ffi
     todo = [v for k, v in enumerate(variables) if back[k] is None and shape[k] > 1]
-    hits = []
-    tvm_ffi.structural_walk(expr, (tvm.ir.Var, lambda v: hits.append(1) if any(v.same_as(w) for w in todo) else None))
-    return bool(hits)
+    return mentions(expr, todo)
 
 
 def _gf2_inverse(layout: Layout) -> Layout | None:
