@@ -9,6 +9,7 @@
   reads and that the threads writing an element are exactly its holders.
 """
 from __future__ import annotations
+from tilelayout.expr import mentions as _mentions
 
 import numpy as np
 from tvm import tirx
@@ -17,7 +18,7 @@ from tvm.ir import Range
 from tilelayout.errors import InferenceError, LayoutConflictError, LayoutError
 from tilelayout.evaluate import evaluate, grid_env
 from tilelayout.fragment import Fragment, fully_replicated
-from tilelayout.layout import Layout, mentions, placeholder, rep_placeholder, substitute
+from tilelayout.layout import Layout, placeholder, rep_placeholder, substitute
 
 from .loop_nest import LoopNest
 
@@ -172,10 +173,6 @@ def _dynamic_symbolic(nest: LoopNest, loop: Fragment, accesses: list) -> list:
         if any(_mentions(e, dynamic) for e in index):
             out.append(a)
     return out
-
-
-def _mentions(expr, variables) -> bool:
-    return mentions(expr, variables)
 
 
 def complete_fragment(nest: LoopNest, loop: Fragment, access, threads: int, read_only: bool) -> Fragment:
