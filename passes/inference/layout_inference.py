@@ -84,7 +84,8 @@ class InferenceResult:
 
 
 class _State:
-    """Layouts of one attempt (or of the committed result) and the BFS queue that feeds on them."""
+    """Layouts of one attempt (or of the committed result) and the BFS queue that feeds on them; the
+    ``RuleState`` the per-op rules are handed (``rule_state.py`` declares what they may use)."""
 
     def __init__(self, engine: "_Engine"):
         self.engine = engine
