@@ -17,6 +17,7 @@ cannot be modelled raises `FrontendError` naming it.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, ClassVar, Iterable
@@ -27,7 +28,7 @@ from tvm import tirx
 from tvm.ir import TensorLoad, TensorRegion
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
-from tilelayout.errors import LayoutError
+from tilelayout.errors import LayoutError, TileLayoutError
 from tilelayout.tile_layout_interop import is_default_tile_layout
 
 __all__ = [
@@ -250,6 +251,7 @@ class TileOp:
     stmt: Any = None
     serial_loops: tuple = ()     # enclosing non-parallel loops, outermost first
     conditions: tuple = ()       # enclosing `if` conditions (negated for else branches)
+    thread_range: tuple | None = None   # (min, extent) of the threads the conditions let run it; None: all
 
     @property
     def serial_repeat(self) -> int | None:
@@ -466,6 +468,10 @@ class OpGraph:
                 return group
         return [buffer]
 
+    def op_thread_range(self, op: TileOp) -> tuple:
+        """(min, extent) of the threads that run ``op`` (the whole block unless a condition narrows it)."""
+        return op.thread_range if op.thread_range is not None else (0, self.thread_extent)
+
     def parallel_ops(self) -> list[ParallelOp]:
         return [op for op in self.ops if isinstance(op, ParallelOp)]
 
@@ -507,6 +513,7 @@ class _Builder:
         self.conds: list = []
         self.keys: dict[str, int] = {}
         self.thread_extents: dict[str, Any] = {}
+        self.bound: dict = {}          # Var bound by a `Bind` statement -> its value (for thread conditions)
 
     # -- buffers ---------------------------------------------------------------------------
     def info(self, var: Any) -> BufferInfo:
@@ -593,6 +600,7 @@ class _Builder:
             self.float_scan(s)
         elif isinstance(s, tirx.Bind):
             self.float_scan(s.value)
+            self.bound[s.var] = s.value
         elif isinstance(s, tirx.Evaluate):
             self.float_scan(s.value)
         elif isinstance(s, tirx.AssertStmt):
@@ -676,6 +684,9 @@ class _Builder:
     def add(self, cls: type, stmt: Any, **fields: Any) -> None:
         op = cls(index=len(self.graph.ops), stmt=stmt, serial_loops=tuple(self.loops),
                  conditions=tuple(self.conds), **fields)
+        rng = thread_range_of(op, self.graph.thread_var, self.graph.thread_extent, self.bound)
+        if rng is not None:
+            op = dataclasses.replace(op, thread_range=rng)
         self.graph.ops.append(op)
 
     def parallel(self, root: Any) -> None:
@@ -791,6 +802,78 @@ class _Builder:
                 order.append(r)
             groups[r].append(info)
         return [groups[r] for r in order if len(groups[r]) > 1]
+
+
+def _conjuncts(cond: Any) -> list:
+    if isinstance(cond, tirx.And):
+        return _conjuncts(cond.a) + _conjuncts(cond.b)
+    return [cond]
+
+
+def _free_vars(expr: Any) -> list:
+    found: list = []
+
+    def on_var(v: Any) -> None:
+        if not any(v.same_as(w) for w in found):
+            found.append(v)
+    _walk(expr, [(tvm.ir.Var, on_var)])
+    return found
+
+
+def _inline_bound(expr: Any, bound: dict) -> Any:
+    """``expr`` with variables bound by ``Bind`` statements replaced by their values (transitively)."""
+    from tilelayout.layout import substitute
+    for _ in range(len(bound) + 1):
+        vmap = {v: bound[v] for v in _free_vars(expr) if v in bound}
+        if not vmap:
+            return expr
+        expr = substitute(expr, vmap)
+    return expr
+
+
+def thread_range_of(op: TileOp, thread_var: Any, threads: int, bound: dict | None = None) -> tuple | None:
+    """(min, extent) of the threads that run ``op`` under its enclosing conditions, None when every thread does.
+
+    A condition that does not read the thread index is uniform across the block and leaves the range alone;
+    one that reads only the thread index is decided by enumerating every launched thread and must select a
+    non-empty contiguous range (``tx < 64``, ``64 <= tx < 128``); anything else (``tx % 2 == 0``, the thread
+    index mixed with other values) is refused: the op's layouts could not be bound to the threads that run it.
+    """
+    if thread_var is None or not op.conditions:
+        return None
+    import numpy as np
+    from tilelayout.evaluate import evaluate
+    mask = np.ones(threads, dtype=bool)
+    for cond in op.conditions:
+        for part in _conjuncts(_inline_bound(cond, bound or {})):
+            free = _free_vars(part)
+            if not any(v.same_as(thread_var) for v in free):
+                continue
+            others = [v.name for v in free if not v.same_as(thread_var)]
+            if others:
+                raise FrontendError(
+                    f"{op.describe()}: its condition `{_text(part)}` mixes the thread index {thread_var.name} with "
+                    f"{', '.join(others)}; an op under a thread-dependent `if` must be guarded by a condition on "
+                    f"{thread_var.name} alone (a contiguous range such as `{thread_var.name} < 64`)")
+            try:
+                hit = np.broadcast_to(evaluate(part, {thread_var: np.arange(threads, dtype=np.int64)}), (threads,))
+            except TileLayoutError as err:
+                raise FrontendError(f"{op.describe()}: cannot decide which threads its condition `{_text(part)}` "
+                                    f"selects: {err}") from None
+            mask &= hit.astype(bool)
+    if mask.all():
+        return None
+    on = np.nonzero(mask)[0]
+    if on.size == 0:
+        raise FrontendError(f"{op.describe()}: its conditions {' and '.join(_text(c) for c in op.conditions)} "
+                            f"select no thread of the {threads} launched; remove the dead op")
+    lo, hi = int(on[0]), int(on[-1]) + 1
+    if on.size != hi - lo:
+        raise FrontendError(
+            f"{op.describe()}: its conditions {' and '.join(_text(c) for c in op.conditions)} select threads that "
+            f"are not one contiguous range ({on.size} of {threads}, first {lo}, last {hi - 1}); layouts are bound "
+            f"to a thread range, so guard tile ops and parallel loops with `lo <= {thread_var.name} < hi`")
+    return lo, hi - lo
 
 
 def _match(call: Any, what: str, regions: list[Region]) -> None:

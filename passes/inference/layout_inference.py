@@ -104,7 +104,18 @@ class _State:
 
     # -- facts the rules read
     @property
+    def thread_range(self) -> tuple:
+        """(min, extent) of the threads running the op being inferred (the whole block outside any op)."""
+        graph = self.engine.graph
+        return graph.op_thread_range(self.current) if self.current is not None else (0, graph.thread_extent)
+
+    @property
     def threads(self) -> int:
+        """How many threads run the op being inferred."""
+        return self.thread_range[1]
+
+    @property
+    def block_threads(self) -> int:
         return self.engine.graph.thread_extent
 
     @property
@@ -154,7 +165,7 @@ class _State:
     def propose(self, buf, layout, op, level: int) -> None:
         name = buf.name
         if isinstance(layout, Fragment) and layout.thread_range is None:
-            layout = layout.bind_thread_range(0, self.threads)
+            layout = layout.bind_thread_range(*self.thread_range)
         old = self.layouts.get(name)
         if old is None:
             self._set(buf, layout, op)

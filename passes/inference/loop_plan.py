@@ -100,8 +100,10 @@ def select_min_padding_width(width: int, total: int, threads: int) -> int:
     return best
 
 
-def plan_loop_layout(extents: Sequence[int], threads: int, width: int, touches_fragment: bool) -> Fragment:
-    """flat = row-major(coords); group = flat // V; thread = group % T; slot = group // T * V + flat % V."""
+def plan_loop_layout(extents: Sequence[int], threads: int, width: int, touches_fragment: bool,
+                     thread_min: int = 0) -> Fragment:
+    """flat = row-major(coords); group = flat // V; thread = group % T; slot = group // T * V + flat % V,
+    over the ``threads`` threads starting at ``thread_min``."""
     total = 1
     for e in extents:
         total *= e
@@ -116,4 +118,4 @@ def plan_loop_layout(extents: Sequence[int], threads: int, width: int, touches_f
     layout = Fragment.from_exprs(list(extents), thread, [slot])
     if touches_fragment and layout.thread_extent < threads:
         layout = layout.replicate(threads // layout.thread_extent)
-    return layout.bind_thread_range(0, threads)
+    return layout.bind_thread_range(thread_min, threads)

@@ -55,8 +55,10 @@ def LowerTileOps(target=None):
 class _Fixed:
     """The read-only view of final layouts that the inference rules expect of their state."""
 
-    def __init__(self, threads: int, target, thread_name: str, layouts: dict):
-        self.threads, self.target, self.thread_name = threads, target, thread_name
+    def __init__(self, threads: int, target, thread_name: str, layouts: dict, thread_range: tuple | None = None):
+        self.block_threads, self.target, self.thread_name = threads, target, thread_name
+        self.thread_range = thread_range or (0, threads)
+        self.threads = self.thread_range[1]
         self.layouts = dict(layouts)
 
     def layout(self, buf):
@@ -87,9 +89,11 @@ class _Fixed:
                                 f"{layout!r}, but the annotated layout is {old!r}; run layout inference first")
 
 
-def tile_loop_decision(nest, threads: int, target, thread_name: str, layouts: dict) -> op_rules.LoopDecision:
-    """The loop layout of a copy/fill/elementwise nest, chosen by inference's own rules on the final layouts."""
-    state = _Fixed(threads, target, thread_name, layouts)
+def tile_loop_decision(nest, threads: int, target, thread_name: str, layouts: dict,
+                       thread_range: tuple | None = None) -> op_rules.LoopDecision:
+    """The loop layout of a copy/fill/elementwise nest, chosen by inference's own rules on the final layouts
+    (``thread_range``: the (min, extent) of the threads the op's enclosing conditions let run it)."""
+    state = _Fixed(threads, target, thread_name, layouts, thread_range)
     for a in nest.fragment_accesses():
         if state.layout(a.buffer) is None:
             raise LoweringError(f"fragment {a.buffer.name}: {nest.describe()} touches it but it has no layout "
@@ -167,7 +171,8 @@ class _Lowering:
     # ------------------------------------------------------------------ copy / fill / elementwise
     def loop_op(self, op, node):
         nest = nest_of(op)
-        decision = tile_loop_decision(nest, self.threads, self.target, self.thread_name, self.layouts)
+        decision = tile_loop_decision(nest, self.threads, self.target, self.thread_name, self.layouts,
+                                      self.graph.op_thread_range(op))
         body = element_loop(op, node, nest, tirx.ForKind.PARALLEL)
         return annotate_loop(body, decision.layout, decision.predicate, decision.padding_guard, decision.replica_guard)
 
