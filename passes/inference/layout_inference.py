@@ -21,7 +21,8 @@ from .fragment_rules import ownership_error
 from .frontend import build_op_graph
 from ..hardware import normalize_target
 from .loop_nest import nest_of
-from .op_rules import COMMON, FREE, STRICT, LoopDecision, infer_op
+from .frontend import ReduceOp
+from .op_rules import COMMON, FREE, STRICT, LoopDecision, check_reduction_barrier, infer_op
 
 __all__ = ["Attempt", "InferenceResult", "infer_layouts", "LayoutInference"]
 
@@ -379,6 +380,8 @@ class _Engine:
         for i in members:
             if self.nests[i] is not None:
                 self._check_ownership(state, i)
+            elif isinstance(self.ops[i], ReduceOp):
+                check_reduction_barrier(self.ops[i], state)
 
     def _check_ownership(self, state: _State, i: int) -> None:
         nest = self.nests[i]
@@ -402,6 +405,9 @@ class _Engine:
             if i not in state.loops:
                 raise InferenceError(f"{nest.describe()}: no loop layout could be chosen")
             self._check_ownership(state, i)
+        for op in self.ops:
+            if isinstance(op, ReduceOp):
+                check_reduction_barrier(op, state)
 
 
 def infer_layouts(func, target=None, cost_model=None) -> InferenceResult:

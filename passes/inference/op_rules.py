@@ -24,7 +24,8 @@ from .loop_plan import plan_loop_layout, plan_vector_width, select_min_padding_w
 STRICT, COMMON, FREE = 2, 1, 0
 LEVEL_NAMES = {STRICT: "strict", COMMON: "common", FREE: "free"}
 
-__all__ = ["STRICT", "COMMON", "FREE", "LEVEL_NAMES", "LoopDecision", "infer_op", "decide_loop"]
+__all__ = ["STRICT", "COMMON", "FREE", "LEVEL_NAMES", "LoopDecision", "infer_op", "decide_loop",
+           "check_reduction_barrier"]
 
 
 @dataclass(frozen=True)
@@ -474,6 +475,29 @@ def _infer_reduce(op: ReduceOp, level: int, state) -> None:
         raise LayoutConflictError(
             f"buffer {dst.name}: {op.describe()} needs every thread that holds a source row to hold its result "
             f"({out!r}), but {state.setter(dst)} gave it {old!r}") from None
+
+
+def check_reduction_barrier(op: ReduceOp, state) -> None:
+    """A reduction under a thread-dependent condition may combine partials only with warp shuffles: the
+    shared-memory exchange needs a block-wide barrier that threads outside the condition never reach."""
+    if op.thread_range is None or not op.src.buffer.is_fragment or state.layout(op.src.buffer) is None:
+        return
+    from ..hardware import warp_size
+    from .all_reduce import needs_barrier
+    if op.dst.buffer.is_fragment:
+        work = state.layout(op.dst.buffer)
+    else:
+        work = state.layout(op.src.buffer)
+        for axis in sorted(op.axes, reverse=True):
+            work = reducer_layout(work, axis)
+    if work is None or not work.is_static:
+        return
+    if needs_barrier(work, state.block_threads, warp_size(state.target)):
+        lo, ext = op.thread_range
+        raise InferenceError(
+            f"{op.describe()} runs under a thread-dependent condition (threads [{lo}, {lo + ext})), but the holders of "
+            f"a result element ({work!r}) span warps, so combining them needs a block-wide barrier that the other "
+            f"threads never reach; make the range whole warps holding whole rows, or reduce outside the condition")
 
 
 # ------------------------------------------------------------------------------------------ gemm
