@@ -143,3 +143,213 @@ def test_reduction_needing_a_barrier_under_a_thread_condition_is_refused():
 def test_thread_range_reaches_cuda_source():
     src = tl.cuda_source(_parse(PRODUCER_CONSUMER))
     assert "threadIdx.x" in src and "64" in src
+
+
+# ---------------------------------------------------------------------------------------------------
+# 2. Partial visits at an offset: the loop derived from the fragment through ``F[i + 3, j]`` has thread
+# ``(_i + 3) % 8 * 16 + _j // 4``; apache-tvm's iter-map detection drops the ``+ 3`` of that rotation, and the
+# trusted inverse sent rows to the wrong threads and registers (896 of 1,024 outputs wrong). Inverses are now
+# verified by enumeration; a layout with no closed-form inverse is partitioned by a guarded scan.
+
+OFFSET_VISIT = '''
+@T.prim_func
+def main(A: T.Buffer((8, 64), "float32"), B: T.Buffer((16, 64), "float32")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 128)
+    F = T.alloc_buffer((16, 64), "float32", scope="local.fragment")
+    Tx.fill(F[0:16, 0:64], T.float32(0))
+    for i in T.parallel(8):
+        for j in T.parallel(64):
+            F[i + 3, j] = A[i, j]
+    Tx.copy(B[0:16, 0:64], F[0:16, 0:64])
+'''
+
+OFFSET_COPY = '''
+@T.prim_func
+def main(A: T.Buffer((8, 64), "float32"), B: T.Buffer((16, 64), "float32")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 128)
+    F = T.alloc_buffer((16, 64), "float32", scope="local.fragment")
+    Tx.fill(F[0:16, 0:64], T.float32(0))
+    Tx.copy(F[3:11, 0:64], A[0:8, 0:64])
+    Tx.copy(B[0:16, 0:64], F[0:16, 0:64])
+'''
+
+
+@pytest.mark.parametrize("text", [OFFSET_VISIT, OFFSET_COPY], ids=["parallel", "copy"])
+@pytest.mark.parametrize("model", MODELS)
+def test_partial_visit_at_an_offset(text, model):
+    A = _rand(8, 64)
+    _, B = _run(text, A, np.zeros((16, 64), "float32"), model=model)
+    want = np.zeros((16, 64), "float32")
+    want[3:11] = A
+    np.testing.assert_array_equal(B, want)
+
+
+@pytest.mark.parametrize("offset", [1, 5, 8])
+def test_partial_visit_at_other_offsets(offset):
+    text = OFFSET_VISIT.replace("i + 3", f"i + {offset}")
+    A = _rand(8, 64, seed=offset)
+    _, B = _run(text, A, np.zeros((16, 64), "float32"))
+    want = np.zeros((16, 64), "float32")
+    want[offset:offset + 8] = A
+    np.testing.assert_array_equal(B, want)
+
+
+def test_rotation_inverse_is_checked():
+    from tilelayout.layout import Layout, placeholder as P
+    lay = Layout.from_exprs([8, 64], [P(1) % 4, (P(0) + 3) % 8 * 16 + P(1) // 4])
+    try:
+        inv = lay.inverse()
+    except TileLayoutError:
+        return                       # refusing is fine; a wrong inverse is not
+    tab = np.asarray(lay.table()).reshape(-1, 2)
+    back = np.asarray(inv.table())[tuple(tab.T)]
+    coords = np.stack(np.unravel_index(np.arange(tab.shape[0]), (8, 64)), axis=1)
+    assert (back == coords).all()
+
+
+# ---------------------------------------------------------------------------------------------------
+# 3. A reversed read of a reduction's result with 32 threads: the per-thread split of ``(127 - _i) // 4`` was
+# off by three and thread 31 wrote O0[-3] (heap corruption).
+
+REVERSED_AFTER_REDUCE = '''
+@T.prim_func
+def main(A: T.Buffer((128, 8), "float32"), O0: T.Buffer((128,), "float32")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 32)
+    F = T.alloc_buffer((128, 8), "float32", scope="local.fragment")
+    f1 = T.alloc_buffer((128,), "float32", scope="local.fragment")
+    f2 = T.alloc_buffer((128,), "float32", scope="local.fragment")
+    Tx.copy(F[0:128, 0:8], A[0:128, 0:8])
+    Tx.max(f1[0:128], F[0:128, 0:8], axes=[1])
+    for i in T.parallel(128):
+        f2[i] = T.max(f1[127 - i], f1[i])
+    Tx.copy(O0[0:128], f2[0:128])
+'''
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_reversed_read_after_reduction(model):
+    A = _rand(128, 8)
+    _, O = _run(REVERSED_AFTER_REDUCE, A, np.zeros(128, "float32"), model=model)
+    row = A.max(axis=1)
+    np.testing.assert_array_equal(O, np.maximum(row[::-1], row))
+
+
+# ---------------------------------------------------------------------------------------------------
+# 4. Reversed and diagonal reads: inference returned a loop layout that lowering could not invert. Lowering now
+# realises every valid layout (a layout without a closed-form inverse is partitioned by a guarded scan), and
+# indices that TVM's buffer flattening would rewrite wrongly (``(3 - j) % 4``) are protected.
+
+REVERSED_2D = '''
+@T.prim_func
+def main(A: T.Buffer((128, 128), "float32"), B: T.Buffer((128, 128), "float32")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 128)
+    F = T.alloc_buffer((128, 128), "float32", scope="local.fragment")
+    Tx.copy(F[0:128, 0:128], A[0:128, 0:128])
+    for i in T.parallel(128):
+        for j in T.parallel(128):
+            B[i, j] = F[127 - i, 127 - j]
+'''
+
+DIAGONAL = '''
+@T.prim_func
+def main(A: T.Buffer((16, 16), "float32"), B: T.Buffer((16, 16), "float32")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 32)
+    F = T.alloc_buffer((16, 16), "float32", scope="local.fragment")
+    Tx.copy(F[0:16, 0:16], A[0:16, 0:16])
+    for i in T.parallel(16):
+        F[i, i] = F[i, i] + T.float32(1)
+    Tx.copy(B[0:16, 0:16], F[0:16, 0:16])
+'''
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_reversed_2d_read(model):
+    A = _rand(128, 128)
+    _, B = _run(REVERSED_2D, A, np.zeros_like(A), model=model)
+    np.testing.assert_array_equal(B, A[::-1, ::-1])
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_diagonal_update(model):
+    A = _rand(16, 16)
+    _, B = _run(DIAGONAL, A, np.zeros_like(A), model=model)
+    np.testing.assert_array_equal(B, A + np.eye(16, dtype="float32"))
+
+
+def test_flattening_rewrite_is_avoided():
+    from tilelayout.passes.lowering.index_guard import _changed_by_flattening
+    from tvm import tirx
+    j = tirx.Var("j", "int32")
+    bad = tirx.floordiv(127 - j, 4) * 4 + tirx.floormod(3 - j, 4)
+    assert _changed_by_flattening([bad], [128], {j: (0, 128)})
+    assert not _changed_by_flattening([tirx.floordiv(j, 4) * 4 + tirx.floormod(j, 4)], [128], {j: (0, 128)})
+
+
+# ---------------------------------------------------------------------------------------------------
+# 5. Pins are validated: thread ids inside the block, one element per (thread, slot), the buffer's shape, a
+# Fragment for a fragment buffer, an existing buffer, one layout per buffer.
+
+PIN_KERNEL = '''
+@T.prim_func
+def main(A: T.Buffer((128, 128), "float32"), B: T.Buffer((128, 128), "float32")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 128)
+    F = T.alloc_buffer((128, 128), "float32", scope="local.fragment")
+    Tx.copy(F[0:128, 0:128], A[0:128, 0:128])
+    Tx.copy(B[0:128, 0:128], F[0:128, 0:128])
+'''
+
+
+def _pinned(layouts):
+    return tl.annotate_layouts(_parse(PIN_KERNEL), layouts)
+
+
+@pytest.mark.parametrize("layout, match", [
+    (tl.Fragment((128, 128), lambda i, j: i - 64, lambda i, j: j), "outside"),
+    (tl.Fragment((128, 128), lambda i, j: i + 64, lambda i, j: j), "outside"),
+    (tl.Fragment((128, 128), lambda i, j: i, lambda i, j: j).bind_thread_range(64, 64), "outside"),
+    (tl.Fragment((128, 128), lambda i, j: i % 64, lambda i, j: j), "two elements"),
+    (tl.Layout((128, 128), lambda i, j: [i, j]), "plain Layout"),
+])
+def test_invalid_pins_are_refused(layout, match):
+    with pytest.raises(TileLayoutError, match=match):
+        tl.infer_layouts(_pinned({"F": layout}))
+
+
+def test_pin_of_the_wrong_shape_is_refused():
+    with pytest.raises(TileLayoutError, match="shape"):
+        _pinned({"F": tl.Fragment((64, 128), lambda i, j: i, lambda i, j: j)})
+
+
+def test_pin_of_a_missing_buffer_is_refused():
+    with pytest.raises(TileLayoutError, match="no such buffer"):
+        _pinned({"G": tl.Fragment((128, 128), lambda i, j: i, lambda i, j: j)})
+    raw = _pinned({"F": tl.Fragment((128, 128), lambda i, j: i, lambda i, j: j)})
+    renamed = raw.with_attr("tilelayout.layouts", {"G": raw.attrs["tilelayout.layouts"]["F"]})
+    with pytest.raises(TileLayoutError, match="no such buffer"):
+        tl.infer_layouts(renamed)
+
+
+def test_pinning_one_buffer_twice_differently_is_refused():
+    from tilelayout.annotate import function_buffers
+    func = _parse(PIN_KERNEL)
+    F = next(b for b in function_buffers(func) if str(b.name) == "F")
+    a = tl.Fragment((128, 128), lambda i, j: i, lambda i, j: j)
+    b = tl.Fragment((128, 128), lambda i, j: j, lambda i, j: i)
+    with pytest.raises(TileLayoutError, match="twice"):
+        tl.annotate_layouts(func, {F: a, "F": b})
+
+
+def test_valid_pin_is_honoured_and_correct():
+    pin = tl.Fragment((128, 128), lambda i, j: (i * 7 + j) % 128, lambda i, j: i)
+    res = tl.infer_layouts(_pinned({"F": pin}))
+    assert res.buffers["F"].is_equal(pin.bind_thread_range(0, 128))
+    A = _rand(128, 128)
+    out = [A.copy(), np.zeros_like(A)]
+    tl.build_cpu(_pinned({"F": pin}))(*out)
+    np.testing.assert_array_equal(out[1], A)

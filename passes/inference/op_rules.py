@@ -25,7 +25,7 @@ STRICT, COMMON, FREE = 2, 1, 0
 LEVEL_NAMES = {STRICT: "strict", COMMON: "common", FREE: "free"}
 
 __all__ = ["STRICT", "COMMON", "FREE", "LEVEL_NAMES", "LoopDecision", "infer_op", "decide_loop",
-           "check_reduction_barrier"]
+           "check_reduction_barrier", "check_cells_invertible"]
 
 
 @dataclass(frozen=True)
@@ -475,6 +475,25 @@ def _infer_reduce(op: ReduceOp, level: int, state) -> None:
         raise LayoutConflictError(
             f"buffer {dst.name}: {op.describe()} needs every thread that holds a source row to hold its result "
             f"({out!r}), but {state.setter(dst)} gave it {old!r}") from None
+
+
+def check_cells_invertible(op, state) -> None:
+    """Reductions and gemms are lowered by walking, in each thread, the register slots a fragment gives it, which
+    needs the fragment's inverse in closed form; refuse a layout without one here, not in lowering."""
+    if not isinstance(op, (ReduceOp, GemmOp)):
+        return
+    for region in op.regions():
+        buf = region.buffer
+        lay = state.layout(buf) if buf.is_fragment else None
+        if lay is None:
+            continue
+        try:
+            lay.inverse_with_info(allow_padding=True)
+        except LayoutError as err:
+            raise InferenceError(f"buffer {buf.name}: {op.describe()} walks the registers of its layout {lay!r}, "
+                                 f"which has no closed-form inverse: {err}") from None
+    if isinstance(op, ReduceOp):
+        check_reduction_barrier(op, state)
 
 
 def check_reduction_barrier(op: ReduceOp, state) -> None:

@@ -64,7 +64,10 @@ def lower_func(func, target=None, cost_model=None, infer: bool = True, verify: b
     func = lower_tile_ops(func, target)
     func = partition_function(func, verify)
     func = vectorize_function(func, target)
-    return func
+    from .index_guard import protect_indices
+    from .loop_partition import thread_launch
+    tx, threads = thread_launch(func)
+    return func.with_body(protect_indices(func.body, tx, threads))
 
 
 def lower(func, target=None, cost_model=None, infer: bool = True, verify: bool = True) -> tvm.IRModule:
