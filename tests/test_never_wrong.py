@@ -353,3 +353,140 @@ def test_valid_pin_is_honoured_and_correct():
     out = [A.copy(), np.zeros_like(A)]
     tl.build_cpu(_pinned({"F": pin}))(*out)
     np.testing.assert_array_equal(out[1], A)
+
+
+# ---------------------------------------------------------------------------------------------------
+# 6-8. Out-of-bounds constant regions, negative layout outputs, thread-block limits.
+
+OOB_COPY = '''
+@T.prim_func
+def main(A: T.Buffer((128, 64), "float32"), B: T.Buffer((128, 64), "float32")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 128)
+    F = T.alloc_buffer((128, 64), "float32", scope="local.fragment")
+    Tx.copy(F[0:128, 0:64], A[0:128, 0:64])
+    Tx.copy(B[100000:100128, 0:64], F[0:128, 0:64])
+'''
+
+
+def test_constant_region_outside_its_buffer_is_refused():
+    with pytest.raises(TileLayoutError, match=r"B\[100000:100128, 0:64\] lies outside buffer `B`"):
+        tl.infer_layouts(_parse(OOB_COPY))
+    with pytest.raises(TileLayoutError, match="outside buffer `A`"):
+        tl.build_cpu(_parse(OOB_COPY.replace("A[0:128, 0:64]", "A[0:128, 8:72]")))
+
+
+def test_negative_layout_outputs_are_refused():
+    lay = tl.Layout([8], lambda i: [i - 4])
+    with pytest.raises(tl.LayoutError, match="negative"):
+        lay.output_shape
+    assert "invalid" in repr(lay)          # printing an invalid layout still works
+    with pytest.raises(tl.LayoutError, match="negative"):
+        tl.layout_from_dict({"kind": "Layout", "input_shape": [8], "forward_index": ["_i - 4"]})
+    assert tl.Layout([8], lambda i: [7 - i]).output_shape == [8]
+
+
+@pytest.mark.parametrize("threads", [0, 1025, 2048])
+def test_thread_block_limits(threads):
+    text = UNDER_IF.replace("COND", "tx < 64").replace('"threadIdx.x", 128', f'"threadIdx.x", {threads}')
+    with pytest.raises(TileLayoutError, match="thread"):
+        tl.infer_layouts(_parse(text))
+    with pytest.raises(TileLayoutError, match="thread"):
+        tl.lower(_parse(text))
+
+
+# ---------------------------------------------------------------------------------------------------
+# 9. Bad input: every malformed value gets a TileLayoutError, never a raw TypeError/AttributeError/TVM error,
+# a RecursionError or a MemoryError.
+
+_GOOD_F = {"kind": "Fragment", "input_shape": [8, 8], "output_shape": [2], "forward_index": ["_j % 2"],
+           "forward_thread": "_i * 4 + _j // 2", "replicate": 1, "threads": 32}
+_GOOD_L = {"kind": "Layout", "input_shape": [8, 8], "output_shape": [64], "forward_index": ["_i * 8 + _j"]}
+
+
+def f(**kw):
+    d = dict(_GOOD_F)
+    d.update(kw)
+    return {k: v for k, v in d.items() if v is not ...}
+
+
+def l(**kw):
+    d = dict(_GOOD_L)
+    d.update(kw)
+    return {k: v for k, v in d.items() if v is not ...}
+
+
+MALFORMED = [
+    None, 3, "Layout", [], {}, {"kind": None}, {"kind": 3}, {"kind": "Swizzle"}, l(kind="layout"),
+    l(input_shape=...), l(forward_index=...), f(forward_thread=...),
+    l(input_shape="abc"), l(input_shape=None), l(input_shape=8), l(input_shape=[8.5, 8]), l(input_shape=[[8], 8]),
+    l(input_shape=[0, 8]), l(input_shape=[-4, 8]), l(input_shape=[True, 8]), l(input_shape=[]),
+    l(forward_index="_i * 8 + _j"), l(forward_index=None), l(forward_index=[3]), l(forward_index=[None]),
+    l(forward_index=["_i +"]), l(forward_index=["_q"]), l(forward_index=["__import__('os')"]),
+    l(forward_index=["_i / 0"]), l(forward_index=["_i // 0"]), l(forward_index=["_i % 0"]), l(forward_index=["_i - 100"]),
+    l(forward_index=["_i.real"]), l(forward_index=["lambda: 1"]), l(forward_index=["_i ** 2"]),
+    f(replicate=2.7), f(replicate="2"), f(replicate=0), f(replicate=-1), f(replicate=None), f(replicate=10**12),
+    f(replicate=True), f(forward_thread=3), f(forward_thread=["_i"]), f(forward_thread="_rep"),
+    f(thread_range=[0]), f(thread_range="0,32"), f(thread_range=[-1, 32]), f(thread_range=[0, 0]),
+    f(thread_range=[0.5, 32]), f(thread_range=None), f(forward_index=["_rep"]),
+    l(input_shape=["n"], forward_index=["_i"]), l(input_shape=["n +"], forward_index=["_i"]),
+    l(input_shape=["1/0"], forward_index=["_i"]), l(input_shape=["_i"], forward_index=["_i"]),
+    l(forward_index=["Cast(3, _i)"]), l(forward_index=["max(_i)"]), l(forward_index=["Select(_i)"]),
+    l(forward_index=["(" * 500 + "_i" + ")" * 500]),
+]
+
+
+@pytest.mark.parametrize("d", MALFORMED, ids=[f"m{k}" for k in range(len(MALFORMED))])
+def test_malformed_layout_dicts_raise_typed_errors(d):
+    try:
+        out = tl.layout_from_dict(d)
+    except TileLayoutError:
+        return
+    # the few that are valid layouts after all (``_rep`` in a fragment without replicas, a symbolic extent)
+    # must be usable: printing, tabulating and round-tripping raise nothing but typed errors
+    repr(out)
+    try:
+        if out.is_static:
+            out.table()
+        assert tl.layout_from_dict(out.to_dict()).is_equal(out)
+    except TileLayoutError:
+        pass
+
+
+def test_malformed_list_is_long_enough():
+    assert len(MALFORMED) >= 30
+
+
+def test_layout_dict_rejections_that_used_to_pass():
+    for bad in (l(input_shape="abc"), f(replicate=2.7), f(replicate=10**12), l(forward_index=["_i // 0"])):
+        with pytest.raises(TileLayoutError):
+            tl.layout_from_dict(bad)
+
+
+@pytest.mark.parametrize("text", [None, 3, 2.5, b"2:1", [2], "(" * 5000 + "1" + ")" * 5000 + ":1", "((2,3):(1,2)",
+                                  "(2,3):(1,2,3)", "2:1@x", "Sw<3,3,3> o 0 o None"])
+def test_cute_parse_bad_input(text):
+    with pytest.raises(TileLayoutError):
+        tl.cute.parse(text)
+    with pytest.raises(TileLayoutError):
+        tl.cute.parse_int_tuple(text) if not isinstance(text, str) or ":" not in text else tl.cute.parse(text)
+
+
+def test_constant_division_by_zero_in_a_layout():
+    with pytest.raises(TileLayoutError, match="zero"):
+        tl.Layout([8], lambda i: i // 0)
+    with pytest.raises(TileLayoutError, match="zero"):
+        tl.Fragment([8], lambda i: i % 0)
+
+
+def test_huge_replication_is_refused():
+    with pytest.raises(TileLayoutError, match="replicate"):
+        tl.Fragment([8], lambda i, r: i, replicate=10**12)
+
+
+def test_unknown_cost_model_and_target_are_typed_value_errors():
+    func = _parse(UNDER_IF.replace("COND", "tx < 64"))
+    for kwargs in ({"cost_model": "nope"}, {"target": "nonsense-target"}):
+        with pytest.raises(ValueError) as info:
+            tl.infer_layouts(func, **kwargs)
+        assert isinstance(info.value, TileLayoutError)

@@ -653,6 +653,9 @@ class _Builder:
             raise FrontendError(
                 f"{tag} extent must be a constant to infer layouts, got `{_text(extent)}` "
                 f"(thread variable `{var.name}`, line {_line(node)})")
+        if ext < 1:
+            raise FrontendError(f"{tag} extent {ext} launches no thread (thread variable `{var.name}`, line "
+                                f"{_line(node)}); a block needs at least one")
         prev = self.thread_extents.setdefault(tag, ext)
         if prev != ext:
             raise FrontendError(f"{tag} is launched twice with different extents ({prev} and {ext})")
@@ -734,7 +737,17 @@ class _Builder:
                 f"{call.op.name}: {what} region {_text(arg)} has rank {len(ranges)} but buffer "
                 f"`{info.name}` has rank {info.rank}:\n{_stmt_text(call)}")
         self.float_scan(*[x for r in ranges for x in (r.min, r.extent)])
-        return Region(info, [r.min for r in ranges], [_const(r.extent) for r in ranges])
+        region = Region(info, [r.min for r in ranges], [_const(r.extent) for r in ranges])
+        for d, (off, ext, dim) in enumerate(zip(region.offsets, region.extents, info.shape)):
+            off = _const(off)
+            if _is_int(ext) and ext < 1:
+                raise FrontendError(f"{call.op.name}: {what} region {region} has extent {ext} in dimension {d}:\n"
+                                    f"{_stmt_text(call)}")
+            if _is_int(off) and _is_int(ext) and _is_int(dim) and (off < 0 or off + ext > dim):
+                raise FrontendError(
+                    f"{call.op.name}: {what} region {region} lies outside buffer `{info.name}` (dimension {d} has "
+                    f"extent {dim}, the region covers [{off}, {off + ext})):\n{_stmt_text(call)}")
+        return region
 
     def tile_op(self, call: Any) -> None:
         name = str(call.op.name)

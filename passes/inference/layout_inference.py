@@ -21,7 +21,7 @@ from tilelayout.layout import Layout
 from .cost_models import ScoringContext, get_cost_model
 from .fragment_rules import ownership_error
 from .frontend import build_op_graph
-from ..hardware import normalize_target
+from ..hardware import check_block_threads, normalize_target
 from .loop_nest import nest_of
 from .op_rules import COMMON, FREE, STRICT, LoopDecision, check_cells_invertible, infer_op
 
@@ -218,6 +218,7 @@ class _Engine:
         self.target = normalize_target(target)
         self.model = get_cost_model(cost_model)
         self.graph = build_op_graph(func)
+        check_block_threads(self.graph.thread_extent, self.target, self.graph.func_name)
         names = [b.name for b in self.graph.buffers]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:

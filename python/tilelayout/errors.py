@@ -23,3 +23,7 @@ class InferenceError(LayoutError):
 
 class LoweringError(LayoutError):
     """A layout or op cannot be lowered correctly; the message names the buffer / loop / op and why."""
+
+
+class ConfigError(TileLayoutError, ValueError):
+    """An unknown cost model, target or option, or a launch configuration the target cannot run."""

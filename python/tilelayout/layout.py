@@ -17,7 +17,7 @@ import tvm
 from tvm import sym, tirx
 from tvm.ir import Range
 
-from .errors import EvaluationError, LayoutError
+from .errors import EvaluationError, LayoutError, TileLayoutError
 from .evaluate import evaluate, evaluate_grid
 
 __all__ = ["Layout", "placeholder", "rep_placeholder", "layout_from_dict", "substitute", "simplify"]
@@ -62,7 +62,13 @@ def call_user_fn(fn, args, what: str, role: str):
         raise LayoutError(f"{what}: {role} must take {len(args)} arguments ({names}) but does not: {err}") from None
     except ValueError:  # no introspectable signature (builtin): let the call speak for itself
         pass
-    return fn(*args)
+    try:
+        return fn(*args)
+    except TileLayoutError:
+        raise
+    except Exception as err:  # TVM rejects the expression the function builds (``i // 0``, a float operand...)
+        raise LayoutError(f"{what}: {role} failed: {type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}") \
+            from None
 
 
 def _as_expr(value):
@@ -228,10 +234,21 @@ class Layout:
     def _output_shape(self) -> list:
         if self._enumerable():
             tab = self.table()
+            low = [int(tab[..., k].min()) for k in range(self.output_dim)] if tab.size else []
+            if any(v < 0 for v in low):
+                k = next(k for k, v in enumerate(low) if v < 0)
+                at = [int(x) for x in np.unravel_index(int(np.argmin(tab[..., k])), tuple(self._input_shape))]
+                raise LayoutError(f"layout over {_fmt_shape(self._input_shape)} with forward index "
+                                  f"{[str(e) for e in self._forward_index]} maps coordinate {at} to "
+                                  f"{[int(x) for x in tab[tuple(at)]]}: output {k} is negative ({low[k]}); a layout's "
+                                  f"outputs are indices from 0")
             return [int(tab[..., k].max()) + 1 for k in range(self.output_dim)]
         ana = make_analyzer(self.forward_vars, self._input_shape)
         out = []
         for k, e in enumerate(self._forward_index):
+            if ana.can_prove(e < 0) or ana.const_int_bound(e).max_value < 0:
+                raise LayoutError(f"layout over {_fmt_shape(self._input_shape)}: output {k} ({e}) is negative; a "
+                                  f"layout's outputs are indices from 0")
             out.append(_bound_extent(ana, e, self._input_shape, k))
         return out
 
@@ -460,9 +477,16 @@ class Layout:
         return _reshape(self, normalize_shape(shape, "reshape"), rescale_num, rescale_den)
 
     # ----------------------------------------------------------------- printing and serialisation
+    def _shown_output_shape(self) -> str:
+        """The output shape for printing; an invalid layout (negative outputs) still prints."""
+        try:
+            return _fmt_shape(self.output_shape)
+        except TileLayoutError:
+            return "[invalid]"
+
     def __repr__(self) -> str:
         fwd = ", ".join(str(e) for e in self._forward_index)
-        return (f"Layout({_fmt_shape(self._input_shape)} -> {_fmt_shape(self.output_shape)}, transform: "
+        return (f"Layout({_fmt_shape(self._input_shape)} -> {self._shown_output_shape()}, transform: "
                 f"[{', '.join(v.name for v in self.forward_vars)}] -> [{fwd}])")
 
     def to_dict(self) -> dict:
@@ -987,8 +1011,8 @@ def _identifiers(text: str) -> list:
     import ast
     try:
         tree = ast.parse(text.strip(), mode="eval")
-    except SyntaxError as err:
-        raise LayoutError(f"cannot parse extent {text!r}: {err.msg}") from None
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as err:
+        raise LayoutError(f"cannot parse extent {text[:80]!r}: {getattr(err, 'msg', err)}") from None
     return sorted({n.id for n in ast.walk(tree) if isinstance(n, ast.Name)})
 
 
@@ -1001,25 +1025,57 @@ def layout_from_dict(d: dict, variables: dict | None = None):
     from .exprparse import parse_expr
     from .fragment import Fragment
     if not isinstance(d, dict) or "kind" not in d:
-        raise LayoutError(f"not a layout dict: {d!r}")
-    required = ["input_shape", "forward_index"] + (["forward_thread"] if d["kind"] == "Fragment" else [])
+        raise LayoutError(f"not a layout dict: {_short(d)}")
+    kind = d["kind"]
+    if kind not in ("Layout", "Fragment"):
+        raise LayoutError(f"unknown layout kind {_short(kind)} (expected 'Layout' or 'Fragment')")
+    required = ["input_shape", "forward_index"] + (["forward_thread"] if kind == "Fragment" else [])
     missing = [k for k in required if k not in d]
     if missing:
-        raise LayoutError(f"layout dict of kind {d['kind']!r} lacks {', '.join(missing)}: {d!r}")
+        raise LayoutError(f"layout dict of kind {kind!r} lacks {', '.join(missing)}: {_short(d)}")
+    raw_shape, raw_index = d["input_shape"], d["forward_index"]
+    if not isinstance(raw_shape, (list, tuple)) or not raw_shape:
+        raise LayoutError(f"layout dict: input_shape must be a non-empty list of extents, got {_short(raw_shape)}")
+    for s in raw_shape:
+        if isinstance(s, bool) or not isinstance(s, (int, str)):
+            raise LayoutError(f"layout dict: an extent must be a positive int or an expression string, got {_short(s)}")
+    if not isinstance(raw_index, (list, tuple)) or not all(isinstance(e, str) for e in raw_index):
+        raise LayoutError(f"layout dict: forward_index must be a list of expression strings, got {_short(raw_index)}")
     names = dict(variables or {})
-    for s in d["input_shape"]:  # symbolic extents name their own variables; reuse the caller's if given
+    for s in raw_shape:  # symbolic extents name their own variables; reuse the caller's if given
         if isinstance(s, str):
             for name in _identifiers(s):
-                if name not in names and name not in _BY_NAME:
+                if name in _BY_NAME:
+                    raise LayoutError(f"layout dict: extent {s!r} uses the placeholder {name!r}")
+                if name not in names:
                     names[name] = tirx.Var(name, "int32")
     scope = {**names, **_BY_NAME}
-    shape = [s if isinstance(s, int) else parse_expr(s, names) for s in d["input_shape"]]
-    exprs = [parse_expr(e, scope) for e in d["forward_index"]]
-    if d["kind"] == "Layout":
-        return Layout.from_exprs(shape, exprs)
-    if d["kind"] != "Fragment":
-        raise LayoutError(f"unknown layout kind {d['kind']!r}")
-    frag = Fragment.from_exprs(shape, parse_expr(d["forward_thread"], scope), exprs, int(d.get("replicate", 1)))
-    if d.get("thread_range") is not None:
-        frag = frag.bind_thread_range(*d["thread_range"])
-    return frag
+    shape = [s if isinstance(s, int) else parse_expr(s, names) for s in raw_shape]
+    exprs = [parse_expr(e, scope) for e in raw_index]
+    if kind == "Layout":
+        return _checked_outputs(Layout.from_exprs(shape, exprs))
+    thread = d["forward_thread"]
+    if not isinstance(thread, str):
+        raise LayoutError(f"layout dict: forward_thread must be an expression string, got {_short(thread)}")
+    replicate = d.get("replicate", 1)
+    if isinstance(replicate, bool) or not isinstance(replicate, int):
+        raise LayoutError(f"layout dict: replicate must be a positive int, got {_short(replicate)}")
+    frag = Fragment.from_exprs(shape, parse_expr(thread, scope), exprs, replicate)
+    rng = d.get("thread_range")
+    if rng is not None:
+        if not isinstance(rng, (list, tuple)) or len(rng) != 2:
+            raise LayoutError(f"layout dict: thread_range must be [min, extent], got {_short(rng)}")
+        frag = frag.bind_thread_range(*rng)
+    return _checked_outputs(frag)
+
+
+def _checked_outputs(layout):
+    """Compute the output shape now (it raises for negative outputs), so a bad dict fails where it is read."""
+    if layout.is_static:
+        layout.output_shape
+    return layout
+
+
+def _short(value, limit: int = 200) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
