@@ -490,3 +490,23 @@ def test_unknown_cost_model_and_target_are_typed_value_errors():
         with pytest.raises(ValueError) as info:
             tl.infer_layouts(func, **kwargs)
         assert isinstance(info.value, TileLayoutError)
+
+
+def test_thread_condition_through_a_per_thread_scalar():
+    text = UNDER_IF.replace("    if COND:", "    t: T.int32 = tx\n    if t < 64:")
+    assert tl.infer_layouts(_parse(text)).buffers["F"].thread_range == (0, 64)
+    A = _rand(64, 64)
+    _, B = _run(text, A, np.zeros_like(A))
+    np.testing.assert_array_equal(B, A * 2 + 1)
+
+
+def test_condition_on_an_unknown_per_thread_value_is_refused():
+    text = UNDER_IF.replace("    if COND:", "    t: T.int32 = tx\n    for k in range(2):\n        t = t + k\n    if t < 64:")
+    with pytest.raises(TileLayoutError, match="per-thread"):
+        tl.infer_layouts(_parse(text))
+
+
+def test_parallel_nest_reading_the_thread_index_is_refused():
+    text = UNDER_IF.replace("F[i, j] * T.float32(2)", "F[i, j] * T.Cast(\"float32\", tx)").replace("COND", "tx < 64")
+    with pytest.raises(TileLayoutError, match="thread index"):
+        tl.infer_layouts(_parse(text))

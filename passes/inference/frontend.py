@@ -598,6 +598,11 @@ class _Builder:
             self.declare(s)
         elif isinstance(s, tirx.BufferStore):
             self.float_scan(s)
+            if str(s.buffer.scope()) in ("local", "local.var"):
+                # a per-thread scalar (``t: T.int32 = tx``): remembered so a condition reading it is understood;
+                # a store under a loop or an `if` makes its value unknown
+                simple = not self.loops and not self.conds and all(_is_int(_const(i)) for i in s.indices)
+                self.bound[s.buffer] = s.value if simple else None
         elif isinstance(s, tirx.Bind):
             self.float_scan(s.value)
             self.bound[s.var] = s.value
@@ -698,6 +703,12 @@ class _Builder:
             nest.append(nest[-1].body)
         self.float_scan(*[x for l in nest for x in (l.min, l.extent)])
         body = nest[-1].body
+        tv = self.graph.thread_var
+        if tv is not None and any(v.same_as(tv) for v in _free_vars(body)):
+            raise FrontendError(
+                f"the T.parallel nest over {', '.join(l.loop_var.name for l in nest)} reads the thread index "
+                f"{tv.name}; which thread runs an iteration is decided by its layout, so the result would depend on "
+                f"it (use the loop variables, or move the thread-dependent part out of the nest):\n{_stmt_text(root)}")
         merged: list[Access] = []
         for acc in self.accesses(body):
             for k, seen in enumerate(merged):
@@ -834,14 +845,31 @@ def _free_vars(expr: Any) -> list:
 
 
 def _inline_bound(expr: Any, bound: dict) -> Any:
-    """``expr`` with variables bound by ``Bind`` statements replaced by their values (transitively)."""
+    """``expr`` with variables bound by ``Bind`` statements and loads of per-thread scalars replaced by their
+    values (transitively); a scalar whose value is unknown stays a load."""
     from tilelayout.layout import substitute
     for _ in range(len(bound) + 1):
-        vmap = {v: bound[v] for v in _free_vars(expr) if v in bound}
-        if not vmap:
+        vmap = {v: bound[v] for v in _free_vars(expr) if v in bound and bound[v] is not None
+                and not tirx.is_buffer_var(v)}
+        loads: list = []
+        _walk(expr, [(TensorLoad, lambda n: loads.append(n) if tirx.is_buffer_var(n.source) and
+                      bound.get(n.source) is not None else None)])
+        if not vmap and not loads:
             return expr
-        expr = substitute(expr, vmap)
+        if vmap:
+            expr = substitute(expr, vmap)
+        if loads:
+            expr = tvm_ffi.structural_map(expr, (TensorLoad, lambda n: bound[n.source] if tirx.is_buffer_var(
+                n.source) and bound.get(n.source) is not None else n))
     return expr
+
+
+def _per_thread_loads(expr: Any) -> list:
+    """Names of per-thread buffers ``expr`` reads (local scalars; a fragment element is one value in every holder)."""
+    found: list = []
+    _walk(expr, [(TensorLoad, lambda n: found.append(str(n.source.name)) if tirx.is_buffer_var(n.source) and str(
+        n.source.scope()) in ("local", "local.var") else None)])
+    return sorted(set(found))
 
 
 def thread_range_of(op: TileOp, thread_var: Any, threads: int, bound: dict | None = None) -> tuple | None:
@@ -859,6 +887,12 @@ def thread_range_of(op: TileOp, thread_var: Any, threads: int, bound: dict | Non
     mask = np.ones(threads, dtype=bool)
     for cond in op.conditions:
         for part in _conjuncts(_inline_bound(cond, bound or {})):
+            private = _per_thread_loads(part)
+            if private:
+                raise FrontendError(
+                    f"{op.describe()}: its condition `{_text(part)}` reads the per-thread value(s) "
+                    f"{', '.join(private)}, so the threads that run it cannot be told; guard tile ops and parallel "
+                    f"loops with a condition on {thread_var.name} alone (`{thread_var.name} < 64`)")
             free = _free_vars(part)
             if not any(v.same_as(thread_var) for v in free):
                 continue
