@@ -171,7 +171,18 @@ class Fragment(Layout):
         return self.packed().inverse()
 
     def inverse_with_info(self, allow_padding: bool = False):
-        return self.packed().inverse_with_info(allow_padding)
+        # memoised: inference asks again for every attempt; the packing ignores the thread range, so a copy
+        # rebound to another range shares the answer (a refusal is remembered too)
+        memo = self.__dict__.setdefault("_inverse_memo", {})
+        if allow_padding not in memo:
+            try:
+                memo[allow_padding] = (True, self.packed().inverse_with_info(allow_padding))
+            except LayoutError as err:
+                memo[allow_padding] = (False, err)
+        ok, value = memo[allow_padding]
+        if not ok:
+            raise value
+        return value
 
     def is_bijective(self) -> bool:
         """(coords, rep) -> (thread, slots) is a bijection onto [0, T) x slots: a well-formed fragment."""
