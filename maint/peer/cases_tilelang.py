@@ -53,6 +53,16 @@ def _chain(m, n, threads):
     return main
 
 
+def _widening_copy(m, n, src, threads):
+    @T.prim_func
+    def main(A: T.Tensor((m, n), src), B: T.Tensor((m, n), T.float32)):
+        with T.Kernel(1, threads=threads):
+            acc = T.alloc_fragment((m, n), T.float32)
+            T.copy(A, acc)
+            T.copy(acc, B)
+    return main
+
+
 def _softmaxish(m, n, threads):
     @T.prim_func
     def main(A: T.Tensor((m, n), T.float32), B: T.Tensor((m, n), T.float32)):
@@ -236,6 +246,8 @@ KERNELS = {
     "transposed_store/fp16_64x256_t128": lambda: _transposed(64, 256, T.float16, 128),
     "mixed_dtype_chain/128x128_t128": lambda: _chain(128, 128, 128),
     "mixed_dtype_chain/64x512_t256": lambda: _chain(64, 512, 256),
+    "mixed_dtype_copy/fp16_to_fp32_128x128_t128": lambda: _widening_copy(128, 128, T.float16, 128),
+    "mixed_dtype_copy/bf16_to_fp32_64x256_t256": lambda: _widening_copy(64, 256, T.bfloat16, 256),
     "reduce_broadcast/64x128_t128": lambda: _softmaxish(64, 128, 128),
     "reduce_broadcast/128x256_t256": lambda: _softmaxish(128, 256, 256),
     "offset_region_copy/fp16_tile64x64_t128": lambda: _tiled(256, 256, 64, 64, T.float16, 128),
@@ -255,3 +267,25 @@ KERNELS = {
     "register_spill/m64_n128_t128": lambda: _register_spill(64, 128, 128),
     "pinned_layout/mma_pin_128x128_t128": _pinned_mma,
 }
+
+
+def _reduce_rows(m, n, threads, reducer):
+    @T.prim_func
+    def main(A: T.Tensor((m, n), T.float32), B: T.Tensor((m,), T.float32)):
+        with T.Kernel(1, threads=threads):
+            x = T.alloc_fragment((m, n), T.float32)
+            s = T.alloc_fragment((m,), T.float32)
+            T.copy(A, x)
+            if reducer == "sum":
+                T.reduce_sum(x, s, dim=1)
+            else:
+                T.reduce_max(x, s, dim=1)
+            T.copy(s, B)
+    return main
+
+
+KERNELS.update({
+    "reduce_owner_subset/sum_128x128_t32": lambda: _reduce_rows(128, 128, 32, "sum"),
+    "reduce_owner_subset/max_64x256_t64": lambda: _reduce_rows(64, 256, 64, "max"),
+    "reduce_owner_subset/max_64x256_t128": lambda: _reduce_rows(64, 256, 128, "max"),
+})

@@ -1,6 +1,6 @@
 """TIRx PrimFunc -> op graph: the buffers, tile ops and parallel nests layout inference reasons about.
 
-Kernels are ordinary TVMScript TIRx functions (see DESIGN.md, "The kernel front end"). This module
+Kernels are ordinary TVMScript TIRx functions (the README's "Use it as a pass"). This module
 only *reads* them: it walks the statement tree once, in program order, and records
 
 - every buffer (parameters first, then allocations/declarations in order of appearance), with
@@ -30,6 +30,8 @@ from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from tilelayout.errors import LayoutError, TileLayoutError
 from tilelayout.tile_layout_interop import is_default_tile_layout
+
+from ..ir_utils import walk
 
 __all__ = [
     "FrontendError", "BufferInfo", "Region", "Access", "Loop", "TileOp", "CopyOp", "FillOp",
@@ -94,26 +96,6 @@ def _stmt_text(stmt: Any) -> str:
     where = f"line {_line(stmt)}: " if _line(stmt) is not None else ""
     text = "\n    ".join(lines[:6]) + ("\n    ..." if len(lines) > 6 else "")
     return f"    {where}{text}"
-
-
-def _walk(node: Any, entries: list, order: str = "post") -> None:
-    """`tvm_ffi.structural_walk` that lets a callback's Python exception through unchanged
-    (the FFI would turn it into a RuntimeError)."""
-    failure: list[BaseException] = []
-
-    def guard(fn: Any) -> Any:
-        def run(n: Any) -> Any:
-            try:
-                fn(n)
-            except Exception as exc:  # re-raised below, after the walk has stopped
-                failure.append(exc)
-                return tvm_ffi.VisitInterrupt(None)
-            return None
-        return run
-
-    tvm_ffi.structural_walk(node, [(t, guard(fn)) for t, fn in entries], order=order)
-    if failure:
-        raise failure[0]
 
 
 def _line(node: Any) -> int | None:
@@ -559,7 +541,7 @@ class _Builder:
                 f"tile op {n.op.name} inside a T.parallel nest is not supported "
                 f"(move it out of the loop):\n{_stmt_text(n)}")
 
-        _walk(node, [
+        walk(node, order="post", entries=[
             (TensorLoad, on_load), (tirx.BufferStore, on_store), (TilePrimitiveCall, on_tile),
             ((tirx.AllocBuffer, tirx.DeclBuffer), self.declare),
         ])
@@ -724,7 +706,7 @@ class _Builder:
         def on_for(n: Any) -> None:
             inner.append(Loop(n.loop_var, _const(n.min), _const(n.extent),
                               _KIND_NAMES.get(int(n.kind), "serial")))
-        _walk(body, [(tirx.For, on_for)], order="pre")
+        walk(body, [(tirx.For, on_for)], order="pre")
         extents = [_const(l.extent) for l in nest]
         key = (",".join(str(l.loop_var.name) for l in nest) + "["
                + "x".join(_text(e) for e in extents) + "]")
@@ -840,7 +822,7 @@ def _free_vars(expr: Any) -> list:
     def on_var(v: Any) -> None:
         if not any(v.same_as(w) for w in found):
             found.append(v)
-    _walk(expr, [(tvm.ir.Var, on_var)])
+    walk(expr, [(tvm.ir.Var, on_var)])
     return found
 
 
@@ -852,7 +834,7 @@ def _inline_bound(expr: Any, bound: dict) -> Any:
         vmap = {v: bound[v] for v in _free_vars(expr) if v in bound and bound[v] is not None
                 and not tirx.is_buffer_var(v)}
         loads: list = []
-        _walk(expr, [(TensorLoad, lambda n: loads.append(n) if tirx.is_buffer_var(n.source) and
+        walk(expr, [(TensorLoad, lambda n: loads.append(n) if tirx.is_buffer_var(n.source) and
                       bound.get(n.source) is not None else None)])
         if not vmap and not loads:
             return expr
@@ -867,7 +849,7 @@ def _inline_bound(expr: Any, bound: dict) -> Any:
 def _per_thread_loads(expr: Any) -> list:
     """Names of per-thread buffers ``expr`` reads (local scalars; a fragment element is one value in every holder)."""
     found: list = []
-    _walk(expr, [(TensorLoad, lambda n: found.append(str(n.source.name)) if tirx.is_buffer_var(n.source) and str(
+    walk(expr, [(TensorLoad, lambda n: found.append(str(n.source.name)) if tirx.is_buffer_var(n.source) and str(
         n.source.scope()) in ("local", "local.var") else None)])
     return sorted(set(found))
 

@@ -24,8 +24,9 @@ from .frontend import build_op_graph
 from ..hardware import check_block_threads, normalize_target
 from .loop_nest import nest_of
 from .op_rules import COMMON, FREE, STRICT, LoopDecision, check_cells_invertible, infer_op
+from .search_certificate import certify as _certify, copy_outcome as _copy_outcome
 
-__all__ = ["Attempt", "InferenceResult", "infer_layouts", "LayoutInference"]
+__all__ = ["Attempt", "InferenceResult", "infer_layouts", "LayoutInference", "clear_caches"]
 
 _SEARCH_ERRORS = (LayoutConflictError, InferenceError, LayoutError)
 
@@ -199,16 +200,12 @@ class _State:
 
 
 def _merge_swizzles(a, b, buf):
+    """The finer of two bank swizzles of one shared buffer, or None when they are not two swizzles of it
+    (the caller then reports the two demands as a conflict)."""
+    from tilelayout.swizzle import merge_swizzle_layouts
     try:
-        from tilelayout import swizzle
-    except ImportError:
-        return None
-    merge = getattr(swizzle, "merge_swizzle_layouts", None)
-    if merge is None:
-        return None
-    try:
-        return merge(a, b, buf.dtype)
-    except Exception:
+        return merge_swizzle_layouts(a, b, buf.dtype)
+    except LayoutError:
         return None
 
 
@@ -335,9 +332,15 @@ class _Engine:
         for cid, members in enumerate(self.components()):
             if self._settled(state, members):
                 continue
-            best, best_state, tried = None, None, []
-            for root in members:
+            best, best_state, tried, certified = None, None, [], None
+            for n, root in enumerate(members):
                 attempt = Attempt(cid, root, self.describe(root))
+                if certified is not None:
+                    # every attempt from this component's starting state ends in the certified one (see _certify):
+                    # the same layouts and cost, so it ties and the earlier root keeps the win
+                    _copy_outcome(attempt, certified)
+                    tried.append(attempt)
+                    continue
                 trial = state.copy()
                 try:
                     self._step(trial, root, FREE)
@@ -361,6 +364,9 @@ class _Engine:
                 tried.append(attempt)
                 if best is None or (cost.mem, cost.regs) < (best.mem, best.regs):
                     best, best_state = attempt, trial
+                remaining = len(members) - n - 1
+                if remaining and _certify(self, state, trial, members, budget=2 * remaining * len(members)):
+                    certified = attempt
             self.attempts.extend(tried)
             if best is None:
                 reasons = "\n".join(f"  root {a.root_description}: {a.error}" for a in tried)
@@ -450,6 +456,14 @@ def validate_pin(buf, layout, threads: int) -> None:
         raise InferenceError(f"{what} puts two elements in one place: {err}")
 
 
+def clear_caches() -> None:
+    """Forget every process-wide memo inference keeps (shared plans, containment answers): the next run is cold."""
+    from tilelayout import fragment
+    from . import loop_plan
+    fragment.clear_caches()
+    loop_plan.clear_caches()
+
+
 def infer_layouts(func, target=None, cost_model=None) -> InferenceResult:
     """Infer layouts of every fragment, shared tile and parallel loop of ``func`` (a TIRx PrimFunc)."""
     engine = _Engine(func, target, cost_model)
@@ -467,6 +481,8 @@ def infer_layouts(func, target=None, cost_model=None) -> InferenceResult:
                              engine.graph, op_loops)
     from .annotations import annotate_result
     result.func = annotate_result(func, result)
+    from .resources import warn_resources
+    warn_resources(result)
     return result
 
 

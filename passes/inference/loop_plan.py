@@ -4,7 +4,9 @@ vector groups (TileLang's PlanLoopPartition), replicated to fill the block when 
 The vector-width rules live here so the planner, the io-aware model and the vectorizer agree.
 """
 from __future__ import annotations
+from tilelayout.expr import mentions as _uses
 
+import functools
 import math
 from typing import Sequence
 
@@ -23,14 +25,6 @@ def linear_offset(indices: Sequence, shape: Sequence):
     for idx, ext in zip(indices, shape):
         out = out * ext + idx
     return out
-
-
-def _uses(expr, var) -> bool:
-    import tvm
-    import tvm_ffi
-    hits = []
-    tvm_ffi.structural_walk(expr, (tvm.ir.Var, lambda v: hits.append(1) if v.same_as(var) else None))
-    return bool(hits)
 
 
 def is_contiguous_run(offset, var, extent: int, width: int, bounds: dict) -> bool:
@@ -64,11 +58,11 @@ def plan_vector_width(loop_vars: Sequence, extents: Sequence[int], accesses: Seq
         return 1
     limit = math.gcd(max_bits, inner_ext)
     bounds = {v: e for v, e in zip(loop_vars, extents) if isinstance(e, int)}
-    memory_width, local_width = None, limit
+    # the widest element of the statement caps every access's lanes (the rule the io-aware model uses too)
+    lanes = max(1, max_bits // max(buf.bits for buf, _, _ in accesses)) if accesses else limit
+    memory_width, local_width = None, math.gcd(limit, lanes)
     for buf, indices, is_write in accesses:
-        lanes = max(1, max_bits // buf.bits)
         if buf.is_fragment or buf.is_local:
-            local_width = math.gcd(local_width, lanes)
             continue
         offset = linear_offset(indices, buf.shape)
         if not _uses(offset, inner):
@@ -104,6 +98,24 @@ def plan_loop_layout(extents: Sequence[int], threads: int, width: int, touches_f
                      thread_min: int = 0) -> Fragment:
     """flat = row-major(coords); group = flat // V; thread = group % T; slot = group // T * V + flat % V,
     over the ``threads`` threads starting at ``thread_min``."""
+    if all(isinstance(e, int) for e in extents):
+        plan = _plan_static(tuple(extents), threads, width, touches_fragment)
+    else:
+        plan = _plan(extents, threads, width, touches_fragment)
+    return plan.bind_thread_range(thread_min, threads) if thread_min else plan
+
+
+def clear_caches() -> None:
+    _plan_static.cache_clear()
+
+
+@functools.lru_cache(maxsize=512)
+def _plan_static(extents: tuple, threads: int, width: int, touches_fragment: bool) -> Fragment:
+    """Layouts are immutable values: every loop of the same extents shares one plan (and its cached tables)."""
+    return _plan(list(extents), threads, width, touches_fragment)
+
+
+def _plan(extents: Sequence[int], threads: int, width: int, touches_fragment: bool) -> Fragment:
     total = 1
     for e in extents:
         total *= e
@@ -118,4 +130,4 @@ def plan_loop_layout(extents: Sequence[int], threads: int, width: int, touches_f
     layout = Fragment.from_exprs(list(extents), thread, [slot])
     if touches_fragment and layout.thread_extent < threads:
         layout = layout.replicate(threads // layout.thread_extent)
-    return layout.bind_thread_range(thread_min, threads)
+    return layout.bind_thread_range(0, threads)

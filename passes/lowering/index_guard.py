@@ -20,7 +20,7 @@ from tvm.ir import Range, TensorLoad
 from tilelayout.errors import TileLayoutError
 from tilelayout.evaluate import evaluate
 
-from .loop_partition import int_value, mutate, walk
+from ..ir_utils import int_value, mutate, walk
 
 __all__ = ["protect_indices"]
 
