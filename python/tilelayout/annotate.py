@@ -157,6 +157,7 @@ def annotate_layouts(func, layouts: Mapping) -> "tirx.PrimFunc":
     for buf in function_buffers(func):
         by_name.setdefault(str(buf.name), buf)
     merged = {k: v for k, v in _existing_layouts(func).items()}
+    given: dict = {}
     for key in sorted(layouts, key=_buffer_name):
         name = _buffer_name(key)
         value = layouts[key]
@@ -170,6 +171,10 @@ def annotate_layouts(func, layouts: Mapping) -> "tirx.PrimFunc":
             except LayoutError as err:
                 raise LayoutError(f"buffer {name!r}: {err}") from None
         _check_shape(value, buf.shape, f"buffer {name!r}")
+        if name in given and not given[name].is_equal(value):
+            raise LayoutConflictError(f"buffer {name!r} is pinned twice with different layouts in one call (by the "
+                                      f"buffer and by its name): {given[name]!r} and {value!r}")
+        given[name] = value
         merged[name] = encode_layout(value)
     return func.with_attr(LAYOUTS_ATTR, {k: merged[k] for k in sorted(merged)})
 
