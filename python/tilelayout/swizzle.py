@@ -12,7 +12,7 @@ Two forms of the same placement:
   ``make_wgmma_swizzled_layout``, ``make_tcgen05mma_swizzled_layout``), identical to what TileLang prints.
 * The flat form, one output = the element offset in the tile (``make_swizzled_layout``). It is the
   row-major linearisation of the structured form, so for an (8, 64) float16 tile in 128B mode it is
-  seed 000's ``64*i + 8*((j//8) ^ i) + j%8``. The flat form is what TIRx's ``ComposeLayout`` describes.
+  the TIRx layout documentation's ``64*i + 8*((j//8) ^ i) + j%8``. The flat form is what TIRx's ``ComposeLayout`` describes.
 
 Leading dimensions (beyond the last two) are passed through unchanged with ``Layout.expand``.
 """
