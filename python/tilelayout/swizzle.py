@@ -75,6 +75,7 @@ class SwizzleMode(enum.Enum):
 
     @classmethod
     def from_ordinal(cls, n: int) -> "SwizzleMode":
+        """The mode with ordinal ``n`` (0 none, 1 32-byte, 2 64-byte, 3 128-byte)."""
         try:
             return cls(int(n))
         except ValueError:
@@ -82,6 +83,7 @@ class SwizzleMode(enum.Enum):
 
     @classmethod
     def from_bytes(cls, width: int) -> "SwizzleMode":
+        """The bank swizzle whose pattern spans ``width`` bytes (32, 64 or 128)."""
         for mode in cls:
             if mode is not cls.NONE and mode.byte_width == width:
                 return mode
