@@ -143,6 +143,8 @@ def _slot_varies_by_enumeration(nest: LoopNest, loop: Fragment, access, frag: Fr
     by enumeration (inner serial variables in the indices, symbolic or very large domains)."""
     if nest.inner_vars and _mentions_any(access.indices, nest.inner_vars):
         return None
+    if (frag is loop or frag.key == loop.key) and is_common_access(nest, access):
+        return False        # the fragment's slot at each point is the loop's own slot there
     if nest.size > VALIDATION_LIMIT or not frag.is_static or not loop.is_static:
         return None
     try:
@@ -293,9 +295,13 @@ def ownership_error(nest: LoopNest, loop: Fragment, access, frag: Fragment) -> s
         return None
     loop_lo = (loop.thread_range or (0, 0))[0]
     frag_lo = (frag.thread_range or (0, 0))[0]
-    runs = loop.thread_table().reshape(nest.size, -1) + loop_lo
+    if loop.replicate_size > frag.replicate_size and loop.is_static and loop.is_injective():
+        # an injective loop runs every point in replicate_size distinct threads, more than any element has
+        # holders: the first point already fails, found without tabulating every (point, replica)
+        return _first_point_error(nest, loop, access, frag, loop_lo, frag_lo)
+    runs, elem, grid, axes = _point_tables(nest, loop, access)
+    runs = runs + loop_lo
     owners = frag.thread_table().reshape(-1, frag.replicate_size) + frag_lo
-    elem = access_points(nest, access).reshape(-1)
     width = int(max(runs.max(), owners.max())) + 1
     holds = np.zeros((owners.shape[0], width), dtype=bool)
     holds[np.arange(owners.shape[0])[:, None], owners] = True
@@ -312,11 +318,49 @@ def ownership_error(nest: LoopNest, loop: Fragment, access, frag: Fragment) -> s
         thread, reading = int(held[0, k]), False
     if point is None:
         return None
-    coord = [int(c) for c in np.unravel_index(point, tuple(nest.extents))]
+    coord = [0] * len(nest.extents)
+    for d, c in zip(axes, np.unravel_index(point, grid)):
+        coord[d] = int(c)
     if reading:
         what = f"thread {thread} runs iteration {coord} but does not hold the element of {access.buffer.name} it " \
                f"{'writes' if access.is_write else 'reads'}"
     else:
         what = f"thread {thread} holds the element of {access.buffer.name} written at iteration {coord} but does not " \
                f"run that iteration, so its copy would go stale"
+    return f"{what} (access {access}; loop layout {loop!r}; fragment layout {frag!r})"
+
+
+def _point_tables(nest: LoopNest, loop: Fragment, access):
+    """Runner threads (points, replicas) and accessed element (points,) over the loop axes along which either
+    varies, the other axes held at 0 (a check there holds or fails alike at every value of them), so a
+    replicated loop over a large nest is never tabulated whole. Also the reduced grid and its axes."""
+    ext = [int(e) for e in nest.extents]
+    n, reps = len(ext), loop.replicate_size
+    elem = access_points(nest, access)
+    env = grid_env(loop.forward_vars + [rep_placeholder()], ext + [reps])
+    thr = np.asarray(evaluate(loop.forward_thread, env), dtype=np.int64)
+    thr = thr.reshape((1,) * (n + 1 - thr.ndim) + thr.shape)
+    axes = [d for d in range(n) if thr.shape[d] > 1 or (ext[d] > 1 and (np.diff(elem, axis=d) != 0).any())]
+    pick = tuple(slice(None) if d in axes else slice(0, 1) for d in range(n))
+    grid = tuple(ext[d] for d in axes)
+    size = int(np.prod(grid, dtype=np.int64)) if grid else 1
+    runs = np.ascontiguousarray(np.broadcast_to(thr, tuple(ext) + (reps,))[pick]).reshape(size, reps)
+    return runs, np.ascontiguousarray(elem[pick]).reshape(size), grid, axes
+
+
+def _first_point_error(nest: LoopNest, loop: Fragment, access, frag: Fragment, loop_lo: int, frag_lo: int) -> str:
+    """The violation ``ownership_error`` reports at loop point 0 (its first point), computed at that point only."""
+    from tilelayout.evaluate import evaluate
+    env = {v: np.int64(0) for v in loop.forward_vars}
+    env[rep_placeholder()] = np.arange(loop.replicate_size, dtype=np.int64)
+    runners = np.broadcast_to(evaluate(loop.forward_thread, env), (loop.replicate_size,)) + loop_lo
+    elem = int(access_points(nest, access).reshape(-1)[0])
+    coords = np.unravel_index(elem, tuple(int(s) for s in access.buffer.shape))
+    fenv = {v: np.int64(c) for v, c in zip(frag.forward_vars, coords)}
+    fenv[rep_placeholder()] = np.arange(frag.replicate_size, dtype=np.int64)
+    holders = set((np.broadcast_to(evaluate(frag.forward_thread, fenv), (frag.replicate_size,)) + frag_lo).tolist())
+    thread = next(int(t) for t in runners if int(t) not in holders)
+    coord = [0] * len(nest.extents)
+    what = f"thread {thread} runs iteration {coord} but does not hold the element of {access.buffer.name} it " \
+           f"{'writes' if access.is_write else 'reads'}"
     return f"{what} (access {access}; loop layout {loop!r}; fragment layout {frag!r})"

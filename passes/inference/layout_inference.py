@@ -22,8 +22,9 @@ from .frontend import build_op_graph
 from ..hardware import normalize_target
 from .loop_nest import nest_of
 from .op_rules import COMMON, FREE, STRICT, LoopDecision, infer_op
+from .search_certificate import certify as _certify, copy_outcome as _copy_outcome
 
-__all__ = ["Attempt", "InferenceResult", "infer_layouts", "LayoutInference"]
+__all__ = ["Attempt", "InferenceResult", "infer_layouts", "LayoutInference", "clear_caches"]
 
 _SEARCH_ERRORS = (LayoutConflictError, InferenceError, LayoutError)
 
@@ -325,9 +326,15 @@ class _Engine:
         for cid, members in enumerate(self.components()):
             if self._settled(state, members):
                 continue
-            best, best_state, tried = None, None, []
-            for root in members:
+            best, best_state, tried, certified = None, None, [], None
+            for n, root in enumerate(members):
                 attempt = Attempt(cid, root, self.describe(root))
+                if certified is not None:
+                    # every attempt from this component's starting state ends in the certified one (see _certify):
+                    # the same layouts and cost, so it ties and the earlier root keeps the win
+                    _copy_outcome(attempt, certified)
+                    tried.append(attempt)
+                    continue
                 trial = state.copy()
                 try:
                     self._step(trial, root, FREE)
@@ -351,6 +358,9 @@ class _Engine:
                 tried.append(attempt)
                 if best is None or (cost.mem, cost.regs) < (best.mem, best.regs):
                     best, best_state = attempt, trial
+                remaining = len(members) - n - 1
+                if remaining and _certify(self, state, trial, members, budget=2 * remaining * len(members)):
+                    certified = attempt
             self.attempts.extend(tried)
             if best is None:
                 reasons = "\n".join(f"  root {a.root_description}: {a.error}" for a in tried)
@@ -398,6 +408,14 @@ class _Engine:
             if i not in state.loops:
                 raise InferenceError(f"{nest.describe()}: no loop layout could be chosen")
             self._check_ownership(state, i)
+
+
+def clear_caches() -> None:
+    """Forget every process-wide memo inference keeps (shared plans, containment answers): the next run is cold."""
+    from tilelayout import fragment
+    from . import loop_plan
+    fragment.clear_caches()
+    loop_plan.clear_caches()
 
 
 def infer_layouts(func, target=None, cost_model=None) -> InferenceResult:

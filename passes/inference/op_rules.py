@@ -6,7 +6,7 @@ FREE (may invent a layout when nothing constrains it).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tvm import tirx
 
@@ -29,6 +29,19 @@ __all__ = ["STRICT", "COMMON", "FREE", "LEVEL_NAMES", "LoopDecision", "infer_op"
 
 
 @dataclass(frozen=True)
+class Derived:
+    """How a loop layout came from a fragment: formatted only when someone reads it (the search builds
+    thousands of decisions, and printing an access calls TVM's script printer)."""
+
+    buffer: str
+    access_key: int
+    access: object = field(compare=False, hash=False)
+
+    def __str__(self) -> str:
+        return f"derived from {self.buffer} ({self.access})"
+
+
+@dataclass(frozen=True)
 class LoopDecision:
     """A loop nest's layout and the guards partitioning needs."""
 
@@ -36,7 +49,7 @@ class LoopDecision:
     predicate: str | None          # condition on the thread index, None when always true
     padding_guard: bool            # (slot, thread) cells beyond the loop domain exist
     replica_guard: bool            # stores to shared/global must be done by replica 0 only
-    source: str                    # how it was chosen, for explanations
+    source: object                 # how it was chosen, for explanations: "planned", Derived(...), ...
 
 
 def infer_op(op, nest: LoopNest | None, level: int, state) -> None:
@@ -130,8 +143,7 @@ def _candidates(nest: LoopNest, level: int, state) -> list:
     src = _source_access(nest, state)
     out = []
     if src is not None:
-        out.append((_from_fragment(nest, src, state.layout(src.buffer), state),
-                    f"derived from {src.buffer.name} ({src})"))
+        out.append((_from_fragment(nest, src, state.layout(src.buffer), state), _derived(nest, src)))
         return out
     if level != FREE:
         return out
@@ -139,11 +151,15 @@ def _candidates(nest: LoopNest, level: int, state) -> list:
     if read_src is not None:
         try:
             out.append((_from_fragment(nest, read_src, state.layout(read_src.buffer), state),
-                        f"derived from {read_src.buffer.name} ({read_src})"))
+                        _derived(nest, read_src)))
         except (LayoutError, InferenceError) as err:
             state.note(f"{nest.describe()}: no candidate from {read_src.buffer.name}: {err}")
     out.append((_plan(nest, state), "planned"))
     return out
+
+
+def _derived(nest: LoopNest, access) -> Derived:
+    return Derived(access.buffer.name, _access_key(nest, access), access)
 
 
 def _plan(nest: LoopNest, state) -> Fragment:
@@ -252,7 +268,7 @@ def _checked_decision(nest: LoopNest, layout: Fragment, source: str, state, leve
         if frag is not None:
             err = _ownership(nest, layout, a, frag, state)
             if err is not None and level is not None and level != STRICT and a.buffer.name not in state.strict \
-                    and not source.startswith(f"derived from {a.buffer.name} (") \
+                    and not (isinstance(source, Derived) and source.buffer == a.buffer.name) \
                     and not any(b.is_write for b in nest.accesses_of(a.buffer)):
                 everyone = fully_replicated(a.buffer.shape, state.threads)
                 if everyone.contains(frag.bind_thread_range(0, state.threads) if frag.thread_range is None else frag):
@@ -421,6 +437,16 @@ def _distinct_replicas(frag: Fragment) -> Fragment:
                          f"no fragment layout holds it")
 
 
+def _slot_count(frag: Fragment) -> float:
+    """Registers per thread of ``frag`` (infinite when symbolic, so a symbolic layout is never preferred)."""
+    out = 1
+    for s in frag.output_shape:
+        if not isinstance(s, int):
+            return float("inf")
+        out *= s
+    return out
+
+
 def _infer_reduce(op: ReduceOp, level: int, state) -> None:
     if level == STRICT:
         return
@@ -448,6 +474,10 @@ def _infer_reduce(op: ReduceOp, level: int, state) -> None:
     old = state.layout(dst)
     if old is not None and old.contains(out):
         return      # every holder of a source row already holds its result (extra holders get it too)
+    if isinstance(old, Fragment) and _slot_count(old) < _slot_count(out) and out.contains(old):
+        # a consumer gave the destination fewer registers and only threads that hold a source row: after the
+        # cross-thread combine every holder of the row has the result, and these owners keep it
+        return
     try:
         state.propose(dst, out, op, level)  # new, or an upgrade of a layout with fewer holders
     except LayoutConflictError:

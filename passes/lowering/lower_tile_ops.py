@@ -7,6 +7,8 @@
   per-thread accumulator indexed like the destination, then the holders of each destination element
   combine their partials -- warp shuffles (xor butterfly) when the holders of every element form one
   xor-coset inside a warp, otherwise a shared-memory exchange -- so every holder ends with the full result.
+  A destination held by only some of the threads that hold a source row (inference keeps such a layout when a
+  consumer gave it fewer registers) is combined over all of them, then only its owners keep the result.
   A source replica is counted once (only replica 0 contributes).
 - ``gemm``: each thread computes the accumulator elements it holds from the operands (read through
   their own buffers; fragment operands must be held by the thread that needs them).
@@ -150,13 +152,19 @@ class _Lowering:
             if [int_value(s) if not isinstance(s, int) else s for s in work.input_shape] != list(lr.input_shape):
                 raise LoweringError(f"{op.describe()}: fragment {dst.name} has shape {work.input_shape} but the "
                                     f"reduction produces {lr.input_shape}")
+            owners = None
             err = work.containment_error(lr)
             if err is not None:
-                raise LoweringError(
-                    f"buffer {dst.name}: {op.describe()}: unsatisfiable reduction replication: every thread holding "
-                    f"source elements of a row must hold its result, but {err}")
+                if lr.containment_error(work) is not None:
+                    raise LoweringError(
+                        f"buffer {dst.name}: {op.describe()}: unsatisfiable reduction replication: the holders of "
+                        f"each result must be all the threads holding source elements of its row, or some of "
+                        f"them, but {err}")
+                # the destination keeps the result in a subset of those threads: combine over all of them
+                # (the reducer layout), then each owner takes its elements
+                owners, work = work, lr
         else:
-            work = lr
+            work, owners = lr, None
         dtype = dst.dtype
         acc = tirx.decl_buffer([int(s) for s in work.output_shape], dtype, name=self.fresh(f"{dst.name}_red"),
                                scope="local")
@@ -181,7 +189,14 @@ class _Lowering:
         # 4. write the result
         dcoords, rep = wfor.coords[:-1], wfor.coords[-1]
         result = tirx.BufferLoad(acc, wfor.svars)
-        if dst.is_fragment:
+        if owners is not None:
+            # iterate the owners' cells; each owner also holds the element in the reducer layout, at its slot there
+            wfor = _ForCells(owners, self.tx, self.threads, f"{op.describe()} (destination {dst.name})", "o")
+            dcoords = wfor.coords[:-1]
+            result = tirx.BufferLoad(acc, [wfor.ana.simplify(e) for e in work.forward(*dcoords)])
+            idx = dcoords
+            conds = list(wfor.guards)
+        elif dst.is_fragment:
             idx = dcoords
             conds = list(wfor.guards)
         else:

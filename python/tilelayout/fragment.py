@@ -12,6 +12,7 @@ takes ``rep=`` by name, tables put the replica on the last axis, and ``inverse()
 from __future__ import annotations
 from .expr import mentions as _uses
 
+import functools
 import math
 from functools import cached_property
 from typing import Callable, Sequence
@@ -22,12 +23,17 @@ from tvm.ir import Range
 
 from .errors import LayoutError
 from .evaluate import evaluate, grid_env
-from .expr import (_as_expr, _fmt_shape, call_user_fn, make_analyzer, normalize_shape, placeholder, rep_placeholder,
-                   shape_size, shape_vars, substitute)
+from .expr import (ExprKey, _as_expr, _fmt_shape, call_user_fn, make_analyzer, normalize_shape, placeholder,
+                   rep_placeholder, shape_size, shape_vars, substitute)
 from .inverse import _bound_extent
 from .layout import Layout, _exprs_equal, _jsonable, _shapes_equal
 
-__all__ = ["Fragment", "fully_replicated", "infer_fragment_index"]
+__all__ = ["Fragment", "fully_replicated", "infer_fragment_index", "clear_caches"]
+
+#: containment answers by (container key, contained key): keys identify mappings, so answers never go stale
+_CONTAINS_MEMO: dict = {}
+_CONTAINS_MEMO_LIMIT = 1 << 14
+_MISS = object()
 
 
 def _check_replicate(replicate, what: str = "fragment") -> int:
@@ -242,7 +248,8 @@ class Fragment(Layout):
     @property
     def is_fully_replicated(self) -> bool:
         """Every thread holds every element (thread == _rep)."""
-        return self._forward_thread.same_as(rep_placeholder()) or str(self._forward_thread) == "_rep"
+        t = self._forward_thread
+        return t.same_as(rep_placeholder()) or (isinstance(t, tirx.Var) and t.name == "_rep")
 
     def repeat(self, repeats, repeat_on_thread: bool = False, lower_dim_first: bool = True) -> "Fragment":
         """Tile each input dim by repeats[d]; the copy id goes to the thread or to the slot."""
@@ -281,7 +288,7 @@ class Fragment(Layout):
 
     @cached_property
     def key(self) -> tuple:
-        return super().key + (self._thread_str, self._replicate, self._thread_range)
+        return super().key + (ExprKey([self._forward_thread]), self._replicate, self._thread_range)
 
     def is_equal(self, other) -> bool:
         """Same slots, same threads for every replica, same replication and thread range."""
@@ -305,21 +312,46 @@ class Fragment(Layout):
     def containment_error(self, other: "Fragment") -> str | None:
         """``None`` when every thread holding an element in ``other`` also holds it here at the same slot
         (this fragment may have more holders), else the first element that breaks it."""
+        if other is self:
+            return None
+        key = (self.key, other.key)
+        hit = _CONTAINS_MEMO.get(key, _MISS)
+        if hit is _MISS:
+            hit = self._containment_error(other)
+            if len(_CONTAINS_MEMO) >= _CONTAINS_MEMO_LIMIT:
+                _CONTAINS_MEMO.clear()
+            _CONTAINS_MEMO[key] = hit
+        return hit
+
+    @cached_property
+    def _holders(self) -> np.ndarray:
+        """Holder threads of every element (row-major), each row sorted: shape (size, replicate), read-only."""
+        tab = self.thread_table().reshape(self.size, -1) + (self._thread_range or (0, 0))[0]
+        out = np.sort(tab, axis=1) if tab.shape[1] > 1 else np.ascontiguousarray(tab)
+        out.setflags(write=False)
+        return out
+
+    def _containment_error(self, other: "Fragment") -> str | None:
         if not _shapes_equal(self._input_shape, other._input_shape):
             return f"{other!r} and {self!r} have different shapes"
-        n = self.size
-        mine = self.thread_table().reshape(n, -1) + (self._thread_range or (0, 0))[0]
-        theirs = other.thread_table().reshape(n, -1) + (other._thread_range or (0, 0))[0]
-        width = int(max(mine.max(), theirs.max())) + 1
-        rows = np.arange(n, dtype=np.int64)[:, None]
-        have = np.sort((rows * width + mine).reshape(-1))
-        want = (rows * width + theirs).reshape(-1)
-        pos = np.minimum(np.searchsorted(have, want), have.size - 1)
-        missing = have[pos] != want
+        mine, theirs = self._holders, other._holders
+        if mine.shape[1] == 1:
+            missing = theirs != mine
+        elif self.is_fully_replicated:
+            lo = (self._thread_range or (0, 0))[0]
+            missing = (theirs < lo) | (theirs >= lo + self._replicate)
+        else:
+            # rows ascending and each row sorted: the flattened keys are already globally sorted
+            width = int(max(mine.max(), theirs.max())) + 1
+            rows = np.arange(mine.shape[0], dtype=np.int64)[:, None]
+            have = (rows * width + mine).reshape(-1)
+            want = rows * width + theirs
+            pos = np.minimum(np.searchsorted(have, want.reshape(-1)), have.size - 1).reshape(want.shape)
+            missing = have[pos] != want
         if not missing.any():
             return None
-        flat = int(np.argmax(missing))
-        elem, thread = divmod(int(want[flat]), width)
+        elem, k = (int(x) for x in np.argwhere(missing)[0])
+        thread = int(theirs[elem, k])
         coord = [int(x) for x in np.unravel_index(elem, tuple(self._input_shape))]
         return f"element {coord} is held by thread {thread} in {other!r} but not in {self!r}"
 
@@ -344,11 +376,26 @@ class Fragment(Layout):
         return hash((self.kind, tuple(str(s) for s in self._input_shape), self._replicate))
 
 
+def clear_caches() -> None:
+    """Forget process-wide memos (containment answers, shared fully replicated layouts); benchmarks call it
+    to time a cold run, as a compiler sees each kernel once."""
+    _CONTAINS_MEMO.clear()
+    _fully_replicated_static.cache_clear()
+
+
 def fully_replicated(shape, threads: int) -> Fragment:
     """Every one of ``threads`` threads holds the whole buffer, row-major in its slots."""
     if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
         raise LayoutError(f"fully_replicated needs a positive thread count, got {threads!r}")
+    if isinstance(shape, (list, tuple)) and all(isinstance(s, int) and not isinstance(s, bool) for s in shape):
+        return _fully_replicated_static(tuple(shape), int(threads))
     return Fragment.from_exprs(shape, rep_placeholder(), None, int(threads)).bind_thread_range(0, int(threads))
+
+
+@functools.lru_cache(maxsize=256)
+def _fully_replicated_static(shape: tuple, threads: int) -> Fragment:
+    """Fragments are immutable values, so one object per static (shape, threads) serves every caller."""
+    return Fragment.from_exprs(list(shape), rep_placeholder(), None, threads).bind_thread_range(0, threads)
 
 
 # --------------------------------------------------------------------------- index inference

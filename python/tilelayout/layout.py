@@ -17,8 +17,8 @@ from tvm import sym, tirx
 
 from .errors import EvaluationError, LayoutError
 from .evaluate import evaluate, evaluate_grid
-from .expr import (_PLACEHOLDERS, ENUMERATION_LIMIT, INJECTIVE_ENUMERATION_LIMIT, _as_expr, _fmt_shape,  # noqa: F401
-                   call_user_fn, is_static, make_analyzer, normalize_shape, placeholder, rep_placeholder,
+from .expr import (_PLACEHOLDERS, ENUMERATION_LIMIT, INJECTIVE_ENUMERATION_LIMIT, ExprKey, _as_expr,  # noqa: F401
+                   _fmt_shape, call_user_fn, free_vars, is_static, make_analyzer, normalize_shape, placeholder, rep_placeholder,
                    shape_size, shape_vars, simplify, substitute)
 from .inverse import (_bound_extent, _detect, _detect_bijective, _gf2_inverse, _digit_inverse,  # noqa: F401
                       _iter_sum_extents, _lookup_inverse, _prove_injective_symbolically, _stride_inverse)
@@ -62,15 +62,10 @@ class Layout:
         return obj
 
     def _check_free_vars(self, exprs, allowed: set) -> None:
-        import tvm_ffi
         bad = []
         allowed = list(allowed)
-
-        def check(v):
-            if not any(v.same_as(a) for a in allowed):
-                bad.append(v.name)
         for e in exprs:
-            tvm_ffi.structural_walk(e, (tvm.ir.Var, check))
+            bad += [v.name for v in free_vars(e) if not any(v.same_as(a) for a in allowed)]
         if bad:
             names = ", ".join(sorted(set(bad)))
             raise LayoutError(f"layout over {_fmt_shape(self._input_shape)} uses variables that are not its "
@@ -241,7 +236,8 @@ class Layout:
     @cached_property
     def key(self) -> tuple:
         """Structural identity (same key => same mapping); used to memoise work on equal layouts."""
-        return (self.kind, tuple(str(s) for s in self._input_shape), self._index_strs)
+        return (self.kind, tuple(s if isinstance(s, int) else str(s) for s in self._input_shape),
+                ExprKey(self._forward_index))
 
     def _same_index(self, other: "Layout") -> bool:
         if not _shapes_equal(self._input_shape, other._input_shape) or self.output_dim != other.output_dim:
