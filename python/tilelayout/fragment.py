@@ -310,8 +310,8 @@ class Fragment(Layout):
         return self.containment_error(other) is None
 
     def containment_error(self, other: "Fragment") -> str | None:
-        """``None`` when every thread holding an element in ``other`` also holds it here at the same slot
-        (this fragment may have more holders), else the first element that breaks it."""
+        """``None`` when every thread holding an element in ``other`` also holds it here (this fragment may
+        have more holders; slots are not compared), else a sentence naming the first element that breaks it."""
         if other is self:
             return None
         key = (self.key, other.key)
