@@ -262,7 +262,7 @@ def test_unsatisfiable_reduction_replication_names_the_buffer():
 
 
 def test_gemm_fragment_operand_not_held_whole_is_refused():
-    with pytest.raises(LoweringError, match=r"buffer Af: gemm .*does not hold the A element"):
+    with pytest.raises(LoweringError, match=r"buffer Af: gemm .*operand A is in registers but its layout cannot feed the instruction"):
         lower_tile_ops(infer_layouts(gemm_fragment_a).func)
 
 

@@ -74,6 +74,13 @@ def _unpack(word, part, dtype: str):
     bits = dtype_bits(dtype)
     if bits == 32:
         return word if str(word.ty) == dtype else tirx.reinterpret(dtype, word)
+    if dtype == "bfloat16":       # the value as the f32 with the same top 16 bits (exact)
+        w = word if str(word.ty) == "uint32" else tirx.reinterpret("uint32", word)
+        part_bits = tirx.shift_right(w, tirx.const(16, "uint32")) if not (isinstance(part, int) and part == 0) else w
+        if not isinstance(part, int):
+            part_bits = tirx.shift_right(w, tirx.Cast("uint32", part * 16))
+        return tirx.reinterpret("float32", tirx.shift_left(tirx.bitwise_and(part_bits, tirx.const(0xFFFF, "uint32")),
+                                                           tirx.const(16, "uint32")))
     w = word if str(word.ty) == "uint32" else tirx.reinterpret("uint32", word)
     shifted = tirx.shift_right(w, tirx.Cast("uint32", part * bits)) if not (isinstance(part, int) and part == 0) \
         else w
@@ -86,12 +93,26 @@ def _pack(values: list, dtype: str):
     bits = dtype_bits(dtype)
     out = None
     for p, v in enumerate(values):
-        raw = v if dtype == f"uint{bits}" else tirx.reinterpret(f"uint{bits}", v)
-        word = tirx.Cast("uint32", raw)
+        if dtype == "bfloat16":   # bf16 bits = the top half of the (exact) f32 value; LLVM legalises bf16 to f32
+            word = tirx.shift_right(tirx.reinterpret("uint32", tirx.Cast("float32", v)), tirx.const(16, "uint32"))
+        else:
+            raw = v if dtype == f"uint{bits}" else tirx.reinterpret(f"uint{bits}", v)
+            word = tirx.Cast("uint32", raw)
         if p:
             word = tirx.shift_left(word, tirx.const(p * bits, "uint32"))
         out = word if out is None else tirx.bitwise_or(out, word)
     return out
+
+
+def _as(dtype: str, value):
+    """``value`` in ``dtype``: a bit-preserving reinterpretation between same-width integer registers
+    (s32 accumulators travel in u32 registers), a conversion otherwise."""
+    have = str(value.ty)
+    if have == dtype:
+        return value
+    if dtype_bits(have) == dtype_bits(dtype) and "float" not in have + dtype:
+        return tirx.reinterpret(dtype, value)
+    return tirx.Cast(dtype, value)
 
 
 def _store_to(load, value):
@@ -138,23 +159,23 @@ def _emulate_mma(call, phases) -> tirx.Stmt:
     acc_t = "float32" if inst.acc_dtype in ("float32", "float16") else "int32"
     tmp = tirx.decl_buffer([inst.c_elems], acc_t, name="mma_d")
     phases.extra.append(tirx.AllocBuffer(tmp))
-    kk = tirx.Var("kk", "int32")
     steps = []
     for e in range(inst.c_elems):
+        kk = tirx.Var("kk", "int32")       # TIR defines each loop variable once
         row, col = inst.c_element(lane, e)
         la, ra, pa = inst.a_owner(row, kk)
         lb, rb, pb = inst.b_owner(kk, col)
         av = _unpack(tirx.BufferLoad(xa, [base + la, ra]), pa, inst.a_dtype)
         bv = _unpack(tirx.BufferLoad(xb, [base + lb, rb]), pb, inst.b_dtype)
         if inst.c_pack == 1:
-            cv = tirx.Cast(acc_t, c[e]) if str(c[e].ty) != acc_t else c[e]
+            cv = _as(acc_t, c[e])
         else:
             cv = tirx.Cast(acc_t, _unpack(c[e // 2], e % 2, "float16"))
         steps.append(tirx.BufferStore(tmp, cv, [e]))
         mac = tirx.BufferStore(tmp, tirx.BufferLoad(tmp, [e]) + tirx.Cast(acc_t, av) * tirx.Cast(acc_t, bv), [e])
         steps.append(tirx.For(kk, 0, inst.k, tirx.ForKind.SERIAL, mac))
     if inst.c_pack == 1:
-        steps += [_store_to(d[e], tirx.BufferLoad(tmp, [e])) for e in range(inst.c_elems)]
+        steps += [_store_to(d[e], _as(str(d[e].ty), tirx.BufferLoad(tmp, [e]))) for e in range(inst.c_elems)]
     else:
         for r in range(nd):
             halves = [tirx.Cast("float16", tirx.BufferLoad(tmp, [2 * r + p])) for p in range(2)]
