@@ -29,7 +29,7 @@ def one_warp_mma(A: T.Buffer((16, 16), "float16"), B: T.Buffer((16, 8), "float16
 
 
 def gemm(m, n, k, threads=128, a_dtype="float16", b_dtype="float16", acc="float32", trans_a=False, trans_b=False,
-         a_scope="shared", bk=None, alpha=1.0, beta=0.0, bias=False):
+         a_scope="shared", bk=None, alpha=1.0, beta=0.0, bias=False, a_from_global=False):
     """C = alpha * A @ B (+ beta * D when ``bias``): operands staged in ``a_scope`` / shared. With ``bk < k`` the
     accumulator is filled with 0 and a serial K loop accumulates (beta = 1) into it."""
     bk = bk or k
@@ -61,6 +61,9 @@ def gemm(m, n, k, threads=128, a_dtype="float16", b_dtype="float16", acc="float3
             if steps > 1:
                 Tx.gemm(acc_f[0:m, 0:n], A_s[0:as_shape[0], 0:as_shape[1]], B_s[0:bs_shape[0], 0:bs_shape[1]],
                         acc_f[0:m, 0:n], trans_a, trans_b, 1.0, 1.0)
+            elif a_from_global:
+                Tx.gemm(acc_f[0:m, 0:n], A[0:a_shape[0], 0:a_shape[1]], B_s[0:bs_shape[0], 0:bs_shape[1]],
+                        acc_f[0:m, 0:n], trans_a, trans_b, alpha, beta)
             elif bias:
                 Tx.gemm(acc_f[0:m, 0:n], A_s[0:as_shape[0], 0:as_shape[1]], B_s[0:bs_shape[0], 0:bs_shape[1]],
                         D[0:m, 0:n], trans_a, trans_b, alpha, beta)
