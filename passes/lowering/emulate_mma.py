@@ -21,7 +21,8 @@ import tvm
 from tvm import tirx
 from tvm.ir import TensorLoad
 
-from .loop_partition import LoweringError, int_value
+from ..ir_utils import int_value
+from .loop_partition import LoweringError
 from .mma_ptx import PTX_TYPE, MmaInst, WgmmaInst, dtype_bits
 
 __all__ = ["is_collective", "emulate_collective", "COLLECTIVE_OPS"]

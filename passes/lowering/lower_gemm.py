@@ -30,7 +30,6 @@ import numpy as np
 from tvm import tirx
 
 from tilelayout.fragment import Fragment
-from tilelayout.layout import Layout
 
 from ..hardware import sm_version
 from .loop_partition import LoweringError

@@ -12,6 +12,7 @@ program once, sequentially, as one thread -- tile ops over whole regions, parall
 iteration, fragments as full logical arrays -- so it depends on no layout at all.
 """
 from __future__ import annotations
+from tilelayout.expr import mentions as _uses_any
 
 import tvm
 import tvm_ffi
@@ -21,8 +22,9 @@ from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from tilelayout.layout import substitute
 
+from ..ir_utils import int_value, mapped, mutate, walk
 from .emulate_mma import emulate_collective, is_collective
-from .loop_partition import LoweringError, int_value, mapped, mutate, walk
+from .loop_partition import LoweringError
 
 __all__ = ["SerializeThreads", "serialize_threads", "SequentialSemantics", "sequential_semantics", "LOCAL_SCOPES"]
 
@@ -127,12 +129,6 @@ def _is_shuffle(c) -> bool:
 def _communicates(c) -> bool:
     """A call that exchanges values between threads: barrier, shuffle, or a tensor-core collective."""
     return _is_sync(c) or _is_shuffle(c) or is_collective(c)
-
-
-def _uses_any(node, variables) -> bool:
-    hits = []
-    tvm_ffi.structural_walk(node, (Var, lambda v: hits.append(1) if any(v.same_as(w) for w in variables) else None))
-    return bool(hits)
 
 
 # --------------------------------------------------------------------------------------- SerializeThreads
