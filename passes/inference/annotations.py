@@ -10,8 +10,8 @@ __all__ = ["annotate_result", "get_layouts"]
 
 
 def annotate_result(func, result):
-    """``func`` with a layout map for every inferred buffer and, on the outermost loop of every parallel
-    nest, its loop layout, predicate and padding-guard flag."""
+    """``func`` with a layout map for every inferred buffer, on the outermost loop of every parallel nest its
+    loop layout, predicate and padding-guard flag, and the plan of every gemm (``gemm_plan``)."""
     roots = {}
     for index, decision in result.op_loops.items():
         op = result.graph.ops[index]
@@ -28,7 +28,12 @@ def annotate_result(func, result):
         return new
 
     body = tvm_ffi.structural_mutate(func.body, (tirx.For, on_for)) if roots else func.body
-    return annotate_layouts(func.with_body(body), dict(result.buffers))
+    out = annotate_layouts(func.with_body(body), dict(result.buffers))
+    plans = getattr(result, "gemm_plans", None) or {}
+    if plans:
+        from .gemm_plan import annotate_gemm_plans, gemm_ordinal
+        out = annotate_gemm_plans(out, {gemm_ordinal(func, result.graph.ops[i]): p for i, p in plans.items()})
+    return out
 
 
 def get_layouts(func):
