@@ -144,7 +144,6 @@ GEMMS = {
     "k_loop": dict(m=64, n=128, k=128, bk=32),
     "t256": dict(m=128, n=128, k=32, threads=256),
     "alpha_beta_bias": dict(m=64, n=64, k=32, alpha=0.5, beta=2.0, bias=True),
-    "a_global": dict(m=64, n=64, k=32, a_from_global=True),
 }
 
 
@@ -164,8 +163,6 @@ def test_lowered_gemm_matches_numpy(name, target):
 def test_ldmatrix_is_used_for_swizzled_shared_operands_and_lanes_otherwise():
     rep = dict(lower_func(K.gemm(64, 64, 64), SM80).attrs[lower_gemm.GEMM_REPORT_ATTR])
     assert "A: ldmatrix, B: ldmatrix" in list(rep.values())[0]
-    rep = dict(lower_func(K.gemm(64, 64, 32, a_from_global=True), SM80).attrs[lower_gemm.GEMM_REPORT_ATTR])
-    assert "A: lanes, B: ldmatrix" in list(rep.values())[0]
     # int8 stored MN-contiguous: ldmatrix cannot transpose bytes, so per-lane packing
     rep = dict(lower_func(K.gemm(64, 64, 64, a_dtype="int8", b_dtype="int8", acc="int32"), SM80)
                .attrs[lower_gemm.GEMM_REPORT_ATTR])
@@ -251,17 +248,19 @@ def _register_a_kernel():
     return K.gemm(64, 64, 32, a_scope="local.fragment")
 
 
-def _pinned_register_a(perm: bool):
-    func = _register_a_kernel()
+def _register_a_layout(perm: bool) -> Fragment:
     a = tl.make_gemm_fragment_a(64, 64, 32, 128)
-    if perm:
-        base = a
+    if not perm:
+        return a
 
-        def thread(i, k, rep):
-            t = (rep * 64) + (i // 32) * 32 + (i % 8) * 4 + (k % 8) // 2
-            return t - t % 4 + (t + 1) % 4
-        a = Fragment([64, 32], thread, lambda i, k: base.forward(i, k)[0], replicate=2)
-    return annotate_layouts(func, {"A_s": a})
+    def thread(i, k, rep):      # the lanes of every quad rotated: a valid layout, not what mma.sync reads
+        t = (rep * 64) + (i // 32) * 32 + (i % 8) * 4 + (k % 8) // 2
+        return t - t % 4 + (t + 1) % 4
+    return Fragment([64, 32], thread, lambda i, k: a.forward(i, k)[0], replicate=2)
+
+
+def _pinned_register_a(perm: bool):
+    return annotate_layouts(_register_a_kernel(), {"A_s": _register_a_layout(perm)})
 
 
 def test_register_a_with_the_instruction_layout_matches_numpy():
@@ -271,9 +270,11 @@ def test_register_a_with_the_instruction_layout_matches_numpy():
 
 
 def test_permuted_register_a_is_refused():
-    func = _pinned_register_a(True)
+    func = _register_a_kernel()
+    res = infer_layouts(func, SM80)
+    bad = annotate_layouts(res.func, {"A_s": _register_a_layout(True)})
     with pytest.raises(LoweringError, match=r"buffer A_s: gemm .*operand A is in registers but its layout cannot feed"):
-        build_cpu(func, SM80)
+        build_cpu(bad, SM80, infer=False)
 
 
 def test_register_a_packed_into_the_wrong_registers_gives_wrong_cpu_result(monkeypatch):
@@ -287,7 +288,8 @@ def test_register_a_packed_into_the_wrong_registers_gives_wrong_cpu_result(monke
 # ------------------------------------------------------------------------------------ bad input
 
 def test_b_in_registers_is_refused_with_advice():
-    with pytest.raises(LoweringError, match=r"buffer B_f: gemm .*operand B is in registers .* stage B_f in shared"):
+    with pytest.raises(tl.TileLayoutError, match=r"gemm .*operand B \(B_f\) is a register fragment.*stage B_f in a "
+                                                 r"shared buffer"):
         build_cpu(K.gemm_b_in_registers(), SM80)
 
 
@@ -298,12 +300,27 @@ def test_unsupported_dtype_pair_is_refused_with_the_supported_list():
 
 
 def test_k_not_a_multiple_of_the_instruction_is_refused():
-    with pytest.raises(LoweringError, match=r"K = 8 is not a multiple of the mma.sync m16n8k16 .* K step 16"):
+    with pytest.raises(tl.TileLayoutError, match=r"K=8 is not a multiple of the instruction's K step 16"):
         build_cpu(K.gemm(64, 64, 8), SM80)
 
 
+def test_lowering_picks_the_instruction_and_gates_the_arch():
+    func = K.gemm(64, 64, 32)
+    res = infer_layouts(func, SM80)
+    inst = lower_gemm.choose_instruction(next(o for o in _ops(res.func) if o.kind == "gemm"), tvm.target.Target(SM80))
+    assert inst.k == 16
+    with pytest.raises(tl.TileLayoutError, match=r"needs sm_80 or newer"):
+        lower_gemm.choose_instruction(next(o for o in _ops(res.func) if o.kind == "gemm"),
+                                      tvm.target.Target({"kind": "cuda", "arch": "sm_75"}))
+
+
+def _ops(func):
+    from tilelayout.passes.inference.frontend import build_op_graph
+    return build_op_graph(func).ops
+
+
 def test_pre_ampere_target_is_refused():
-    with pytest.raises(LoweringError, match=r"tensor-core lowering needs sm_80 or newer"):
+    with pytest.raises(tl.TileLayoutError, match=r"need sm_80 or newer"):
         tl.lower(K.gemm(64, 64, 32), {"kind": "cuda", "arch": "sm_75"})
 
 

@@ -19,6 +19,7 @@ from tilelayout.fragment import Fragment, fully_replicated
 from .cost_models import ScoringContext, get_cost_model
 from .fragment_rules import ownership_error
 from .frontend import build_op_graph
+from .gemm_plan import plan_gemms
 from ..hardware import normalize_target
 from .loop_nest import nest_of
 from .op_rules import COMMON, FREE, STRICT, LoopDecision, infer_op
@@ -75,6 +76,7 @@ class InferenceResult:
     loop_info: dict = field(default_factory=dict)    # loop key -> LoopDecision
     graph: Any = None
     op_loops: dict = field(default_factory=dict)     # op index -> LoopDecision (every loop-shaped op)
+    gemm_plans: dict = field(default_factory=dict)   # op index -> GemmPlan (every gemm)
 
     def summary(self) -> str:
         lines = [f"{name}: {lay!r}" for name, lay in self.buffers.items()]
@@ -131,6 +133,9 @@ class _State:
 
     def pinned_loop(self, nest):
         return self.engine.pinned_loops.get(nest.index)
+
+    def gemm_plan(self, op):
+        return self.engine.gemm_plans[op.index]
 
     def note(self, text: str) -> None:
         self.notes.append(text)
@@ -216,6 +221,7 @@ class _Engine:
             for b in op.buffers():
                 self.users.setdefault(b.name, []).append(op.index)
         self.pinned_loops = self._pinned_loops()
+        self.gemm_plans = plan_gemms(self.ops, self.graph.thread_extent, self.target)
         self.attempts: list = []
         self.memo: dict = {}
         self.descriptions: dict = {}
@@ -407,7 +413,7 @@ def infer_layouts(func, target=None, cost_model=None) -> InferenceResult:
             loops[nest.key] = state.loops[i].layout
             info[nest.key] = state.loops[i]
     result = InferenceResult(buffers, loops, engine.attempts, func, engine.model.name, engine.target, info,
-                             engine.graph, op_loops)
+                             engine.graph, op_loops, dict(engine.gemm_plans))
     from .annotations import annotate_result
     result.func = annotate_result(func, result)
     return result

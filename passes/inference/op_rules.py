@@ -459,29 +459,23 @@ def _infer_reduce(op: ReduceOp, level: int, state) -> None:
 # ------------------------------------------------------------------------------------------ gemm
 
 def _infer_gemm(op: GemmOp, level: int, state) -> None:
+    """The gemm's plan (decided once for the kernel, see ``gemm_plan``) fixes its accumulator and, for a
+    register A operand, the A fragment; shared operands get the widest bank swizzle the tile allows."""
     if level != STRICT:
         return
-    from tilelayout import gemm_layouts, swizzle
-    c = op.c.buffer
+    from tilelayout import swizzle
+    plan = state.gemm_plan(op)
     # the MMA instruction fixes these layouts: propose them even over a pin, so a pin that disagrees is
     # reported as a conflict (and two bank swizzles of a shared operand merge to the finer one)
-    if c.is_fragment:
-        m, n = c.shape[-2], c.shape[-1]
-        if _uses_wgmma(op, m, state):
-            acc = gemm_layouts.make_wgmma_accumulator_fragment(m, n, state.threads)
-        else:
-            acc = gemm_layouts.make_mma_accumulator_fragment(m, n, state.threads, c.dtype)
-        state.propose(c, acc, op, level)
+    if op.c.buffer.is_fragment:
+        state.propose(op.c.buffer, plan.accumulator_fragment(), op, level)
+    if op.a.buffer.is_fragment:
+        if not op.a.is_full:
+            raise InferenceError(f"{op.describe()}: the register A operand must be the whole fragment "
+                                 f"{op.a.buffer.name} (its layout is the instruction's A fragment)")
+        state.propose(op.a.buffer, plan.a_fragment(), op, level)
     for region in (op.a, op.b):
         buf = region.buffer
         if buf.is_shared and region.is_full:
             # MMA operands staged in shared memory get the widest bank swizzle the tile allows
             state.propose(buf, swizzle.make_swizzled_layout(list(buf.shape), buf.dtype, None), op, level)
-
-
-def _uses_wgmma(op: GemmOp, m, state) -> bool:
-    """TileLang's rule: Hopper (sm_90) with both operands in shared memory issues wgmma, whose accumulator
-    layout differs from mma.sync's; it needs whole warpgroups and 64-row blocks."""
-    from ..hardware import sm_version
-    return (90 <= sm_version(state.target) < 100 and op.a.buffer.is_shared and op.b.buffer.is_shared
-            and state.threads % 128 == 0 and isinstance(m, int) and m % (64 * (state.threads // 128)) == 0)

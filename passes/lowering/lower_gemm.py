@@ -79,11 +79,12 @@ def unpack_element(word, part: int, dtype: str):
 
 @dataclass(frozen=True)
 class WarpTiling:
-    """Which warp computes which 16x8 accumulator blocks.
+    """Which warp computes which 16x8 accumulator blocks (``wm x wn`` warps along M and N).
 
-    ``grid``: warps form a ``wm x wn`` grid, warp ``w`` = (w % wm, w // wm) owns a contiguous
-    (M/wm) x (N/wn) tile (mma.sync's accumulator family). ``strips``: warp ``w`` of warpgroup ``g`` owns rows
-    16*(w % 4).. of every 64-row block ``g, g + groups, ...`` across all columns (wgmma's accumulator)."""
+    ``grid`` (mma.sync's accumulator): warp ``w`` = (w % wm, w // wm) owns a contiguous (M/wm) x (N/wn) tile.
+    ``strips`` (wgmma's accumulator): warpgroups (four warps along M each) form a (wm/4) x wn grid, numbered
+    M-block fastest; warp ``q`` of a warpgroup owns rows 16q..16q+15 of every 64-row block of its group's
+    contiguous (M/(wm/4)) x (N/wn) tile."""
 
     kind: str
     m: int
@@ -93,33 +94,33 @@ class WarpTiling:
     wn: int = 1
 
     @property
-    def groups(self) -> int:
-        return self.warps // 4
+    def groups_m(self) -> int:
+        return self.wm // 4
 
     @property
     def na(self) -> int:
         """16-row blocks per warp."""
-        return self.m // self.wm // 16 if self.kind == "grid" else self.m // (64 * self.groups)
+        return self.m // self.wm // 16 if self.kind == "grid" else self.m // self.groups_m // 64
 
     @property
     def nb(self) -> int:
         """8-column blocks per warp."""
-        return self.n // self.wn // 8 if self.kind == "grid" else self.n // 8
+        return self.n // self.wn // 8
 
     def row0(self, warp, a):
         if self.kind == "grid":
             return (warp % self.wm) * (self.m // self.wm) + 16 * a
-        return ((warp // 4) % self.groups) * 64 + (warp % 4) * 16 + 64 * self.groups * a
+        return ((warp // 4) % self.groups_m) * (self.m // self.groups_m) + (warp % 4) * 16 + 64 * a
 
     def col0(self, warp, b):
         if self.kind == "grid":
             return (warp // self.wm) * (self.n // self.wn) + 8 * b
-        return 8 * b
+        return ((warp // 4) // self.groups_m) * (self.n // self.wn) + 8 * b
 
     def describe(self) -> str:
-        if self.kind == "grid":
-            return f"{self.wm}x{self.wn} warps, {self.m // self.wm}x{self.n // self.wn} per warp"
-        return f"{self.groups} warpgroup(s), 16-row strips per warp"
+        per = f"{self.m // self.wm}x{self.n // self.wn}" if self.kind == "grid" else \
+            f"{self.m // self.groups_m}x{self.n // self.wn} per warpgroup"
+        return f"{self.wm}x{self.wn} warps, {per}" + (" per warp" if self.kind == "grid" else "")
 
     def owner_table(self, inst: MmaInst) -> np.ndarray:
         """thread[i, j] that holds accumulator element (i, j) under this tiling and the PTX C fragment."""
@@ -134,23 +135,34 @@ class WarpTiling:
         return out
 
 
+def tiling_of_plan(plan) -> WarpTiling:
+    """The warp tiling a recorded gemm plan (``passes.inference.gemm_plan.GemmPlan``) prescribes."""
+    kind = "strips" if plan.instruction == "wgmma" else "grid"
+    return WarpTiling(kind, plan.m, plan.n, plan.threads // WARP, plan.warp_m, plan.warp_n)
+
+
 def _candidates(m: int, n: int, warps: int) -> list:
     out = []
     for wm in range(1, warps + 1):
-        if warps % wm == 0 and m % (16 * wm) == 0 and n % (8 * (warps // wm)) == 0:
-            out.append(WarpTiling("grid", m, n, warps, wm, warps // wm))
-    if warps % 4 == 0 and m % (64 * (warps // 4)) == 0 and n % 8 == 0:
-        out.append(WarpTiling("strips", m, n, warps))
+        if warps % wm:
+            continue
+        wn = warps // wm
+        if m % (16 * wm) == 0 and n % (8 * wn) == 0:
+            out.append(WarpTiling("grid", m, n, warps, wm, wn))
+        if wm % 4 == 0 and m % (64 * (wm // 4)) == 0 and n % (8 * wn) == 0:
+            out.append(WarpTiling("strips", m, n, warps, wm, wn))
     return out
 
 
-def match_tiling(acc: Fragment, m: int, n: int, threads: int, inst: MmaInst) -> WarpTiling | None:
-    """The warp tiling under which ``acc`` puts every element in the lane PTX's C fragment gives it."""
+def match_tiling(acc: Fragment, m: int, n: int, threads: int, inst: MmaInst,
+                 candidates: list | None = None) -> WarpTiling | None:
+    """The warp tiling (among ``candidates``, default: every grid and strip partition) under which ``acc``
+    puts every element in the lane PTX's C fragment gives it."""
     if threads % WARP or acc.replicate_size != 1:
         return None
     lo = (acc.thread_range or (0, threads))[0]
     have = acc.thread_table()[..., 0] + lo
-    for tiling in _candidates(m, n, threads // WARP):
+    for tiling in candidates if candidates is not None else _candidates(m, n, threads // WARP):
         if np.array_equal(tiling.owner_table(inst), have):
             return tiling
     return None

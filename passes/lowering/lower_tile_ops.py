@@ -88,6 +88,7 @@ def lower_tile_ops(func, target=None):
         raise LoweringError(f"function attribute {_gemm.GEMM_FALLBACK_ATTR}={fallback!r}: the only fallback is "
                             f"\"scalar\" (omit the attribute for tensor-core lowering)")
     lowering = _Lowering(graph, tx, threads, target, layouts, read_tile_loops(func), fallback)
+    lowering.func = func
     ops = [op for op in graph.ops if isinstance(op, (CopyOp, FillOp, ElementwiseOp, ReduceOp, GemmOp))]
 
     def on_tile(node, mutator):
@@ -312,12 +313,16 @@ class _Lowering:
         work = self.layout_of(d, op)
         inst = _gemm.choose_instruction(op, self.target)
         m, n = (int(s) for s in d.shape)
-        tiling = _gemm.match_tiling(work, m, n, self.threads, inst)
+        plan = self.gemm_plan(op)
+        wanted = [_gemm.tiling_of_plan(plan)] if plan is not None else None
+        tiling = _gemm.match_tiling(work, m, n, self.threads, inst, wanted)
         if tiling is None:
+            what = f"the recorded gemm plan ({plan.describe()})" if plan is not None else \
+                f"any warp tiling of {inst.name} over {self.threads} threads"
             raise LoweringError(
                 f"buffer {d.name}: {op.describe()}: its layout {work!r} is not an accumulator layout of {inst.name} "
-                f"over {self.threads} threads (each warp must hold whole 16x8 blocks in the lanes PTX assigns); let "
-                f"inference choose it, or make M a multiple of 16 per warp and N of 8")
+                f"under {what} (each warp must hold whole 16x8 blocks in the lanes PTX assigns); let inference "
+                f"choose it, or make M a multiple of 16 per warp and N of 8")
         ctx = _gemm.GemmContext(self.tx, self.threads, self.target, self.layouts, self.fresh)
         core, text = _gemm.lower_gemm_mma(op, work, tiling, inst, ctx)
         self.report(op, text)
@@ -325,6 +330,19 @@ class _Lowering:
         shared = [r.buffer for r in (op.a, op.b) if r.buffer.is_shared]
         sync = [tirx.Evaluate(tirx.op.tvm_storage_sync("shared"))] if shared else []
         return tirx.SeqStmt(allocs + pre + sync + [core] + sync + post)
+
+    def gemm_plan(self, op: GemmOp):
+        """The plan inference recorded for ``op`` (None when the function carries no plans)."""
+        from ..inference.gemm_plan import gemm_ordinal, read_gemm_plans
+        func = getattr(self, "func", None)
+        plans = read_gemm_plans(func) if func is not None else {}
+        if not plans:
+            return None
+        plan = plans.get(gemm_ordinal(func, op))
+        if plan is None:
+            raise LoweringError(f"{op.describe()}: the function records gemm plans but none for this gemm; run "
+                                f"layout inference again")
+        return plan
 
     def gemm_epilogue(self, op: GemmOp, tiling, inst, ctx):
         """(statements before, after, allocations) giving ``D = alpha * A@B + beta * bias`` around an
