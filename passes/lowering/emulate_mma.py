@@ -31,7 +31,8 @@ _PTX_DTYPE = {v: k for k, v in PTX_TYPE.items()}
 _MMA_OPS = ("tirx.ptx.mma", "tirx.ptx.mma_f16acc", "tirx.ptx.mma_int")
 _LDMATRIX_OPS = ("tirx.ptx.ldmatrix",)
 _WGMMA_MMA = re.compile(r"tirx\.ptx\.wgmma_(f16|bf16|f16_f16acc)_(ss|rs)$")
-_WGMMA_SYNC = ("tirx.ptx.wgmma_fence", "tirx.ptx.wgmma_commit_group", "tirx.ptx.wgmma_wait_group")
+_WGMMA_SYNC = ("tirx.ptx.wgmma_fence", "tirx.ptx.wgmma_commit_group", "tirx.ptx.wgmma_wait_group",
+               "tirx.ptx.fence_proxy")
 COLLECTIVE_OPS = _MMA_OPS + _LDMATRIX_OPS
 
 
@@ -130,7 +131,7 @@ def emulate_collective(call, phases) -> tirx.Stmt:
     if name in _LDMATRIX_OPS:
         return _emulate_ldmatrix(call, phases)
     if name in _WGMMA_SYNC:
-        return tirx.Evaluate(0)           # threads are serialised: every wgmma has completed already
+        return tirx.Evaluate(0)           # threads are serialised: every wgmma (and shared write) has completed
     if _WGMMA_MMA.match(name):
         from .emulate_wgmma import emulate_wgmma
         return emulate_wgmma(call, phases)

@@ -324,12 +324,24 @@ class _Lowering:
                 f"under {what} (each warp must hold whole 16x8 blocks in the lanes PTX assigns); let inference "
                 f"choose it, or make M a multiple of 16 per warp and N of 8")
         ctx = _gemm.GemmContext(self.tx, self.threads, self.target, self.layouts, self.fresh)
-        core, text = _gemm.lower_gemm_mma(op, work, tiling, inst, ctx)
-        self.report(op, text)
-        pre, post, allocs = self.gemm_epilogue(op, tiling, inst, ctx)
         shared = [r.buffer for r in (op.a, op.b) if r.buffer.is_shared]
         sync = [tirx.Evaluate(tirx.op.tvm_storage_sync("shared"))] if shared else []
-        return tirx.SeqStmt(allocs + pre + sync + [core] + sync + post)
+        before = list(sync)
+        note = ""
+        if tiling.kind == "strips":
+            from .lower_wgmma import lower_gemm_wgmma, wgmma_feasible
+            winst, why = wgmma_feasible(op, tiling, self.target, ctx)
+            if winst is not None:
+                core, text = lower_gemm_wgmma(op, tiling, winst, ctx)
+                # generic-proxy shared writes must be visible to the async proxy wgmma reads through
+                before = [_gemm.ptx_call("fence.proxy.async.shared::cta")] + sync
+            else:
+                note = f" (the plan's wgmma layout, realised warp by warp: {why})"
+        if not tiling.kind == "strips" or note:
+            core, text = _gemm.lower_gemm_mma(op, work, tiling, inst, ctx)
+        self.report(op, text + note)
+        pre, post, allocs = self.gemm_epilogue(op, tiling, inst, ctx)
+        return tirx.SeqStmt(allocs + pre + before + [core] + sync + post)
 
     def gemm_plan(self, op: GemmOp):
         """The plan inference recorded for ``op`` (None when the function carries no plans)."""
