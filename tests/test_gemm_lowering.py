@@ -31,6 +31,7 @@ from tilelayout.passes.lowering.serialize_threads import serialize_threads  # no
 
 SM80 = {"kind": "cuda", "arch": "sm_80"}
 SM90 = {"kind": "cuda", "arch": "sm_90"}
+SM90A = {"kind": "cuda", "arch": "sm_90a"}
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
 
 
@@ -147,7 +148,7 @@ GEMMS = {
 }
 
 
-@pytest.mark.parametrize("target", [SM80, SM90], ids=["sm_80", "sm_90"])
+@pytest.mark.parametrize("target", [SM80, SM90, SM90A], ids=["sm_80", "sm_90", "sm_90a"])
 @pytest.mark.parametrize("name", sorted(GEMMS))
 def test_lowered_gemm_matches_numpy(name, target):
     cfg = GEMMS[name]
@@ -171,12 +172,49 @@ def test_ldmatrix_is_used_for_swizzled_shared_operands_and_lanes_otherwise():
 
 @needs_nvcc
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
-@pytest.mark.parametrize("name", ["f16_f32", "s8_s32", "f16_f16", "bf16_f32"])
+@pytest.mark.parametrize("name", ["f16_f32", "f16_f32_At", "s8_s32", "f16_f16", "bf16_f32", "t256"])
 def test_lowered_gemm_compiles_with_nvcc(name, arch):
     target = {"kind": "cuda", "arch": arch}
     src = cuda_source(K.gemm(**GEMMS[name]), target)
     ptx = compile_ptx(src, target).decode()
-    assert "mma.sync.aligned" in ptx or "wgmma.mma_async" in ptx
+    wgmma = arch == "sm_90a" and not name.startswith("s8")
+    assert ("wgmma.mma_async.sync.aligned" in ptx) == wgmma and ("mma.sync.aligned" in ptx) == (not wgmma)
+
+
+def test_instruction_per_target():
+    """sm_80: mma.sync; sm_90: the wgmma layout realised by mma.sync (wgmma needs sm_90a); sm_90a: wgmma SS,
+    or RS with A in registers; int8 has no wgmma form here."""
+    def report(func, target):
+        return list(dict(lower_func(func, target).attrs[lower_gemm.GEMM_REPORT_ATTR]).values())[0]
+    assert report(K.gemm(64, 64, 64), SM80).startswith("mma.sync m16n8k16")
+    text = report(K.gemm(64, 64, 64), SM90)
+    assert text.startswith("mma.sync m16n8k16") and "wgmma needs sm_90a" in text
+    assert report(K.gemm(64, 64, 64), SM90A).startswith("wgmma m64n64k16") and "SS" in report(K.gemm(64, 64, 64), SM90A)
+    assert "RS (A in registers)" in report(K.gemm(64, 64, 32, a_scope="local.fragment"), SM90A)
+    assert report(K.gemm(64, 64, 64, a_dtype="int8", b_dtype="int8", acc="int32"), SM90A).startswith("mma.sync m16n8k32")
+
+
+@pytest.mark.parametrize("cfg", [dict(m=64, n=64, k=32), dict(m=128, n=64, k=64, threads=256),
+                                 dict(m=64, n=128, k=64, threads=256)], ids=["t128", "t256_2xN", "t256_Nx2"])
+def test_wgmma_register_a_matches_numpy(cfg):
+    func = K.gemm(a_scope="local.fragment", **cfg)
+    assert "RS" in list(dict(lower_func(func, SM90A).attrs[lower_gemm.GEMM_REPORT_ATTR]).values())[0]
+    res = check_numeric(func, _reference(), SM90A, tolerance=(2e-2, 2e-2))
+    assert res.ok, res.message
+
+
+def test_wrong_wgmma_descriptor_swizzle_gives_wrong_cpu_result(monkeypatch):
+    """The emulation decodes the descriptor bits: encoding a 64B swizzle for a 128B-swizzled tile is caught."""
+    from tilelayout.passes.lowering import lower_wgmma
+    func = K.gemm(64, 64, 64)
+    real = lower_wgmma.encode_fields
+
+    def wrong(layout):
+        bits = real(layout)
+        return bits ^ (3 << 62) if layout.mode == 1 else bits       # mode 1 (128B) -> mode 2 (64B)
+    monkeypatch.setattr(lower_wgmma, "encode_fields", wrong)
+    result = check_numeric(func, _reference(), SM90A, tolerance=(2e-2, 2e-2))
+    assert not result.ok and result.message.startswith("C:")
 
 
 def test_every_gemm_case_lowers_to_tensor_cores():

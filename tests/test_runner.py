@@ -19,7 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from maint import review, run, snapshot  # noqa: E402
+from maint import case_loader, review, run, snapshot  # noqa: E402
 
 
 def frag(thread="_i % 8 * 16 + _j // 8", index="_i // 8 * 8 + _j % 8", rep=1, shape=(128, 128), out=(128,),
@@ -130,7 +130,7 @@ def fake(tmp_path, monkeypatch):
 
     monkeypatch.setattr(tilelayout, "infer_layouts", infer_layouts, raising=False)
     monkeypatch.setattr(run, "available_models", lambda: list(state.models))
-    run._LOADED.clear()
+    case_loader._LOADED.clear()
 
     def invoke(*argv):
         out = io.StringIO()
@@ -227,6 +227,37 @@ def test_broken_case_module_is_exit_2(fake, capsys):
     (fake.cases / "broken.py").write_text('"""No variants."""\n')
     assert fake.invoke()[0] == 2
     assert "broken: VARIANTS must be" in capsys.readouterr().err
+
+
+EXITING_CASE = '''
+"""A case whose check exits the process instead of asserting."""
+import sys
+VARIANTS = {"v1": lambda: "v1"}
+
+def check(variant, model, result):
+    sys.exit(0)
+'''
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_check_that_calls_sys_exit_fails_its_case_in_check_and_record(fake, jobs):
+    (fake.cases / "toy.py").unlink()
+    (fake.cases / "exiting.py").write_text(EXITING_CASE)
+    code, out = fake.invoke("--record", "-j", jobs)
+    assert code == 1 and "exiting/v1/register-count: not recorded, check failed: SystemExit(0)" in out
+    assert not (fake.expected / "exiting.json").exists()
+    (fake.expected).mkdir(exist_ok=True)
+    (fake.expected / "exiting.json").write_text(snapshot.dumps({"v1": {"register-count": {
+        "buffers": {"frag": frag()}, "loops": {}}}}))
+    code, out = fake.invoke("-j", jobs)
+    assert code == 1 and "exiting/v1/register-count: check failed: SystemExit(0)" in out
+    assert "0/1 variant-model pairs match" in out
+
+
+def test_a_case_module_that_exits_on_import_is_exit_2(fake, capsys):
+    (fake.cases / "quits.py").write_text('"""Quits."""\nimport sys\nsys.exit(0)\n')
+    assert fake.invoke()[0] == 2
+    assert "quits: cannot import" in capsys.readouterr().err
 
 
 def test_bad_arguments_are_exit_2(fake):
