@@ -1,13 +1,19 @@
 """Benchmark: median layout-inference time per golden case and on generated kernels whose free
 component has K ops (a chain of parallel loops over fragments between a copy in and a copy out).
 
-Kernels are built once, outside the timed region; only ``infer_layouts`` is timed.
-Usage: python maint/bench_inference.py [--repeat N] [--model NAME]
+Kernels are built once, outside the timed region; only ``infer_layouts`` is timed (a kernel carrying a
+``target`` attribute, such as the sm_80 attention variants, is inferred for that target).
+Usage: python maint/bench_inference.py [--repeat N] [--model NAME] [--case SUBSTR] [--tilelang FILE ...]
+
+``--tilelang FILE`` reads TileLang's own LayoutInference times for the same kernels (JSON written by
+``maint/peer/bench_tilelang.py`` with the peer venv) and adds a column ``tl/ours``: how many times longer
+TileLang takes than our fastest model.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import pathlib
 import statistics
 import sys
@@ -56,20 +62,35 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--model", default=None, help="cost model (default: both)")
     ap.add_argument("--k", type=int, nargs="*", default=[4, 16, 64])
+    ap.add_argument("--case", default=None, help="only case/variant names containing this")
+    ap.add_argument("--tilelang", nargs="*", default=[], help="JSON files from maint/peer/bench_tilelang.py")
     args = ap.parse_args(argv)
     models = [args.model] if args.model else ["register-count", "io-aware"]
-    print(f"{'kernel':48s} " + " ".join(f"{m:>16s}" for m in models))
+    theirs = {}
+    for path in args.tilelang:
+        theirs.update(json.loads(pathlib.Path(path).read_text())["times_ms"])
+    extra = f" {'TileLang':>14s} {'tl/ours':>8s}" if theirs else ""
+    print(f"{'kernel':56s} " + " ".join(f"{m:>16s}" for m in models) + extra)
     for path in sorted((ROOT / "cases").glob("[!_]*.py")):
         mod = importlib.import_module(f"cases.{path.stem}")
         for variant, build in mod.VARIANTS.items():
+            name = f"{path.stem}/{variant}"
+            if args.case and args.case not in name:
+                continue
             func = build()
             times = [median_ms(lambda: infer_layouts(func, None, m), args.repeat) for m in models]
-            print(f"{path.stem + '/' + variant:48s} " + " ".join(f"{t:13.1f} ms" for t in times))
+            line = f"{name:56s} " + " ".join(f"{t:13.1f} ms" for t in times)
+            tl_ms = theirs.get(name)
+            if isinstance(tl_ms, (int, float)):
+                line += f" {tl_ms:11.1f} ms {tl_ms / min(times):8.2f}"
+            elif tl_ms is not None:
+                line += "   TileLang fails"
+            print(line)
     for k in args.k:
         func = chain_kernel(k)
         reps = max(1, args.repeat if k <= 16 else 2)
         times = [median_ms(lambda: infer_layouts(func, None, m), reps) for m in models]
-        print(f"{f'generated chain, K={k} ops':48s} " + " ".join(f"{t:13.1f} ms" for t in times))
+        print(f"{f'generated chain, K={k} ops':56s} " + " ".join(f"{t:13.1f} ms" for t in times))
     return 0
 
 

@@ -20,7 +20,7 @@ from .cost_models import ScoringContext, get_cost_model
 from .fragment_rules import ownership_error
 from .frontend import build_op_graph
 from .gemm_plan import plan_gemms
-from ..hardware import normalize_target
+from ..hardware import func_target, normalize_target
 from .loop_nest import nest_of
 from .op_rules import COMMON, FREE, STRICT, LoopDecision, infer_op
 
@@ -207,7 +207,7 @@ def _merge_swizzles(a, b, buf):
 class _Engine:
     def __init__(self, func, target, cost_model):
         self.func = func
-        self.target = normalize_target(target)
+        self.target = normalize_target(func_target(func, target))
         self.model = get_cost_model(cost_model)
         self.graph = build_op_graph(func)
         names = [b.name for b in self.graph.buffers]
