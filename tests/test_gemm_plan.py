@@ -9,7 +9,7 @@ from tvm.tirx.script import tile as Tx
 import tilelayout as tl
 from tilelayout import gemm_layouts as gl
 from tilelayout.exprparse import parse_expr
-from tilelayout.layout import _BY_NAME
+from tilelayout.expr import _BY_NAME
 from tilelayout.passes.inference.frontend import GemmOp, build_op_graph
 from tilelayout.passes.inference.gemm_plan import (GEMM_PLANS_ATTR, GemmPlan, GemmPlanError, gemm_plan_of,
                                                    plan_gemm, read_gemm_plans)

@@ -4,20 +4,25 @@ from __future__ import annotations
 import tvm_ffi
 from tvm import tirx
 
-from tilelayout.annotate import annotate_layouts, annotate_loop, read_layout_annotations
+from tilelayout.annotate import TILE_LOOPS_ATTR, annotate_layouts, annotate_loop, encode_tile_loop, read_layout_annotations
 
 __all__ = ["annotate_result", "get_layouts"]
 
 
 def annotate_result(func, result):
-    """``func`` with a layout map for every inferred buffer, on the outermost loop of every parallel nest its
-    loop layout, predicate and padding-guard flag, and the plan of every gemm (``gemm_plan``)."""
-    roots = {}
-    for index, decision in result.op_loops.items():
+    """``func`` with a layout map for every inferred buffer; on the outermost loop of every parallel nest its
+    loop layout, predicate and guard flags; for tile ops (which have no loop yet), the same decision in the
+    function attribute ``TILE_LOOPS_ATTR``, so lowering reads every loop decision instead of making it; and
+    the plan of every gemm (``gemm_plan.GEMM_PLANS_ATTR``)."""
+    roots, tile_loops = {}, {}
+    for index, decision in sorted(result.op_loops.items()):
         op = result.graph.ops[index]
         root = getattr(op, "root", None)
         if root is not None:
             roots[index] = (root, decision)
+        else:
+            tile_loops[str(index)] = encode_tile_loop(op.describe(), decision.layout, decision.predicate,
+                                                      decision.padding_guard, decision.replica_guard)
 
     def on_for(loop, mutator):
         new = mutator.default_mutate(loop)
@@ -29,6 +34,7 @@ def annotate_result(func, result):
 
     body = tvm_ffi.structural_mutate(func.body, (tirx.For, on_for)) if roots else func.body
     out = annotate_layouts(func.with_body(body), dict(result.buffers))
+    out = out.with_attr(TILE_LOOPS_ATTR, tile_loops) if tile_loops else out
     plans = getattr(result, "gemm_plans", None) or {}
     if plans:
         from .gemm_plan import annotate_gemm_plans, gemm_ordinal
