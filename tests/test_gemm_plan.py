@@ -166,3 +166,36 @@ def test_sm90_falls_back_to_mma_sync_where_wgmma_cannot_run():
     plan = plan_gemm(_op(_gemm(64, 64, 32, 128, a_scope="local.fragment", ta=True)), 128, SM90)
     assert plan.instruction == "mma_sync" and plan.transpose_a
     assert plan.a_fragment().input_shape == [32, 64]
+
+
+def test_register_a_with_a_pinned_layout_that_cannot_feed_the_instruction_is_refused():
+    func = _gemm(64, 64, 32, 128, a_scope="local.fragment")
+    rows = tl.Fragment([64, 32], lambda i, j: i * 2 + j // 16, lambda i, j: j % 16)      # whole half-rows
+    pinned = tl.annotate_layouts(func, {"A_s": rows})
+    with pytest.raises(tl.LayoutConflictError,
+                       match=r"operand A A_s must have the mma_sync m16n8k16, 2x2 warps .* register layout.*stage A in "
+                             r"shared memory") as err:
+        tl.infer_layouts(pinned, target=SM80)
+    assert "gemm C_frag[" in str(err.value)
+
+
+def test_accumulator_fed_directly_as_a_operand_is_refused_with_the_fix():
+    @T.prim_func
+    def chained(A: T.Buffer((64, 32), "float32"), B: T.Buffer((32, 64), "float32"), C: T.Buffer((64, 64), "float32"),
+                D: T.Buffer((64, 64), "float32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", 128)
+        A_s = T.alloc_buffer((64, 32), "float32", scope="shared")
+        B_s = T.alloc_buffer((32, 64), "float32", scope="shared")
+        C_s = T.alloc_buffer((64, 64), "float32", scope="shared")
+        S = T.alloc_buffer((64, 64), "float32", scope="local.fragment")
+        O = T.alloc_buffer((64, 64), "float32", scope="local.fragment")
+        Tx.copy(A_s[0:64, 0:32], A[0:64, 0:32])
+        Tx.copy(B_s[0:32, 0:64], B[0:32, 0:64])
+        Tx.copy(C_s[0:64, 0:64], C[0:64, 0:64])
+        Tx.gemm(S[0:64, 0:64], A_s[0:64, 0:32], B_s[0:32, 0:64], S[0:64, 0:64], False, False, 1.0, 0.0)
+        Tx.gemm(O[0:64, 0:64], S[0:64, 0:64], C_s[0:64, 0:64], O[0:64, 0:64], False, False, 1.0, 0.0)
+        Tx.copy(D[0:64, 0:64], O[0:64, 0:64])
+
+    with pytest.raises(tl.LayoutConflictError, match=r"operand A S must have the .*copy it into a fresh fragment"):
+        tl.infer_layouts(chained, target=SM80)

@@ -11,9 +11,9 @@ __all__ = ["annotate_result", "get_layouts"]
 
 def annotate_result(func, result):
     """``func`` with a layout map for every inferred buffer; on the outermost loop of every parallel nest its
-    loop layout, predicate and guard flags; for tile ops (which have no loop yet), the same decision in
-    the function attribute ``TILE_LOOPS_ATTR``, so lowering reads every loop decision instead of making it;
-    and the plan of every gemm (``gemm_plan``)."""
+    loop layout, predicate and guard flags; for tile ops (which have no loop yet), the same decision in the
+    function attribute ``TILE_LOOPS_ATTR``, so lowering reads every loop decision instead of making it; and
+    the plan of every gemm (``gemm_plan.GEMM_PLANS_ATTR``)."""
     roots, tile_loops = {}, {}
     for index, decision in sorted(result.op_loops.items()):
         op = result.graph.ops[index]

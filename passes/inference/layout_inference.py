@@ -22,7 +22,7 @@ from .cost_models import ScoringContext, get_cost_model
 from .fragment_rules import ownership_error
 from .frontend import build_op_graph
 from .gemm_plan import plan_gemms
-from ..hardware import check_block_threads, normalize_target
+from ..hardware import check_block_threads, func_target, normalize_target
 from .loop_nest import nest_of
 from .op_rules import COMMON, FREE, STRICT, LoopDecision, check_cells_invertible, infer_op
 from .search_certificate import certify as _certify, copy_outcome as _copy_outcome
@@ -229,7 +229,7 @@ def _merge_swizzles(a, b, buf):
 class _Engine:
     def __init__(self, func, target, cost_model):
         self.func = func
-        self.target = normalize_target(target)
+        self.target = normalize_target(func_target(func, target))
         self.model = get_cost_model(cost_model)
         self.graph = build_op_graph(func)
         check_block_threads(self.graph.thread_extent, self.target, self.graph.func_name)

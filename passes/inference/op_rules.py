@@ -565,14 +565,29 @@ def _infer_gemm(op: GemmOp, level: int, state) -> None:
     def bound(frag):
         return frag.bind_thread_range(*thread_range) if thread_range is not None else frag
     if op.c.buffer.is_fragment:
-        state.propose(op.c.buffer, bound(plan.accumulator_fragment()), op, level)
+        _propose_operand(op, "accumulator", op.c.buffer, bound(plan.accumulator_fragment()), plan, level, state)
     if op.a.buffer.is_fragment:
         if not op.a.is_full:
             raise InferenceError(f"{op.describe()}: the register A operand must be the whole fragment "
                                  f"{op.a.buffer.name} (its layout is the instruction's A fragment)")
-        state.propose(op.a.buffer, bound(plan.a_fragment()), op, level)
+        _propose_operand(op, "operand A", op.a.buffer, bound(plan.a_fragment()), plan, level, state)
     for region in (op.a, op.b):
         buf = region.buffer
         if buf.is_shared and region.is_full:
             # MMA operands staged in shared memory get the widest bank swizzle the tile allows
             state.propose(buf, swizzle.make_swizzled_layout(list(buf.shape), buf.dtype, None), op, level)
+
+
+def _propose_operand(op: GemmOp, role: str, buf, layout: Fragment, plan, level: int, state) -> None:
+    """Propose the instruction's register layout for a gemm fragment; a clash names the gemm, the operand, the
+    layout the instruction needs and what would work instead."""
+    try:
+        state.propose(buf, layout, op, level)
+    except LayoutConflictError:
+        old = state.layout(buf)
+        fix = ("stage A in shared memory, or copy it into a fresh fragment first (`Tx.copy(P, S)`: the copy "
+               "re-lays it out)" if role == "operand A" else
+               "accumulate into a fragment of its own and copy the result where it is needed")
+        raise LayoutConflictError(
+            f"buffer {buf.name}: {op.describe()}: {role} {buf.name} must have the {plan.describe()} register "
+            f"layout {layout!r} to feed the instruction, but {state.setter(buf)} gave it {old!r}; {fix}") from None
