@@ -384,3 +384,24 @@ def test_mma_instruction_table():
     assert mma_instruction("float16", "float16", "float32").ptx == "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
     assert mma_instruction("int8", "int8", "int32").ptx == "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32"
     assert mma_instruction("float32", "float32", "float32") is None
+
+
+# ------------------------------------------------------------------------------------ attention
+
+def test_flash_attention_on_sm90a_uses_wgmma_ss_and_rs_and_matches_numpy():
+    """Q K^T from shared (SS), P V with P in registers (RS), through the wgmma emulation."""
+    from cases import flash_attention as fa
+    variant = "sm90_d64_b64x64_t128"
+    func = fa.VARIANTS[variant]()
+    reports = list(dict(lower_func(func, SM90A).attrs[lower_gemm.GEMM_REPORT_ATTR]).values())
+    assert reports[0].startswith("wgmma") and "SS" in reports[0]
+    assert reports[1].startswith("wgmma") and "RS (A in registers)" in reports[1]
+    res = check_numeric(func, fa.REFERENCE[variant], SM90A, tolerance=fa.TOLERANCE[variant])
+    assert res.ok, res.message
+
+
+@needs_nvcc
+def test_flash_attention_compiles_with_wgmma_for_sm90a():
+    from cases import flash_attention as fa
+    ptx = compile_ptx(cuda_source(fa.VARIANTS["sm90_d64_b64x64_t128"](), SM90A), SM90A).decode()
+    assert ptx.count("wgmma.mma_async.sync.aligned") == 8
