@@ -21,7 +21,8 @@ from tilelayout.layout import Layout
 from .cost_models import ScoringContext, get_cost_model
 from .fragment_rules import ownership_error
 from .frontend import build_op_graph
-from ..hardware import check_block_threads, normalize_target
+from .gemm_plan import plan_gemms
+from ..hardware import check_block_threads, func_target, normalize_target
 from .loop_nest import nest_of
 from .op_rules import COMMON, FREE, STRICT, LoopDecision, check_cells_invertible, infer_op
 from .search_certificate import certify as _certify, copy_outcome as _copy_outcome
@@ -88,6 +89,7 @@ class InferenceResult:
     loop_info: dict = field(default_factory=dict)    # loop key -> LoopDecision
     graph: Any = None
     op_loops: dict = field(default_factory=dict)     # op index -> LoopDecision (every loop-shaped op)
+    gemm_plans: dict = field(default_factory=dict)   # op index -> GemmPlan (every gemm)
 
     def summary(self) -> str:
         """One line per buffer and loop layout (``tilelayout show`` prints more)."""
@@ -158,6 +160,9 @@ class _State:
     def pinned_loop(self, nest):
         return self.engine.pinned_loops.get(nest.index)
 
+    def gemm_plan(self, op):
+        return self.engine.gemm_plans[op.index]
+
     def note(self, text: str) -> None:
         self.notes.append(text)
 
@@ -224,7 +229,7 @@ def _merge_swizzles(a, b, buf):
 class _Engine:
     def __init__(self, func, target, cost_model):
         self.func = func
-        self.target = normalize_target(target)
+        self.target = normalize_target(func_target(func, target))
         self.model = get_cost_model(cost_model)
         self.graph = build_op_graph(func)
         check_block_threads(self.graph.thread_extent, self.target, self.graph.func_name)
@@ -239,6 +244,7 @@ class _Engine:
             for b in op.buffers():
                 self.users.setdefault(b.name, []).append(op.index)
         self.pinned_loops = self._pinned_loops()
+        self.gemm_plans = plan_gemms(self.ops, self.graph.thread_extent, self.target)
         self.attempts: list = []
         self.memo: dict = {}
         self.descriptions: dict = {}
@@ -490,7 +496,7 @@ def infer_layouts(func, target=None, cost_model=None) -> InferenceResult:
             loops[nest.key] = state.loops[i].layout
             info[nest.key] = state.loops[i]
     result = InferenceResult(buffers, loops, engine.attempts, func, engine.model.name, engine.target, info,
-                             engine.graph, op_loops)
+                             engine.graph, op_loops, dict(engine.gemm_plans))
     from .annotations import annotate_result
     result.func = annotate_result(func, result)
     from .resources import warn_resources
