@@ -34,8 +34,9 @@ def test_unusually_large_fragment_warns_on_its_own():
         tl.infer_layouts(k.huge_fragment())
 
 
-def test_threads_over_1024_warn():
-    with pytest.warns(tl.TileLayoutResourceWarning, match="2048 threads per block exceed the target's limit of 1024"):
+def test_threads_over_1024_are_refused():
+    # a block of 2048 threads cannot launch on any CUDA GPU: an error (issue #11), not a warning
+    with pytest.raises(tl.ConfigError, match="2048 threads .* 1 to 1024"):
         tl.infer_layouts(k.too_many_threads())
 
 
