@@ -13,7 +13,7 @@ SEGMENT_BYTES = 128  # global-memory transaction granularity the io-aware model 
 
 
 def normalize_target(target=None) -> tvm.target.Target:
-    """A tvm Target from a Target, dict or string; default CUDA sm_90 (where the seed goldens were recorded)."""
+    """A tvm Target from a Target, dict or string; default CUDA sm_90 (where TileLang's goldens were recorded)."""
     if target is None:
         return tvm.target.Target(DEFAULT_TARGET)
     if isinstance(target, tvm.target.Target):

@@ -52,7 +52,7 @@ def access_points(nest: LoopNest, access) -> np.ndarray:
     env = grid_env(nest.loop_vars, nest.extents)
     shape = tuple(nest.extents)
     flat = np.zeros(shape, dtype=np.int64)
-    for idx, ext in zip(access.indices, access.buffer.shape):
+    for dim, (idx, ext) in enumerate(zip(access.indices, access.buffer.shape)):
         try:
             val = np.broadcast_to(evaluate(idx, env), shape)
         except Exception as err:
@@ -67,10 +67,20 @@ def access_points(nest: LoopNest, access) -> np.ndarray:
             bad = np.unravel_index(int(np.argmax((val < 0) | (val >= ext))), shape)
             raise InferenceError(
                 f"{nest.describe()}: access {access} leaves buffer {access.buffer.name} (shape "
-                f"{list(access.buffer.shape)}) at loop point {[int(b) for b in bad]}; the loop is larger than the "
-                f"fragment it touches")
+                f"{list(access.buffer.shape)}) at loop point {[int(b) for b in bad]}: index {idx} is "
+                f"{int(val[bad])} there, outside [0, {int(ext)}) of dimension {dim}; {_out_of_bounds_hint(nest, idx, ext)}")
         flat = flat * ext + val
     return flat
+
+
+def _out_of_bounds_hint(nest: LoopNest, idx, ext) -> str:
+    """Why an index leaves the fragment: a bare loop variable running further than the dimension, or an
+    offset / stride pushing it past the edge."""
+    for var, extent in zip(nest.loop_vars, nest.extents):
+        if hasattr(idx, "same_as") and idx.same_as(var):
+            return (f"the loop over {var.name} ({extent} iterations) is larger than the fragment's dimension "
+                    f"({ext}); loop over the fragment's extent or give the fragment the loop's")
+    return "its offset or stride takes it past the fragment's edge; shrink the loop range or enlarge the fragment so every index fits"
 
 
 def everyone(shape, thread_range: tuple) -> Fragment:

@@ -411,6 +411,19 @@ class ParallelOp(TileOp):
         return f"parallel {self.key}"
 
 
+def _check_int32_indexable(var: Any, shape: list) -> None:
+    """A buffer whose shape is int32 gets int32 index arithmetic all the way to the CUDA source; past 2^31
+    elements its flat indices wrap around and the kernel would touch the wrong addresses. Refuse it."""
+    if not all(_is_int(s) for s in shape) or any(str(getattr(s, "ty", "")) == "int64" for s in var.shape):
+        return
+    elements = 1
+    for s in shape:
+        elements *= int(s)
+    if elements > 2**31 - 1:
+        raise FrontendError(f"buffer {var.name} has {elements} elements, more than int32 indices can address "
+                            f"(2^31 - 1); declare its shape with int64 extents (T.int64(...)) or split it")
+
+
 # ----------------------------------------------------------------------------------------------
 # the graph
 
@@ -504,6 +517,7 @@ class _Builder:
             return found
         shape = [_const(s) for s in var.shape]
         dtype = str(var.dtype)
+        _check_int32_indexable(var, shape)
         layout = var.layout
         pinned = None if is_default_tile_layout(layout, var.shape) else layout
         dt = tvm.DataType(dtype)

@@ -61,6 +61,7 @@ class Attempt:
     details: tuple = ()                              # per-statement costs from the cost model
 
     def to_dict(self) -> dict:
+        """JSON-ready form: cost, verdict, error and the attempt's layouts as dicts."""
         out = {k: getattr(self, k) for k in ("component", "root", "root_description", "mem", "regs", "chosen", "error")}
         out["layouts"] = {k: v.to_dict() for k, v in self.layouts.items()}
         out["loops"] = {k: v.to_dict() for k, v in self.loops.items()}
@@ -69,6 +70,15 @@ class Attempt:
 
 @dataclass
 class InferenceResult:
+    """What ``infer_layouts`` decided for one kernel.
+
+    ``buffers``: buffer name -> Layout (shared tiles) or Fragment (register fragments); ``loops``: loop key
+    (``"i,j[64x128]"``, see docs/annotations.md) -> the Fragment of each user ``T.parallel`` nest;
+    ``attempts``: every free-level ``Attempt`` (cost, verdict or failure); ``func``: the PrimFunc with every
+    decision written as annotations; ``cost_model`` and ``target``: what the decisions were made for;
+    ``loop_info`` / ``op_loops``: loop decisions with their guards, by loop key / by op number; ``graph``:
+    the front end's op graph. ``tl.get_layouts(func)`` rebuilds buffers and loops from the annotations."""
+
     buffers: dict                  # buffer name -> Layout | Fragment
     loops: dict                    # loop key -> Fragment (user parallel nests)
     attempts: list                 # list[Attempt]
@@ -80,13 +90,15 @@ class InferenceResult:
     op_loops: dict = field(default_factory=dict)     # op index -> LoopDecision (every loop-shaped op)
 
     def summary(self) -> str:
+        """One line per buffer and loop layout (``tilelayout show`` prints more)."""
         lines = [f"{name}: {lay!r}" for name, lay in self.buffers.items()]
         lines += [f"loop {key}: {lay!r}" for key, lay in self.loops.items()]
         return "\n".join(lines)
 
 
 class _State:
-    """Layouts of one attempt (or of the committed result) and the BFS queue that feeds on them."""
+    """Layouts of one attempt (or of the committed result) and the BFS queue that feeds on them; the
+    ``RuleState`` the per-op rules are handed (``rule_state.py`` declares what they may use)."""
 
     def __init__(self, engine: "_Engine"):
         self.engine = engine

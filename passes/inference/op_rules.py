@@ -20,6 +20,7 @@ from .fragment_rules import (PartialCoverage, _condensed, complete_fragment, dyn
 from .frontend import GemmOp, ReduceOp
 from ..hardware import max_vector_load_bits
 from .loop_nest import LoopNest
+from .rule_state import RuleState  # noqa: F401  (the state every rule here is handed)
 from .loop_plan import plan_loop_layout, plan_vector_width, select_min_padding_width
 
 STRICT, COMMON, FREE = 2, 1, 0
@@ -53,7 +54,8 @@ class LoopDecision:
     source: object                 # how it was chosen, for explanations: "planned", Derived(...), ...
 
 
-def infer_op(op, nest: LoopNest | None, level: int, state) -> None:
+def infer_op(op, nest: LoopNest | None, level: int, state: "RuleState") -> None:
+    """Apply the rule of ``op`` at ``level`` (``state``: see ``rule_state.RuleState``)."""
     if nest is not None:
         _infer_nest(nest, level, state)
     elif isinstance(op, ReduceOp):

@@ -128,6 +128,7 @@ def _is_shuffle(c) -> bool:
 # --------------------------------------------------------------------------------------- SerializeThreads
 
 def SerializeThreads():
+    """A PrimFunc pass running a lowered GPU kernel's threads one after another (see the module docstring)."""
     @tirx.transform.prim_func_pass(opt_level=0, name="tilelayout.SerializeThreads")
     def _pass(func, mod, ctx):
         return serialize_threads(func)
@@ -266,6 +267,7 @@ class _Phases:
 # --------------------------------------------------------------------------------------- reference
 
 def SequentialSemantics():
+    """A PrimFunc pass turning an unlowered tile program into its sequential, layout-free semantics."""
     @tirx.transform.prim_func_pass(opt_level=0, name="tilelayout.SequentialSemantics")
     def _pass(func, mod, ctx):
         return sequential_semantics(func)

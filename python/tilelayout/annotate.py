@@ -8,7 +8,7 @@ Encoding (chosen because it prints in ``func.script()`` and survives ``tvm.scrip
   (the same dict), ``"tilelayout.loop_predicate"`` (a string, only when given) and
   ``"tilelayout.padding_guard"`` (``True``, only when needed).
 
-Loops are named as in DESIGN.md: loop variable names joined by commas, extents joined by ``x``
+Loops are named by their loop key (docs/annotations.md): loop variable names joined by commas, extents joined by ``x``
 (``"i,j[128x128]"``); a key seen again in program order gets ``#2``, ``#3``. The nests are found
 exactly as the front end finds them (every ``T.parallel`` loop met in program order roots a nest
 of its directly nested parallel loops; nests inside a nest body are not separate nests), so the keys

@@ -104,10 +104,13 @@ class Fragment(Layout):
     # ----------------------------------------------------------------- fields
     @property
     def forward_thread(self):
+        """The thread holding each element, a PrimExpr over ``forward_vars`` (and ``_rep`` when replicated),
+        counted from the start of ``thread_range``."""
         return self._forward_thread
 
     @property
     def replicate_size(self) -> int:
+        """How many threads hold a copy of each element (1 = not replicated)."""
         return self._replicate
 
     @property
@@ -141,6 +144,7 @@ class Fragment(Layout):
 
     # ----------------------------------------------------------------- evaluation
     def thread_of(self, *coords, rep: int = 0) -> int:
+        """The thread (counted from the range start) holding replica ``rep`` of the element at ``coords``."""
         if len(coords) == 1 and isinstance(coords[0], (list, tuple)):
             coords = tuple(coords[0])
         if len(coords) != self.input_dim:
@@ -179,6 +183,8 @@ class Fragment(Layout):
         return self.packed().inverse()
 
     def inverse_with_info(self, allow_padding: bool = False):
+        """(inverse, exact) of the canonical packing ``(coords..., rep) -> (slot..., thread)``; ``exact`` is
+        False when some (slot, thread) cells hold no element (padding)."""
         # memoised: inference asks again for every attempt; the packing ignores the thread range, so a copy
         # rebound to another range shares the answer (a refusal is remembered too)
         memo = self.__dict__.setdefault("_inverse_memo", {})
@@ -198,6 +204,7 @@ class Fragment(Layout):
         return packed.is_injective() and shape_size(packed.output_shape) == packed.size
 
     def injectivity_error(self, exprs=None, variables=None, shape=None):
+        """``None`` when no two (element, replica) pairs share a (thread, slot) cell, else why they do."""
         if exprs is not None:
             return super().injectivity_error(exprs, variables, shape)
         return self.packed().injectivity_error()
@@ -324,6 +331,8 @@ class Fragment(Layout):
         return self.containment_error(other) is None
 
     def containment_error(self, other: "Fragment") -> str | None:
+        """``None`` when every thread holding an element in ``other`` also holds it here (this fragment may
+        have more holders; slots are not compared), else a sentence naming the first element that breaks it."""
         if other is self:
             return None
         key = (self.key, other.key)
@@ -375,6 +384,8 @@ class Fragment(Layout):
                 f"forward_index: [{', '.join(str(e) for e in self._forward_index)}]{rng})")
 
     def to_dict(self) -> dict:
+        """Plain JSON form: the Layout fields plus forward_thread, replicate, threads and (once bound)
+        thread_range; ``tl.layout_from_dict`` rebuilds the fragment."""
         d = super().to_dict()
         d.update(replicate=self._replicate, threads=_jsonable(self.thread_extent),
                  forward_thread=self._thread_str)

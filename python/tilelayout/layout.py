@@ -74,30 +74,37 @@ class Layout:
     # ----------------------------------------------------------------- basic fields
     @property
     def input_shape(self) -> list:
+        """Extent of every logical dimension (ints, or PrimExprs when symbolic)."""
         return list(self._input_shape)
 
     @property
     def forward_index(self) -> list:
+        """Output coordinates as PrimExprs over ``forward_vars`` (one per output dimension)."""
         return list(self._forward_index)
 
     @property
     def forward_vars(self) -> list:
+        """The placeholder variables ``_i, _j, ...`` the expressions are written over, one per input dimension."""
         return _PLACEHOLDERS[: len(self._input_shape)]
 
     @property
     def input_dim(self) -> int:
+        """Number of logical dimensions."""
         return len(self._input_shape)
 
     @property
     def output_dim(self) -> int:
+        """Number of output dimensions (slot dimensions of a fragment)."""
         return len(self._forward_index)
 
     @property
     def is_static(self) -> bool:
+        """Whether every input extent is a compile-time integer (required for enumeration)."""
         return is_static(self._input_shape)
 
     @property
     def size(self):
+        """Number of logical elements: the product of ``input_shape``."""
         return shape_size(self._input_shape)
 
     def _enumerable(self, limit: int = ENUMERATION_LIMIT) -> bool:
@@ -133,6 +140,8 @@ class Layout:
 
     @property
     def output_shape(self) -> list:
+        """Extent of every output dimension: the smallest box holding every forward index (by range analysis,
+        or by enumeration when the analysis cannot bound it)."""
         return list(self._output_shape)
 
     # ----------------------------------------------------------------- evaluation
@@ -200,6 +209,8 @@ class Layout:
             raise LayoutError(err)
 
     def injectivity_error(self, exprs=None, variables=None, shape=None) -> str | None:
+        """``None`` when the forward map is injective, else a sentence naming two coordinates that collide
+        (``exprs``/``variables``/``shape`` check another map over the same machinery)."""
         exprs = self._forward_index if exprs is None else exprs
         variables = self.forward_vars if variables is None else variables
         shape = self._input_shape if shape is None else shape
@@ -383,6 +394,8 @@ class Layout:
                 f"[{', '.join(v.name for v in self.forward_vars)}] -> [{fwd}])")
 
     def to_dict(self) -> dict:
+        """Plain JSON form (kind, input_shape, output_shape, forward_index strings); ``tl.layout_from_dict``
+        rebuilds the layout."""
         return {
             "kind": self.kind,
             "input_shape": [_jsonable(s) for s in self._input_shape],

@@ -35,6 +35,7 @@ def register_cost_model(cls, name: str | None = None, override: bool = False):
 
 
 def available_cost_models() -> list:
+    """Names of the registered cost models, sorted."""
     return sorted(_REGISTRY)
 
 
