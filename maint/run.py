@@ -35,7 +35,7 @@ from maint import snapshot  # noqa: E402
 COST_MODELS = ("register-count", "io-aware")
 
 
-from maint.case_loader import UsageError, discover, load_case  # noqa: E402,F401  (the runner's case API)
+from maint.case_loader import _LOADED, UsageError, discover, load_case  # noqa: E402,F401  (the runner's case API)
 
 
 # --------------------------------------------------------------------------- running one variant
@@ -53,6 +53,8 @@ class Outcome:
 
 
 def _error_text(err: BaseException) -> str:
+    if isinstance(err, SystemExit):
+        return f"SystemExit({err.code!r}): the case called sys.exit / exit()"
     text = str(err).strip()
     first = text.splitlines()[0] if text else ""
     return f"{type(err).__name__}: {first}" if first else type(err).__name__
@@ -70,7 +72,7 @@ def run_variant(cases_dir: str, case: str, variant: str, models: tuple, show: bo
             func = func if func is not None else module.VARIANTS[variant]()   # IR is immutable: share it
             result = tl.infer_layouts(func, target=None, cost_model=model)
             snap = snapshot.result_to_snapshot(result)
-        except Exception as err:  # noqa: BLE001 -- a failing case is reported, not fatal
+        except (Exception, SystemExit) as err:  # noqa: BLE001 -- a failing case is reported, not fatal
             out.errors[model] = _error_text(err)
             continue
         out.snapshots[model] = snap
@@ -81,7 +83,7 @@ def run_variant(cases_dir: str, case: str, variant: str, models: tuple, show: bo
         if check is not None:
             try:
                 check(variant, model, snap)
-            except Exception as err:  # noqa: BLE001 -- assertion or a crash inside the check alike
+            except (Exception, SystemExit) as err:  # noqa: BLE001 -- assertion, crash or exit in the check alike
                 out.check_failures[model] = _error_text(err)
     out.seconds = time.perf_counter() - start
     return out
@@ -292,6 +294,12 @@ def main(argv: list[str] | None = None, stdout=None) -> int:
     stdout = stdout or sys.stdout
     try:
         args = parse_args(argv)
+    except SystemExit as err:       # argparse: --help exits 0, bad arguments 2
+        return 2 if err.code not in (0, None) else 0
+    except UsageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    try:
         if args.review:
             from maint import review
             return review.main(ROOT, args.expected_dir, args.base, args.html, args.out, stdout, force=args.force)
@@ -299,8 +307,6 @@ def main(argv: list[str] | None = None, stdout=None) -> int:
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    except SystemExit as err:       # argparse
-        return 2 if err.code not in (0, None) else 0
 
 
 def _check_or_record(args: argparse.Namespace, stdout) -> int:
@@ -327,13 +333,13 @@ def _check_or_record(args: argparse.Namespace, stdout) -> int:
         return 0 if passed == total else 1
     if args.cute:
         from maint.cute_parity import parity
-        lines, total, same, converted = parity(modules, expected_dir, args.case, models)
+        lines, total, same, refused, converted = parity(modules, expected_dir, args.case, models)
         if lines:
             print("\n".join(lines), file=stdout)
         rate = 100.0 * converted / total if total else 100.0
-        print(f"{same}/{total} statements match; CuTe conversion hit rate {converted}/{total} ({rate:.0f}%)",
-              file=stdout)
-        return 0 if same == total else 1
+        print(f"{same}/{total} statements match, {refused} refused by both sides, {total - same - refused} "
+              f"disagree; CuTe conversion hit rate {converted}/{total} ({rate:.0f}%)", file=stdout)
+        return 0 if same + refused == total else 1
     tasks = [(str(cases_dir), case, variant, tuple(models), args.show)
              for case, module in modules.items() for variant in module.VARIANTS
              if args.case is None or args.case in f"{case}/{variant}"]
