@@ -15,7 +15,7 @@ from tilelayout.expr import row_major_offset
 from tilelayout.fragment import Fragment, fully_replicated
 from tilelayout.layout import placeholder, rep_placeholder, substitute
 
-from .fragment_rules import (PartialCoverage, _condensed, complete_fragment, dynamic_slot_accesses,
+from .fragment_rules import (PartialCoverage, _condensed, complete_fragment, dynamic_slot_accesses, reaches_partly,
                              loop_from_fragment, ownership_error)
 from .frontend import GemmOp, ReduceOp
 from ..hardware import max_vector_load_bits
@@ -189,16 +189,12 @@ def _partial_fragment_plan(nest: LoopNest, state):
             continue
         if len([b for b in nest.accesses_of(a.buffer) if not b.is_constant]) > 1:
             continue  # read at several indices: completion replicates it instead
-        try:
-            state.memo(("probe", nest.index, _access_key(nest, a)), lambda: complete_fragment(
-                nest, plan_loop_layout(nest.extents, state.threads, 1, True), a, state.threads, read_only=True))
-        except PartialCoverage:
+        # exactly when completing the fragment through this access would raise PartialCoverage
+        if state.memo(("probe", nest.index, _access_key(nest, a)), lambda: reaches_partly(nest, a)):
             buf = a.buffer
             frag = plan_loop_layout(list(buf.shape), state.threads, _fragment_width(buf, state), True)
             state.propose(buf, frag, nest.op, FREE)
             return _from_fragment(nest, a, state.layout(buf), state)
-        except (LayoutError, InferenceError):
-            continue
     return None
 
 
