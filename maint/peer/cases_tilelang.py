@@ -1,4 +1,4 @@
-"""TileLang twins of every case in ``cases/``, for ``shared/peer/tilelang_peer.py`` (dev only).
+"""TileLang twins of every case in ``cases/``, for the TileLang-side peer runner (dev only, see README.md).
 
 Each kernel mirrors one ``cases/<case>.py`` variant: same shapes, dtypes, thread counts and
 buffer names, written in TileLang's front end (``T.copy(src, dst)``, ``T.Parallel``,

@@ -52,7 +52,7 @@ def access_points(nest: LoopNest, access) -> np.ndarray:
     env = grid_env(nest.loop_vars, nest.extents)
     shape = tuple(nest.extents)
     flat = np.zeros(shape, dtype=np.int64)
-    for idx, ext in zip(access.indices, access.buffer.shape):
+    for dim, (idx, ext) in enumerate(zip(access.indices, access.buffer.shape)):
         try:
             val = np.broadcast_to(evaluate(idx, env), shape)
         except Exception as err:
@@ -67,16 +67,33 @@ def access_points(nest: LoopNest, access) -> np.ndarray:
             bad = np.unravel_index(int(np.argmax((val < 0) | (val >= ext))), shape)
             raise InferenceError(
                 f"{nest.describe()}: access {access} leaves buffer {access.buffer.name} (shape "
-                f"{list(access.buffer.shape)}) at loop point {[int(b) for b in bad]}; the loop is larger than the "
-                f"fragment it touches")
+                f"{list(access.buffer.shape)}) at loop point {[int(b) for b in bad]}: index {idx} is "
+                f"{int(val[bad])} there, outside [0, {int(ext)}) of dimension {dim}; {_out_of_bounds_hint(nest, idx, ext)}")
         flat = flat * ext + val
     return flat
 
 
-def loop_from_fragment(nest: LoopNest, access, frag: Fragment, threads: int) -> Fragment:
-    """Loop layout that runs iteration x in the threads holding ``frag[idx(x)]``."""
+def _out_of_bounds_hint(nest: LoopNest, idx, ext) -> str:
+    """Why an index leaves the fragment: a bare loop variable running further than the dimension, or an
+    offset / stride pushing it past the edge."""
+    for var, extent in zip(nest.loop_vars, nest.extents):
+        if hasattr(idx, "same_as") and idx.same_as(var):
+            return (f"the loop over {var.name} ({extent} iterations) is larger than the fragment's dimension "
+                    f"({ext}); loop over the fragment's extent or give the fragment the loop's")
+    return "its offset or stride takes it past the fragment's edge; shrink the loop range or enlarge the fragment so every index fits"
+
+
+def everyone(shape, thread_range: tuple) -> Fragment:
+    """Every thread of ``thread_range`` (min, extent) holds every element."""
+    lo, ext = thread_range
+    return fully_replicated(shape, ext).bind_thread_range(lo, ext)
+
+
+def loop_from_fragment(nest: LoopNest, access, frag: Fragment, thread_range: tuple) -> Fragment:
+    """Loop layout that runs iteration x in the threads holding ``frag[idx(x)]`` (``thread_range``: the
+    (min, extent) of the threads running the op, used when ``frag`` is not bound to a range)."""
     if is_common_access(nest, access):
-        return frag.bind_thread_range(0, threads) if frag.thread_range is None else frag
+        return frag.bind_thread_range(*thread_range) if frag.thread_range is None else frag
     access_points(nest, access)  # bounds check: a loop larger than the fragment is refused clearly (#2957)
     idx = _on_placeholders(nest, access.indices)
     thread = substitute(frag.forward_thread, dict(zip(frag.forward_vars, idx)))
@@ -102,7 +119,7 @@ def loop_from_fragment(nest: LoopNest, access, frag: Fragment, threads: int) -> 
         elif loop is None:
             raise InferenceError(f"{nest.describe()}: cannot derive a loop layout from {frag.kind} of "
                                  f"{access.buffer.name} through {access}: {err}") from None
-    rng = frag.thread_range or (0, threads)
+    rng = frag.thread_range or thread_range
     return loop.bind_thread_range(*rng)
 
 
@@ -189,10 +206,11 @@ def reaches_partly(nest: LoopNest, access) -> bool:
     return not hit.all()
 
 
-def complete_fragment(nest: LoopNest, loop: Fragment, access, threads: int, read_only: bool) -> Fragment:
-    """The fragment layout a loop induces through one access of it."""
+def complete_fragment(nest: LoopNest, loop: Fragment, access, thread_range: tuple, read_only: bool) -> Fragment:
+    """The fragment layout a loop induces through one access of it (``thread_range``: the (min, extent) of
+    the threads running the op)."""
     buf = access.buffer
-    rng = loop.thread_range or (0, threads)
+    rng = loop.thread_range or thread_range
     if is_common_access(nest, access):
         return loop
     points = access_points(nest, access)
@@ -223,17 +241,17 @@ def complete_fragment(nest: LoopNest, loop: Fragment, access, threads: int, read
             # replica digits that land in the loop's slots are the same thread: drop them before judging
             # injectivity (TileLang condenses first, then falls back to full replication for #1729)
             frag = _condensed(frag)
-            if read_only and frag.contains(fully_replicated(buf.shape, threads)):
-                return fully_replicated(buf.shape, threads)     # every thread holds everything: say so
+            if read_only and frag.contains(everyone(buf.shape, thread_range)):
+                return everyone(buf.shape, thread_range)     # every thread holds everything: say so
         if frag is None or not frag.is_injective():
             if read_only:
-                return fully_replicated(buf.shape, threads)
+                return everyone(buf.shape, thread_range)
             raise InferenceError(f"{nest.describe()} writes fragment {buf.name} through {access} with several loop "
                                  f"iterations per element; no thread/slot layout makes that write well defined")
     frag = _condensed(frag).bind_thread_range(*rng)
     if not frag.is_injective():
         if read_only:
-            return fully_replicated(buf.shape, threads)
+            return everyone(buf.shape, thread_range)
         raise InferenceError(f"{nest.describe()}: the layout induced on {buf.name} ({frag!r}) is not injective")
     return frag
 

@@ -94,11 +94,15 @@ def select_min_padding_width(width: int, total: int, threads: int) -> int:
     return best
 
 
-def plan_loop_layout(extents: Sequence[int], threads: int, width: int, touches_fragment: bool) -> Fragment:
-    """flat = row-major(coords); group = flat // V; thread = group % T; slot = group // T * V + flat % V."""
+def plan_loop_layout(extents: Sequence[int], threads: int, width: int, touches_fragment: bool,
+                     thread_min: int = 0) -> Fragment:
+    """flat = row-major(coords); group = flat // V; thread = group % T; slot = group // T * V + flat % V,
+    over the ``threads`` threads starting at ``thread_min``."""
     if all(isinstance(e, int) for e in extents):
-        return _plan_static(tuple(extents), threads, width, touches_fragment)
-    return _plan(extents, threads, width, touches_fragment)
+        plan = _plan_static(tuple(extents), threads, width, touches_fragment)
+    else:
+        plan = _plan(extents, threads, width, touches_fragment)
+    return plan.bind_thread_range(thread_min, threads) if thread_min else plan
 
 
 def clear_caches() -> None:

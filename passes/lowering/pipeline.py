@@ -59,13 +59,18 @@ def lower_func(func, target=None, cost_model=None, infer: bool = True, verify: b
     """The lowered PrimFunc (see ``lower``); ``infer=False`` starts from an already annotated function."""
     target = normalize_target(target)
     func = _as_func(func)
+    from ..hardware import check_block_threads
+    from .loop_partition import thread_launch
+    check_block_threads(thread_launch(func)[1], target, _name(func))
     if infer:
         from ..inference.layout_inference import infer_layouts
         func = infer_layouts(func, target, cost_model).func
     func = lower_tile_ops(func, target)
     func = partition_function(func, verify)
     func = vectorize_function(func, target)
-    return func
+    from .index_guard import protect_indices
+    tx, threads = thread_launch(func)
+    return func.with_body(protect_indices(func.body, tx, threads))
 
 
 def lower(func, target=None, cost_model=None, infer: bool = True, verify: bool = True) -> tvm.IRModule:

@@ -16,7 +16,7 @@ import tvm_ffi
 from tvm import sym, tirx
 from tvm.ir import Range
 
-from .errors import LayoutError
+from .errors import LayoutError, TileLayoutError
 
 _NAMES = "ijklmnopqrstuvwxyzabcdefgh"
 _PLACEHOLDERS = [tirx.Var("_" + c, "int32") for c in _NAMES]
@@ -57,7 +57,13 @@ def call_user_fn(fn, args, what: str, role: str):
         raise LayoutError(f"{what}: {role} must take {len(args)} arguments ({names}) but does not: {err}") from None
     except ValueError:  # no introspectable signature (builtin): let the call speak for itself
         pass
-    return fn(*args)
+    try:
+        return fn(*args)
+    except TileLayoutError:
+        raise
+    except Exception as err:  # TVM rejects the expression the function builds (``i // 0``, a float operand...)
+        first = str(err).splitlines()[0][:200] if str(err) else ""
+        raise LayoutError(f"{what}: {role} failed: {type(err).__name__}: {first}") from None
 
 
 def _as_expr(value):

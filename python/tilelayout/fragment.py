@@ -21,7 +21,7 @@ import numpy as np
 from tvm import sym, tirx
 from tvm.ir import Range
 
-from .errors import LayoutError
+from .errors import EvaluationError, LayoutError
 from .evaluate import evaluate, grid_env
 from .expr import (ExprKey, _as_expr, _fmt_shape, call_user_fn, make_analyzer, normalize_shape, placeholder, simplifier,
                    rep_placeholder, shape_size, shape_vars, substitute)
@@ -41,7 +41,14 @@ def _check_replicate(replicate, what: str = "fragment") -> int:
         raise LayoutError(f"{what}: replicate must be a positive int, got {replicate!r}")
     if replicate < 1:
         raise LayoutError(f"{what}: replicate must be >= 1, got {replicate}")
+    if replicate > MAX_REPLICATE:
+        raise LayoutError(f"{what}: replicate {replicate} is more than {MAX_REPLICATE}; a replica is a thread holding a "
+                          f"copy, and no GPU block has that many threads")
     return int(replicate)
+
+
+#: largest replication accepted (GPU blocks have at most 1,024 threads; reductions multiply replicas by extents)
+MAX_REPLICATE = 1 << 20
 
 
 class Fragment(Layout):
@@ -97,10 +104,13 @@ class Fragment(Layout):
     # ----------------------------------------------------------------- fields
     @property
     def forward_thread(self):
+        """The thread holding each element, a PrimExpr over ``forward_vars`` (and ``_rep`` when replicated),
+        counted from the start of ``thread_range``."""
         return self._forward_thread
 
     @property
     def replicate_size(self) -> int:
+        """How many threads hold a copy of each element (1 = not replicated)."""
         return self._replicate
 
     @property
@@ -111,7 +121,7 @@ class Fragment(Layout):
     @cached_property
     def thread_extent(self) -> int:
         """max+1 of the thread map over coords and replicas (independent of ``thread_range``)."""
-        if self._enumerable(1 << 22):
+        if self._enumerable(1 << 22) and self.size * self._replicate <= 1 << 22:
             return int(self.thread_table().max()) + 1
         ana = make_analyzer(self.forward_vars + [rep_placeholder()], self._input_shape + [self._replicate])
         return _bound_extent(ana, self._forward_thread, [], 0)
@@ -134,6 +144,7 @@ class Fragment(Layout):
 
     # ----------------------------------------------------------------- evaluation
     def thread_of(self, *coords, rep: int = 0) -> int:
+        """The thread (counted from the range start) holding replica ``rep`` of the element at ``coords``."""
         if len(coords) == 1 and isinstance(coords[0], (list, tuple)):
             coords = tuple(coords[0])
         if len(coords) != self.input_dim:
@@ -151,6 +162,9 @@ class Fragment(Layout):
     @cached_property
     def _thread_table(self) -> np.ndarray:
         self._require_enumerable("cannot tabulate the fragment's threads", 1 << 22)
+        if self.size * self._replicate > 1 << 24:
+            raise EvaluationError(f"cannot tabulate the fragment's threads: {self!r} has {self.size * self._replicate} "
+                                  f"(element, replica) pairs, more than the enumeration limit {1 << 24}")
         shape = self._input_shape + [self._replicate]
         env = grid_env(self.forward_vars + [rep_placeholder()], shape)
         tab = np.broadcast_to(evaluate(self._forward_thread, env), tuple(shape)).astype(np.int64)
@@ -169,7 +183,20 @@ class Fragment(Layout):
         return self.packed().inverse()
 
     def inverse_with_info(self, allow_padding: bool = False):
-        return self.packed().inverse_with_info(allow_padding)
+        """(inverse, exact) of the canonical packing ``(coords..., rep) -> (slot..., thread)``; ``exact`` is
+        False when some (slot, thread) cells hold no element (padding)."""
+        # memoised: inference asks again for every attempt; the packing ignores the thread range, so a copy
+        # rebound to another range shares the answer (a refusal is remembered too)
+        memo = self.__dict__.setdefault("_inverse_memo", {})
+        if allow_padding not in memo:
+            try:
+                memo[allow_padding] = (True, self.packed().inverse_with_info(allow_padding))
+            except LayoutError as err:
+                memo[allow_padding] = (False, err)
+        ok, value = memo[allow_padding]
+        if not ok:
+            raise value
+        return value
 
     def is_bijective(self) -> bool:
         """(coords, rep) -> (thread, slots) is a bijection onto [0, T) x slots: a well-formed fragment."""
@@ -177,6 +204,7 @@ class Fragment(Layout):
         return packed.is_injective() and shape_size(packed.output_shape) == packed.size
 
     def injectivity_error(self, exprs=None, variables=None, shape=None):
+        """``None`` when no two (element, replica) pairs share a (thread, slot) cell, else why they do."""
         if exprs is not None:
             return super().injectivity_error(exprs, variables, shape)
         return self.packed().injectivity_error()
@@ -303,6 +331,8 @@ class Fragment(Layout):
         return self.containment_error(other) is None
 
     def containment_error(self, other: "Fragment") -> str | None:
+        """``None`` when every thread holding an element in ``other`` also holds it here (this fragment may
+        have more holders; slots are not compared), else a sentence naming the first element that breaks it."""
         if other is self:
             return None
         key = (self.key, other.key)
@@ -351,11 +381,13 @@ class Fragment(Layout):
     # ----------------------------------------------------------------- printing
     def __repr__(self) -> str:
         rng = "" if self._thread_range is None else f", thread_range: ({self._thread_range[0]}, {self._thread_range[1]})"
-        return (f"Fragment({_fmt_shape(self._input_shape)} -> {_fmt_shape(self.output_shape)}, replicate: "
+        return (f"Fragment({_fmt_shape(self._input_shape)} -> {self._shown_output_shape()}, replicate: "
                 f"{self._replicate}, thread: {self.thread_extent}, forward_thread: {self._forward_thread}, "
                 f"forward_index: [{', '.join(str(e) for e in self._forward_index)}]{rng})")
 
     def to_dict(self) -> dict:
+        """Plain JSON form: the Layout fields plus forward_thread, replicate, threads and (once bound)
+        thread_range; ``tl.layout_from_dict`` rebuilds the fragment."""
         d = super().to_dict()
         d.update(replicate=self._replicate, threads=_jsonable(self.thread_extent),
                  forward_thread=self._thread_str)
