@@ -150,6 +150,7 @@ _INVERSES: dict = {}
 
 def clear_caches() -> None:
     _INVERSES.clear()
+    _ADDRESSES.clear()
 
 
 def _packed_inverse(frag, cells: int):
@@ -173,6 +174,7 @@ def _packed_inverse(frag, cells: int):
             out = Unconvertible(f"right_inverse failed: {err}")
     if len(_INVERSES) > 4096:
         _INVERSES.clear()
+        _ADDRESSES.clear()
     _INVERSES[frag.key] = out
     return out
 
@@ -191,17 +193,34 @@ def prepare_cute(frag, accesses) -> CuteStatement | Unconvertible:
     if isinstance(inv, Unconvertible):
         return inv
     out = CuteStatement(T, S, points, R, inv)
-    shape = (R,) + tuple(int(s) for s in reversed(frag.input_shape))
     for acc in accesses:
-        glayout = cute.Layout(shape, (0,) + tuple(int(d) for d in reversed(acc.strides)))
-        try:
-            addr = cute.composition(glayout, inv)
-            split = cute.with_shape(addr, (S, T))
-            slot_modes, thread_modes = _flat_modes(split[0]), _flat_modes(split[1])
-        except cute.CuteError as err:
-            return Unconvertible(f"address composition failed: {err}")
-        out.addresses.append((slot_modes, thread_modes, addr))
+        key = (frag.key, tuple(int(d) for d in acc.strides))
+        hit = _ADDRESSES.get(key)
+        if hit is None:
+            if len(_ADDRESSES) > 4096:
+                _ADDRESSES.clear()
+            hit = _ADDRESSES[key] = _address_modes(frag, inv, acc.strides, S, T)
+        if isinstance(hit, Unconvertible):
+            return hit
+        out.addresses.append(hit)
     return out
+
+
+#: (fragment key, strides) -> (slot modes, thread modes, cell -> address layout): a fragment read and written
+#: through the same strides (a copy in and a copy out) composes once
+_ADDRESSES: dict = {}
+
+
+def _address_modes(frag, inv, strides, S: int, T: int):
+    from tilelayout import cute
+    shape = (frag.replicate_size,) + tuple(int(s) for s in reversed(frag.input_shape))
+    glayout = cute.Layout(shape, (0,) + tuple(int(d) for d in reversed(strides)))
+    try:
+        addr = cute.composition(glayout, inv)
+        split = cute.with_shape(addr, (S, T))
+        return _flat_modes(split[0]), _flat_modes(split[1]), addr
+    except cute.CuteError as err:
+        return Unconvertible(f"address composition failed: {err}")
 
 
 def vector_width(slots: int, modes: list, accesses, vector_bits: int, max_lanes: int | None = None) -> int:
