@@ -348,13 +348,22 @@ def _chains(ops, gemms) -> list[list]:
     return [chains[k] for k in sorted(chains)]
 
 
-def plan_gemms(ops, threads: int, target) -> dict:
-    """``{op index: GemmPlan}`` for every gemm among ``ops``, chained gemms decided jointly (module doc)."""
+def plan_gemms(ops, threads, target) -> dict:
+    """``{op index: GemmPlan}`` for every gemm among ``ops``, chained gemms decided jointly (module doc).
+
+    ``threads`` is the block's thread count, or a function ``op -> threads running it`` (a gemm under
+    ``if tx >= 64`` runs on the 64 threads of its range, and its warp partition is over those)."""
     from .frontend import GemmOp
+    threads_of = threads if callable(threads) else (lambda op: threads)
     ops = list(ops)
     gemms = [op for op in ops if isinstance(op, GemmOp)]
     plans: dict = {}
     for chain in _chains(ops, gemms):
+        counts = sorted({threads_of(g) for g in chain})
+        if len(counts) > 1:
+            raise GemmPlanError(f"gemms {', '.join(g.describe() for g in chain)} share fragments but run on different "
+                                f"thread counts {counts}; run the chained gemms under one thread condition")
+        threads = counts[0]
         first = {g.index: plan_gemm(g, threads, target) for g in chain}
         instruction = "wgmma" if all(p.instruction == "wgmma" for p in first.values()) else "mma_sync"
         if len(chain) == 1:
