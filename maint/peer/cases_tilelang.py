@@ -1,4 +1,4 @@
-"""TileLang twins of every case in ``cases/``, for ``shared/peer/tilelang_peer.py`` (dev only).
+"""TileLang twins of every case in ``cases/``, for the TileLang-side peer runner (dev only, see README.md).
 
 Each kernel mirrors one ``cases/<case>.py`` variant: same shapes, dtypes, thread counts and
 buffer names, written in TileLang's front end (``T.copy(src, dst)``, ``T.Parallel``,
@@ -379,3 +379,25 @@ for _arch in ("sm80", "sm90"):
         lambda: _gemm_chain(128, 64, 32, 128, 256, policy=False))
     KERNELS[f"gemm_register_a/{_arch}_m64n64k32_t128"] = lambda: _gemm_rs(64, 64, 32, 128)
     KERNELS[f"gemm_register_a/{_arch}_m128n128k32_t256"] = lambda: _gemm_rs(128, 128, 32, 256)
+
+
+def _reduce_rows(m, n, threads, reducer):
+    @T.prim_func
+    def main(A: T.Tensor((m, n), T.float32), B: T.Tensor((m,), T.float32)):
+        with T.Kernel(1, threads=threads):
+            x = T.alloc_fragment((m, n), T.float32)
+            s = T.alloc_fragment((m,), T.float32)
+            T.copy(A, x)
+            if reducer == "sum":
+                T.reduce_sum(x, s, dim=1)
+            else:
+                T.reduce_max(x, s, dim=1)
+            T.copy(s, B)
+    return main
+
+
+KERNELS.update({
+    "reduce_owner_subset/sum_128x128_t32": lambda: _reduce_rows(128, 128, 32, "sum"),
+    "reduce_owner_subset/max_64x256_t64": lambda: _reduce_rows(64, 256, 64, "max"),
+    "reduce_owner_subset/max_64x256_t128": lambda: _reduce_rows(64, 256, 128, "max"),
+})
