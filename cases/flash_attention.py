@@ -142,10 +142,6 @@ for _variant in VARIANTS:
     REFERENCE[_variant] = _attention(_variant.endswith("_causal"))
     TOLERANCE[_variant] = (2e-2, 2e-2)     # P is rounded to fp16 before P V, O is stored as fp16
 
-#: Numeric checks that cannot pass yet, with why (the CPU test expects them to fail until then).
-NUMERIC_PENDING = {v: "the scalar gemm lowering refuses a register A operand (P) whose layout does not hold "
-                      "whole rows; the MMA emulation lowering lifts it" for v in VARIANTS}
-
 
 def _expected_thread(variant: str, rows: int, cols: int) -> np.ndarray:
     """Thread of element (i, j) of an accumulator with all warps on M, from the PTX fragment tables:

@@ -124,11 +124,11 @@ def numeric(modules: dict, case_filter: str | None, models: list) -> tuple:
                 passed += ok
                 took = time.perf_counter() - start
                 status = "ok" if ok else f"FAIL: {text}"
+                against = "REFERENCE" if hand is not None else "interpreter"
                 if variant in pending:
                     # declared not yet able to pass (the case says why); a pass means the mark must go
                     status = (f"PENDING ({pending[variant]}): {text}" if not ok else
                               "ok, but marked NUMERIC_PENDING: remove the mark")
-                against = "REFERENCE" if hand is not None else "interpreter"
                 lines.append(f"{case}/{variant}/{model}: lowered vs {against}: {status} ({detail}; {took:.2f} s)")
     return lines, total, passed
 

@@ -273,9 +273,10 @@ def test_unsatisfiable_reduction_replication_names_the_buffer():
         lower_tile_ops(func)
 
 
-def test_gemm_fragment_operand_not_held_whole_is_refused():
-    with pytest.raises(LoweringError, match=r"buffer Af: gemm .*does not hold the A element"):
-        lower_tile_ops(infer_layouts(gemm_fragment_a).func)
+def test_gemm_with_a_register_operand_lowers_to_mma_and_matches_numpy():
+    res = check_numeric(gemm_fragment_a, lambda d: {"C": d["A"].astype(np.float32) @ d["B"].astype(np.float32)},
+                        target={"kind": "cuda", "arch": "sm_80"})
+    assert res.ok, res.message
 
 
 def test_tile_op_on_a_fragment_without_layout_is_refused():

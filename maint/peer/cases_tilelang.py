@@ -365,20 +365,6 @@ KERNELS = {
     "register_spill/m64_n128_t128": lambda: _register_spill(64, 128, 128),
     "pinned_layout/mma_pin_128x128_t128": _pinned_mma,
 }
-# attention-class kernels: the variant name starts with the arch it is meant for (compare.py compares each
-# against TileLang on that arch only)
-for _arch in ("sm80", "sm90"):
-    for _d, _bm, _bn, _t, _causal in ((64, 64, 64, 128, False), (64, 64, 64, 128, True), (128, 128, 128, 256, False),
-                                      (128, 128, 128, 256, True), (64, 128, 128, 128, True), (128, 64, 64, 128, False)):
-        _name = f"flash_attention/{_arch}_d{_d}_b{_bm}x{_bn}_t{_t}{'_causal' if _causal else ''}"
-        KERNELS[_name] = (lambda d=_d, bm=_bm, bn=_bn, t=_t, c=_causal: _flash(d, bm, bn, t, c))
-    KERNELS[f"flash_attention/{_arch}_d64_b64x64_t128_default_policy"] = (
-        lambda: _flash(64, 64, 64, 128, False, policy=False))
-    KERNELS[f"gemm_chain/{_arch}_m64n64k64d64_t128"] = lambda: _gemm_chain(64, 64, 64, 64, 128)
-    KERNELS[f"gemm_chain/{_arch}_m128n64k32d128_t256_default_policy"] = (
-        lambda: _gemm_chain(128, 64, 32, 128, 256, policy=False))
-    KERNELS[f"gemm_register_a/{_arch}_m64n64k32_t128"] = lambda: _gemm_rs(64, 64, 32, 128)
-    KERNELS[f"gemm_register_a/{_arch}_m128n128k32_t256"] = lambda: _gemm_rs(128, 128, 32, 256)
 
 
 def _reduce_rows(m, n, threads, reducer):
@@ -401,3 +387,19 @@ KERNELS.update({
     "reduce_owner_subset/max_64x256_t64": lambda: _reduce_rows(64, 256, 64, "max"),
     "reduce_owner_subset/max_64x256_t128": lambda: _reduce_rows(64, 256, 128, "max"),
 })
+
+
+# attention-class kernels: the variant name starts with the arch it is meant for (compare.py compares each
+# against TileLang on that arch only)
+for _arch in ("sm80", "sm90"):
+    for _d, _bm, _bn, _t, _causal in ((64, 64, 64, 128, False), (64, 64, 64, 128, True), (128, 128, 128, 256, False),
+                                      (128, 128, 128, 256, True), (64, 128, 128, 128, True), (128, 64, 64, 128, False)):
+        _name = f"flash_attention/{_arch}_d{_d}_b{_bm}x{_bn}_t{_t}{'_causal' if _causal else ''}"
+        KERNELS[_name] = (lambda d=_d, bm=_bm, bn=_bn, t=_t, c=_causal: _flash(d, bm, bn, t, c))
+    KERNELS[f"flash_attention/{_arch}_d64_b64x64_t128_default_policy"] = (
+        lambda: _flash(64, 64, 64, 128, False, policy=False))
+    KERNELS[f"gemm_chain/{_arch}_m64n64k64d64_t128"] = lambda: _gemm_chain(64, 64, 64, 64, 128)
+    KERNELS[f"gemm_chain/{_arch}_m128n64k32d128_t256_default_policy"] = (
+        lambda: _gemm_chain(128, 64, 32, 128, 256, policy=False))
+    KERNELS[f"gemm_register_a/{_arch}_m64n64k32_t128"] = lambda: _gemm_rs(64, 64, 32, 128)
+    KERNELS[f"gemm_register_a/{_arch}_m128n128k32_t256"] = lambda: _gemm_rs(128, 128, 32, 256)
