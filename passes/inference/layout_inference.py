@@ -478,8 +478,10 @@ def clear_caches() -> None:
     """Forget every process-wide memo inference keeps (shared plans, containment answers): the next run is cold."""
     from tilelayout import fragment
     from . import loop_plan
+    from .cost_models import statement_score
     fragment.clear_caches()
     loop_plan.clear_caches()
+    statement_score.clear_caches()
 
 
 def infer_layouts(func, target=None, cost_model=None) -> InferenceResult:

@@ -16,7 +16,7 @@ from tilelayout.fragment import Fragment, fully_replicated
 from tilelayout.layout import placeholder, rep_placeholder, substitute
 
 from .fragment_rules import (PartialCoverage, _condensed, complete_fragment, dynamic_slot_accesses, everyone,
-                             loop_from_fragment, ownership_error)
+                             loop_from_fragment, ownership_error, reaches_partly)
 from .frontend import GemmOp, ReduceOp
 from ..hardware import max_vector_load_bits
 from .loop_nest import LoopNest
@@ -191,18 +191,13 @@ def _partial_fragment_plan(nest: LoopNest, state):
             continue
         if len([b for b in nest.accesses_of(a.buffer) if not b.is_constant]) > 1:
             continue  # read at several indices: completion replicates it instead
-        try:
-            state.memo(("probe", nest.index, _access_key(nest, a)), lambda: complete_fragment(
-                nest, plan_loop_layout(nest.extents, state.threads, 1, True, state.thread_range[0]), a,
-                state.thread_range, read_only=True))
-        except PartialCoverage:
+        # exactly when completing the fragment through this access would raise PartialCoverage
+        if state.memo(("probe", nest.index, _access_key(nest, a)), lambda: reaches_partly(nest, a)):
             buf = a.buffer
             frag = plan_loop_layout(list(buf.shape), state.threads, _fragment_width(buf, state), True,
                                     state.thread_range[0])
             state.propose(buf, frag, nest.op, FREE)
             return _from_fragment(nest, a, state.layout(buf), state)
-        except (LayoutError, InferenceError):
-            continue
     return None
 
 
