@@ -230,18 +230,13 @@ class _Operand:
         self.buf = region.buffer
         self.dtype = str(self.buf.dtype)
 
-    def load(self, r, c):
-        """Element (r, c) of the logical operand (A: r = m, c = k; B: r = k, c = n)."""
-        if self.which == "A":
-            idx = [c, r] if self.transposed else [r, c]
-        else:
-            idx = [c, r] if self.transposed else [r, c]
-        return tirx.BufferLoad(self.buf.var, _region_index(self.region, idx))
-
     def storage_index(self, r, c) -> list:
-        if self.which == "A":
-            return [c, r] if self.transposed else [r, c]
+        """Stored (buffer-order) coordinates of logical element (r, c) (A: r = m, c = k; B: r = k, c = n)."""
         return [c, r] if self.transposed else [r, c]
+
+    def load(self, r, c):
+        """Element (r, c) of the logical operand."""
+        return tirx.BufferLoad(self.buf.var, _region_index(self.region, self.storage_index(r, c)))
 
     @property
     def k_contiguous(self) -> bool:
