@@ -348,13 +348,20 @@ def _chains(ops, gemms) -> list[list]:
     return [chains[k] for k in sorted(chains)]
 
 
-def plan_gemms(ops, threads: int, target) -> dict:
-    """``{op index: GemmPlan}`` for every gemm among ``ops``, chained gemms decided jointly (module doc)."""
+def plan_gemms(ops, threads: int, target, thread_counts: dict | None = None) -> dict:
+    """``{op index: GemmPlan}`` for every gemm among ``ops``, chained gemms decided jointly (module doc).
+    ``thread_counts`` ({op index: threads}) gives the threads running a gemm under a thread condition."""
     from .frontend import GemmOp
     ops = list(ops)
     gemms = [op for op in ops if isinstance(op, GemmOp)]
     plans: dict = {}
+    counts = thread_counts or {}
     for chain in _chains(ops, gemms):
+        sizes = {counts.get(g.index, threads) for g in chain}
+        if len(sizes) > 1:
+            raise InferenceError(f"chained gemms {', '.join(g.describe() for g in chain)} run on different numbers "
+                                 f"of threads ({sorted(sizes)}); keep gemms that share a fragment under one condition")
+        threads = sizes.pop()
         first = {g.index: plan_gemm(g, threads, target) for g in chain}
         instruction = "wgmma" if all(p.instruction == "wgmma" for p in first.values()) else "mma_sync"
         if len(chain) == 1:
