@@ -124,6 +124,8 @@ def element_loop(op, node, nest, kind):
 def lower_tile_ops(func, target=None):
     """``func`` with every tile op replaced by loops (see the module docstring)."""
     target = normalize_target(target)
+    from .lower_conversion import lower_conversions
+    func = lower_conversions(func, target)      # conversions first: they are tile-op copies with a decided way
     graph = build_op_graph(func)
     tx, threads = thread_launch(func)
     layouts = buffer_layouts(func)

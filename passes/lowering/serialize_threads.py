@@ -265,7 +265,7 @@ def SequentialSemantics():
 
 def sequential_semantics(func):
     """The unlowered tile program run once, by one thread, op by op over whole regions (the reference)."""
-    from ..inference.frontend import CopyOp, ElementwiseOp, FillOp, GemmOp, ReduceOp, build_op_graph
+    from ..inference.frontend import ConvertOp, CopyOp, ElementwiseOp, FillOp, GemmOp, ReduceOp, build_op_graph
     graph = build_op_graph(func)
     blocks, threads, body = _launches(func)
     if threads and _uses_any(body, [v for v, _ in threads]):
@@ -277,11 +277,13 @@ def sequential_semantics(func):
         nb = tirx.decl_buffer(list(b.shape), b.dtype, name=f"{b.name}_ref")
         remap[b] = (nb, False)
         decls.append(tirx.AllocBuffer(nb))
-    ops = [op for op in graph.ops if isinstance(op, (CopyOp, FillOp, ElementwiseOp, ReduceOp, GemmOp))]
+    ops = [op for op in graph.ops if isinstance(op, (CopyOp, FillOp, ElementwiseOp, ReduceOp, GemmOp, ConvertOp))]
 
     def on_tile(node, mutator):
         for op in ops:
             if op.stmt.same_as(node):
+                if isinstance(op, ConvertOp):       # a layout conversion means a plain copy here
+                    op = CopyOp(index=op.index, stmt=op.stmt, dst=op.dst, src=op.src)
                 return _reference_op(op, node)
         raise LoweringError(f"tile op {node.op.name} has no reference semantics")
 

@@ -56,11 +56,15 @@ def get_cost_model(name: str | None = None):
 
 
 @contextlib.contextmanager
-def layout_config(cost_model: str | None = None):
-    """``with layout_config(cost_model="io-aware"):`` selects the model for inference inside the block."""
+def layout_config(cost_model: str | None = None, conflicts: str | None = None):
+    """``with layout_config(cost_model="io-aware"):`` selects the model for inference inside the block;
+    ``conflicts="strict"`` turns automatic layout conversions off there (``"convert"``: the default)."""
     if cost_model is not None:
         resolve_cost_model_name(cost_model)
-    token = _CONFIG.set({**_CONFIG.get(), **({"cost_model": cost_model} if cost_model else {})})
+    if conflicts is not None and conflicts not in ("convert", "strict"):
+        raise ValueError(f"unknown conflict mode {conflicts!r}; valid: convert, strict")
+    settings = {**({"cost_model": cost_model} if cost_model else {}), **({"conflicts": conflicts} if conflicts else {})}
+    token = _CONFIG.set({**_CONFIG.get(), **settings})
     try:
         yield
     finally:

@@ -1,0 +1,245 @@
+"""Layout conversions: what moving a fragment from one layout to another costs, and which way is cheapest.
+
+A conversion ``dst = convert(src)`` gives every thread the elements ``dst``'s layout assigns it, taken from
+wherever ``src``'s layout keeps them. Three ways, judged by exact enumeration of both layouts:
+
+- ``noop``: every holder of an element in ``dst`` already holds it in ``src`` (a register move per slot);
+- ``shuffle``: every element a thread needs is held by some thread of the same warp; one warp shuffle moves a
+  32-bit register of every lane, and lanes of one instruction must all offer the same source slot, so the
+  count is, per warp and destination slot, the number of distinct source slots read remotely;
+- ``shared``: a round trip through a shared staging tile (one holder stores each element, every holder
+  loads it, one barrier between), charged by the 128-byte wavefronts its bank conflicts cost; the staging
+  tile's last dimension may be padded to break conflicts.
+
+Costs are in bytes at the wavefront granularity (a shuffle or a conflict-free shared access of one warp moves
+128 bytes), the unit the io-aware model charges global segments in: a conversion is never free unless it is a
+no-op, so a conflict-free plan wins whenever one exists.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tilelayout.errors import LayoutConflictError
+from tilelayout.fragment import Fragment
+
+__all__ = ["ConversionCost", "ConversionWarning", "RegisterBudgetWarning", "conversion_cost", "hand_staged_cost",
+           "shared_cost", "CONFIG_KEY", "STRICT", "CONVERT", "MODES", "resolve_conflict_mode", "register_count32",
+           "SHARED_STAGE_LIMIT"]
+
+#: the key of a conversion's decision in its ``T.tile.copy`` config (prints as a keyword, survives parsing)
+CONFIG_KEY = "tilelayout_conversion"
+STRICT, CONVERT = "strict", "convert"
+MODES = (CONVERT, STRICT)
+ENV_VAR = "TILELAYOUT_CONFLICTS"
+#: static shared memory one block may take on every CUDA GPU
+SHARED_STAGE_LIMIT = 48 * 1024
+_WAVEFRONT = 128
+_BANKS, _BANK_BYTES = 32, 4
+
+
+class ConversionWarning(UserWarning):
+    """Inference resolved a layout conflict by staging a fragment through shared memory."""
+
+
+class RegisterBudgetWarning(UserWarning):
+    """The chosen layouts need more registers per thread than the target has."""
+
+
+def resolve_conflict_mode(mode: str | None = None) -> str:
+    """Most specific wins: the argument, then ``layout_config(conflicts=...)``, then $TILELAYOUT_CONFLICTS,
+    then ``"convert"``."""
+    import os
+    from .cost_models import _CONFIG
+    for candidate in (mode, _CONFIG.get().get("conflicts"), os.environ.get(ENV_VAR) or None, CONVERT):
+        if candidate is not None:
+            break
+    if candidate not in MODES:
+        raise ValueError(f"unknown conflict mode {candidate!r}; valid: {', '.join(MODES)}")
+    return candidate
+
+
+def register_count32(layouts: dict, bits_of) -> int:
+    """32-bit registers per thread the fragments of ``layouts`` take (``bits_of(name)``: element width)."""
+    total = 0
+    for name in sorted(layouts):
+        lay = layouts[name]
+        if isinstance(lay, Fragment) and all(isinstance(s, int) for s in lay.output_shape):
+            total += math.ceil(int(np.prod(lay.output_shape)) * bits_of(name) / 32)
+    return total
+
+
+@dataclass(frozen=True)
+class ConversionCost:
+    """How a conversion is done and what it costs (``mem``: bytes charged to the attempt)."""
+
+    kind: str                      # "noop" | "shuffle" | "shared"
+    mem: int
+    shuffles: int = 0              # warp shuffle instructions, summed over warps
+    stage_bytes: int = 0           # shared staging tile
+    pad: int = 0                   # elements of padding per staging row
+    wavefronts: int = 0            # shared store + load wavefronts
+    ideal_wavefronts: int = 0      # the same without bank conflicts
+    barriers: int = 0
+    alternatives: dict = field(default_factory=dict, compare=False)   # kind -> mem of every applicable kind
+
+    def describe(self) -> str:
+        if self.kind == "noop":
+            return "no-op (every thread already holds what it needs): 0 B"
+        if self.kind == "shuffle":
+            return f"warp shuffles: {self.shuffles} shuffles = {self.mem} B"
+        return (f"shared memory round trip: {self.stage_bytes} B staging tile (row pad {self.pad}), "
+                f"{self.wavefronts} wavefronts ({self.ideal_wavefronts} without bank conflicts), "
+                f"{self.barriers} barrier = {self.mem} B")
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "mem": self.mem, "shuffles": self.shuffles, "stage_bytes": self.stage_bytes,
+                "pad": self.pad, "wavefronts": self.wavefronts, "barriers": self.barriers}
+
+
+def _cells(frag: Fragment, threads: int):
+    """(element, thread, flat slot) of every (element, replica) cell; threads counted from 0."""
+    lo = (frag.thread_range or (0, 0))[0]
+    thread = np.asarray(frag.thread_table(), dtype=np.int64) + lo                # (*shape, R)
+    tab = np.asarray(frag.table(), dtype=np.int64)                               # (*shape, outputs)
+    slot = np.zeros(tab.shape[:-1], dtype=np.int64)
+    for k, ext in enumerate(frag.output_shape):
+        slot = slot * int(ext) + tab[..., k]
+    size = int(np.prod(frag.input_shape))
+    reps = thread.shape[-1]
+    elem = np.repeat(np.arange(size, dtype=np.int64), reps)
+    slot = np.broadcast_to(slot.reshape(size, 1), (size, reps)).reshape(-1)
+    return elem, thread.reshape(-1), slot, reps
+
+
+def _check(src: Fragment, dst: Fragment, what: str) -> None:
+    for lay in (src, dst):
+        if not isinstance(lay, Fragment) or not lay.is_static:
+            raise LayoutConflictError(f"{what}: conversions need static fragment layouts, got {lay!r}")
+    if list(src.input_shape) != list(dst.input_shape):
+        raise LayoutConflictError(f"{what}: cannot convert between shapes {src.input_shape} and {dst.input_shape}")
+
+
+def is_noop(src: Fragment, dst: Fragment, threads: int) -> bool:
+    """Every thread holding an element in ``dst`` holds it in ``src``."""
+    se, st, _, _ = _cells(src, threads)
+    de, dt, _, _ = _cells(dst, threads)
+    width = int(max(st.max(), dt.max())) + 1
+    have = np.zeros((int(np.prod(src.input_shape)), width), dtype=bool)
+    have[se, st] = True
+    return bool(have[de, dt].all())
+
+
+def shuffle_count(src: Fragment, dst: Fragment, threads: int, warp: int, elem_bytes: int) -> int | None:
+    """Warp shuffles a conversion needs, or None when some element must cross a warp."""
+    se, st, ss, _ = _cells(src, threads)
+    de, dt, ds, _ = _cells(dst, threads)
+    size = int(np.prod(src.input_shape))
+    nwarps = -(-max(threads, int(max(st.max(), dt.max())) + 1) // warp)
+    # per (element, warp): the source slot of a holder in that warp (-1: none); a thread holding it reads locally
+    slot_in_warp = np.full((size, nwarps), -1, dtype=np.int64)
+    slot_in_warp[se, st // warp] = ss
+    local = np.zeros((size, nwarps * warp), dtype=bool)
+    local[se, st] = True
+    need = slot_in_warp[de, dt // warp]
+    if (need < 0).any():
+        return None
+    remote = ~local[de, dt]
+    if not remote.any():
+        return 0
+    keys = np.unique(np.stack([dt[remote] // warp, ds[remote], need[remote]], axis=1), axis=0)
+    per_value = max(1, -(-elem_bytes // 4))
+    return int(keys.shape[0]) * per_value
+
+
+def _wavefronts(warp_ids: np.ndarray, steps: np.ndarray, byte_addr: np.ndarray, elem_bytes: int) -> int:
+    """Shared-memory wavefronts of one access per (warp, step): per bank, the distinct 4-byte words hit (the
+    same word is a broadcast), at least the bytes moved over 128."""
+    if byte_addr.size == 0:
+        return 0
+    words_per = max(1, elem_bytes // _BANK_BYTES)
+    words = (byte_addr // _BANK_BYTES)[:, None] + np.arange(words_per)[None, :]
+    w = np.repeat(warp_ids, words_per)
+    s = np.repeat(steps, words_per)
+    words = words.reshape(-1)
+    uniq = np.unique(np.stack([w, s, words], axis=1), axis=0)
+    group = uniq[:, 0] * (int(uniq[:, 1].max()) + 1) + uniq[:, 1]
+    bank = uniq[:, 2] % _BANKS
+    per_bank = np.unique(np.stack([group, bank], axis=1), axis=0, return_counts=True)
+    conflicts = np.zeros(int(group.max()) + 1, dtype=np.int64)
+    np.maximum.at(conflicts, per_bank[0][:, 0], per_bank[1])
+    groups, words_in_group = np.unique(group, return_counts=True)
+    floor = -(-words_in_group * _BANK_BYTES // _WAVEFRONT)
+    return int(np.maximum(conflicts[groups], floor).sum())
+
+
+def _ideal(warp_ids: np.ndarray, steps: np.ndarray, elem_bytes: int) -> int:
+    """Wavefronts of the same accesses without any bank conflict: bytes per (warp, step) over 128."""
+    if warp_ids.size == 0:
+        return 0
+    _, lanes = np.unique(warp_ids * (int(steps.max()) + 1) + steps, return_counts=True)
+    return int((-(-lanes * elem_bytes // _WAVEFRONT)).sum())
+
+
+def shared_cost(src: Fragment, dst: Fragment, threads: int, warp: int, elem_bytes: int, pad: int) -> ConversionCost:
+    """The shared-memory round trip with the staging tile's last dimension padded by ``pad`` elements."""
+    shape = [int(s) for s in src.input_shape]
+    rows, cols = int(np.prod(shape[:-1])), shape[-1]
+    stride = cols + pad
+    stage = rows * stride * elem_bytes
+    se, st, ss, reps = _cells(src, threads)
+    first = np.zeros(se.shape, dtype=bool)
+    first[::reps] = True                         # replica 0 of each element stores it once
+    de, dt, ds, _ = _cells(dst, threads)
+
+    def addr(e):
+        return ((e // cols) * stride + e % cols) * elem_bytes
+
+    store = _wavefronts(st[first] // warp, ss[first], addr(se[first]), elem_bytes)
+    load = _wavefronts(dt // warp, ds, addr(de), elem_bytes)
+    ideal = _ideal(st[first] // warp, ss[first], elem_bytes) + _ideal(dt // warp, ds, elem_bytes)
+    return ConversionCost("shared", (store + load) * _WAVEFRONT, stage_bytes=stage, pad=pad,
+                          wavefronts=store + load, ideal_wavefronts=ideal, barriers=1)
+
+
+def _pads(elem_bytes: int) -> list:
+    return [0, max(1, _BANK_BYTES // elem_bytes)]
+
+
+def hand_staged_cost(src: Fragment, dst: Fragment, threads: int, warp: int, elem_bytes: int) -> ConversionCost:
+    """What a kernel author restaging by hand pays: a row-major (unpadded) shared tile, store then load."""
+    return shared_cost(src, dst, threads, warp, elem_bytes, 0)
+
+
+def conversion_cost(src: Fragment, dst: Fragment, threads: int, warp: int, elem_bytes: int,
+                    what: str = "conversion", allow_shuffle: bool = True) -> ConversionCost:
+    """The cheapest applicable way to convert ``src`` to ``dst`` (ties: no-op, shuffle, shared)."""
+    _check(src, dst, what)
+    if is_noop(src, dst, threads):
+        return ConversionCost("noop", 0, alternatives={"noop": 0})
+    options = []
+    count = shuffle_count(src, dst, threads, warp, elem_bytes) if allow_shuffle else None
+    if count is not None:
+        options.append(ConversionCost("shuffle", count * _WAVEFRONT, shuffles=count))
+    for pad in _pads(elem_bytes):
+        shared = shared_cost(src, dst, threads, warp, elem_bytes, pad)
+        if shared.stage_bytes <= SHARED_STAGE_LIMIT:
+            options.append(shared)
+    if not options:
+        raise LayoutConflictError(f"{what}: no conversion applies (elements cross warps and the staging tile needs "
+                                  f"{shared_cost(src, dst, threads, warp, elem_bytes, 0).stage_bytes} B of shared "
+                                  f"memory, over the {SHARED_STAGE_LIMIT}-byte limit)")
+    order = {"shuffle": 0, "shared": 1}
+    best = min(options, key=lambda c: (c.mem, order[c.kind], c.pad))
+    alternatives = {}
+    for c in options:
+        alternatives.setdefault(c.kind, c.mem)
+        alternatives[c.kind] = min(alternatives[c.kind], c.mem)
+    return ConversionCost(**{**best.__dict__, "alternatives": alternatives})
+
+
+def warn_shared(description: str) -> None:
+    warnings.warn(f"layout conflict resolved through shared memory: {description}", ConversionWarning, stacklevel=3)
