@@ -26,7 +26,7 @@ import numpy as np
 from tilelayout.errors import LayoutConflictError
 from tilelayout.fragment import Fragment
 
-__all__ = ["ConversionCost", "ConversionWarning", "RegisterBudgetWarning", "conversion_cost", "hand_staged_cost",
+__all__ = ["ConversionCost", "ConversionWarning", "conversion_cost", "hand_staged_cost",
            "shared_cost", "CONFIG_KEY", "STRICT", "CONVERT", "MODES", "resolve_conflict_mode", "register_count32",
            "SHARED_STAGE_LIMIT"]
 
@@ -43,10 +43,6 @@ _BANKS, _BANK_BYTES = 32, 4
 
 class ConversionWarning(UserWarning):
     """Inference resolved a layout conflict by staging a fragment through shared memory."""
-
-
-class RegisterBudgetWarning(UserWarning):
-    """The chosen layouts need more registers per thread than the target has."""
 
 
 def resolve_conflict_mode(mode: str | None = None) -> str:
@@ -206,7 +202,8 @@ def shared_cost(src: Fragment, dst: Fragment, threads: int, warp: int, elem_byte
 
 
 def _pads(elem_bytes: int) -> list:
-    return [0, max(1, _BANK_BYTES // elem_bytes)]
+    word = max(1, _BANK_BYTES // elem_bytes)
+    return [0, word, 2 * word, 4 * word]
 
 
 def hand_staged_cost(src: Fragment, dst: Fragment, threads: int, warp: int, elem_bytes: int) -> ConversionCost:

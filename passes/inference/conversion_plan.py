@@ -29,7 +29,7 @@ from tilelayout.errors import InferenceError, LayoutConflictError, LayoutError
 from tilelayout.fragment import Fragment, fully_replicated
 
 from ..hardware import register_budget, warp_size
-from .conversion import (CONFIG_KEY, CONVERT, STRICT, ConversionCost, RegisterBudgetWarning, conversion_cost,
+from .conversion import (CONFIG_KEY, STRICT, ConversionCost, conversion_cost,
                          hand_staged_cost, register_count32, resolve_conflict_mode, warn_shared)
 from .frontend import ConvertOp, CopyOp, ElementwiseOp, GemmOp, ParallelOp, ReduceOp
 
@@ -101,10 +101,11 @@ def _replicated_fragments(layouts: dict, graph) -> list:
 def split_candidates(graph, error: str | None, layouts: dict | None) -> list:
     """Splits worth trying, most specific first: readers of the fragments an error names, else of the
     fragments the over-budget plan replicated whole, else of every fragment read by several ops."""
-    names = _named_buffers(error, graph) if error else []
-    if not names and layouts:
+    if layouts is not None:                 # over budget: only un-replicating a whole tile can help
         names = _replicated_fragments(layouts, graph)
-    if not names:
+    else:
+        names = _named_buffers(error, graph) if error else []
+    if not names and layouts is None:
         names = [b.name for b in graph.fragments() if len({op.index for op, _ in _readers(graph, b)}) > 1]
     out = []
     for name in names:
@@ -281,10 +282,8 @@ def infer_with_conversions(func, target, cost_model, conflicts, engine_cls, erro
         if failure is not None:
             reasons = "\n".join(f"  {a.root_description}: {a.error}" for a in tried) or "  (no fragment to split)"
             raise type(failure)(f"{failure}\nno conversion resolves it; splits tried:\n{reasons}") from None
-        import warnings
-        warnings.warn(f"{reason}; no conversion brings it under budget (kept as is)", RegisterBudgetWarning,
-                      stacklevel=3)
         result = _finish(engine, state, make_result, budget)
+        result.notes.append(f"{reason}; no conversion brings it under budget (kept as is)")
         result.attempts.extend(tried)
         return result
     best[0].chosen = True
