@@ -129,26 +129,34 @@ def is_noop(src: Fragment, dst: Fragment, threads: int) -> bool:
     return bool(have[de, dt].all())
 
 
-def shuffle_count(src: Fragment, dst: Fragment, threads: int, warp: int, elem_bytes: int) -> int | None:
-    """Warp shuffles a conversion needs, or None when some element must cross a warp."""
+def shuffle_plan(src: Fragment, dst: Fragment, threads: int, warp: int) -> dict | None:
+    """{destination slot: sorted source slots} the shuffle lowering reads, or None when shuffles cannot do
+    the conversion (an element crosses a warp, or the source is replicated: a lane must know which replica
+    shares its warp). A slot every lane already holds locally maps to an empty list (register moves)."""
+    if src.replicate_size != 1:
+        return None
     se, st, ss, _ = _cells(src, threads)
     de, dt, ds, _ = _cells(dst, threads)
     size = int(np.prod(src.input_shape))
-    nwarps = -(-max(threads, int(max(st.max(), dt.max())) + 1) // warp)
-    # per (element, warp): the source slot of a holder in that warp (-1: none); a thread holding it reads locally
-    slot_in_warp = np.full((size, nwarps), -1, dtype=np.int64)
-    slot_in_warp[se, st // warp] = ss
-    local = np.zeros((size, nwarps * warp), dtype=bool)
-    local[se, st] = True
-    need = slot_in_warp[de, dt // warp]
-    if (need < 0).any():
+    holder, slot = np.full(size, -1, dtype=np.int64), np.full(size, -1, dtype=np.int64)
+    holder[se], slot[se] = st, ss
+    if (holder[de] // warp != dt // warp).any():
         return None
-    remote = ~local[de, dt]
-    if not remote.any():
-        return 0
-    keys = np.unique(np.stack([dt[remote] // warp, ds[remote], need[remote]], axis=1), axis=0)
+    out = {}
+    for s in np.unique(ds):
+        at = ds == s
+        local = holder[de[at]] == dt[at]
+        out[int(s)] = [] if local.all() else sorted(int(r) for r in np.unique(slot[de[at]]))
+    return out
+
+
+def shuffle_count(src: Fragment, dst: Fragment, threads: int, warp: int, elem_bytes: int) -> int | None:
+    """Warp shuffles the lowering issues (every warp runs each one), or None when shuffles cannot convert."""
+    plan = shuffle_plan(src, dst, threads, warp)
+    if plan is None:
+        return None
     per_value = max(1, -(-elem_bytes // 4))
-    return int(keys.shape[0]) * per_value
+    return sum(len(r) for r in plan.values()) * (-(-threads // warp)) * per_value
 
 
 def _wavefronts(warp_ids: np.ndarray, steps: np.ndarray, byte_addr: np.ndarray, elem_bytes: int) -> int:
@@ -157,19 +165,17 @@ def _wavefronts(warp_ids: np.ndarray, steps: np.ndarray, byte_addr: np.ndarray, 
     if byte_addr.size == 0:
         return 0
     words_per = max(1, elem_bytes // _BANK_BYTES)
-    words = (byte_addr // _BANK_BYTES)[:, None] + np.arange(words_per)[None, :]
-    w = np.repeat(warp_ids, words_per)
-    s = np.repeat(steps, words_per)
-    words = words.reshape(-1)
-    uniq = np.unique(np.stack([w, s, words], axis=1), axis=0)
-    group = uniq[:, 0] * (int(uniq[:, 1].max()) + 1) + uniq[:, 1]
-    bank = uniq[:, 2] % _BANKS
-    per_bank = np.unique(np.stack([group, bank], axis=1), axis=0, return_counts=True)
-    conflicts = np.zeros(int(group.max()) + 1, dtype=np.int64)
-    np.maximum.at(conflicts, per_bank[0][:, 0], per_bank[1])
-    groups, words_in_group = np.unique(group, return_counts=True)
+    words = ((byte_addr // _BANK_BYTES)[:, None] + np.arange(words_per)[None, :]).reshape(-1)
+    group = np.repeat(warp_ids * (int(steps.max()) + 1) + steps, words_per)
+    span = int(words.max()) + 1
+    uniq = np.unique(group * span + words)                          # distinct (group, word)
+    g, w = uniq // span, uniq % span
+    ngroups = int(g.max()) + 1
+    per_bank = np.bincount(g * _BANKS + w % _BANKS, minlength=ngroups * _BANKS).reshape(ngroups, _BANKS)
+    words_in_group = per_bank.sum(axis=1)
+    used = words_in_group > 0
     floor = -(-words_in_group * _BANK_BYTES // _WAVEFRONT)
-    return int(np.maximum(conflicts[groups], floor).sum())
+    return int(np.maximum(per_bank.max(axis=1), floor)[used].sum())
 
 
 def _ideal(warp_ids: np.ndarray, steps: np.ndarray, elem_bytes: int) -> int:
@@ -211,10 +217,28 @@ def hand_staged_cost(src: Fragment, dst: Fragment, threads: int, warp: int, elem
     return shared_cost(src, dst, threads, warp, elem_bytes, 0)
 
 
+_MEMO: dict = {}
+
+
 def conversion_cost(src: Fragment, dst: Fragment, threads: int, warp: int, elem_bytes: int,
                     what: str = "conversion", allow_shuffle: bool = True) -> ConversionCost:
     """The cheapest applicable way to convert ``src`` to ``dst`` (ties: no-op, shuffle, shared)."""
     _check(src, dst, what)
+    key = (src.key, dst.key, threads, warp, elem_bytes, allow_shuffle)
+    hit = _MEMO.get(key)
+    if hit is None:
+        if len(_MEMO) > 512:
+            _MEMO.clear()
+        try:
+            hit = _MEMO[key] = (_cheapest(src, dst, threads, warp, elem_bytes, allow_shuffle), None)
+        except LayoutConflictError as err:
+            hit = _MEMO[key] = (None, str(err))
+    if hit[0] is None:
+        raise LayoutConflictError(f"{what}: {hit[1]}")
+    return hit[0]
+
+
+def _cheapest(src, dst, threads, warp, elem_bytes, allow_shuffle) -> ConversionCost:
     if is_noop(src, dst, threads):
         return ConversionCost("noop", 0, alternatives={"noop": 0})
     options = []
@@ -226,7 +250,7 @@ def conversion_cost(src: Fragment, dst: Fragment, threads: int, warp: int, elem_
         if shared.stage_bytes <= SHARED_STAGE_LIMIT:
             options.append(shared)
     if not options:
-        raise LayoutConflictError(f"{what}: no conversion applies (elements cross warps and the staging tile needs "
+        raise LayoutConflictError(f"no conversion applies (elements cross warps and the staging tile needs "
                                   f"{shared_cost(src, dst, threads, warp, elem_bytes, 0).stage_bytes} B of shared "
                                   f"memory, over the {SHARED_STAGE_LIMIT}-byte limit)")
     order = {"shuffle": 0, "shared": 1}

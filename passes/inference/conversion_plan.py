@@ -16,6 +16,7 @@ shared round trip) into the conversion's config, which lowering reads.
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -26,7 +27,7 @@ from tvm.ir import Range, TensorLoad, TensorRegion
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from tilelayout.errors import InferenceError, LayoutConflictError, LayoutError
-from tilelayout.fragment import Fragment, fully_replicated
+from tilelayout.fragment import Fragment
 
 from ..hardware import register_budget, warp_size
 from .conversion import (CONFIG_KEY, STRICT, ConversionCost, conversion_cost,
@@ -90,11 +91,9 @@ def _replicated_fragments(layouts: dict, graph) -> list:
     out = []
     for buf in graph.fragments():
         lay = layouts.get(buf.name)
-        if isinstance(lay, Fragment) and lay.replicate_size > 1:
-            everyone = fully_replicated(list(buf.shape), graph.thread_extent)
-            bound = lay if lay.thread_range is not None else lay.bind_thread_range(0, graph.thread_extent)
-            if bound.contains(everyone.bind_thread_range(0, graph.thread_extent)):
-                out.append(buf.name)
+        # an injective layout with as many replicas as threads gives every thread every element
+        if isinstance(lay, Fragment) and lay.replicate_size > 1 and lay.replicate_size >= graph.thread_extent:
+            out.append(buf.name)
     return out
 
 
@@ -128,6 +127,7 @@ def _fresh_name(graph, base: str) -> str:
     return name
 
 
+@functools.lru_cache(maxsize=1)
 def _region_type():
     """The type TIRx gives tile-op region arguments (read off a parsed call once)."""
     from tvm.script import tirx as T

@@ -26,7 +26,7 @@ from .loop_partition import LoweringError, int_value, mapped, mutate, walk
 __all__ = ["SerializeThreads", "serialize_threads", "SequentialSemantics", "sequential_semantics", "LOCAL_SCOPES"]
 
 LOCAL_SCOPES = ("local", "local.var", "local.fragment", "warp")
-_SHUFFLES = ("tirx.tvm_warp_shuffle_xor",)
+_SHUFFLES = ("tirx.tvm_warp_shuffle_xor", "tirx.tvm_warp_shuffle")
 
 
 # --------------------------------------------------------------------------------------- shared parts
@@ -227,17 +227,22 @@ class _Phases:
         walk(store, [(tvm.ir.Call, lambda c: calls.append(c) if _is_shuffle(c) else None)], order="post")
         phases, table = [], []
         for c in calls:
+            indexed = str(c.op.name) == "tirx.tvm_warp_shuffle"     # read lane c.args[2] of the segment
             value, lane_mask, width = c.args[1], int_value(c.args[2]), int_value(c.args[3])
-            if lane_mask is None or width is None or lane_mask >= width:
+            if width is None or (not indexed and (lane_mask is None or lane_mask >= width)):
                 raise LoweringError(f"cannot emulate shuffle {c}: lane mask and width must be constants")
             ex = tirx.decl_buffer([self.nthreads], str(value.ty), name="shfl_xchg")
             self.extra.append(tirx.AllocBuffer(ex))
             phases.append(self._publish(ex, value))
-            table.append((c, ex, lane_mask))
+            table.append((c, ex, (c.args[2], width) if indexed else lane_mask))
 
         def on_call(c):
             for call, ex, m in table:
                 if call.same_as(c):
+                    if isinstance(m, tuple):
+                        lane, width = m
+                        base = tirx.floordiv(self._flat_thread(), width) * width
+                        return tirx.BufferLoad(ex, [base + tirx.floormod(lane, width)])
                     return tirx.BufferLoad(ex, [tirx.bitwise_xor(self._flat_thread(), m)])
             return c
 
