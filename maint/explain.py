@@ -30,13 +30,25 @@ def explain_result(result) -> list:
     if not by_component:
         lines.append("  no free-level search was needed (strict and common levels decided everything)")
     for comp, attempts in sorted(by_component.items()):
+        if comp < 0:
+            lines.append(f"  layout conflict: {len(attempts)} split(s) tried (each a conversion, see below)")
+            for att in attempts:
+                if att.error is not None:
+                    lines.append(f"    {att.root_description}: REJECTED: {att.error.splitlines()[0]}")
+                    continue
+                verdict = "CHOSEN" if att.chosen else "not chosen"
+                lines.append(f"    {att.root_description}: mem={att.mem} regs={att.regs} {verdict}")
+                for conv in att.conversions:
+                    lines.append(f"      conversion {conv['dst']} <- {conv['src']}: {conv['description']}")
+            continue
         lines.append(f"  component {comp}: {len(attempts)} root(s) tried")
         for att in attempts:
             if att.error is not None:
                 lines.append(f"    root {att.root_description}: REJECTED: {att.error}")
                 continue
             verdict = "CHOSEN" if att.chosen else "not chosen"
-            lines.append(f"    root {att.root_description}: mem={att.mem} regs={att.regs} {verdict}")
+            over = f" ({att.note})" if getattr(att, "note", None) else ""
+            lines.append(f"    root {att.root_description}: mem={att.mem} regs={att.regs} {verdict}{over}")
             for name, layout in att.layouts.items():
                 lines.append(f"      {_layout_line(name, layout)}")
             for desc, layout in att.loops.items():
@@ -44,6 +56,8 @@ def explain_result(result) -> list:
             for cost in att.details:
                 if hasattr(cost, "statement"):
                     lines.append(f"      statement {_statement_line(cost)}")
+    for note in getattr(result, "notes", ()):
+        lines.append(f"  {note.splitlines()[0]}")
     return lines
 
 

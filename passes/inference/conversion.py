@@ -8,8 +8,8 @@ wherever ``src``'s layout keeps them. Three ways, judged by exact enumeration of
   32-bit register of every lane, and lanes of one instruction must all offer the same source slot, so the
   count is, per warp and destination slot, the number of distinct source slots read remotely;
 - ``shared``: a round trip through a shared staging tile (one holder stores each element, every holder
-  loads it, one barrier between), charged by the 128-byte wavefronts its bank conflicts cost; the staging
-  tile's last dimension may be padded to break conflicts.
+  loads it; a barrier before the stores and one between), charged by the 128-byte wavefronts its bank
+  conflicts cost; the staging tile's last dimension may be padded to break conflicts.
 
 Costs are in bytes at the wavefront granularity (a shuffle or a conflict-free shared access of one warp moves
 128 bytes), the unit the io-aware model charges global segments in: a conversion is never free unless it is a
@@ -89,7 +89,7 @@ class ConversionCost:
             return f"warp shuffles: {self.shuffles} shuffles = {self.mem} B"
         return (f"shared memory round trip: {self.stage_bytes} B staging tile (row pad {self.pad}), "
                 f"{self.wavefronts} wavefronts ({self.ideal_wavefronts} without bank conflicts), "
-                f"{self.barriers} barrier = {self.mem} B")
+                f"{self.barriers} barriers = {self.mem} B")
 
     def to_dict(self) -> dict:
         return {"kind": self.kind, "mem": self.mem, "shuffles": self.shuffles, "stage_bytes": self.stage_bytes,
@@ -204,7 +204,7 @@ def shared_cost(src: Fragment, dst: Fragment, threads: int, warp: int, elem_byte
     load = _wavefronts(dt // warp, ds, addr(de), elem_bytes)
     ideal = _ideal(st[first] // warp, ss[first], elem_bytes) + _ideal(dt // warp, ds, elem_bytes)
     return ConversionCost("shared", (store + load) * _WAVEFRONT, stage_bytes=stage, pad=pad,
-                          wavefronts=store + load, ideal_wavefronts=ideal, barriers=1)
+                          wavefronts=store + load, ideal_wavefronts=ideal, barriers=2)
 
 
 def _pads(elem_bytes: int) -> list:
@@ -263,4 +263,4 @@ def _cheapest(src, dst, threads, warp, elem_bytes, allow_shuffle) -> ConversionC
 
 
 def warn_shared(description: str) -> None:
-    warnings.warn(f"layout conflict resolved through shared memory: {description}", ConversionWarning, stacklevel=3)
+    warnings.warn(f"layout conflict resolved through shared memory: {description}", ConversionWarning, stacklevel=5)

@@ -8,8 +8,9 @@ edited annotation is refused, never miscompiled):
 - ``shuffle``: per destination slot and source slot, every lane of a warp offers that source register and
   reads the lane that holds the element it needs (``tvm_warp_shuffle``); the lanes whose element sits at
   another source slot keep their value;
-- ``shared``: replica 0 of each element stores it into a shared staging tile (last dimension padded as
-  planned), one barrier, every holder of the destination loads its cells.
+- ``shared``: a barrier (the stage's memory may still be read by an earlier use), replica 0 of each element
+  stores it into a shared staging tile (last dimension padded as planned), a barrier, every holder of the
+  destination loads its cells.
 
 Fragment accesses stay logical (``F[i, j]``); loop partition turns them into register slots.
 """
@@ -129,7 +130,9 @@ class _Conversion:
         get = _cells(self.dst, self.tx, self.threads, self.what + " (load)", "g")
         load = tirx.BufferStore(self.dst_var, tirx.BufferLoad(stage, [address(get.coords[:-1])]), get.coords[:-1])
         sync = tirx.Evaluate(tirx.op.tvm_storage_sync("shared"))
-        return tirx.SeqStmt([tirx.AllocBuffer(stage), _slot_loops(put, _guard(store, guards, put.ana)), sync,
+        # the first barrier keeps the stores from overwriting shared memory still being read (a previous
+        # iteration of an enclosing loop, or a buffer the stage's storage is later merged with)
+        return tirx.SeqStmt([tirx.AllocBuffer(stage), sync, _slot_loops(put, _guard(store, guards, put.ana)), sync,
                              _slot_loops(get, _guard(load, get.guards, get.ana))])
 
     def shuffle(self):
