@@ -29,8 +29,8 @@ VARIANTS = {
 }
 
 VECTOR_ANCHOR = {
-    "fp16_128x128_t128": {"A": 8, "B": 8},
-    "fp32_64x256_t256": {"A": 4, "B": 4},
+    "fp16_128x128_t128": {"io-aware": {"A": 8, "B": 8}, "register-count": {"A": 8, "B": 8}},
+    "fp32_64x256_t256": {"io-aware": {"A": 4, "B": 4}, "register-count": {"A": 4, "B": 4}},
 }
 
 

@@ -15,7 +15,6 @@ internal error. A recording never blesses a violated ``check``: such pairs keep 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import multiprocessing
 import sys
 import time
@@ -39,56 +38,7 @@ warnings.filterwarnings("ignore", message="layout conflict resolved through shar
 COST_MODELS = ("register-count", "io-aware")
 
 
-class UsageError(Exception):
-    """Bad arguments or a broken case module: exit status 2."""
-
-
-# --------------------------------------------------------------------------- cases
-
-def discover(cases_dir: Path) -> list[str]:
-    """Case names: the ``*.py`` files of ``cases_dir`` not starting with ``_``, sorted."""
-    if not cases_dir.is_dir():
-        raise UsageError(f"no case directory {cases_dir}")
-    return sorted(p.stem for p in cases_dir.glob("*.py") if not p.name.startswith("_"))
-
-
-_LOADED: dict[tuple[str, str], ModuleType] = {}
-
-
-def load_case(cases_dir: Path, name: str) -> ModuleType:
-    """Import ``cases_dir/name.py`` (once per process) and check it honours the case contract."""
-    key = (str(cases_dir), name)
-    if key in _LOADED:
-        return _LOADED[key]
-    if str(cases_dir.parent) not in sys.path:
-        sys.path.insert(0, str(cases_dir.parent))   # so cases can import their package's helpers
-    path = cases_dir / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"_golden_case_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(module)
-    except Exception as err:
-        raise UsageError(f"case {name}: cannot import {path}: {type(err).__name__}: {err}") from None
-    _validate(name, module)
-    _LOADED[key] = module
-    return module
-
-
-def _validate(name: str, module: ModuleType) -> None:
-    variants = getattr(module, "VARIANTS", None)
-    if not isinstance(variants, dict) or not variants:
-        raise UsageError(f"case {name}: VARIANTS must be a non-empty dict of name -> zero-argument callable")
-    bad = [v for v, fn in variants.items() if not isinstance(v, str) or "/" in v or not callable(fn)]
-    if bad:
-        raise UsageError(f"case {name}: VARIANTS entries {bad} need a name without '/' and a callable")
-    if not (module.__doc__ or "").strip():
-        raise UsageError(f"case {name}: the module docstring must say what the case pins")
-    if hasattr(module, "check") and not callable(module.check):
-        raise UsageError(f"case {name}: check must be callable as check(variant, model, result)")
-    for table in ("VECTOR_ANCHOR", "CUTE_STATEMENTS", "REFERENCE", "TOLERANCE"):
-        unknown = sorted(set(getattr(module, table, {}) or {}) - set(variants))
-        if unknown:
-            raise UsageError(f"case {name}: {table} names unknown variants {unknown}")
+from maint.case_loader import UsageError, discover, load_case  # noqa: E402,F401  (the runner's case API)
 
 
 # --------------------------------------------------------------------------- running one variant
@@ -310,7 +260,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--cute", action="store_true",
                     help="score every golden fragment (load and store) with the CuTe model and the numpy oracle")
     ap.add_argument("--anchor", action="store_true",
-                    help="lower each variant (io-aware unless --model) and compare vector lanes with VECTOR_ANCHOR")
+                    help="lower each variant (both models unless --model) and compare vector lanes with VECTOR_ANCHOR "
+                         "and with the width the io-aware scorer assumed")
     ap.add_argument("--numeric", action="store_true",
                     help="lower every variant, run it on CPU and compare with its numpy reference")
     ap.add_argument("--explain", metavar="CASE[/VARIANT]",
@@ -367,7 +318,7 @@ def _check_or_record(args: argparse.Namespace, stdout) -> int:
         return _explain(args.explain, modules, models, stdout)
     if args.anchor:
         from maint.lowered_checks import anchors
-        lines, total, same = anchors(modules, args.case, args.model or "io-aware")
+        lines, total, same = anchors(modules, args.case, [args.model] if args.model else list(COST_MODELS))
         print("\n".join(lines + [f"{same}/{total} vector anchors match"]), file=stdout)
         return 0 if same == total else 1
     if args.numeric:

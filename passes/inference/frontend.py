@@ -1,6 +1,6 @@
 """TIRx PrimFunc -> op graph: the buffers, tile ops and parallel nests layout inference reasons about.
 
-Kernels are ordinary TVMScript TIRx functions (see DESIGN.md, "The kernel front end"). This module
+Kernels are ordinary TVMScript TIRx functions (the README's "Use it as a pass"). This module
 only *reads* them: it walks the statement tree once, in program order, and records
 
 - every buffer (parameters first, then allocations/declarations in order of appearance), with
@@ -29,6 +29,8 @@ from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from tilelayout.errors import LayoutError
 from tilelayout.tile_layout_interop import is_default_tile_layout
+
+from ..ir_utils import walk
 
 __all__ = [
     "FrontendError", "BufferInfo", "Region", "Access", "Loop", "TileOp", "CopyOp", "FillOp",
@@ -93,26 +95,6 @@ def _stmt_text(stmt: Any) -> str:
     where = f"line {_line(stmt)}: " if _line(stmt) is not None else ""
     text = "\n    ".join(lines[:6]) + ("\n    ..." if len(lines) > 6 else "")
     return f"    {where}{text}"
-
-
-def _walk(node: Any, entries: list, order: str = "post") -> None:
-    """`tvm_ffi.structural_walk` that lets a callback's Python exception through unchanged
-    (the FFI would turn it into a RuntimeError)."""
-    failure: list[BaseException] = []
-
-    def guard(fn: Any) -> Any:
-        def run(n: Any) -> Any:
-            try:
-                fn(n)
-            except Exception as exc:  # re-raised below, after the walk has stopped
-                failure.append(exc)
-                return tvm_ffi.VisitInterrupt(None)
-            return None
-        return run
-
-    tvm_ffi.structural_walk(node, [(t, guard(fn)) for t, fn in entries], order=order)
-    if failure:
-        raise failure[0]
 
 
 def _line(node: Any) -> int | None:
@@ -569,7 +551,7 @@ class _Builder:
                 f"tile op {n.op.name} inside a T.parallel nest is not supported "
                 f"(move it out of the loop):\n{_stmt_text(n)}")
 
-        _walk(node, [
+        walk(node, order="post", entries=[
             (TensorLoad, on_load), (tirx.BufferStore, on_store), (TilePrimitiveCall, on_tile),
             ((tirx.AllocBuffer, tirx.DeclBuffer), self.declare),
         ])
@@ -716,7 +698,7 @@ class _Builder:
         def on_for(n: Any) -> None:
             inner.append(Loop(n.loop_var, _const(n.min), _const(n.extent),
                               _KIND_NAMES.get(int(n.kind), "serial")))
-        _walk(body, [(tirx.For, on_for)], order="pre")
+        walk(body, [(tirx.For, on_for)], order="pre")
         extents = [_const(l.extent) for l in nest]
         key = (",".join(str(l.loop_var.name) for l in nest) + "["
                + "x".join(_text(e) for e in extents) + "]")

@@ -4,6 +4,7 @@ vector groups (TileLang's PlanLoopPartition), replicated to fill the block when 
 The vector-width rules live here so the planner, the io-aware model and the vectorizer agree.
 """
 from __future__ import annotations
+from tilelayout.expr import mentions as _uses
 
 import math
 from typing import Sequence
@@ -23,14 +24,6 @@ def linear_offset(indices: Sequence, shape: Sequence):
     for idx, ext in zip(indices, shape):
         out = out * ext + idx
     return out
-
-
-def _uses(expr, var) -> bool:
-    import tvm
-    import tvm_ffi
-    hits = []
-    tvm_ffi.structural_walk(expr, (tvm.ir.Var, lambda v: hits.append(1) if v.same_as(var) else None))
-    return bool(hits)
 
 
 def is_contiguous_run(offset, var, extent: int, width: int, bounds: dict) -> bool:
@@ -64,11 +57,11 @@ def plan_vector_width(loop_vars: Sequence, extents: Sequence[int], accesses: Seq
         return 1
     limit = math.gcd(max_bits, inner_ext)
     bounds = {v: e for v, e in zip(loop_vars, extents) if isinstance(e, int)}
-    memory_width, local_width = None, limit
+    # the widest element of the statement caps every access's lanes (the rule the io-aware model uses too)
+    lanes = max(1, max_bits // max(buf.bits for buf, _, _ in accesses)) if accesses else limit
+    memory_width, local_width = None, math.gcd(limit, lanes)
     for buf, indices, is_write in accesses:
-        lanes = max(1, max_bits // buf.bits)
         if buf.is_fragment or buf.is_local:
-            local_width = math.gcd(local_width, lanes)
             continue
         offset = linear_offset(indices, buf.shape)
         if not _uses(offset, inner):

@@ -18,7 +18,8 @@ from tvm.ir import Range, TensorLoad
 from tilelayout.layout import substitute
 
 from ..hardware import max_vector_load_bits, normalize_target
-from .loop_partition import SLOT_LOOP_KEY, int_value, mapped, mutate, thread_launch, walk
+from ..ir_utils import int_value, mapped, mutate, thread_launch, walk
+from .loop_partition import SLOT_LOOP_KEY
 from ..inference.loop_plan import plan_vector_width
 
 __all__ = ["LoopVectorize", "vectorize_function", "VECTOR_WIDTH_KEY"]

@@ -171,7 +171,7 @@ def _cpu_compile(func, name: str, target="llvm") -> CpuKernel:
 
 
 def _buffers(func) -> list:
-    from .loop_partition import walk
+    from ..ir_utils import walk
     out = [p for p in func.params if tirx.is_buffer_var(p)]
     walk(func.body, [((tirx.AllocBuffer, tirx.DeclBuffer), lambda a: out.append(a.buffer))])
     return out

@@ -12,6 +12,7 @@ program once, sequentially, as one thread -- tile ops over whole regions, parall
 iteration, fragments as full logical arrays -- so it depends on no layout at all.
 """
 from __future__ import annotations
+from tilelayout.expr import mentions as _uses_any
 
 import tvm
 import tvm_ffi
@@ -21,7 +22,8 @@ from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from tilelayout.layout import substitute
 
-from .loop_partition import LoweringError, int_value, mapped, mutate, walk
+from ..ir_utils import int_value, mapped, mutate, walk
+from .loop_partition import LoweringError
 
 __all__ = ["SerializeThreads", "serialize_threads", "SequentialSemantics", "sequential_semantics", "LOCAL_SCOPES"]
 
@@ -121,12 +123,6 @@ def _is_sync(c) -> bool:
 
 def _is_shuffle(c) -> bool:
     return isinstance(c.op, tvm.ir.Op) and str(c.op.name) in _SHUFFLES
-
-
-def _uses_any(node, variables) -> bool:
-    hits = []
-    tvm_ffi.structural_walk(node, (Var, lambda v: hits.append(1) if any(v.same_as(w) for w in variables) else None))
-    return bool(hits)
 
 
 # --------------------------------------------------------------------------------------- SerializeThreads
