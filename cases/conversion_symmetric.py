@@ -14,9 +14,9 @@ from tvm.tirx.script import tile as Tx
 from cases import _support
 
 TILELANG = """TileLang 0.1.15 (sm_90, both models; maint/peer): both variants fail at compile time with the
-internal check of #3005, a fragment read at two different indices in one T.Parallel loop:
-`Check failed: (StructuralEqual()(it->second.indices, indices)) is false: acc: (i, j) and (j, i)`
-(`F: ...` likewise). Users restage the tile through shared memory by hand."""
+internal check of #3005 (a fragment read at two different indices in one T.Parallel loop):
+`InternalError: Check failed: (StructuralEqual()(it->second.indices, indices)) is false: acc: (j, i) and (i, j)`
+(`F: (j, i) and (i, j)` likewise). Its users restage the tile through shared memory by hand."""
 
 
 def _gemm_sym(n: int, threads: int):

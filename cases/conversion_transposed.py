@@ -10,8 +10,8 @@ from tvm.tirx.script import tile as Tx
 
 from cases import _support
 
-TILELANG = """TileLang 0.1.15 (sm_90, both models; maint/peer): F is fully replicated (replicate 128, 4,096 slots
-per thread) and both loops follow it: it compiles, with a register tile no GPU can hold. No conversion."""
+TILELANG = """TileLang 0.1.15 (sm_90, both models; maint/peer): `InternalError: Check failed: (has_best) is
+false: no available layout found`: every root of the free level conflicts and TileLang has no way out."""
 
 
 def _kernel(n: int, threads: int):

@@ -12,9 +12,8 @@ from tvm.tirx.script import tile as Tx
 from cases import _support
 
 TILELANG = """TileLang 0.1.15 (sm_90, both models; maint/peer), given the same pins through T.annotate_layout:
-F follows X from the first loop and the second loop's layout conflicts with it:
-`Layout infer conflict between F and Y in T.Parallel loop` (LayoutConflictException); the kernel does not
-compile. Users restage F through shared memory by hand."""
+both variants fail with `InternalError: Layout infer conflict between F and Y in T.Parallel loop`; the
+kernel does not compile. Its users restage F through shared memory by hand."""
 
 _ROWS = (lambda i, j: i * 2 + j // 32, lambda i, j: j % 32)          # thread, slot: half a row per thread
 _SPLITS = {   # (X, Y) on 64x64 over 128 threads

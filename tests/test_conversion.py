@@ -14,7 +14,7 @@ from tilelayout import annotate_layouts
 from tilelayout.errors import LayoutConflictError, LoweringError
 from tilelayout.passes.inference.conversion import (CONFIG_KEY, conversion_cost, is_noop, shared_cost,
                                                     shuffle_count)
-from tilelayout.passes.lowering.pipeline import build_cpu, check_numeric, random_inputs
+from tilelayout.passes.lowering.pipeline import check_numeric, random_inputs
 
 from tests import kernels_inference as K
 

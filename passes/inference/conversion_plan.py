@@ -26,7 +26,7 @@ from tvm import tirx
 from tvm.ir import Range, TensorLoad, TensorRegion
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
-from tilelayout.errors import InferenceError, LayoutConflictError, LayoutError
+from tilelayout.errors import InferenceError
 from tilelayout.fragment import Fragment
 
 from ..hardware import register_budget, warp_size

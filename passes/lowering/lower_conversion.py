@@ -1,5 +1,8 @@
 """Lower the layout conversions inference inserted (``T.tile.copy`` with a ``tilelayout_conversion`` config).
 
+``LowerTileOps`` calls this for every conversion call it meets (the conversion is a tile op of the graph, so
+it is lowered in the same pass as the others and op numbering stays that of inference).
+
 Inference decided how each conversion is done and wrote it into the config; this pass only reads it and
 re-checks, by enumeration of the annotated layouts, that the way chosen is correct for them (a stale or
 edited annotation is refused, never miscompiled):
@@ -18,53 +21,25 @@ from __future__ import annotations
 
 import numpy as np
 from tvm import tirx
-from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from tilelayout.annotate import _plain
 from tilelayout.fragment import Fragment
 
-from ..hardware import normalize_target, warp_size
+from ..hardware import warp_size
 from ..inference.conversion import CONFIG_KEY, SHARED_STAGE_LIMIT, is_noop, shuffle_count
-from .loop_partition import LoweringError, buffer_layouts, mutate, thread_launch
+from .loop_partition import LoweringError
 
-__all__ = ["LowerConversions", "lower_conversions"]
-
-
-def LowerConversions(target=None):
-    """Pass: every conversion copy becomes the per-thread code of the way inference chose for it."""
-
-    @tirx.transform.prim_func_pass(opt_level=0, name="tilelayout.LowerConversions")
-    def _pass(func, mod, ctx):
-        func_target = target
-        if func_target is None and func.attrs is not None and "target" in func.attrs:
-            func_target = func.attrs["target"]
-        return lower_conversions(func, func_target)
-
-    return _pass
+__all__ = ["lower_conversion_call", "is_conversion"]
 
 
-def lower_conversions(func, target=None):
-    """``func`` with every conversion copy lowered (see the module docstring); other tile ops untouched."""
-    found = []
+def is_conversion(node) -> bool:
+    """Is this tile call a conversion inference inserted?"""
+    return node.config is not None and CONFIG_KEY in node.config
 
-    def probe(node, mutator):
-        if node.config is not None and CONFIG_KEY in node.config:
-            found.append(node)
-        return node
 
-    mutate(func.body, [(TilePrimitiveCall, probe)])
-    if not found:
-        return func
-    target = normalize_target(target)
-    tx, threads = thread_launch(func)
-    layouts = buffer_layouts(func)
-
-    def on_call(node, mutator):
-        if node.config is None or CONFIG_KEY not in node.config:
-            return node
-        return _Conversion(node, layouts, tx, threads, warp_size(target)).lower()
-
-    return func.with_body(mutate(func.body, [(TilePrimitiveCall, on_call)]))
+def lower_conversion_call(node, layouts: dict, tx, threads: int, target):
+    """The per-thread code of one conversion call (``layouts``: the annotated buffer layouts)."""
+    return _Conversion(node, layouts, tx, threads, warp_size(target)).lower()
 
 
 class _Conversion:
