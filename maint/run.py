@@ -7,7 +7,8 @@
     python maint/run.py --record           rewrite expected/ from current behaviour (checks still enforced)
     python maint/run.py --model io-aware   one cost model only
     python maint/run.py -j 2               variants in parallel processes
-    python maint/run.py --review [--base REF] [--html PATH]   report snapshots that differ from git REF
+    python maint/run.py --review [--base REF] [--html PATH] [--out DIR] [--force]   report snapshots that differ
+                                           from git REF (never replaces a file it did not write unless --force)
 
 Exit status: 0 everything matches, 1 a mismatch / failed check / failed inference, 2 usage or
 internal error. A recording never blesses a violated ``check``: such pairs keep their old entry.
@@ -257,6 +258,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--base", default="HEAD", metavar="REF", help="git revision --review compares with")
     ap.add_argument("--html", metavar="PATH", help="with --review: also write an HTML report")
     ap.add_argument("--out", metavar="DIR", help="with --review: report directory (default review/)")
+    ap.add_argument("--force", action="store_true",
+                    help="with --review: replace REVIEW.md / --html / pictures even if --review did not write them")
     ap.add_argument("--cute", action="store_true",
                     help="score every golden fragment (load and store) with the CuTe model and the numpy oracle")
     ap.add_argument("--anchor", action="store_true",
@@ -273,8 +276,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         ap.error("-j needs a positive number of processes")
     if args.record and args.review:
         raise UsageError("--record and --review do not combine: record first, then review")
-    if (args.html or args.out) and not args.review:
-        raise UsageError("--html and --out only apply to --review")
+    if (args.html or args.out or args.force) and not args.review:
+        raise UsageError("--html, --out and --force only apply to --review")
     return args
 
 
@@ -295,7 +298,7 @@ def main(argv: list[str] | None = None, stdout=None) -> int:
         args = parse_args(argv)
         if args.review:
             from maint import review
-            return review.main(ROOT, args.expected_dir, args.base, args.html, args.out, stdout)
+            return review.main(ROOT, args.expected_dir, args.base, args.html, args.out, stdout, force=args.force)
         return _check_or_record(args, stdout)
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)

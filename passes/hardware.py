@@ -46,13 +46,3 @@ def warp_size(target=None) -> int:
     target = normalize_target(target)
     value = target.attrs.get("thread_warp_size")
     return int(value) if value is not None else (64 if target.kind.name == "rocm" else 32)
-
-
-#: 32-bit registers one thread may use (every CUDA architecture since sm_35)
-REGISTERS_PER_THREAD = 255
-
-
-def register_budget(target=None) -> int:
-    """Per-thread 32-bit registers an inferred plan may use (TVM targets carry no per-thread register count;
-    255 holds on every CUDA architecture since sm_35)."""
-    return REGISTERS_PER_THREAD

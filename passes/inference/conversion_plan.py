@@ -29,7 +29,8 @@ from tvm.tirx.tile_primitive import TilePrimitiveCall
 from tilelayout.errors import InferenceError
 from tilelayout.fragment import Fragment
 
-from ..hardware import register_budget, warp_size
+from ..hardware import warp_size
+from .resources import MAX_REGISTERS_PER_THREAD
 from .conversion import (CONFIG_KEY, STRICT, ConversionCost, conversion_cost,
                          hand_staged_cost, register_count32, resolve_conflict_mode, warn_shared)
 from .frontend import ConvertOp, CopyOp, ElementwiseOp, GemmOp, ParallelOp, ReduceOp
@@ -235,7 +236,7 @@ def infer_with_conversions(func, target, cost_model, conflicts, engine_cls, erro
     """Run inference; on a conflict (or a plan over the register budget) try splits and keep the cheapest."""
     from .layout_inference import Attempt
     mode = resolve_conflict_mode(conflicts)
-    budget = None if mode == STRICT else register_budget(target)
+    budget = None if mode == STRICT else MAX_REGISTERS_PER_THREAD
     engine = engine_cls(func, target, cost_model, budget)
     try:
         state, failure = engine.run(), None

@@ -192,16 +192,12 @@ class _State:
 
 
 def _merge_swizzles(a, b, buf):
+    """The finer of two bank swizzles of one shared buffer, or None when they are not two swizzles of it
+    (the caller then reports the two demands as a conflict)."""
+    from tilelayout.swizzle import merge_swizzle_layouts
     try:
-        from tilelayout import swizzle
-    except ImportError:
-        return None
-    merge = getattr(swizzle, "merge_swizzle_layouts", None)
-    if merge is None:
-        return None
-    try:
-        return merge(a, b, buf.dtype)
-    except Exception:
+        return merge_swizzle_layouts(a, b, buf.dtype)
+    except LayoutError:
         return None
 
 
@@ -349,7 +345,8 @@ class _Engine:
                     continue
                 attempt.mem, attempt.regs, attempt.details = cost.mem, cost.regs, tuple(cost.details)
                 attempt.mem += sum(c.mem for _, c in converts)
-                attempt.conversions = [{"op": op.describe(), "kind": c.kind, "cost": c} for op, c in converts]
+                attempt.conversions = [{"src": op.src.buffer.name, "dst": op.dst.buffer.name, "op": op.describe(),
+                                        "kind": c.kind, "cost": c} for op, c in converts]
                 attempt.layouts = {b.name: trial.layouts[b.name] for m in members
                                    for b in self.ops[m].buffers() if b.name in trial.layouts}
                 attempt.loops = {self.describe(m): trial.loops[m].layout for m in members if m in trial.loops}
@@ -445,6 +442,8 @@ def _result(engine: _Engine, state: _State) -> InferenceResult:
                              engine.graph, op_loops)
     from .annotations import annotate_result
     result.func = annotate_result(func, result)
+    from .resources import warn_resources
+    warn_resources(result)
     return result
 
 

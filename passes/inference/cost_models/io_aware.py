@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tilelayout.errors import EvaluationError
+
 from tilelayout.evaluate import evaluate, grid_env
 
 from ..fragment_rules import dynamic_slot_accesses
@@ -72,7 +74,7 @@ def _affine_address(access, nest, graph) -> tuple | None:
         flat = np.zeros(shape, dtype=np.int64)
         for idx, ext in zip(access.indices, buf.shape):
             flat = flat * ext + np.broadcast_to(evaluate(idx, env), shape)
-    except Exception:
+    except EvaluationError:  # an index the model cannot enumerate (a data-dependent load, a free variable)
         return None
     origin = (0,) * len(shape)
     base = int(flat[origin])
