@@ -241,3 +241,36 @@ def test_transposed_read_computes_on_cpu_under_both_models():
             warnings.simplefilter("ignore", tl.ConversionWarning)
             res = check_numeric(func, transposed.REFERENCE["fp32_64x64_t128"], cost_model=model)
         assert res.ok, f"{model}: {res.message}"
+
+
+# ------------------------------------------------------------------------------------------ layout pairs
+
+def _layouts():
+    from tilelayout.passes.inference.loop_plan import plan_loop_layout
+    return {
+        "rows_v4": plan_loop_layout([64, 64], 128, 4, True),
+        "rows_v1": plan_loop_layout([64, 64], 128, 1, True),
+        "cols": tl.Fragment([64, 64], lambda i, j: j * 2 + i // 32, lambda i, j: i % 32),
+        "mma": tl.make_mma_accumulator_fragment(64, 64, 128, "float32"),
+        "lanes": tl.Fragment([64, 64], lambda i, j: i // 16 * 32 + j // 32 * 16 + i % 16, lambda i, j: j % 32),
+        "halves": tl.Fragment([64, 64], lambda i, j: i * 2 + j // 32, lambda i, j: j % 32),
+    }
+
+
+@pytest.mark.parametrize("src,dst,kind", [
+    ("rows_v4", "cols", "shared"), ("mma", "rows_v4", "shared"), ("cols", "mma", "shared"),
+    ("halves", "lanes", "shuffle"), ("lanes", "halves", "shuffle"), ("rows_v1", "halves", "shared"),
+])
+def test_every_conversion_kind_between_layout_pairs_computes(src, dst, kind):
+    """x pinned to one layout, y = x + 1 pinned to another: the split converts x between exactly those two,
+    and the lowered kernel must agree with numpy."""
+    layouts = _layouts()
+    func = annotate_layouts(K.pinned_pair(128), {"x": layouts[src], "y": layouts[dst]})
+    result = _quiet_infer(func)
+    assert [c["kind"] for c in result.conversions] == [kind]
+    conv = result.conversions[0]
+    assert result.buffers[conv["dst"]].thread_table().shape[:-1] == (64, 64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tl.ConversionWarning)
+        res = check_numeric(func, lambda d: {"B": d["A"] + 1})
+    assert res.ok, res.message

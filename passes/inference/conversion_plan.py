@@ -26,10 +26,11 @@ from tvm import tirx
 from tvm.ir import Range, TensorLoad, TensorRegion
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
-from tilelayout.errors import InferenceError
+from tilelayout.errors import InferenceError, LayoutConflictError
 from tilelayout.fragment import Fragment
 
 from ..hardware import warp_size
+from .cost_models import _CONFIG
 from .resources import MAX_REGISTERS_PER_THREAD
 from .conversion import (CONFIG_KEY, STRICT, ConversionCost, conversion_cost,
                          hand_staged_cost, register_count32, resolve_conflict_mode, warn_shared)
@@ -236,11 +237,13 @@ def infer_with_conversions(func, target, cost_model, conflicts, engine_cls, erro
     """Run inference; on a conflict (or a plan over the register budget) try splits and keep the cheapest."""
     from .layout_inference import Attempt
     mode = resolve_conflict_mode(conflicts)
-    budget = None if mode == STRICT else MAX_REGISTERS_PER_THREAD
+    budget = None if mode == STRICT else _CONFIG.get().get("register_budget", MAX_REGISTERS_PER_THREAD)
     engine = engine_cls(func, target, cost_model, budget)
     try:
         state, failure = engine.run(), None
     except errors as err:
+        if mode == STRICT or not _is_conflict(err):
+            raise
         state, failure = None, err
     if mode == STRICT:
         if failure is not None:
@@ -280,6 +283,8 @@ def infer_with_conversions(func, target, cost_model, conflicts, engine_cls, erro
         if best is None or (mem, slots) < (best[0].mem, best[0].regs):
             best = (attempt, trial, trial_state)
     if best is None:
+        if failure is not None and not tried:
+            raise failure
         if failure is not None:
             reasons = "\n".join(f"  {a.root_description}: {a.error}" for a in tried) or "  (no fragment to split)"
             raise type(failure)(f"{failure}\nno conversion resolves it; splits tried:\n{reasons}") from None
@@ -290,6 +295,16 @@ def infer_with_conversions(func, target, cost_model, conflicts, engine_cls, erro
     best[0].chosen = True
     result = _finish(best[1], best[2], make_result, budget, prelude=tried, reason=reason)
     return result
+
+
+def _is_conflict(err) -> bool:
+    """Errors a second version of a fragment can resolve: two ops demanding different layouts of one buffer
+    (directly, or as the reason every free-level attempt failed)."""
+    if isinstance(err, LayoutConflictError):
+        return True
+    text = str(err)
+    return isinstance(err, InferenceError) and "every attempt failed" in text and (
+        "does not hold" in text or "needs layout" in text or "needs every thread" in text)
 
 
 def _record(op, cost: ConversionCost, state, engine) -> dict:
