@@ -686,7 +686,13 @@ def _tolerance(kernel: Kernel, func):
     return (1e-3, 2e-5 * max(16.0, float(kernel.sum_extent)))
 
 
-def check(kernel: Kernel, models=COST_MODELS, numeric: bool = True) -> list[Outcome]:
+def check(kernel: Kernel, models=COST_MODELS, numeric: bool = True, register_budget: int | None = None) -> list[Outcome]:
+    """Outcomes per model; ``register_budget`` plans for fewer registers per thread than CUDA's 255, which turns
+    whole-tile replications into layout conversions (exercising their lowering on small kernels)."""
+    if register_budget:
+        from tilelayout import layout_config
+        with layout_config(register_budget=register_budget):
+            return check(kernel, models, numeric)
     from tilelayout.errors import TileLayoutError
     from tilelayout.passes.inference.layout_inference import infer_layouts
     from tilelayout.passes.lowering.pipeline import check_numeric, reference_outputs
@@ -747,10 +753,10 @@ class Worker:
         self.proc = ctx.Process(target=_serve, args=(child,), daemon=True)
         self.proc.start()
 
-    def check(self, kernel: Kernel, models, numeric: bool) -> list[Outcome]:
+    def check(self, kernel: Kernel, models, numeric: bool, register_budget: int | None = None) -> list[Outcome]:
         if self.proc is None or not self.proc.is_alive():
             self._start()
-        self.conn.send((kernel, models, numeric))
+        self.conn.send((kernel, models, numeric, register_budget))
         if self.conn.poll(self.timeout):
             try:
                 return self.conn.recv()
@@ -772,10 +778,10 @@ class Worker:
 def _serve(conn) -> None:
     while True:
         try:
-            kernel, models, numeric = conn.recv()
+            kernel, models, numeric, budget = conn.recv()
         except EOFError:
             return
-        conn.send(check(kernel, models, numeric))
+        conn.send(check(kernel, models, numeric, budget))
 
 
 def main(argv=None) -> int:
@@ -795,6 +801,7 @@ def main(argv=None) -> int:
     ap.add_argument("--in-process", action="store_true", help="check in this process (for debugging)")
     ap.add_argument("--progress", action="store_true", help="print each kernel index before checking it")
     ap.add_argument("-v", "--verbose", action="store_true", help="print unsupported messages in full")
+    ap.add_argument("--register-budget", type=int, help="plan for this many registers per thread (forces conversions)")
     args = ap.parse_args(argv)
     models = (args.model,) if args.model else COST_MODELS
     indices = [args.only] if args.only is not None else list(range(args.start, args.start + args.count))
@@ -824,8 +831,8 @@ def main(argv=None) -> int:
         if args.show:
             print(f"# ---- seed {args.seed} kernel {k} (threads {kernel.threads}; {', '.join(kernel.notes)})")
             print(kernel.text)
-        outcomes = worker.check(kernel, models, not args.no_numeric) if worker else \
-            check(kernel, models, not args.no_numeric)
+        outcomes = worker.check(kernel, models, not args.no_numeric, args.register_budget) if worker else \
+            check(kernel, models, not args.no_numeric, args.register_budget)
         done += 1
         worst = max(outcomes, key=lambda o: ("ok", "unsupported", "generator", "crash", "invalid", "mismatch").index(o.kind))
         kernels[worst.kind] += 1

@@ -78,15 +78,19 @@ def test_elements_crossing_warps_cannot_shuffle():
 
 
 def test_shared_wavefronts_of_rows_and_columns():
-    """32 lanes storing one 32-float row per step: 1 wavefront; storing a column of a 32x32 fp32 tile:
-    all 32 lanes in one bank (32 wavefronts), one word of padding per row breaks it (1 wavefront)."""
-    row = tl.Fragment([32, 32], lambda i, j: j, lambda i, j: i).bind_thread_range(0, 32)     # lane j, slot i
-    col = tl.Fragment([32, 32], lambda i, j: i, lambda i, j: j).bind_thread_range(0, 32)     # lane i, slot j
-    # row -> row: every step (slot) is one full row: 32 stores + 32 loads, one wavefront each
-    assert shared_cost(row, row, 32, 32, 4, 0).wavefronts == 64
-    # col -> col: each step touches one column, stride 32 words: 32-way conflicts unless padded
-    assert shared_cost(col, col, 32, 32, 4, 0).wavefronts == 2 * 32 * 32
-    assert shared_cost(col, col, 32, 32, 4, 1).wavefronts == 64
+    """Hand counts on a 32x32 fp32 tile over one warp. ``row``: lane j holds column j, slot i = row i: each slot
+    is one row, 32 consecutive words: 1 wavefront per slot. ``col``: lane i holds row i, slots j: four
+    consecutive, aligned slots make a 16-byte vector; a phase of 8 lanes then hits rows 32 words apart, all
+    in the same 4 banks: 8 wavefronts per phase, 4 phases per vector step, 8 steps. One word of padding per
+    row breaks the alignment (scalar accesses) and the conflicts: lane i, slot j hits bank (i + j) % 32."""
+    row = tl.Fragment([32, 32], lambda i, j: j, lambda i, j: i).bind_thread_range(0, 32)
+    col = tl.Fragment([32, 32], lambda i, j: i, lambda i, j: j).bind_thread_range(0, 32)
+    plain = shared_cost(row, row, 32, 32, 4, 0)
+    assert (plain.wavefronts, plain.vectors) == (2 * 32, (1, 1))
+    packed = shared_cost(col, col, 32, 32, 4, 0)
+    assert (packed.wavefronts, packed.vectors, packed.ideal_wavefronts) == (2 * 8 * 4 * 8, (4, 4), 2 * 8 * 4)
+    padded = shared_cost(col, col, 32, 32, 4, 1)
+    assert (padded.wavefronts, padded.vectors) == (2 * 32, (1, 1))
     assert conversion_cost(row, col, 32, 32, 4, allow_shuffle=False).pad == 1
 
 

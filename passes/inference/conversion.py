@@ -42,7 +42,7 @@ _BANKS, _BANK_BYTES = 32, 4
 
 
 class ConversionWarning(UserWarning):
-    """Inference resolved a layout conflict by staging a fragment through shared memory."""
+    """Inference staged a fragment through shared memory (a layout conflict, or an uncoalesced store)."""
 
 
 def resolve_conflict_mode(mode: str | None = None) -> str:
@@ -80,6 +80,7 @@ class ConversionCost:
     wavefronts: int = 0            # shared store + load wavefronts
     ideal_wavefronts: int = 0      # the same without bank conflicts
     barriers: int = 0
+    vectors: tuple = (1, 1)        # shared store / load vector widths (elements)
     alternatives: dict = field(default_factory=dict, compare=False)   # kind -> mem of every applicable kind
 
     def describe(self) -> str:
@@ -87,8 +88,9 @@ class ConversionCost:
             return "no-op (every thread already holds what it needs): 0 B"
         if self.kind == "shuffle":
             return f"warp shuffles: {self.shuffles} shuffles = {self.mem} B"
-        return (f"shared memory round trip: {self.stage_bytes} B staging tile (row pad {self.pad}), "
-                f"{self.wavefronts} wavefronts ({self.ideal_wavefronts} without bank conflicts), "
+        return (f"shared memory round trip: {self.stage_bytes} B staging tile (row pad {self.pad}), vectors "
+                f"{self.vectors[0]}/{self.vectors[1]}, {self.wavefronts} wavefronts ({self.ideal_wavefronts} "
+                f"without bank conflicts), "
                 f"{self.barriers} barriers = {self.mem} B")
 
     def to_dict(self) -> dict:
@@ -159,31 +161,58 @@ def shuffle_count(src: Fragment, dst: Fragment, threads: int, warp: int, elem_by
     return sum(len(r) for r in plan.values()) * (-(-threads // warp)) * per_value
 
 
-def _wavefronts(warp_ids: np.ndarray, steps: np.ndarray, byte_addr: np.ndarray, elem_bytes: int) -> int:
-    """Shared-memory wavefronts of one access per (warp, step): per bank, the distinct 4-byte words hit (the
-    same word is a broadcast), at least the bytes moved over 128."""
+def _wavefronts(lanes: np.ndarray, steps: np.ndarray, byte_addr: np.ndarray, access_bytes: int, warp: int) -> int:
+    """Shared-memory wavefronts of one warp-wide access per (warp, step), each lane moving ``access_bytes``
+    from ``byte_addr``: the hardware serves 128 bytes per phase (32 lanes of 4 bytes, 8 lanes of 16 bytes),
+    and within a phase the distinct 4-byte words one bank holds take one wavefront each (a word read by
+    several lanes is a broadcast)."""
     if byte_addr.size == 0:
         return 0
-    words_per = max(1, elem_bytes // _BANK_BYTES)
+    words_per = max(1, access_bytes // _BANK_BYTES)
+    per_phase = max(1, min(warp, _WAVEFRONT // max(access_bytes, _BANK_BYTES)))
+    phase = (lanes // warp) * (warp // per_phase) + (lanes % warp) // per_phase
     words = ((byte_addr // _BANK_BYTES)[:, None] + np.arange(words_per)[None, :]).reshape(-1)
-    group = np.repeat(warp_ids * (int(steps.max()) + 1) + steps, words_per)
+    group = np.repeat(phase * (int(steps.max()) + 1) + steps, words_per)
     span = int(words.max()) + 1
     uniq = np.unique(group * span + words)                          # distinct (group, word)
     g, w = uniq // span, uniq % span
-    ngroups = int(g.max()) + 1
-    per_bank = np.bincount(g * _BANKS + w % _BANKS, minlength=ngroups * _BANKS).reshape(ngroups, _BANKS)
-    words_in_group = per_bank.sum(axis=1)
-    used = words_in_group > 0
-    floor = -(-words_in_group * _BANK_BYTES // _WAVEFRONT)
-    return int(np.maximum(per_bank.max(axis=1), floor)[used].sum())
+    _, g = np.unique(g, return_inverse=True)
+    per_bank = np.bincount(g * _BANKS + w % _BANKS, minlength=(int(g.max()) + 1) * _BANKS).reshape(-1, _BANKS)
+    return int(per_bank.max(axis=1).sum())
 
 
-def _ideal(warp_ids: np.ndarray, steps: np.ndarray, elem_bytes: int) -> int:
+def _ideal(lanes: np.ndarray, steps: np.ndarray, access_bytes: int, warp: int) -> int:
     """Wavefronts of the same accesses without any bank conflict: bytes per (warp, step) over 128."""
-    if warp_ids.size == 0:
+    if lanes.size == 0:
         return 0
-    _, lanes = np.unique(warp_ids * (int(steps.max()) + 1) + steps, return_counts=True)
-    return int((-(-lanes * elem_bytes // _WAVEFRONT)).sum())
+    _, count = np.unique((lanes // warp) * (int(steps.max()) + 1) + steps, return_counts=True)
+    return int((-(-count * access_bytes // _WAVEFRONT)).sum())
+
+
+def _vector(thread, slot, addr, slots_inner: int, elem_bytes: int) -> int:
+    """Widest vector (elements, at most 16 bytes, dividing the innermost slot extent) such that every aligned
+    group of that many slots of one thread holds consecutive, aligned staging addresses; the lowering's
+    slot loop is vectorised by the same rule (contiguous and aligned along the slot)."""
+    width = max(1, 16 // elem_bytes)
+    order = np.lexsort((slot, thread))
+    t, s, e = thread[order], slot[order], addr[order] // elem_bytes
+    while width > 1:
+        if slots_inner % width == 0 and t.size % width == 0:
+            tt, ss, ee = t.reshape(-1, width), s.reshape(-1, width), e.reshape(-1, width)
+            lane = np.arange(width)
+            if ((tt == tt[:, :1]).all() and (ss == ss[:, :1] + lane).all() and (ss[:, 0] % width == 0).all()
+                    and (ee == ee[:, :1] + lane).all() and (ee[:, 0] % width == 0).all()):
+                return width
+        width //= 2
+    return 1
+
+
+def _access(thread, slot, addr, slots_inner: int, elem_bytes: int, warp: int):
+    """(wavefronts, ideal wavefronts, vector width) of one side of the round trip."""
+    v = _vector(thread, slot, addr, slots_inner, elem_bytes)
+    first = slot % v == 0
+    args = (thread[first], slot[first] // v)
+    return (_wavefronts(*args, addr[first], v * elem_bytes, warp), _ideal(*args, v * elem_bytes, warp), v)
 
 
 def shared_cost(src: Fragment, dst: Fragment, threads: int, warp: int, elem_bytes: int, pad: int) -> ConversionCost:
@@ -200,16 +229,16 @@ def shared_cost(src: Fragment, dst: Fragment, threads: int, warp: int, elem_byte
     def addr(e):
         return ((e // cols) * stride + e % cols) * elem_bytes
 
-    store = _wavefronts(st[first] // warp, ss[first], addr(se[first]), elem_bytes)
-    load = _wavefronts(dt // warp, ds, addr(de), elem_bytes)
-    ideal = _ideal(st[first] // warp, ss[first], elem_bytes) + _ideal(dt // warp, ds, elem_bytes)
-    return ConversionCost("shared", (store + load) * _WAVEFRONT, stage_bytes=stage, pad=pad,
-                          wavefronts=store + load, ideal_wavefronts=ideal, barriers=2)
+    store = _access(st[first], ss[first], addr(se[first]), int(src.output_shape[-1]), elem_bytes, warp)
+    load = _access(dt, ds, addr(de), int(dst.output_shape[-1]), elem_bytes, warp)
+    return ConversionCost("shared", (store[0] + load[0]) * _WAVEFRONT, stage_bytes=stage, pad=pad,
+                          wavefronts=store[0] + load[0], ideal_wavefronts=store[1] + load[1], barriers=2,
+                          vectors=(store[2], load[2]))
 
 
 def _pads(elem_bytes: int) -> list:
     word = max(1, _BANK_BYTES // elem_bytes)
-    return [0, word, 2 * word, 4 * word]
+    return [0, word, 2 * word, 4 * word, 8 * word]
 
 
 def hand_staged_cost(src: Fragment, dst: Fragment, threads: int, warp: int, elem_bytes: int) -> ConversionCost:
@@ -263,4 +292,4 @@ def _cheapest(src, dst, threads, warp, elem_bytes, allow_shuffle) -> ConversionC
 
 
 def warn_shared(description: str) -> None:
-    warnings.warn(f"layout conflict resolved through shared memory: {description}", ConversionWarning, stacklevel=5)
+    warnings.warn(f"layout conversion through shared memory: {description}", ConversionWarning, stacklevel=5)

@@ -31,6 +31,7 @@ from tilelayout.fragment import Fragment
 
 from ..hardware import warp_size
 from .cost_models import _CONFIG
+from .epilogue import epilogue_splits
 from .resources import MAX_REGISTERS_PER_THREAD
 from .conversion import (CONFIG_KEY, STRICT, ConversionCost, conversion_cost,
                          hand_staged_cost, register_count32, resolve_conflict_mode, warn_shared)
@@ -234,8 +235,8 @@ def _total(engine, state):
 
 
 def infer_with_conversions(func, target, cost_model, conflicts, engine_cls, errors, make_result):
-    """Run inference; on a conflict (or a plan over the register budget) try splits and keep the cheapest."""
-    from .layout_inference import Attempt
+    """Run inference; on a conflict (or a plan over the register budget) try splits and keep the cheapest;
+    then, under the io-aware model, stage uncoalesced fragment stores through a conversion when it pays."""
     mode = resolve_conflict_mode(conflicts)
     budget = None if mode == STRICT else _CONFIG.get().get("register_budget", MAX_REGISTERS_PER_THREAD)
     engine = engine_cls(func, target, cost_model, budget)
@@ -246,24 +247,58 @@ def infer_with_conversions(func, target, cost_model, conflicts, engine_cls, erro
             raise
         state, failure = None, err
     if mode == STRICT:
-        if failure is not None:
-            raise failure
         return make_result(engine, state)
-    if failure is None:
-        over = _regs(engine, state) > budget
-        has_conversions = any(isinstance(op, ConvertOp) for op in engine.ops)
-        if not over or has_conversions:
-            return _finish(engine, state, make_result, budget)
-        reason = f"the plan needs {_regs(engine, state)} registers per thread, over the budget of {budget}"
-        splits = split_candidates(engine.graph, None, state.layouts)
-    else:
-        reason = str(failure)
-        splits = split_candidates(engine.graph, reason, None)
-    tried, best = [], None
+    tried, notes = [], []
+    over = failure is None and _regs(engine, state) > budget
+    if failure is not None or over:
+        if over:
+            reason = f"the plan needs {_regs(engine, state)} registers per thread, over the budget of {budget}"
+            splits = split_candidates(engine.graph, None, state.layouts)
+        else:
+            reason = str(failure)
+            splits = split_candidates(engine.graph, reason, None)
+        notes.append(f"layout conflict: {reason}")
+        best, attempts = _try_splits(func, splits, target, cost_model, budget, engine_cls, errors)
+        tried += attempts
+        if best is None:
+            if failure is not None:
+                if not attempts:
+                    raise failure
+                reasons = "\n".join(f"  {a.root_description}: {a.error}" for a in attempts)
+                raise type(failure)(f"{failure}\nno conversion resolves it; splits tried:\n{reasons}") from None
+            notes.append("no conversion brings it under the register budget (kept as is)")
+        else:
+            func, engine, state = best
+    for _ in range(MAX_EPILOGUES):
+        splits = epilogue_splits(engine, state)
+        if not splits:
+            break
+        base = _total(engine, state)
+        best, attempts = _try_splits(func, splits, target, cost_model, budget, engine_cls, errors, base)
+        tried += attempts
+        if best is None:
+            break
+        func, engine, state = best
+        notes.append("epilogue: " + next(a.root_description for a in attempts if a.chosen))
+    result = _finish(engine, state, make_result, prelude=tried)
+    result.notes[:0] = notes
+    return result
+
+
+#: uncoalesced stores staged per kernel, at most (each round is one more search over the remaining ones)
+MAX_EPILOGUES = 4
+
+
+def _try_splits(func, splits, target, cost_model, budget, engine_cls, errors, base=None):
+    """Run inference on every split; ((func, engine, state) of the cheapest, attempts). With ``base`` (the
+    (mem, regs) of the program without the split) a split must be strictly cheaper to win."""
+    from .layout_inference import Attempt
+    tried, best, best_cost = [], None, base
+    graph = engine_cls(func, target, cost_model, budget).graph if splits else None
     for split in splits:
         attempt = Attempt(-1, split.op_index, split.description)
         try:
-            rewritten, _ = split_fragment(func, engine.graph, split)
+            rewritten, _ = split_fragment(func, graph, split)
             trial = engine_cls(rewritten, target, cost_model, budget)
             trial_state = trial.run()
             regs = _regs(trial, trial_state)
@@ -279,22 +314,15 @@ def infer_with_conversions(func, target, cost_model, conflicts, engine_cls, erro
                            if b.name in trial_state.layouts}
         attempt.conversions = [_record(op, c, trial_state, trial) for op, c in
                                conversion_costs(trial.ops, trial_state.layouts, trial.graph, trial.target)]
+        if base is not None:
+            attempt.note = f"without it: mem={base[0]} regs={base[1]}"
         tried.append(attempt)
-        if best is None or (mem, slots) < (best[0].mem, best[0].regs):
-            best = (attempt, trial, trial_state)
+        if best_cost is None or (mem, slots) < best_cost:
+            best, best_cost = (attempt, (rewritten, trial, trial_state)), (mem, slots)
     if best is None:
-        if failure is not None and not tried:
-            raise failure
-        if failure is not None:
-            reasons = "\n".join(f"  {a.root_description}: {a.error}" for a in tried) or "  (no fragment to split)"
-            raise type(failure)(f"{failure}\nno conversion resolves it; splits tried:\n{reasons}") from None
-        result = _finish(engine, state, make_result, budget)
-        result.notes.append(f"{reason}; no conversion brings it under budget (kept as is)")
-        result.attempts.extend(tried)
-        return result
+        return None, tried
     best[0].chosen = True
-    result = _finish(best[1], best[2], make_result, budget, prelude=tried, reason=reason)
-    return result
+    return best[1], tried
 
 
 def _is_conflict(err) -> bool:
@@ -314,15 +342,13 @@ def _record(op, cost: ConversionCost, state, engine) -> dict:
             "cost": cost, "hand_staged": hand, "description": cost.describe()}
 
 
-def _finish(engine, state, make_result, budget, prelude=(), reason=None):
+def _finish(engine, state, make_result, prelude=()):
     """The result, with every conversion's chosen way written into its config (what lowering reads)."""
     result = make_result(engine, state)
     records = [_record(op, c, state, engine) for op, c in
                conversion_costs(engine.ops, state.layouts, engine.graph, engine.target)]
     result.conversions = records
     result.attempts = list(prelude) + list(result.attempts)
-    if reason is not None:
-        result.notes.append(f"layout conflict: {reason}")
     for rec in records:
         result.notes.append(f"conversion {rec['dst']} <- {rec['src']} ({rec['op']}): {rec['description']}; "
                             f"hand-staged through shared memory: {rec['hand_staged'].mem} B")

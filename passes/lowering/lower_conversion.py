@@ -107,8 +107,10 @@ class _Conversion:
         sync = tirx.Evaluate(tirx.op.tvm_storage_sync("shared"))
         # the first barrier keeps the stores from overwriting shared memory still being read (a previous
         # iteration of an enclosing loop, or a buffer the stage's storage is later merged with)
-        return tirx.SeqStmt([tirx.AllocBuffer(stage), sync, _slot_loops(put, _guard(store, guards, put.ana)), sync,
-                             _slot_loops(get, _guard(load, get.guards, get.ana))])
+        key = f"conversion {self.dst_name} <- {self.src_name}"
+        return tirx.SeqStmt([tirx.AllocBuffer(stage), sync,
+                             _vectorizable(_slot_loops(put, _guard(store, guards, put.ana)), key), sync,
+                             _vectorizable(_slot_loops(get, _guard(load, get.guards, get.ana)), key)])
 
     def shuffle(self):
         if shuffle_count(self.src, self.dst, self.threads, self.warp, self.elem_bytes) is None:
@@ -136,3 +138,17 @@ def _slot_loops(cells, body):
 def _guard(stmt, conds, ana):
     from .lower_tile_ops import _guard as guard
     return guard(stmt, conds, ana)
+
+
+def _vectorizable(loops, key: str):
+    """Mark the innermost slot loop for ``LoopVectorize`` (it vectorises the staging accesses when they are
+    contiguous and aligned along the slot, the rule ``conversion.shared_cost`` charges)."""
+    from .loop_partition import SLOT_LOOP_KEY
+    if not isinstance(loops, tirx.For):
+        return loops
+    if isinstance(loops.body, tirx.For):
+        return tirx.For(loops.loop_var, loops.min, loops.extent, loops.kind, _vectorizable(loops.body, key),
+                        None, loops.annotations, loops.step)
+    notes = {str(k): v for k, v in loops.annotations.items()}
+    notes[SLOT_LOOP_KEY] = key
+    return tirx.For(loops.loop_var, loops.min, loops.extent, loops.kind, loops.body, None, notes, loops.step)
