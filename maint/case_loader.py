@@ -38,6 +38,8 @@ def load_case(cases_dir: Path, name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
+    except SystemExit as err:       # a case that exits while importing is broken, not "done"
+        raise UsageError(f"case {name}: cannot import {path}: it called sys.exit({err.code!r})") from None
     except Exception as err:
         raise UsageError(f"case {name}: cannot import {path}: {type(err).__name__}: {err}") from None
     _validate(name, module)

@@ -73,6 +73,19 @@ def test_sequential_reference_agrees_with_numpy(key):
                                    err_msg=n)
 
 
+@pytest.mark.parametrize("key", list(NUMPY), ids=["/".join(k) for k in NUMPY])
+def test_numpy_interpreter_agrees_with_hand_written_numpy(key):
+    from tilelayout.reference import run_reference
+    func = _case(key[0]).VARIANTS[key[1]]()
+    inputs = random_inputs(func, seed=3)
+    got = run_reference(func, {n: a.copy() for n, a in inputs.items()}).outputs
+    expected = dict(inputs)
+    expected.update(NUMPY[key]({n: a.copy() for n, a in inputs.items()}))
+    for n in inputs:
+        np.testing.assert_allclose(got[n].astype(np.float64), np.asarray(expected[n], dtype=np.float64), rtol=1e-6,
+                                   err_msg=n)
+
+
 # ------------------------------------------------------------------------------------ catching wrong layouts
 
 def _tampered_transpose():

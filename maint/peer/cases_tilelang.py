@@ -1,4 +1,4 @@
-"""TileLang twins of every case in ``cases/``, for ``shared/peer/tilelang_peer.py`` (dev only).
+"""TileLang twins of every case in ``cases/``, for the TileLang-side peer runner (dev only, see README.md).
 
 Each kernel mirrors one ``cases/<case>.py`` variant: same shapes, dtypes, thread counts and
 buffer names, written in TileLang's front end (``T.copy(src, dst)``, ``T.Parallel``,
@@ -351,3 +351,25 @@ KERNELS = {
         lambda i, j: i // 16 * 32 + j // 32 * 16 + i % 16, lambda i, j: j % 32),
     "conversion_avoided/accumulate_rows_64x128_t128": lambda: _conversion_accumulate_rows(64, 128, 128),
 }
+
+
+def _reduce_rows(m, n, threads, reducer):
+    @T.prim_func
+    def main(A: T.Tensor((m, n), T.float32), B: T.Tensor((m,), T.float32)):
+        with T.Kernel(1, threads=threads):
+            x = T.alloc_fragment((m, n), T.float32)
+            s = T.alloc_fragment((m,), T.float32)
+            T.copy(A, x)
+            if reducer == "sum":
+                T.reduce_sum(x, s, dim=1)
+            else:
+                T.reduce_max(x, s, dim=1)
+            T.copy(s, B)
+    return main
+
+
+KERNELS.update({
+    "reduce_owner_subset/sum_128x128_t32": lambda: _reduce_rows(128, 128, 32, "sum"),
+    "reduce_owner_subset/max_64x256_t64": lambda: _reduce_rows(64, 256, 64, "max"),
+    "reduce_owner_subset/max_64x256_t128": lambda: _reduce_rows(64, 256, 128, "max"),
+})

@@ -7,6 +7,8 @@
   per-thread accumulator indexed like the destination, then the holders of each destination element
   combine their partials -- warp shuffles (xor butterfly) when the holders of every element form one
   xor-coset inside a warp, otherwise a shared-memory exchange -- so every holder ends with the full result.
+  A destination held by only some of the threads that hold a source row (inference keeps such a layout when a
+  consumer gave it fewer registers) is combined over all of them, then only its owners keep the result.
   A source replica is counted once (only replica 0 contributes).
 - ``gemm``: each thread computes the accumulator elements it holds from the operands (read through
   their own buffers; fragment operands must be held by the thread that needs them).
@@ -28,6 +30,7 @@ from tilelayout.layout import substitute
 from ..inference import op_rules
 from ..inference.frontend import CopyOp, ElementwiseOp, FillOp, GemmOp, ReduceOp, build_op_graph
 from ..hardware import normalize_target, warp_size
+from ..inference.all_reduce import _cell_elements, _reduced, _split_basis, _xor_basis  # noqa: F401 (tests use them)
 from ..inference.loop_nest import nest_of
 from ..ir_utils import int_value, make_analyzer, mutate, thread_launch
 from .loop_partition import LoweringError, buffer_layouts, check_thread_fit, per_thread_cells
@@ -153,13 +156,19 @@ class _Lowering:
             if [int_value(s) if not isinstance(s, int) else s for s in work.input_shape] != list(lr.input_shape):
                 raise LoweringError(f"{op.describe()}: fragment {dst.name} has shape {work.input_shape} but the "
                                     f"reduction produces {lr.input_shape}")
+            owners = None
             err = work.containment_error(lr)
             if err is not None:
-                raise LoweringError(
-                    f"buffer {dst.name}: {op.describe()}: unsatisfiable reduction replication: every thread holding "
-                    f"source elements of a row must hold its result, but {err}")
+                if lr.containment_error(work) is not None:
+                    raise LoweringError(
+                        f"buffer {dst.name}: {op.describe()}: unsatisfiable reduction replication: the holders of "
+                        f"each result must be all the threads holding source elements of its row, or some of "
+                        f"them, but {err}")
+                # the destination keeps the result in a subset of those threads: combine over all of them
+                # (the reducer layout), then each owner takes its elements
+                owners, work = work, lr
         else:
-            work = lr
+            work, owners = lr, None
         dtype = dst.dtype
         acc = tirx.decl_buffer([int(s) for s in work.output_shape], dtype, name=self.fresh(f"{dst.name}_red"),
                                scope="local")
@@ -184,7 +193,14 @@ class _Lowering:
         # 4. write the result
         dcoords, rep = wfor.coords[:-1], wfor.coords[-1]
         result = tirx.BufferLoad(acc, wfor.svars)
-        if dst.is_fragment:
+        if owners is not None:
+            # iterate the owners' cells; each owner also holds the element in the reducer layout, at its slot there
+            wfor = _ForCells(owners, self.tx, self.threads, f"{op.describe()} (destination {dst.name})", "o")
+            dcoords = wfor.coords[:-1]
+            result = tirx.BufferLoad(acc, [wfor.ana.simplify(e) for e in work.forward(*dcoords)])
+            idx = dcoords
+            conds = list(wfor.guards)
+        elif dst.is_fragment:
             idx = dcoords
             conds = list(wfor.guards)
         else:
@@ -229,6 +245,11 @@ class _Lowering:
             slot, count = wfor.coords[-1], work.replicate_size
         elems = int(work.size)
         nbytes = elems * count * max(1, tvm.DataType(acc.dtype).bits // 8)
+        if op.thread_range is not None:
+            lo, ext = op.thread_range
+            raise LoweringError(f"{op.describe()}: combining the partials of {op.dst.buffer.name} needs a block-wide "
+                                f"barrier, but the op runs under a thread-dependent condition (threads [{lo}, "
+                                f"{lo + ext})) that only part of the block reaches")
         if nbytes > SHARED_LIMIT_BYTES:
             raise LoweringError(f"{op.describe()}: the cross-thread exchange needs {nbytes} bytes of shared memory "
                                 f"({elems} elements x {count} partials), over the {SHARED_LIMIT_BYTES}-byte limit")
@@ -394,72 +415,6 @@ def _region_index(region, coords: list) -> list:
             c = next(it)
             out.append(c if isinstance(off, int) and off == 0 else off + c)
     return out
-
-
-def _cell_elements(layout: Fragment, threads: int) -> np.ndarray:
-    """E[slot, thread] = flat element held there (-1: none), over every launched thread."""
-    slots = int(np.prod([int(s) for s in layout.output_shape]))
-    out = np.full((slots, threads), -1, dtype=np.int64)
-    lo = (layout.thread_range or (0, threads))[0]
-    thread = layout.thread_table() + lo                                 # (*shape, R)
-    tab = np.asarray(layout.table(), dtype=np.int64)                    # (*shape, out_dim)
-    flat_slot = np.zeros(tab.shape[:-1], dtype=np.int64)
-    for k, s in enumerate(layout.output_shape):
-        flat_slot = flat_slot * int(s) + tab[..., k]
-    elems = np.arange(int(np.prod(tab.shape[:-1]))).reshape(tab.shape[:-1])
-    for r in range(thread.shape[-1]):
-        out[flat_slot.reshape(-1), thread[..., r].reshape(-1)] = elems.reshape(-1)
-    return out
-
-
-def _xor_basis(cells: np.ndarray, counts: np.ndarray) -> list | None:
-    """A reduced basis M of thread masks such that xor-ing a thread with any m in span(M) stays on the same
-    element in every slot, and every element's holders are exactly one coset ``t ^ span(M)``; else None."""
-    holders = counts[counts > 0]
-    size = int(holders.max())
-    if size & (size - 1) or (holders != size).any():
-        return None
-    e0 = int(np.argmax(counts == size))
-    threads = np.nonzero((cells == e0).any(axis=0))[0]
-    base = int(threads[0])
-    basis: list = []
-    for t in threads[1:]:
-        basis = _reduced(basis + [int(t) ^ base])
-    if (1 << len(basis)) != size:
-        return None
-    n = cells.shape[1]
-    lanes = np.arange(n)
-    for b in basis:
-        partner = lanes ^ b
-        if (partner >= n).any() or not (cells[:, partner] == cells).all():
-            return None
-    return basis
-
-
-def _reduced(basis: list) -> list:
-    """Reduced row echelon form over GF(2): distinct leading bits, each cleared from every other vector."""
-    rows = sorted(basis, reverse=True)
-    out: list = []
-    for v in rows:
-        for b in out:
-            if v & (1 << (b.bit_length() - 1)):
-                v ^= b
-        if v:
-            top = 1 << (v.bit_length() - 1)
-            out = [b ^ v if b & top else b for b in out]
-            out.append(v)
-    return sorted(out, reverse=True)
-
-
-def _split_basis(basis: list | None, warp: int):
-    """(lane masks < warp, single high bits) when span(basis) = span(lanes) + span(high bits); else None."""
-    if basis is None:
-        return None
-    lanes = [b for b in basis if b < warp]
-    high = [b for b in basis if b >= warp]
-    if any(b & (b - 1) for b in high):
-        return None          # a mask mixing lane and warp bits: no clean two-level split
-    return lanes, sorted(high)
 
 
 def _shuffle_xor(value, mask: int, warp: int):

@@ -128,6 +128,7 @@ def _is_shuffle(c) -> bool:
 # --------------------------------------------------------------------------------------- SerializeThreads
 
 def SerializeThreads():
+    """A PrimFunc pass running a lowered GPU kernel's threads one after another (see the module docstring)."""
     @tirx.transform.prim_func_pass(opt_level=0, name="tilelayout.SerializeThreads")
     def _pass(func, mod, ctx):
         return serialize_threads(func)
@@ -164,6 +165,7 @@ class _Phases:
         self.tvars, self.extents, self.nthreads = tvars, extents, nthreads
         self.remap, self.shared = remap, shared
         self.extra: list = []          # exchange buffers of emulated shuffles
+        self.guards: list = []         # enclosing thread-dependent conditions (warp-specialised regions)
 
     def touches_shared(self, stmt) -> bool:
         hits = []
@@ -179,6 +181,8 @@ class _Phases:
         return bool(multi) and self.touches_shared(stmt)
 
     def thread_loop(self, stmt):
+        for cond in reversed(self.guards):
+            stmt = tirx.IfThenElse(cond, stmt, None)
         if not self.tvars:
             return _rebuffer(stmt, self.remap, tirx.const(0, "int32"))
         t = tirx.Var("t", "int32")
@@ -206,9 +210,19 @@ class _Phases:
                             None, stmt.annotations, stmt.step)
         if isinstance(stmt, tirx.IfThenElse):
             if _uses_any(stmt.condition, self.tvars):
-                if _has(stmt, lambda c: _is_sync(c) or _is_shuffle(c)):
-                    raise LoweringError("cannot run on the CPU: a barrier or shuffle under a thread-dependent condition")
-                return self.thread_loop(stmt)
+                if _has(stmt, _is_sync):
+                    raise LoweringError("cannot run on the CPU: a barrier under a thread-dependent condition (on a GPU "
+                                        "only part of the block would reach it)")
+                if not _has(stmt, _is_shuffle):
+                    return self.thread_loop(stmt)
+                # shuffles inside a warp-specialised region: every phase runs in the threads the condition selects
+                parts = []
+                for cond, case in ((stmt.condition, stmt.then_case), (tirx.Not(stmt.condition), stmt.else_case)):
+                    if case is not None:
+                        self.guards.append(cond)
+                        parts.append(self.serialize(case))
+                        self.guards.pop()
+                return tirx.SeqStmt(parts) if len(parts) > 1 else parts[0]
             other = self.serialize(stmt.else_case) if stmt.else_case is not None else None
             return tirx.IfThenElse(stmt.condition, self.serialize(stmt.then_case), other)
         if isinstance(stmt, tirx.AttrStmt):
@@ -258,6 +272,7 @@ class _Phases:
 # --------------------------------------------------------------------------------------- reference
 
 def SequentialSemantics():
+    """A PrimFunc pass turning an unlowered tile program into its sequential, layout-free semantics."""
     @tirx.transform.prim_func_pass(opt_level=0, name="tilelayout.SequentialSemantics")
     def _pass(func, mod, ctx):
         return sequential_semantics(func)

@@ -78,6 +78,72 @@ def flat_packed_table(frag) -> np.ndarray:
     return cells.reshape(-1)
 
 
+def symbolic_flat_layout(frag):
+    """The CuTe layout ``flat_packed_table`` would fit, derived without enumerating: the packed map over the
+    flattened domain is normalised by TVM's iter-map rewriting (an exact rewrite of the expression over the
+    domain) into splits ``(n // lower) % extent * scale`` of the flat index; splits that tile the domain are
+    the modes, merged where a stride continues the previous mode (as the table fit merges linear runs).
+    None when the rewrite leaves anything unexplained (then the caller enumerates)."""
+    from tvm import sym, tirx
+    from tvm.ir import Range
+    from tilelayout.cute.convert import _assemble
+    from tilelayout.layout import rep_placeholder, substitute
+    try:
+        shape = [int(s) for s in frag.input_shape]
+        outs = [int(s) for s in frag.output_shape]
+    except (TypeError, ValueError):
+        return None
+    reps = int(frag.replicate_size)
+    total = int(np.prod(shape)) * reps
+    n = tirx.Var("n", "int32")
+    coords, stride = [], reps
+    for ext in reversed(shape):
+        coords.append(tirx.floormod(tirx.floordiv(n, stride), ext))
+        stride *= ext
+    vmap = dict(zip(frag.forward_vars, reversed(coords)))
+    vmap[rep_placeholder()] = tirx.floormod(n, reps)
+    slot = tirx.const(0, "int32")
+    for e, ext in zip(frag.forward_index, outs):
+        slot = slot * ext + substitute(e, vmap)
+    cell = substitute(frag.forward_thread, vmap) * int(np.prod(outs)) + slot
+    try:
+        norm = sym.normalize_to_iter_sum(cell, {n: Range(0, total)})
+    except Exception:  # noqa: BLE001 - no rewrite: enumerate instead
+        return None
+    if type(norm.base).__name__ != "IntImm" or int(norm.base.value) != 0:
+        return None
+    splits = []
+    for split in norm.args:
+        if not (isinstance(split.source.source, tirx.Var) and split.source.source.same_as(n)):
+            return None
+        if any(type(x).__name__ != "IntImm" for x in (split.lower_factor, split.extent, split.scale)):
+            return None
+        splits.append((int(split.lower_factor), int(split.extent), int(split.scale)))
+    modes, covered = [], 1
+    for lower, ext, scale in sorted(splits):
+        if lower < covered or lower % covered:
+            return None                              # overlapping digits: not a strided layout
+        if lower > covered:
+            modes.append((lower // covered, 0))      # digits the map ignores
+        modes.append((ext, scale))
+        covered = lower * ext
+    if covered < total:
+        if total % covered:
+            return None
+        modes.append((total // covered, 0))
+    elif covered > total:
+        return None
+    merged = []
+    for ext, scale in modes:
+        if ext == 1:
+            continue
+        if merged and scale == merged[-1][0] * merged[-1][1]:
+            merged[-1] = (merged[-1][0] * ext, merged[-1][1])
+        else:
+            merged.append((ext, scale))
+    return _assemble([merged or [(1, 0)]], int) if total > 1 else None
+
+
 def prepare_cute(frag, accesses) -> CuteStatement | Unconvertible:
     """Pack, convert, invert and compose; Unconvertible(reason) whenever any step is not exact."""
     from tilelayout import cute
@@ -88,7 +154,9 @@ def prepare_cute(frag, accesses) -> CuteStatement | Unconvertible:
     S = int(np.prod(frag.output_shape))
     if points * R != T * S:
         return Unconvertible(f"points x replication {points}x{R} != threads x slots {T}x{S}")
-    flat = cute.layout_from_table(flat_packed_table(frag))
+    flat = symbolic_flat_layout(frag)
+    if flat is None:
+        flat = cute.layout_from_table(flat_packed_table(frag))
     if flat is None:
         return Unconvertible("packed fragment is not a strided CuTe layout")
     try:
