@@ -234,11 +234,27 @@ def _total(engine, state):
     return cost.mem + extra, cost.regs
 
 
+def register_budget() -> int:
+    """Per-thread 32-bit registers a plan may use: ``layout_config(register_budget=N)``, then
+    $TILELAYOUT_REGISTER_BUDGET, then the 255 every CUDA thread can address."""
+    import os
+    for value in (_CONFIG.get().get("register_budget"), os.environ.get("TILELAYOUT_REGISTER_BUDGET") or None):
+        if value is not None:
+            try:
+                value = int(value)
+            except ValueError:
+                value = 0
+            if value < 1:
+                raise ValueError(f"the register budget must be a positive int, got {value!r}")
+            return value
+    return MAX_REGISTERS_PER_THREAD
+
+
 def infer_with_conversions(func, target, cost_model, conflicts, engine_cls, errors, make_result):
     """Run inference; on a conflict (or a plan over the register budget) try splits and keep the cheapest;
     then, under the io-aware model, stage uncoalesced fragment stores through a conversion when it pays."""
     mode = resolve_conflict_mode(conflicts)
-    budget = None if mode == STRICT else _CONFIG.get().get("register_budget", MAX_REGISTERS_PER_THREAD)
+    budget = None if mode == STRICT else register_budget()
     engine = engine_cls(func, target, cost_model, budget)
     try:
         state, failure = engine.run(), None
@@ -328,6 +344,8 @@ def _try_splits(func, splits, target, cost_model, budget, engine_cls, errors, ba
 def _is_conflict(err) -> bool:
     """Errors a second version of a fragment can resolve: two ops demanding different layouts of one buffer
     (directly, or as the reason every free-level attempt failed)."""
+    if "pinned twice" in str(err):
+        return False            # contradictory pins are the user's error, not two ops' demands
     if isinstance(err, LayoutConflictError):
         return True
     text = str(err)
