@@ -76,6 +76,8 @@ class ConversionCost:
     mem: int
     shuffles: int = 0              # warp shuffle instructions, summed over warps
     stage_bytes: int = 0           # shared staging tile
+    chunk_rows: int = 0            # rows staged per round (the whole tile when it fits the shared limit)
+    chunks: int = 1
     pad: int = 0                   # elements of padding per staging row
     wavefronts: int = 0            # shared store + load wavefronts
     ideal_wavefronts: int = 0      # the same without bank conflicts
@@ -88,13 +90,15 @@ class ConversionCost:
             return "no-op (every thread already holds what it needs): 0 B"
         if self.kind == "shuffle":
             return f"warp shuffles: {self.shuffles} shuffles = {self.mem} B"
-        return (f"shared memory round trip: {self.stage_bytes} B staging tile (row pad {self.pad}), vectors "
+        rounds = f" in {self.chunks} rounds of {self.chunk_rows} rows" if self.chunks > 1 else ""
+        return (f"shared memory round trip: {self.stage_bytes} B staging tile{rounds} (row pad {self.pad}), vectors "
                 f"{self.vectors[0]}/{self.vectors[1]}, {self.wavefronts} wavefronts ({self.ideal_wavefronts} "
                 f"without bank conflicts), "
                 f"{self.barriers} barriers = {self.mem} B")
 
     def to_dict(self) -> dict:
         return {"kind": self.kind, "mem": self.mem, "shuffles": self.shuffles, "stage_bytes": self.stage_bytes,
+                "chunk_rows": self.chunk_rows,
                 "pad": self.pad, "wavefronts": self.wavefronts, "barriers": self.barriers}
 
 
@@ -207,12 +211,23 @@ def _vector(thread, slot, addr, slots_inner: int, elem_bytes: int) -> int:
     return 1
 
 
-def _access(thread, slot, addr, slots_inner: int, elem_bytes: int, warp: int):
-    """(wavefronts, ideal wavefronts, vector width) of one side of the round trip."""
+def _access(thread, slot, addr, chunk, slots_inner: int, elem_bytes: int, warp: int):
+    """(wavefronts, ideal wavefronts, vector width) of one side of the round trip; each round (``chunk``)
+    issues the slot loop again with only the lanes whose element it stages."""
     v = _vector(thread, slot, addr, slots_inner, elem_bytes)
     first = slot % v == 0
-    args = (thread[first], slot[first] // v)
+    steps = slot[first] // v
+    steps = chunk[first] * (int(steps.max()) + 1) + steps
+    args = (thread[first], steps)
     return (_wavefronts(*args, addr[first], v * elem_bytes, warp), _ideal(*args, v * elem_bytes, warp), v)
+
+
+def chunk_rows(rows: int, stride: int, elem_bytes: int, limit: int = SHARED_STAGE_LIMIT) -> int:
+    """Most rows (a divisor of ``rows``) whose staging tile fits ``limit``; 0 when not even one row fits."""
+    for k in range(rows, 0, -1):
+        if rows % k == 0 and k * stride * elem_bytes <= limit:
+            return k
+    return 0
 
 
 def shared_cost(src: Fragment, dst: Fragment, threads: int, warp: int, elem_bytes: int, pad: int) -> ConversionCost:
@@ -220,20 +235,23 @@ def shared_cost(src: Fragment, dst: Fragment, threads: int, warp: int, elem_byte
     shape = [int(s) for s in src.input_shape]
     rows, cols = int(np.prod(shape[:-1])), shape[-1]
     stride = cols + pad
-    stage = rows * stride * elem_bytes
+    per = chunk_rows(rows, stride, elem_bytes) or rows
+    stage = per * stride * elem_bytes
     se, st, ss, reps = _cells(src, threads)
     first = np.zeros(se.shape, dtype=bool)
     first[::reps] = True                         # replica 0 of each element stores it once
     de, dt, ds, _ = _cells(dst, threads)
 
     def addr(e):
-        return ((e // cols) * stride + e % cols) * elem_bytes
+        return (((e // cols) % per) * stride + e % cols) * elem_bytes
 
-    store = _access(st[first], ss[first], addr(se[first]), int(src.output_shape[-1]), elem_bytes, warp)
-    load = _access(dt, ds, addr(de), int(dst.output_shape[-1]), elem_bytes, warp)
+    store = _access(st[first], ss[first], addr(se[first]), se[first] // cols // per, int(src.output_shape[-1]),
+                    elem_bytes, warp)
+    load = _access(dt, ds, addr(de), de // cols // per, int(dst.output_shape[-1]), elem_bytes, warp)
+    chunks = rows // per
     return ConversionCost("shared", (store[0] + load[0]) * _WAVEFRONT, stage_bytes=stage, pad=pad,
-                          wavefronts=store[0] + load[0], ideal_wavefronts=store[1] + load[1], barriers=2,
-                          vectors=(store[2], load[2]))
+                          chunk_rows=per, chunks=chunks, wavefronts=store[0] + load[0],
+                          ideal_wavefronts=store[1] + load[1], barriers=2 * chunks, vectors=(store[2], load[2]))
 
 
 def _pads(elem_bytes: int) -> list:

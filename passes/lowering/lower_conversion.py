@@ -88,29 +88,43 @@ class _Conversion:
         cols = shape[-1]
         stride = cols + pad
         rows = int(np.prod(shape[:-1]))
-        if rows * stride * self.elem_bytes > SHARED_STAGE_LIMIT:
-            raise LoweringError(f"{self.what}: the staging tile needs {rows * stride * self.elem_bytes} B of shared "
-                                f"memory, over the {SHARED_STAGE_LIMIT}-byte limit")
-        stage = tirx.decl_buffer([rows * stride], self.dtype, name=f"{self.dst_name}_stage", scope="shared")
+        per = int(self.plan.get("chunk_rows") or rows)
+        if per < 1 or rows % per or per * stride * self.elem_bytes > SHARED_STAGE_LIMIT:
+            raise LoweringError(f"{self.what}: a staging round of {per} rows of {stride} elements does not divide the "
+                                f"{rows} rows or exceeds the {SHARED_STAGE_LIMIT}-byte shared limit")
+        stage = tirx.decl_buffer([per * stride], self.dtype, name=f"{self.dst_name}_stage", scope="shared")
+        chunks = rows // per
+        c = tirx.Var("round", "int32")
+
+        def row_of(coords):
+            row = tirx.const(0, "int32")
+            for x, e in zip(coords[:-1], shape[:-1]):
+                row = row * e + x
+            return row
 
         def address(coords):
-            row = tirx.const(0, "int32")
-            for c, e in zip(coords[:-1], shape[:-1]):
-                row = row * e + c
-            return row * stride + coords[-1]
+            row = row_of(coords)
+            return (row - c * per if chunks > 1 else row) * stride + coords[-1]
+
+        def in_round(coords):
+            return [tirx.floordiv(row_of(coords), per) == c] if chunks > 1 else []
 
         put = _cells(self.src, self.tx, self.threads, self.what + " (store)", "p")
         store = tirx.BufferStore(stage, tirx.BufferLoad(self.src_var, put.coords[:-1]), [address(put.coords[:-1])])
         guards = list(put.guards) + ([put.coords[-1] == 0] if self.src.replicate_size > 1 else [])
+        guards += in_round(put.coords)
         get = _cells(self.dst, self.tx, self.threads, self.what + " (load)", "g")
         load = tirx.BufferStore(self.dst_var, tirx.BufferLoad(stage, [address(get.coords[:-1])]), get.coords[:-1])
         sync = tirx.Evaluate(tirx.op.tvm_storage_sync("shared"))
-        # the first barrier keeps the stores from overwriting shared memory still being read (a previous
-        # iteration of an enclosing loop, or a buffer the stage's storage is later merged with)
+        # the first barrier keeps the stores from overwriting shared memory still being read (the previous
+        # round, an enclosing loop's previous iteration, or a buffer the stage's storage is merged with)
         key = f"conversion {self.dst_name} <- {self.src_name}"
-        return tirx.SeqStmt([tirx.AllocBuffer(stage), sync,
-                             _vectorizable(_slot_loops(put, _guard(store, guards, put.ana)), key), sync,
-                             _vectorizable(_slot_loops(get, _guard(load, get.guards, get.ana)), key)])
+        body = tirx.SeqStmt([sync, _vectorizable(_slot_loops(put, _guard(store, guards, put.ana)), key), sync,
+                             _vectorizable(_slot_loops(get, _guard(load, list(get.guards) + in_round(get.coords),
+                                                                   get.ana)), key)])
+        if chunks > 1:
+            body = tirx.For(c, 0, chunks, tirx.ForKind.SERIAL, body)
+        return tirx.SeqStmt([tirx.AllocBuffer(stage), body])
 
     def shuffle(self):
         if shuffle_count(self.src, self.dst, self.threads, self.warp, self.elem_bytes) is None:
