@@ -116,7 +116,9 @@ def test_the_conversion_is_a_statement_in_the_ir_that_survives_print_and_parse()
     assert "T.tile.copy(acc_cv[0:64, 0:64], acc[0:64, 0:64]" in line and '"kind": "shared"' in line
     parsed = tvm.script.from_source(text)
     assert parsed.script() == text
-    assert set(tl.get_layouts(parsed).buffers) >= {"acc", "acc_cv"}
+    back = tl.get_layouts(parsed)
+    assert set(back.buffers) >= {"acc", "acc_cv"}
+    assert [(c["src"], c["dst"], c["kind"]) for c in back.conversions] == [("acc", "acc_cv", "shared")]
 
 
 def test_config_and_environment_select_strict_mode(monkeypatch):
@@ -311,3 +313,27 @@ def test_a_tile_larger_than_shared_memory_is_staged_in_rounds():
         assert tl.cuda_source(func).count("__syncthreads()") >= 2
         res = check_numeric(func, lambda d: {"B": d["A"] * 3})
     assert res.ok, res.message
+
+
+def test_no_split_under_a_thread_dependent_condition():
+    """A conversion inside ``if tx < 64`` would put barriers in divergent code: the conflict is reported."""
+    from tvm.script import tirx as T
+    from tvm.tirx.script import tile as Tx
+
+    @T.prim_func
+    def kernel(A: T.Buffer((64, 64), "float16"), B: T.Buffer((64, 64), "float16"), C: T.Buffer((64, 64), "float32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", 128)
+        A_s = T.alloc_buffer((64, 64), "float16", scope="shared")
+        B_s = T.alloc_buffer((64, 64), "float16", scope="shared")
+        acc = T.alloc_buffer((64, 64), "float32", scope="local.fragment")
+        Tx.copy(A_s[0:64, 0:64], A[0:64, 0:64])
+        Tx.copy(B_s[0:64, 0:64], B[0:64, 0:64])
+        Tx.gemm(acc[0:64, 0:64], A_s[0:64, 0:64], B_s[0:64, 0:64], acc[0:64, 0:64], False, False, 1.0, 0.0)
+        if tx < 128:
+            for i in T.parallel(64):
+                for j in T.parallel(64):
+                    C[i, j] = acc[i, j] + acc[j, i]
+
+    with pytest.raises(tl.LayoutError, match="acc"):
+        tl.infer_layouts(kernel)

@@ -38,7 +38,7 @@ from .conversion import (CONFIG_KEY, STRICT, ConversionCost, conversion_cost,
 from .frontend import ConvertOp, CopyOp, ElementwiseOp, GemmOp, ParallelOp, ReduceOp
 
 __all__ = ["infer_with_conversions", "Split", "split_candidates", "split_fragment", "conversion_costs",
-           "MAX_SPLITS"]
+           "read_conversions", "register_budget", "MAX_SPLITS", "MAX_EPILOGUES"]
 
 #: splits tried per conflict (each is one more inference run)
 MAX_SPLITS = 12
@@ -61,6 +61,8 @@ def _readers(graph, buf) -> list:
     """(op, access position or None) of every op that reads ``buf`` without writing it."""
     out = []
     for op in graph.ops:
+        if op.conditions:
+            continue        # a conversion under an `if` could put a barrier or a shuffle in divergent code
         if isinstance(op, ParallelOp):
             acc = op.accesses_of(buf)
             if not acc or any(a.is_write for a in acc):
@@ -375,6 +377,16 @@ def _finish(engine, state, make_result, prelude=()):
     if records:
         result.func = _write_plans(result.func, records)
     return result
+
+
+def read_conversions(func) -> list:
+    """The conversions recorded in an annotated function, in program order: each its config dict (src, dst,
+    kind and the cost fields inference wrote)."""
+    from tilelayout.annotate import _plain
+    found = []
+    tvm_ffi.structural_walk(func.body, (TilePrimitiveCall, lambda n: found.append(_plain(n.config[CONFIG_KEY]))
+                                        if n.config is not None and CONFIG_KEY in n.config else None))
+    return found
 
 
 def _write_plans(func, records: list):

@@ -39,6 +39,8 @@ def epilogue_splits(engine, state) -> list:
     for op in engine.ops:
         if not isinstance(op, CopyOp) or not (op.src.buffer.is_fragment and op.dst.buffer.is_global):
             continue
+        if op.conditions:
+            continue    # no barrier under a (possibly thread-dependent) condition
         if not op.src.is_full or op.src.buffer.name in converted or op.src.buffer.name not in state.strict:
             continue    # a layout the free level chose already weighed this store; only fixed ones are staged
         st = op_statement(op, nest_of(op), state.layouts, loops, engine.graph)
