@@ -150,6 +150,8 @@ def annotate_layouts(func, layouts: Mapping) -> "tirx.PrimFunc":
 
     The layouts go into the function attribute ``"tilelayout.layouts"`` keyed by buffer name, so they
     print and re-parse. A TIRx TileLayout / ComposeLayout value is converted with ``from_tile_layout``.
+    One call naming a buffer twice (by object and by name) with different layouts is a LayoutConflictError;
+    a later call replaces an earlier call's layout of the same buffer (an explicit re-pin).
     """
     if not isinstance(func, tirx.PrimFunc):
         raise LayoutError(f"annotate_layouts expects a tirx.PrimFunc, got {type(func).__name__}")
