@@ -276,7 +276,7 @@ def infer_with_conversions(func, target, cost_model, conflicts, engine_cls, erro
             reason = str(failure)
             splits = split_candidates(engine.graph, reason, None)
         notes.append(f"layout conflict: {reason}")
-        best, attempts = _try_splits(func, splits, target, cost_model, budget, engine_cls, errors)
+        best, attempts = _try_splits(func, engine.graph, splits, target, cost_model, budget, engine_cls, errors)
         tried += attempts
         if best is None:
             if failure is not None:
@@ -292,7 +292,8 @@ def infer_with_conversions(func, target, cost_model, conflicts, engine_cls, erro
         if not splits:
             break
         base = _total(engine, state)
-        best, attempts = _try_splits(func, splits, target, cost_model, budget, engine_cls, errors, base)
+        best, attempts = _try_splits(func, engine.graph, splits, target, cost_model, budget, engine_cls, errors,
+                                     base)
         tried += attempts
         if best is None:
             break
@@ -307,12 +308,11 @@ def infer_with_conversions(func, target, cost_model, conflicts, engine_cls, erro
 MAX_EPILOGUES = 4
 
 
-def _try_splits(func, splits, target, cost_model, budget, engine_cls, errors, base=None):
+def _try_splits(func, graph, splits, target, cost_model, budget, engine_cls, errors, base=None):
     """Run inference on every split; ((func, engine, state) of the cheapest, attempts). With ``base`` (the
     (mem, regs) of the program without the split) a split must be strictly cheaper to win."""
     from .layout_inference import Attempt
     tried, best, best_cost = [], None, base
-    graph = engine_cls(func, target, cost_model, budget).graph if splits else None
     for split in splits:
         attempt = Attempt(-1, split.op_index, split.description)
         try:
