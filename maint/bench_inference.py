@@ -24,12 +24,15 @@ import statistics
 import subprocess
 import sys
 import time
+import warnings
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import tvm  # noqa: E402
 
+from maint.peer.compare import BUG_CASES  # noqa: E402
+from tilelayout.errors import TileLayoutResourceWarning  # noqa: E402
 from tilelayout.passes.inference.cost_models import count_register_slots  # noqa: E402
 from tilelayout.passes.inference.layout_inference import clear_caches, infer_layouts  # noqa: E402
 
@@ -91,15 +94,20 @@ def peer_numbers(python: str, repeat: int) -> dict:
     return json.loads(proc.stdout)
 
 
-def suite_seconds() -> float:
-    """Wall time of ``maint/run.py -j 2`` (check mode, both models), the whole command."""
+def suite_seconds() -> tuple:
+    """(wall, CPU) seconds of ``maint/run.py -j 2`` (check mode, both models), the whole command with its
+    worker processes; CPU time is what the run costs when the machine is shared."""
+    import resource
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, str(ROOT / "maint" / "run.py"), "-j", "2"], capture_output=True, text=True,
                           cwd=ROOT)
     elapsed = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode:
         print(f"golden suite did not pass:\n{proc.stdout[-1500:]}")
-    return elapsed
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return elapsed, cpu
 
 
 def _ratio(ours: float, theirs) -> str:
@@ -114,6 +122,7 @@ def main(argv=None) -> int:
     ap.add_argument("--no-suite", action="store_true", help="skip timing the golden runner")
     ap.add_argument("--only", help="only kernels whose name contains this")
     args = ap.parse_args(argv)
+    warnings.simplefilter("ignore", TileLayoutResourceWarning)     # big benchmark tiles warn by design
     peer = peer_numbers(args.peer, args.repeat) if args.peer else None
     funcs = {k: v for k, v in kernels().items() if not args.only or args.only in k}
     head = f"{'kernel':46s}"
@@ -135,7 +144,7 @@ def main(argv=None) -> int:
                 row += f" {theirs.get('ms', float('nan')):8.1f} {_ratio(ms, theirs.get('ms'))}"
                 if "ms" in theirs:
                     ratios[m].append(ms / theirs["ms"])
-                if "regs" in theirs and r > theirs["regs"]:
+                if "regs" in theirs and r > theirs["regs"] and name.split("/")[0] not in BUG_CASES:
                     over.append(f"{name} ({m}): {r} > {theirs['regs']}")
         row += " | " + "/".join(str(r) for r in regs)
         if peer:
@@ -147,7 +156,8 @@ def main(argv=None) -> int:
             if ratios[m]:
                 print(f"{m}: ours / TileLang over {len(ratios[m])} kernels: worst {max(ratios[m]):.2f}x, "
                       f"median {statistics.median(ratios[m]):.2f}x (targets 0.5x, 0.2x)")
-        print("registers above TileLang's: " + ("; ".join(over) if over else "none"))
+        print("registers above TileLang's: " + ("; ".join(over) if over else "none")
+              + f" (not compared: {', '.join(BUG_CASES)}, where TileLang is wrong or fails)")
     chain = {}
     for k in args.k:
         func = chain_kernel(k)
@@ -158,7 +168,8 @@ def main(argv=None) -> int:
         for i, m in enumerate(MODELS):
             print(f"growth exponent {m} (K={lo}..{hi}): {math.log(chain[hi][i] / chain[lo][i]) / math.log(hi / lo):.2f}")
     if not args.no_suite:
-        print(f"golden suite, check mode, both models, -j 2: {suite_seconds():.2f} s")
+        wall, cpu = suite_seconds()
+        print(f"golden suite, check mode, both models, -j 2: {wall:.2f} s wall, {cpu:.2f} s CPU")
     return 0
 
 

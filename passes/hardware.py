@@ -24,6 +24,17 @@ def normalize_target(target=None) -> tvm.target.Target:
         raise ConfigError(f"cannot make a TVM target from {target!r}: {str(err).splitlines()[-1]}") from None
 
 
+def func_target(func, target=None):
+    """``target`` when given, else the ``"target"`` attribute a kernel carries (``func.with_attr("target",
+    ...)``), else None (the default target): a kernel written for sm_80 says so once, and every pass honours it."""
+    if target is not None:
+        return target
+    attrs = getattr(func, "attrs", None)
+    if attrs is not None and "target" in attrs:
+        return attrs["target"]
+    return None
+
+
 def sm_version(target: tvm.target.Target) -> int:
     """Compute capability as an int (90 for sm_90a); 0 when the target has no CUDA arch."""
     match = re.match(r"sm_(\d+)", str(target.attrs.get("arch", "")))

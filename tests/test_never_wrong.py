@@ -510,3 +510,29 @@ def test_parallel_nest_reading_the_thread_index_is_refused():
     text = UNDER_IF.replace("F[i, j] * T.float32(2)", "F[i, j] * T.Cast(\"float32\", tx)").replace("COND", "tx < 64")
     with pytest.raises(TileLayoutError, match="thread index"):
         tl.infer_layouts(_parse(text))
+
+
+GEMM_UNDER_IF = '''
+@T.prim_func
+def main(A: T.Buffer((32, 16), "float32"), B: T.Buffer((16, 32), "float32"), C: T.Buffer((32, 32), "float32")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 128)
+    As = T.alloc_buffer((32, 16), "float32", scope="shared")
+    Bs = T.alloc_buffer((16, 32), "float32", scope="shared")
+    acc = T.alloc_buffer((32, 32), "float32", scope="local.fragment")
+    if tx >= 64:
+        Tx.copy(As[0:32, 0:16], A[0:32, 0:16])
+        Tx.copy(Bs[0:16, 0:32], B[0:16, 0:32])
+    T.tvm_storage_sync("shared")
+    if tx >= 64:
+        Tx.gemm(acc[0:32, 0:32], As[0:32, 0:16], Bs[0:16, 0:32], acc[0:32, 0:32], False, False, 1.0, 0.0)
+        Tx.copy(C[0:32, 0:32], acc[0:32, 0:32])
+'''
+
+
+def test_gemm_under_a_thread_condition():
+    res = tl.infer_layouts(_parse(GEMM_UNDER_IF))
+    assert res.buffers["acc"].thread_range == (64, 64)
+    A, B = _rand(32, 16), _rand(16, 32, seed=1)
+    _, _, C = _run(GEMM_UNDER_IF, A, B, np.zeros((32, 32), "float32"))
+    np.testing.assert_allclose(C, A @ B, rtol=1e-5, atol=1e-5)

@@ -78,3 +78,21 @@ def test_numeric_runs_lowered_code_on_cpu_against_the_reference():
     assert "reduce_broadcast/64x128_t128: interpreter vs sequential semantics: ok" in text
     assert "reduce_broadcast/64x128_t128/io-aware: lowered vs interpreter: ok" in text
     assert "2/2 numeric checks pass" in text
+
+
+def test_numeric_checks_a_hand_written_reference_against_the_interpreter_too():
+    from types import SimpleNamespace
+
+    from maint.case_loader import load_case
+    from maint.lowered_checks import numeric
+    module = load_case(ROOT / "cases", "elementwise_copy")
+    variant = "fp32_64x256_t256"
+    good = SimpleNamespace(VARIANTS={variant: module.VARIANTS[variant]}, REFERENCE={variant: lambda d: {"B": d["A"]}})
+    lines, total, passed = numeric({"good": good}, None, ["io-aware"])
+    assert (total, passed) == (3, 3), lines
+    assert any("interpreter vs numpy REFERENCE: ok" in l for l in lines)
+    assert any("lowered vs REFERENCE: ok" in l for l in lines)
+    wrong = SimpleNamespace(VARIANTS=good.VARIANTS, REFERENCE={variant: lambda d: {"B": d["A"] + 1}})
+    lines, total, passed = numeric({"wrong": wrong}, None, ["io-aware"])
+    assert (total, passed) == (3, 1), lines      # only the interpreter vs sequential semantics agree
+    assert any("interpreter vs numpy REFERENCE: FAIL: B: 16384 of 16384 elements differ" in l for l in lines)

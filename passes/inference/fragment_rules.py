@@ -22,7 +22,7 @@ from tilelayout.layout import Layout, placeholder, rep_placeholder, substitute
 
 from .loop_nest import LoopNest
 
-__all__ = ["PartialCoverage", "loop_from_fragment", "complete_fragment", "ownership_error", "access_points",
+__all__ = ["PartialCoverage", "loop_from_fragment", "complete_fragment", "reaches_partly", "ownership_error", "access_points",
            "is_common_access"]
 
 #: loops with more points than this are not validated by enumeration
@@ -190,6 +190,20 @@ def _dynamic_symbolic(nest: LoopNest, loop: Fragment, accesses: list) -> list:
         if any(_mentions(e, dynamic) for e in index):
             out.append(a)
     return out
+
+
+def reaches_partly(nest: LoopNest, access) -> bool:
+    """Does the loop reach only part of the fragment through ``access`` (when ``complete_fragment`` raises
+    PartialCoverage)? False when the access covers it, or cannot be evaluated (completion reports that)."""
+    if is_common_access(nest, access):
+        return False
+    try:
+        points = access_points(nest, access)
+    except (LayoutError, InferenceError):
+        return False
+    hit = np.zeros(int(np.prod(access.buffer.shape)), dtype=bool)
+    hit[points.reshape(-1)] = True
+    return not hit.all()
 
 
 def complete_fragment(nest: LoopNest, loop: Fragment, access, thread_range: tuple, read_only: bool) -> Fragment:

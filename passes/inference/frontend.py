@@ -354,6 +354,7 @@ class GemmOp(TileOp):
     bias: Region | None = None
     alpha: Any = 1.0
     beta: Any = 0.0
+    policy: str | None = None      # warp policy the user gave (`Tx.gemm(..., warp_policy="full_row")`)
 
     @property
     def clear(self) -> bool:
@@ -805,7 +806,7 @@ class _Builder:
             self.float_scan(args[6], args[7])
             _check_gemm(call, c, a, b, bias, ta, tb)
             self.add(GemmOp, call, c=c, a=a, b=b, transpose_a=ta, transpose_b=tb, bias=bias,
-                     alpha=args[6], beta=args[7])
+                     alpha=args[6], beta=args[7], policy=_gemm_policy(call))
         elif name.startswith("tirx.tile.") and short in _ELEMENTWISE:
             dst = self.region(args[0], call, "destination")
             srcs, params = [], []
@@ -983,6 +984,15 @@ def _reduce_axes(call: Any, raw: Any, src: Region, dst: Region) -> list[int]:
             f"{axes} (extents {[_text(x) for x in got]} vs {[_text(x) for x in kept]} without "
             f"unit dims):\n{_stmt_text(call)}")
     return axes
+
+
+def _gemm_policy(call: Any) -> str | None:
+    """The ``warp_policy`` (or ``policy``) keyword of a ``Tx.gemm`` call, kept as written (None if absent)."""
+    config = getattr(call, "config", None) or {}
+    for key in ("warp_policy", "policy"):
+        if key in config:
+            return str(config[key])
+    return None
 
 
 def _check_gemm(call: Any, c: Region, a: Region, b: Region, bias: Region | None,

@@ -23,7 +23,8 @@ from .conversion_plan import conversion_costs
 from .cost_models import ScoringContext, get_cost_model
 from .fragment_rules import ownership_error
 from .frontend import ConvertOp, build_op_graph
-from ..hardware import check_block_threads, normalize_target
+from .gemm_plan import plan_gemms
+from ..hardware import check_block_threads, func_target, normalize_target
 from .loop_nest import nest_of
 from .op_rules import COMMON, FREE, STRICT, LoopDecision, check_cells_invertible, infer_op
 from .search_certificate import certify as _certify, copy_outcome as _copy_outcome
@@ -92,6 +93,7 @@ class InferenceResult:
     loop_info: dict = field(default_factory=dict)    # loop key -> LoopDecision
     graph: Any = None
     op_loops: dict = field(default_factory=dict)     # op index -> LoopDecision (every loop-shaped op)
+    gemm_plans: dict = field(default_factory=dict)   # op index -> GemmPlan (every gemm)
     conversions: list = field(default_factory=list)  # inserted conversions: dicts with src, dst, kind, cost, ...
     notes: list = field(default_factory=list)        # conflicts met and how they were resolved, in words
 
@@ -164,6 +166,9 @@ class _State:
     def pinned_loop(self, nest):
         return self.engine.pinned_loops.get(nest.index)
 
+    def gemm_plan(self, op):
+        return self.engine.gemm_plans[op.index]
+
     def note(self, text: str) -> None:
         self.notes.append(text)
 
@@ -231,7 +236,7 @@ class _Engine:
     def __init__(self, func, target, cost_model, budget: int | None = None):
         self.func = func
         self.budget = budget            # per-thread 32-bit registers; attempts over it lose (None: no limit)
-        self.target = normalize_target(target)
+        self.target = normalize_target(func_target(func, target))
         self.model = get_cost_model(cost_model)
         self.graph = build_op_graph(func)
         check_block_threads(self.graph.thread_extent, self.target, self.graph.func_name)
@@ -246,6 +251,7 @@ class _Engine:
             for b in op.buffers():
                 self.users.setdefault(b.name, []).append(op.index)
         self.pinned_loops = self._pinned_loops()
+        self.gemm_plans = plan_gemms(self.ops, self.graph.thread_extent, self.target)
         self.attempts: list = []
         self.memo: dict = {}
         self.descriptions: dict = {}
@@ -500,8 +506,10 @@ def clear_caches() -> None:
     """Forget every process-wide memo inference keeps (shared plans, containment answers): the next run is cold."""
     from tilelayout import fragment
     from . import loop_plan
+    from .cost_models import statement_score
     fragment.clear_caches()
     loop_plan.clear_caches()
+    statement_score.clear_caches()
 
 
 def infer_layouts(func, target=None, cost_model=None, conflicts=None) -> InferenceResult:
@@ -527,7 +535,7 @@ def _result(engine: _Engine, state: _State) -> InferenceResult:
             loops[nest.key] = state.loops[i].layout
             info[nest.key] = state.loops[i]
     result = InferenceResult(buffers, loops, engine.attempts, func, engine.model.name, engine.target, info,
-                             engine.graph, op_loops)
+                             engine.graph, op_loops, dict(engine.gemm_plans))
     from .annotations import annotate_result
     result.func = annotate_result(func, result)
     from .resources import warn_resources

@@ -16,7 +16,7 @@ from tilelayout.fragment import Fragment, fully_replicated
 from tilelayout.layout import placeholder, rep_placeholder, substitute
 
 from .fragment_rules import (PartialCoverage, _condensed, complete_fragment, dynamic_slot_accesses, everyone,
-                             loop_from_fragment, ownership_error)
+                             loop_from_fragment, ownership_error, reaches_partly)
 from .frontend import GemmOp, ReduceOp
 from ..hardware import max_vector_load_bits
 from .loop_nest import LoopNest
@@ -191,18 +191,13 @@ def _partial_fragment_plan(nest: LoopNest, state):
             continue
         if len([b for b in nest.accesses_of(a.buffer) if not b.is_constant]) > 1:
             continue  # read at several indices: completion replicates it instead
-        try:
-            state.memo(("probe", nest.index, _access_key(nest, a)), lambda: complete_fragment(
-                nest, plan_loop_layout(nest.extents, state.threads, 1, True, state.thread_range[0]), a,
-                state.thread_range, read_only=True))
-        except PartialCoverage:
+        # exactly when completing the fragment through this access would raise PartialCoverage
+        if state.memo(("probe", nest.index, _access_key(nest, a)), lambda: reaches_partly(nest, a)):
             buf = a.buffer
             frag = plan_loop_layout(list(buf.shape), state.threads, _fragment_width(buf, state), True,
                                     state.thread_range[0])
             state.propose(buf, frag, nest.op, FREE)
             return _from_fragment(nest, a, state.layout(buf), state)
-        except (LayoutError, InferenceError):
-            continue
     return None
 
 
@@ -552,19 +547,25 @@ def check_reduction_barrier(op: ReduceOp, state) -> None:
 # ------------------------------------------------------------------------------------------ gemm
 
 def _infer_gemm(op: GemmOp, level: int, state) -> None:
+    """The gemm's plan (decided once for the kernel, see ``gemm_plan``) fixes its accumulator and, for a
+    register A operand, the A fragment; shared operands get the widest bank swizzle the tile allows."""
     if level != STRICT:
         return
-    from tilelayout import gemm_layouts, swizzle
-    c = op.c.buffer
+    from tilelayout import swizzle
+    plan = state.gemm_plan(op)
     # the MMA instruction fixes these layouts: propose them even over a pin, so a pin that disagrees is
     # reported as a conflict (and two bank swizzles of a shared operand merge to the finer one)
-    if c.is_fragment:
-        m, n = c.shape[-2], c.shape[-1]
-        if _uses_wgmma(op, m, state):
-            acc = gemm_layouts.make_wgmma_accumulator_fragment(m, n, state.threads)
-        else:
-            acc = gemm_layouts.make_mma_accumulator_fragment(m, n, state.threads, c.dtype)
-        state.propose(c, acc.bind_thread_range(*state.thread_range), op, level)
+    thread_range = getattr(state, "thread_range", None)
+
+    def bound(frag):
+        return frag.bind_thread_range(*thread_range) if thread_range is not None else frag
+    if op.c.buffer.is_fragment:
+        _propose_operand(op, "accumulator", op.c.buffer, bound(plan.accumulator_fragment()), plan, level, state)
+    if op.a.buffer.is_fragment:
+        if not op.a.is_full:
+            raise InferenceError(f"{op.describe()}: the register A operand must be the whole fragment "
+                                 f"{op.a.buffer.name} (its layout is the instruction's A fragment)")
+        _propose_operand(op, "operand A", op.a.buffer, bound(plan.a_fragment()), plan, level, state)
     for region in (op.a, op.b):
         buf = region.buffer
         if buf.is_shared and region.is_full:
@@ -572,9 +573,16 @@ def _infer_gemm(op: GemmOp, level: int, state) -> None:
             state.propose(buf, swizzle.make_swizzled_layout(list(buf.shape), buf.dtype, None), op, level)
 
 
-def _uses_wgmma(op: GemmOp, m, state) -> bool:
-    """TileLang's rule: Hopper (sm_90) with both operands in shared memory issues wgmma, whose accumulator
-    layout differs from mma.sync's; it needs whole warpgroups and 64-row blocks."""
-    from ..hardware import sm_version
-    return (90 <= sm_version(state.target) < 100 and op.a.buffer.is_shared and op.b.buffer.is_shared
-            and state.threads % 128 == 0 and state.thread_range[0] % 128 == 0 and isinstance(m, int) and m % (64 * (state.threads // 128)) == 0)
+def _propose_operand(op: GemmOp, role: str, buf, layout: Fragment, plan, level: int, state) -> None:
+    """Propose the instruction's register layout for a gemm fragment; a clash names the gemm, the operand, the
+    layout the instruction needs and what would work instead."""
+    try:
+        state.propose(buf, layout, op, level)
+    except LayoutConflictError:
+        old = state.layout(buf)
+        fix = ("stage A in shared memory, or copy it into a fresh fragment first (`Tx.copy(P, S)`: the copy "
+               "re-lays it out)" if role == "operand A" else
+               "accumulate into a fragment of its own and copy the result where it is needed")
+        raise LayoutConflictError(
+            f"buffer {buf.name}: {op.describe()}: {role} {buf.name} must have the {plan.describe()} register "
+            f"layout {layout!r} to feed the instruction, but {state.setter(buf)} gave it {old!r}; {fix}") from None

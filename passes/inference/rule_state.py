@@ -24,6 +24,15 @@ class RuleState(Protocol):
 
     @property
     def threads(self) -> int:
+        """Threads that run the op being inferred: the extent of ``thread_range``."""
+
+    @property
+    def thread_range(self) -> tuple:
+        """(min, extent) of the threads that run the op being inferred: the whole block unless the op sits
+        under a condition on the thread index (``if tx < 64``)."""
+
+    @property
+    def block_threads(self) -> int:
         """Threads the kernel launches (``threadIdx.x`` extent, linearised)."""
 
     @property

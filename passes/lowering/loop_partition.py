@@ -354,7 +354,10 @@ def localize_fragments(body, frag_layouts: dict, tx, threads: int, memory_layout
     for b, lay in list(frag_layouts.items()) + list(memory_layouts.items()):
         shape = [int_value(s) if int_value(s) is not None else s for s in lay.output_shape]
         scope = "local" if b in frag_layouts else b.scope()
-        new_bufs[b] = tirx.decl_buffer(shape, b.dtype, name=str(b.name), scope=scope)
+        # shared tiles with a layout may be read by wgmma descriptors, whose swizzle patterns start at
+        # 1024-byte-aligned addresses (TileLang aligns them the same way)
+        align = 1024 if scope.startswith("shared") else -1
+        new_bufs[b] = tirx.decl_buffer(shape, b.dtype, name=str(b.name), scope=scope, data_alignment=align)
         all_layouts[b] = lay
 
     def lookup(buf):

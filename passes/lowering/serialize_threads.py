@@ -23,6 +23,7 @@ from tvm.tirx.tile_primitive import TilePrimitiveCall
 from tilelayout.layout import substitute
 
 from ..ir_utils import int_value, mapped, mutate, walk
+from .emulate_mma import emulate_collective, is_collective
 from .loop_partition import LoweringError
 
 __all__ = ["SerializeThreads", "serialize_threads", "SequentialSemantics", "sequential_semantics", "LOCAL_SCOPES"]
@@ -125,6 +126,11 @@ def _is_shuffle(c) -> bool:
     return isinstance(c.op, tvm.ir.Op) and str(c.op.name) in _SHUFFLES
 
 
+def _communicates(c) -> bool:
+    """A call that exchanges values between threads: barrier, shuffle, or a tensor-core collective."""
+    return _is_sync(c) or _is_shuffle(c) or is_collective(c)
+
+
 # --------------------------------------------------------------------------------------- SerializeThreads
 
 def SerializeThreads():
@@ -174,7 +180,7 @@ class _Phases:
         return bool(hits)
 
     def needs_split(self, stmt) -> bool:
-        if _has(stmt, lambda c: _is_sync(c) or _is_shuffle(c)):
+        if _has(stmt, _communicates):
             return True
         multi = []
         walk(stmt, [(tirx.SeqStmt, lambda s: multi.append(1))])
@@ -196,6 +202,8 @@ class _Phases:
     def serialize(self, stmt):
         if isinstance(stmt, tirx.Evaluate) and _has(stmt, _is_sync):
             return tirx.Evaluate(0)                   # the phase boundary is the barrier
+        if isinstance(stmt, tirx.Evaluate) and is_collective(stmt.value):
+            return emulate_collective(stmt.value, self)   # warp/warpgroup exchange, see emulate_mma
         if not self.needs_split(stmt):
             return self.thread_loop(stmt)
         if isinstance(stmt, tirx.SeqStmt):
@@ -210,9 +218,9 @@ class _Phases:
                             None, stmt.annotations, stmt.step)
         if isinstance(stmt, tirx.IfThenElse):
             if _uses_any(stmt.condition, self.tvars):
-                if _has(stmt, _is_sync):
-                    raise LoweringError("cannot run on the CPU: a barrier under a thread-dependent condition (on a GPU "
-                                        "only part of the block would reach it)")
+                if _has(stmt, _is_sync) or _has(stmt, is_collective):
+                    raise LoweringError("cannot run on the CPU: a barrier or tensor-core collective under a "
+                                        "thread-dependent condition (on a GPU only part of the block would reach it)")
                 if not _has(stmt, _is_shuffle):
                     return self.thread_loop(stmt)
                 # shuffles inside a warp-specialised region: every phase runs in the threads the condition selects
@@ -258,6 +266,9 @@ class _Phases:
 
         replaced = mapped(store, [(tvm.ir.Call, on_call)])
         return tirx.SeqStmt(phases + [self.thread_loop(replaced)])
+
+    def flat_thread(self):
+        return self._flat_thread()
 
     def _flat_thread(self):
         out = tirx.const(0, "int32")

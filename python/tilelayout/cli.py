@@ -221,7 +221,7 @@ def cmd_check(args, out, progress) -> int:
     with progress.step("lowering, building for the CPU and running"):
         res = check_numeric(func, reference, parse_target(args.target), args.cost_model, args.seed,
                             _tolerance(args.tolerance))
-    against = f"numpy reference {args.reference}" if reference else "the program's sequential semantics"
+    against = f"numpy reference {args.reference}" if reference else "the numpy interpreter of the program"
     if args.json:
         _emit_json(out, {"ok": res.ok, "message": res.message, "against": against, "exact": res.exact,
                          "max_error": res.max_error, "times": res.times}, args)

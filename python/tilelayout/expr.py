@@ -6,6 +6,7 @@ replicas) so that two layouts built independently compare structurally.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Iterable, Sequence
 
@@ -125,8 +126,21 @@ def make_analyzer(variables: Sequence, shape: Sequence) -> sym.Analyzer:
     return ana
 
 
+def simplifier(variables: Sequence, shape: Sequence) -> sym.Analyzer:
+    """``make_analyzer`` for simplifying only (callers must not bind or constrain it further): one shared
+    analyzer per static (variables, shape), since building one costs more than most simplifications."""
+    if all(isinstance(s, int) for s in shape):
+        return _shared_analyzer(tuple(variables), tuple(shape))
+    return make_analyzer(variables, shape)
+
+
+@functools.lru_cache(maxsize=256)
+def _shared_analyzer(variables: tuple, shape: tuple) -> sym.Analyzer:
+    return make_analyzer(list(variables), list(shape))
+
+
 def simplify(exprs: Sequence, variables: Sequence, shape: Sequence) -> list:
-    ana = make_analyzer(variables, shape)
+    ana = simplifier(variables, shape)
     return [ana.simplify(e) for e in exprs]
 
 

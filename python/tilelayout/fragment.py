@@ -23,7 +23,7 @@ from tvm.ir import Range
 
 from .errors import EvaluationError, LayoutError
 from .evaluate import evaluate, grid_env
-from .expr import (ExprKey, _as_expr, _fmt_shape, call_user_fn, make_analyzer, normalize_shape, placeholder,
+from .expr import (ExprKey, _as_expr, _fmt_shape, call_user_fn, make_analyzer, normalize_shape, placeholder, simplifier,
                    rep_placeholder, shape_size, shape_vars, substitute)
 from .inverse import _bound_extent
 from .layout import Layout, _exprs_equal, _jsonable, _shapes_equal
@@ -86,7 +86,7 @@ class Fragment(Layout):
         self._thread_range = None
         variables = [placeholder(k) for k in range(len(shape))]
         rep = rep_placeholder()
-        ana = make_analyzer(variables + [rep], list(shape) + [replicate])
+        ana = simplifier(variables + [rep], list(shape) + [replicate])
         self._input_shape = shape
         allowed = set(variables) | {rep} | shape_vars(shape)
         self._check_free_vars([thread], allowed=allowed)
@@ -348,7 +348,9 @@ class Fragment(Layout):
     def _holders(self) -> np.ndarray:
         """Holder threads of every element (row-major), each row sorted: shape (size, replicate), read-only."""
         tab = self.thread_table().reshape(self.size, -1) + (self._thread_range or (0, 0))[0]
-        out = np.sort(tab, axis=1) if tab.shape[1] > 1 else np.ascontiguousarray(tab)
+        if tab.shape[1] > 1 and not (tab[:, 1:] >= tab[:, :-1]).all():     # most maps already grow with _rep
+            tab = np.sort(tab, axis=1)
+        out = np.ascontiguousarray(tab)
         out.setflags(write=False)
         return out
 
@@ -480,7 +482,7 @@ def infer_fragment_index(thread, shape: Sequence) -> list:
     variables = [placeholder(k) for k in range(len(shape))]
     rep = rep_placeholder()
     thread0 = substitute(thread, {rep: tirx.const(0, "int32")})
-    thread0 = make_analyzer(variables, list(shape)).simplify(thread0)
+    thread0 = simplifier(variables, list(shape)).simplify(thread0)
     dom = {v: Range(0, s) for v, s in zip(variables, shape)}
     pieces = _collect_pieces(thread0, dom)
     if pieces is None:

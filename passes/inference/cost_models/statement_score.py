@@ -144,6 +144,41 @@ def symbolic_flat_layout(frag):
     return _assemble([merged or [(1, 0)]], int) if total > 1 else None
 
 
+#: cell -> point inverses by fragment key (a key identifies the mapping, so entries never go stale)
+_INVERSES: dict = {}
+
+
+def clear_caches() -> None:
+    _INVERSES.clear()
+    _ADDRESSES.clear()
+
+
+def _packed_inverse(frag, cells: int):
+    """The right inverse (cell -> point) of the packed fragment, or Unconvertible(reason); computed once per
+    fragment mapping, since every statement and attempt over the same fragment needs the same one."""
+    from tilelayout import cute
+    hit = _INVERSES.get(frag.key)
+    if hit is not None:
+        return hit
+    flat = symbolic_flat_layout(frag)
+    if flat is None:
+        flat = cute.layout_from_table(flat_packed_table(frag))
+    if flat is None:
+        out = Unconvertible("packed fragment is not a strided CuTe layout")
+    else:
+        try:
+            out = cute.right_inverse(flat)
+            if cute.size(out) != cells:
+                out = Unconvertible("packed fragment is not injective (right inverse is partial)")
+        except cute.CuteError as err:
+            out = Unconvertible(f"right_inverse failed: {err}")
+    if len(_INVERSES) > 4096:
+        _INVERSES.clear()
+        _ADDRESSES.clear()
+    _INVERSES[frag.key] = out
+    return out
+
+
 def prepare_cute(frag, accesses) -> CuteStatement | Unconvertible:
     """Pack, convert, invert and compose; Unconvertible(reason) whenever any step is not exact."""
     from tilelayout import cute
@@ -154,29 +189,38 @@ def prepare_cute(frag, accesses) -> CuteStatement | Unconvertible:
     S = int(np.prod(frag.output_shape))
     if points * R != T * S:
         return Unconvertible(f"points x replication {points}x{R} != threads x slots {T}x{S}")
-    flat = symbolic_flat_layout(frag)
-    if flat is None:
-        flat = cute.layout_from_table(flat_packed_table(frag))
-    if flat is None:
-        return Unconvertible("packed fragment is not a strided CuTe layout")
-    try:
-        inv = cute.right_inverse(flat)
-    except cute.CuteError as err:
-        return Unconvertible(f"right_inverse failed: {err}")
-    if cute.size(inv) != T * S:
-        return Unconvertible("packed fragment is not injective (right inverse is partial)")
+    inv = _packed_inverse(frag, T * S)
+    if isinstance(inv, Unconvertible):
+        return inv
     out = CuteStatement(T, S, points, R, inv)
-    shape = (R,) + tuple(int(s) for s in reversed(frag.input_shape))
     for acc in accesses:
-        glayout = cute.Layout(shape, (0,) + tuple(int(d) for d in reversed(acc.strides)))
-        try:
-            addr = cute.composition(glayout, inv)
-            split = cute.with_shape(addr, (S, T))
-            slot_modes, thread_modes = _flat_modes(split[0]), _flat_modes(split[1])
-        except cute.CuteError as err:
-            return Unconvertible(f"address composition failed: {err}")
-        out.addresses.append((slot_modes, thread_modes, addr))
+        key = (frag.key, tuple(int(d) for d in acc.strides))
+        hit = _ADDRESSES.get(key)
+        if hit is None:
+            if len(_ADDRESSES) > 4096:
+                _ADDRESSES.clear()
+            hit = _ADDRESSES[key] = _address_modes(frag, inv, acc.strides, S, T)
+        if isinstance(hit, Unconvertible):
+            return hit
+        out.addresses.append(hit)
     return out
+
+
+#: (fragment key, strides) -> (slot modes, thread modes, cell -> address layout): a fragment read and written
+#: through the same strides (a copy in and a copy out) composes once
+_ADDRESSES: dict = {}
+
+
+def _address_modes(frag, inv, strides, S: int, T: int):
+    from tilelayout import cute
+    shape = (frag.replicate_size,) + tuple(int(s) for s in reversed(frag.input_shape))
+    glayout = cute.Layout(shape, (0,) + tuple(int(d) for d in reversed(strides)))
+    try:
+        addr = cute.composition(glayout, inv)
+        split = cute.with_shape(addr, (S, T))
+        return _flat_modes(split[0]), _flat_modes(split[1]), addr
+    except cute.CuteError as err:
+        return Unconvertible(f"address composition failed: {err}")
 
 
 def vector_width(slots: int, modes: list, accesses, vector_bits: int, max_lanes: int | None = None) -> int:
@@ -230,20 +274,17 @@ def count_segments(first: np.ndarray, vector: int, elem_bytes: int, active: np.n
     """Distinct segments per (step, warp), summed: ``first`` is (threads, steps) element addresses."""
     seg_elems = max(1, segment_bytes // elem_bytes)
     T, steps = first.shape
-    warp = (np.arange(T)[:, None] // warp_size) * np.ones((1, steps), dtype=np.int64)
-    step = np.ones((T, 1), dtype=np.int64) * np.arange(steps)[None, :]
-    lo, hi = first // seg_elems, (first + vector - 1) // seg_elems
-    keys = []
-    span = int((hi - lo).max(initial=0))
-    for extra in range(span + 1):
-        seg = lo + extra
-        keep = active & (seg <= hi)
-        keys.append(np.stack([step[keep], warp[keep], seg[keep]], axis=1))
-    allk = np.concatenate(keys) if keys else np.zeros((0, 3), dtype=np.int64)
-    if allk.size == 0:
+    if T == 0 or steps == 0 or not active.any():
         return 0
-    # one int64 key per (step, warp, segment): np.unique(axis=0) sorts rows lexicographically and is ~50x slower
-    seg = allk[:, 2] - allk[:, 2].min()
-    warps = int(allk[:, 1].max()) + 1
-    flat = (allk[:, 0] * warps + allk[:, 1]) * (int(seg.max()) + 1) + seg
-    return int(np.unique(flat).size)
+    lo, hi = first // seg_elems, (first + vector - 1) // seg_elems
+    span = int((hi - lo).max(initial=0))
+    none = int(lo.min()) - 1                     # below every real segment: marks inactive cells
+    segs = np.stack([np.where(active & (lo + extra <= hi), lo + extra, none) for extra in range(span + 1)], axis=1)
+    warps = -(-T // warp_size)
+    if warps * warp_size != T:
+        pad = np.full((warps * warp_size - T,) + segs.shape[1:], none, dtype=segs.dtype)
+        segs = np.concatenate([segs, pad])
+    # each (warp, step) group: its lanes' segments along one axis; sorted, a new value starts a distinct segment
+    group = np.sort(segs.reshape(warps, warp_size * (span + 1), steps), axis=1)
+    distinct = (group[:, 1:, :] != group[:, :-1, :]).sum(axis=1) + 1
+    return int(distinct.sum() - (group[:, 0, :] == none).sum())
