@@ -552,13 +552,6 @@ def _infer_gemm(op: GemmOp, level: int, state) -> None:
     if level != STRICT:
         return
     from tilelayout import swizzle
-    if op.thread_range is not None and _gemm_fallback(state) != "scalar":
-        lo, ext = op.thread_range
-        raise InferenceError(
-            f"{op.describe()} runs under a thread-dependent condition (threads [{lo}, {lo + ext})), but its "
-            f"tensor-core lowering synchronises the whole block (__syncthreads around the shared operands), which "
-            f"threads outside the condition never reach; move the gemm out of the condition, or opt in to the "
-            f"per-thread scalar gemm with the function attribute tilelayout.gemm_fallback=\"scalar\"")
     plan = state.gemm_plan(op)
     # the MMA instruction fixes these layouts: propose them even over a pin, so a pin that disagrees is
     # reported as a conflict (and two bank swizzles of a shared operand merge to the finer one)
@@ -578,15 +571,6 @@ def _infer_gemm(op: GemmOp, level: int, state) -> None:
         if buf.is_shared and region.is_full:
             # MMA operands staged in shared memory get the widest bank swizzle the tile allows
             state.propose(buf, swizzle.make_swizzled_layout(list(buf.shape), buf.dtype, None), op, level)
-
-
-def _gemm_fallback(state) -> str | None:
-    engine = getattr(state, "engine", None)
-    func = getattr(engine, "func", None)
-    attrs = getattr(func, "attrs", None)
-    if attrs is None or "tilelayout.gemm_fallback" not in attrs:
-        return None
-    return str(attrs["tilelayout.gemm_fallback"])
 
 
 def _propose_operand(op: GemmOp, role: str, buf, layout: Fragment, plan, level: int, state) -> None:

@@ -336,7 +336,11 @@ class _Lowering:
         m, n = (int(s) for s in d.shape)
         plan = self.gemm_plan(op)
         wanted = [_gemm.tiling_of_plan(plan)] if plan is not None else None
-        tiling = _gemm.match_tiling(work, m, n, self.threads, inst, wanted)
+        base, running = work.thread_range or (0, self.threads)
+        if base % warp_size(self.target):
+            raise LoweringError(f"{op.describe()}: it runs on threads [{base}, {base + running}), which do not start "
+                                f"at a warp boundary; tensor-core instructions need whole warps")
+        tiling = _gemm.match_tiling(work, m, n, running, inst, wanted)
         if tiling is None:
             what = f"the recorded gemm plan ({plan.describe()})" if plan is not None else \
                 f"any warp tiling of {inst.name} over {self.threads} threads"
@@ -344,9 +348,15 @@ class _Lowering:
                 f"buffer {d.name}: {op.describe()}: its layout {work!r} is not an accumulator layout of {inst.name} "
                 f"under {what} (each warp must hold whole 16x8 blocks in the lanes PTX assigns); let inference "
                 f"choose it, or make M a multiple of 16 per warp and N of 8")
-        ctx = _gemm.GemmContext(self.tx, self.threads, self.target, self.layouts, self.fresh)
+        ctx = _gemm.GemmContext(self.tx, self.threads, self.target, self.layouts, self.fresh, base)
         shared = [r.buffer for r in (op.a, op.b) if r.buffer.is_shared]
-        sync = [tirx.Evaluate(tirx.op.tvm_storage_sync("shared"))] if shared else []
+        if running < self.threads:
+            # a gemm under ``if tx >= 64``: only its threads reach the barrier, so it must be a named barrier
+            # over exactly them (``__syncthreads`` there would hang the block); ids 1..15 by warp offset
+            sync = [_gemm.ptx_call("bar.sync", tirx.const(1 + (base // 32) % 15, "uint32"),
+                                   tirx.const(running, "uint32"))] if shared else []
+        else:
+            sync = [tirx.Evaluate(tirx.op.tvm_storage_sync("shared"))] if shared else []
         before = list(sync)
         note = ""
         if tiling.kind == "strips":
