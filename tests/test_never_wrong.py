@@ -530,7 +530,7 @@ def main(A: T.Buffer((32, 16), "float16"), B: T.Buffer((16, 32), "float16"), C: 
 '''
 
 
-def test_gemm_under_a_thread_condition():
+def test_tensor_core_gemm_under_a_thread_condition():
     res = tl.infer_layouts(_parse(GEMM_UNDER_IF))
     assert res.buffers["acc"].thread_range == (64, 64)
     # fp16 operands, fp32 accumulator: the mma.sync instruction runs on the two warps of threads 64..127
@@ -544,9 +544,11 @@ def test_gemm_under_a_thread_condition():
 
 def test_scalar_gemm_under_a_thread_condition():
     func = _parse(GEMM_UNDER_IF).with_attr("tilelayout.gemm_fallback", "scalar")
-    assert tl.infer_layouts(func).buffers["acc"].thread_range == (64, 64)
+    res = tl.infer_layouts(func)
+    assert res.buffers["acc"].thread_range == (64, 64)
     A, B = _rand(32, 16).astype("float16"), _rand(16, 32, seed=1).astype("float16")
     out = [A, B, np.zeros((32, 32), "float32")]
     with pytest.warns(UserWarning, match="scalar"):
         tl.build_cpu(func)(*out)
-    np.testing.assert_allclose(out[2], A.astype("float32") @ B.astype("float32"), rtol=1e-3, atol=1e-3)
+    C = out[2]
+    np.testing.assert_allclose(C, A.astype("float32") @ B.astype("float32"), rtol=1e-3, atol=1e-3)

@@ -36,7 +36,7 @@ from ..inference.frontend import CopyOp, ElementwiseOp, FillOp, GemmOp, ReduceOp
 from ..hardware import normalize_target, warp_size
 from ..inference.all_reduce import _cell_elements, _reduced, _split_basis, _xor_basis  # noqa: F401 (tests use them)
 from ..inference.loop_nest import nest_of
-from ..ir_utils import int_value, make_analyzer, mutate, thread_launch
+from ..ir_utils import int_value, make_analyzer, mutate, thread_launch, walk
 from . import lower_gemm as _gemm
 from .loop_partition import LoweringError, buffer_layouts, check_thread_fit, per_thread_cells
 
@@ -372,7 +372,12 @@ class _Lowering:
             core, text = _gemm.lower_gemm_mma(op, work, tiling, inst, ctx)
         self.report(op, text + note)
         pre, post, allocs = self.gemm_epilogue(op, tiling, inst, ctx)
-        return tirx.SeqStmt(allocs + pre + before + [core] + sync + post)
+        out = tirx.SeqStmt(allocs + pre + before + [core] + sync + post)
+        if running < self.threads and _has_block_barrier(out):
+            raise LoweringError(f"{op.describe()}: it runs on threads [{base}, {base + running}) only, but its lowering "
+                                f"needs a block-wide barrier there (the other threads never reach it); move the gemm "
+                                f"out of the thread condition")
+        return out
 
     def gemm_plan(self, op: GemmOp):
         """The plan inference recorded for ``op`` (None when the function carries no plans)."""
@@ -488,6 +493,14 @@ class _Lowering:
 
 
 # --------------------------------------------------------------------------------------- helpers
+
+def _has_block_barrier(stmt) -> bool:
+    """Whether ``stmt`` contains ``__syncthreads`` (``tvm_storage_sync``), which every thread must reach."""
+    hits: list = []
+    walk(stmt, [(tvm.ir.Call, lambda c: hits.append(1) if isinstance(c.op, tvm.ir.Op)
+                 and str(c.op.name) == "tirx.tvm_storage_sync" else None)])
+    return bool(hits)
+
 
 class _ForCells:
     """Per-thread iteration over the cells of a fragment (see ``per_thread_cells``)."""
