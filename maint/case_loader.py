@@ -58,7 +58,7 @@ def _validate(name: str, module: ModuleType) -> None:
         raise UsageError(f"case {name}: the module docstring must say what the case pins")
     if hasattr(module, "check") and not callable(module.check):
         raise UsageError(f"case {name}: check must be callable as check(variant, model, result)")
-    for table in ("VECTOR_ANCHOR", "CUTE_STATEMENTS", "REFERENCE", "TOLERANCE"):
+    for table in ("VECTOR_ANCHOR", "CUTE_STATEMENTS", "REFERENCE", "TOLERANCE", "NUMERIC_PENDING"):
         unknown = sorted(set(getattr(module, table, {}) or {}) - set(variants))
         if unknown:
             raise UsageError(f"case {name}: {table} names unknown variants {unknown}")

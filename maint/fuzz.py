@@ -926,9 +926,11 @@ def apply_pins(func, pins: list, threads: int):
     for name, kind, shape in pins:
         if kind == "unknown-buffer":
             func = tl.annotate_layouts(func, {"no_such_buffer": pin_layout("cyclic", shape, threads)})
-        elif kind == "pinned-twice":
-            func = tl.annotate_layouts(func, {name: pin_layout("cyclic", shape, threads)})
-            func = tl.annotate_layouts(func, {name: pin_layout("blocked", shape, threads)})
+        elif kind == "pinned-twice":   # one call naming the buffer twice (by object and by name), differently
+            from tilelayout.annotate import function_buffers
+            buf = next(b for b in function_buffers(func) if str(b.name) == name)
+            func = tl.annotate_layouts(func, {buf: pin_layout("cyclic", shape, threads),
+                                              name: pin_layout("blocked", shape, threads)})
         else:
             func = tl.annotate_layouts(func, {name: pin_layout(kind, shape, threads)})
     return func

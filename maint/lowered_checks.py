@@ -82,6 +82,7 @@ def numeric(modules: dict, case_filter: str | None, models: list) -> tuple:
         sequential_outputs
     lines, total, passed = [], 0, 0
     for case, module in modules.items():
+        pending = getattr(module, "NUMERIC_PENDING", {}) or {}
         for variant in module.VARIANTS:
             if case_filter and case_filter not in f"{case}/{variant}":
                 continue
@@ -124,6 +125,10 @@ def numeric(modules: dict, case_filter: str | None, models: list) -> tuple:
                 took = time.perf_counter() - start
                 status = "ok" if ok else f"FAIL: {text}"
                 against = "REFERENCE" if hand is not None else "interpreter"
+                if variant in pending:
+                    # declared not yet able to pass (the case says why); a pass means the mark must go
+                    status = (f"PENDING ({pending[variant]}): {text}" if not ok else
+                              "ok, but marked NUMERIC_PENDING: remove the mark")
                 lines.append(f"{case}/{variant}/{model}: lowered vs {against}: {status} ({detail}; {took:.2f} s)")
     return lines, total, passed
 

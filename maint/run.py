@@ -20,6 +20,7 @@ import multiprocessing
 import sys
 import time
 import traceback
+import warnings
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +50,7 @@ class Outcome:
     errors: dict = field(default_factory=dict)          # model -> inference error text
     check_failures: dict = field(default_factory=dict)  # model -> check failure text
     bandwidth: dict = field(default_factory=dict)       # model -> --show lines on chosen io statements
+    warnings: dict = field(default_factory=dict)        # model -> resource warning messages
     seconds: float = 0.0
 
 
@@ -70,7 +72,11 @@ def run_variant(cases_dir: str, case: str, variant: str, models: tuple, show: bo
     for model in models:
         try:
             func = func if func is not None else module.VARIANTS[variant]()   # IR is immutable: share it
-            result = tl.infer_layouts(func, target=None, cost_model=model)
+            with warnings.catch_warnings(record=True) as caught:   # resource warnings: listed by --show
+                warnings.simplefilter("always", tl.TileLayoutResourceWarning)
+                result = tl.infer_layouts(func, target=None, cost_model=model)
+            out.warnings[model] = [str(w.message) for w in caught
+                                   if issubclass(w.category, tl.TileLayoutResourceWarning)]
             snap = snapshot.result_to_snapshot(result)
         except (Exception, SystemExit) as err:  # noqa: BLE001 -- a failing case is reported, not fatal
             out.errors[model] = _error_text(err)
@@ -240,6 +246,8 @@ def show(outcomes: list[Outcome], models: list[str]) -> list[str]:
                 lines.append(f"{out.case}/{out.variant}/{model}/{section}/{name}: {snapshot.describe(layout)}")
             for line in out.bandwidth.get(model, []):
                 lines.append(f"{out.case}/{out.variant}/{model}/io: {line}")
+            for line in out.warnings.get(model, []):
+                lines.append(f"{out.case}/{out.variant}/{model}/resource warning: {line}")
     return lines
 
 

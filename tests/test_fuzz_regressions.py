@@ -402,7 +402,6 @@ def test_gapped_inverse_sends_every_unused_cell_out_of_range():
 
 from maint.fuzz import INVALID_PINS, VALID_PINS, Kernel, Worker  # noqa: E402
 
-OWNED = pytest.mark.xfail(strict=False, reason="fixed on branch correct")
 
 
 @pytest.fixture(scope="module")
@@ -526,33 +525,27 @@ def main(A: T.Buffer((16, 24), "float32"), B: T.Buffer((16, 24), "float32")):
 '''
 
 
-@OWNED
 def test_ops_under_a_thread_condition_run_on_that_thread_range(worker):
     _assert_runs_correctly(_outcomes(worker, THREAD_REGION))
 
 
-@OWNED
 def test_partial_visit_at_an_offset_writes_the_right_registers(worker):
     _assert_runs_correctly(_outcomes(worker, OFFSET_WRITE))
 
 
-@OWNED
 def test_copy_out_of_a_column_offset_box_of_a_fragment(worker):
     _assert_runs_correctly(_outcomes(worker, SUB_REGION_COPY))
 
 
-@OWNED
 def test_reversed_index_over_several_slots_per_thread(worker):
     _assert_runs_correctly(_outcomes(worker, REVERSED_SLOTS))
 
 
-@OWNED
 @pytest.mark.parametrize("text", [REVERSED_2D, DIAGONAL], ids=["reversed-2d", "diagonal"])
 def test_reversed_and_diagonal_reads_are_realised_or_refused_by_inference(worker, text):
     _assert_ok_or_refused_by_inference(_outcomes(worker, text))
 
 
-@OWNED
 def test_a_provably_out_of_bounds_region_is_a_typed_error(worker):
     outcomes = _outcomes(worker, OUT_OF_BOUNDS_REGION)
     assert all(o.kind == "unsupported" for o in outcomes), [(o.kind, o.detail[:300]) for o in outcomes]
@@ -563,8 +556,7 @@ def test_valid_pins_are_kept_and_run_correctly(worker, kind):
     _assert_runs_correctly(_outcomes(worker, PINNED, [("frag", kind, (16, 24))]))
 
 
-@pytest.mark.parametrize("kind", [pytest.param(k, marks=OWNED) if k in (
-    "thread-out-of-range", "negative-thread", "plain-layout", "pinned-twice") else k for k in INVALID_PINS])
+@pytest.mark.parametrize("kind", INVALID_PINS)
 def test_invalid_pins_are_typed_errors(worker, kind):
     outcomes = _outcomes(worker, PINNED, [("frag", kind, (16, 24))])
     assert all(o.kind == "unsupported" for o in outcomes), [(o.kind, o.detail[:300]) for o in outcomes]

@@ -54,16 +54,22 @@ def test_show_reports_bandwidth_against_the_physical_minimum():
     assert "S (load): bandwidth 1024 B vs minimum 128 B = 8.00" in text
 
 
-def test_anchor_compares_emitted_vector_lanes_with_the_case_anchor():
+def test_anchor_compares_emitted_and_scored_vector_lanes_with_the_case_anchor():
     code, text = invoke("--anchor", "--case", "transposed_store/fp32")
     assert code == 0, text
-    assert "A: anchor 1 lanes, emitted 1 -> match" in text and "B: anchor 4 lanes, emitted 4 -> match" in text
-
-
-def test_anchor_reports_drift_under_the_other_model():
+    assert "io-aware/A: anchor 1 lanes, emitted 1, scored 1 -> match" in text
+    assert "io-aware/B: anchor 4 lanes, emitted 4, scored 4 -> match" in text
     # register-count keeps the 4-wide copy layout for transposed fp32: the store then runs scalar
-    code, text = invoke("--anchor", "--case", "transposed_store/fp32", "--model", "register-count")
-    assert code == 1 and "DRIFT" in text
+    assert "register-count/B: anchor 1 lanes, emitted 1" in text
+
+
+def test_anchor_reports_drift(monkeypatch):
+    from maint.case_loader import load_case
+    module = load_case(ROOT / "cases", "transposed_store")
+    wrong = {"fp32_128x128_t128": {"io-aware": {"A": 4, "B": 4}}}
+    monkeypatch.setattr(module, "VECTOR_ANCHOR", wrong)
+    code, text = invoke("--anchor", "--case", "transposed_store/fp32", "--model", "io-aware")
+    assert code == 1 and "io-aware/A: anchor 4 lanes, emitted 1, scored 1 -> DRIFT" in text
 
 
 def test_numeric_runs_lowered_code_on_cpu_against_the_reference():

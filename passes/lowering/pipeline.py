@@ -27,7 +27,7 @@ from tvm import tirx
 
 from tilelayout.errors import TileLayoutError
 
-from ..hardware import normalize_target
+from ..hardware import func_target, normalize_target
 from .loop_partition import LoweringError, partition_function
 from .loop_vectorize import vectorize_function
 from .lower_tile_ops import lower_tile_ops
@@ -57,20 +57,25 @@ def _name(func) -> str:
 
 def lower_func(func, target=None, cost_model=None, infer: bool = True, verify: bool = True) -> tirx.PrimFunc:
     """The lowered PrimFunc (see ``lower``); ``infer=False`` starts from an already annotated function."""
-    target = normalize_target(target)
+    target = normalize_target(func_target(_as_func(func), target))
     func = _as_func(func)
+    from ..hardware import check_block_threads
+    from .loop_partition import thread_launch
+    check_block_threads(thread_launch(func)[1], target, _name(func))
     if infer:
         from ..inference.layout_inference import infer_layouts
         func = infer_layouts(func, target, cost_model).func
     func = lower_tile_ops(func, target)
     func = partition_function(func, verify)
     func = vectorize_function(func, target)
-    return func
+    from .index_guard import protect_indices
+    tx, threads = thread_launch(func)
+    return func.with_body(protect_indices(func.body, tx, threads))
 
 
 def lower(func, target=None, cost_model=None, infer: bool = True, verify: bool = True) -> tvm.IRModule:
     """inference -> lower tile ops -> partition -> vectorize; an IRModule ready for ``tvm.compile``."""
-    target = normalize_target(target)
+    target = normalize_target(func_target(_as_func(func), target))
     f = lower_func(func, target, cost_model, infer, verify).with_attr("target", target)
     return tvm.IRModule({_name(f): f})
 
@@ -88,7 +93,7 @@ def _compile(mod, target):
 
 def cuda_source(func, target=None, cost_model=None) -> str:
     """CUDA C of the lowered kernel (apache-tvm generates it without a GPU)."""
-    target = normalize_target(target)
+    target = normalize_target(func_target(_as_func(func), target))
     if target.kind.name != "cuda":
         raise ValueError(f"cuda_source needs a CUDA target, got {target}")
     ex = _compile(lower(func, target, cost_model), target)

@@ -252,7 +252,8 @@ COMMANDS = {"show": (cmd_show, "every buffer and loop layout, io bandwidth per g
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="tilelayout", description=__doc__.split("\n")[0],
+    ap = argparse.ArgumentParser(prog="tilelayout", description="Inspect, picture, lower and check the layouts "
+                                                                 "of any TIRx kernel.",
                                  epilog="KERNEL: path/to/file.py:name (a PrimFunc or zero-argument builder), "
                                         "file.py with one PrimFunc, or a file of printed TVMScript. "
                                         "Exit status: 0 ok, 1 check failed, 2 usage or kernel error.")
