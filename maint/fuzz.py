@@ -1051,6 +1051,8 @@ class Worker:
 
 
 def _serve(conn) -> None:
+    import faulthandler
+    faulthandler.disable()      # a kernel that corrupts memory is reported by the parent, not by a stack dump
     while True:
         try:
             kernel, models, numeric, cross = conn.recv()
