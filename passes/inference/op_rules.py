@@ -16,7 +16,7 @@ from tilelayout.layout import placeholder, rep_placeholder, substitute
 
 from .fragment_rules import (PartialCoverage, _condensed, complete_fragment, dynamic_slot_accesses,
                              loop_from_fragment, ownership_error)
-from .frontend import GemmOp, ReduceOp
+from .ops import GemmOp, ReduceOp
 from ..hardware import max_vector_load_bits
 from .loop_nest import LoopNest
 from .loop_plan import plan_loop_layout, plan_vector_width, select_min_padding_width

@@ -292,7 +292,7 @@ def sequential_semantics(func):
 
 
 def _reference_op(op, node):
-    from ..inference.frontend import CopyOp, ElementwiseOp, FillOp, GemmOp
+    from ..inference.ops import CopyOp, ElementwiseOp, FillOp, GemmOp
     from .lower_tile_ops import _cast, _region_index, element_loop, reduce_combine, reduce_identity
     if isinstance(op, (CopyOp, FillOp, ElementwiseOp)):
         from ..inference.loop_nest import nest_of
