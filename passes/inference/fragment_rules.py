@@ -20,6 +20,7 @@ from tilelayout.fragment import Fragment, fully_replicated
 from tilelayout.layout import Layout, placeholder, rep_placeholder, substitute
 
 from .loop_nest import LoopNest
+from .serial_axes import lift, project, widened
 
 __all__ = ["PartialCoverage", "loop_from_fragment", "complete_fragment", "ownership_error", "access_points",
            "is_common_access"]
@@ -74,6 +75,9 @@ def access_points(nest: LoopNest, access) -> np.ndarray:
 
 def loop_from_fragment(nest: LoopNest, access, frag: Fragment, threads: int) -> Fragment:
     """Loop layout that runs iteration x in the threads holding ``frag[idx(x)]``."""
+    wide = widened(nest, access)
+    if wide is not None:   # serial loops index the fragment: derive on the widened domain, then project
+        return project(loop_from_fragment(*wide, frag, threads), nest, access)
     if is_common_access(nest, access):
         return frag.bind_thread_range(0, threads) if frag.thread_range is None else frag
     access_points(nest, access)  # bounds check: a loop larger than the fragment is refused clearly (#2957)
@@ -162,7 +166,9 @@ def _dynamic_symbolic(nest: LoopNest, loop: Fragment, accesses: list) -> list:
     for v, ext in zip(slots + [thread], list(loop.output_shape) + [loop.thread_extent]):
         ana.bind(v, Range(0, ext))
     coords = [ana.simplify(substitute(e, dict(zip(inv.forward_vars, slots + [thread])))) for e in inv.forward_index]
-    dynamic = [thread] + list(nest.inner_vars)
+    # serial loops of constant extent that index fragments are unrolled by lowering: their slots are constants
+    dynamic = [thread] + [l.var for l in getattr(nest.op, "inner_loops", ())
+                          if l.var is not None and not isinstance(l.extent, int)]
     out = []
     for a, frag in accesses:
         idx = [substitute(e, dict(zip(nest.loop_vars, coords))) for e in a.indices]
@@ -182,6 +188,9 @@ def _mentions(expr, variables) -> bool:
 
 def complete_fragment(nest: LoopNest, loop: Fragment, access, threads: int, read_only: bool) -> Fragment:
     """The fragment layout a loop induces through one access of it."""
+    wide = widened(nest, access)
+    if wide is not None:   # serial loops index the fragment: complete it on the widened domain
+        return complete_fragment(wide[0], lift(loop, wide[0]), wide[1], threads, read_only)
     buf = access.buffer
     rng = loop.thread_range or (0, threads)
     if is_common_access(nest, access):
@@ -284,6 +293,9 @@ def _broadcast_completion(nest: LoopNest, loop: Fragment, idx: list, buf) -> Fra
 def ownership_error(nest: LoopNest, loop: Fragment, access, frag: Fragment) -> str | None:
     """None when the threads running each iteration hold the element read (reads) or are exactly its
     holders (writes); otherwise the first violation, in words."""
+    wide = widened(nest, access)
+    if wide is not None:
+        return ownership_error(wide[0], lift(loop, wide[0]), wide[1], frag)
     if nest.size > VALIDATION_LIMIT or not frag.is_static:
         return None
     if loop is frag and is_common_access(nest, access):

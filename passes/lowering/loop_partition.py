@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import tvm_ffi
 from tvm import sym, tirx
-from tvm.ir import Range, TensorLoad
+from tvm.ir import Range, TensorLoad, Var
 
 from tilelayout.annotate import LAYOUTS_ATTR, LOOP_LAYOUT_KEY, LOOP_PREDICATE_KEY, decode_layout, loop_key, loop_nest
 from tilelayout.errors import LayoutError, LoweringError
@@ -351,6 +351,7 @@ def _partition_nest(root, tx, threads: int, frag_layouts: dict, nest, verify: bo
     body = loops[n - 1].body
     if n < len(loops):  # parallel loops the layout does not cover run serially inside each iteration
         body = _serialize_parallel(body)
+    body = _unroll_fragment_scans(body)
     body = substitute(body, {l.loop_var: c for l, c in zip(loops[:n], coords[:n])})
     ann = root.annotations
     if LOOP_PREDICATE_KEY in ann:
@@ -380,6 +381,33 @@ def _serialize_parallel(stmt):
             return tirx.For(f.loop_var, f.min, f.extent, tirx.ForKind.SERIAL, f.body, None, f.annotations, f.step)
         return f
     return mapped(stmt, [(tirx.For, on_for)])
+
+
+def _unroll_fragment_scans(stmt):
+    """Serial loops of constant extent whose variable indexes a fragment are unrolled, so the register slot
+    is a compile-time constant in every iteration (a runtime index would push the array to local memory)."""
+    def indexes_fragment(loop) -> bool:
+        hits = []
+
+        def check(buf, indices):
+            if buf.scope() == "local.fragment" and any(
+                    _mentions_var(i, loop.loop_var) for i in indices):
+                hits.append(1)
+        walk(loop.body, [(tirx.BufferStore, lambda s: check(s.buffer, s.indices)),
+                         (TensorLoad, lambda e: check(e.source, e.indices) if tirx.is_buffer_var(e.source) else None)])
+        return bool(hits)
+
+    def on_for(f):
+        if f.kind == tirx.ForKind.SERIAL and int_value(f.extent) is not None and indexes_fragment(f):
+            return tirx.For(f.loop_var, f.min, f.extent, tirx.ForKind.UNROLLED, f.body, None, f.annotations, f.step)
+        return f
+    return mapped(stmt, [(tirx.For, on_for)])
+
+
+def _mentions_var(expr, var) -> bool:
+    hits = []
+    walk(expr, [(Var, lambda v: hits.append(1) if v.same_as(var) else None)])
+    return bool(hits)
 
 
 def _guard_memory_stores(stmt, cond):
