@@ -45,7 +45,7 @@ def check(variant, model, result):
     import numpy as np
     from tilelayout import Fragment
     from tilelayout.exprparse import parse_expr
-    from tilelayout.layout import _BY_NAME
+    from tilelayout.expr import _BY_NAME
     pin = Fragment.from_exprs([128, 128], parse_expr(_PIN["thread"], _BY_NAME), [parse_expr(_PIN["index"], _BY_NAME)])
     for name in ("acc", "tmp"):
         got = result["buffers"][name]

@@ -18,6 +18,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from tilelayout.errors import TileLayoutError  # noqa: E402
+from tilelayout.expr import row_major_strides  # noqa: E402
 from tilelayout.passes.inference.cost_models.statement_score import (SEGMENT_BYTES, GlobalAccess,  # noqa: E402
                                                            Unconvertible, prepare_cute, score_cute)
 from tilelayout.passes.hardware import max_vector_load_bits, warp_size  # noqa: E402
@@ -36,14 +37,6 @@ class CuteScore:
     @property
     def numbers(self) -> tuple:
         return (self.vector, self.issue, self.bandwidth, self.segments)
-
-
-def row_major_strides(shape) -> tuple:
-    out, step = [], 1
-    for ext in reversed([int(s) for s in shape]):
-        out.append(step)
-        step *= ext
-    return tuple(reversed(out))
 
 
 def score_fragment(frag, global_shape, elem_bytes: int, is_store: bool, target=None, strides=None,

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tilelayout.expr import row_major_strides
+
 __all__ = ["OracleScore", "Unenumerable", "CellTable", "cell_table", "row_major_strides",
            "address_table", "score_statement_oracle"]
 
@@ -59,14 +61,6 @@ class CellTable:
     replicate: int
     point: np.ndarray      # (threads, slots) flat row-major point index
     rep: np.ndarray        # (threads, slots) replica
-
-
-def row_major_strides(shape) -> tuple:
-    out, step = [], 1
-    for ext in reversed([int(s) for s in shape]):
-        out.append(step)
-        step *= ext
-    return tuple(reversed(out))
 
 
 def cell_table(frag) -> CellTable | Unenumerable:

@@ -224,7 +224,8 @@ def test_reference_of_a_constant_reduction_builds_quickly():
 
 # ---------------------------------------------------------------------------------------------------
 # Unclear refusal: a fragment indexed by a serial loop inside a parallel nest was refused with "free
-# variable 'j' has no value while evaluating an index expr"; the message now names the serial variable.
+# variable 'j' has no value while evaluating an index expr". Now supported (serial axes stay in one thread);
+# an index mixing serial and parallel variables is refused naming them.
 
 SERIAL_INNER = '''
 @T.prim_func
@@ -241,10 +242,19 @@ def main(A: T.Buffer((16, 8), "float32"), O: T.Buffer((16, 8), "float32")):
 '''
 
 
-def test_serial_inner_loop_indexing_a_fragment_is_refused_by_name():
+def test_serial_inner_loop_indexing_a_fragment_keeps_the_row_in_one_thread():
+    # supported since: the serial axis is widened into the layout's register slots (one thread per row)
+    _check_end_to_end(SERIAL_INNER)
+    result = infer_layouts(parse(SERIAL_INNER))
+    g = result.buffers["g"].thread_table()
+    assert (g == g[:, :1]).all()
+
+
+def test_serial_and_parallel_variables_in_one_fragment_index_are_refused_by_name():
     import tilelayout as tl
-    with pytest.raises(tl.InferenceError, match="with the serial loop variable j inside the parallel nest"):
-        infer_layouts(parse(SERIAL_INNER))
+    text = SERIAL_INNER.replace("g[i, j] = f[i, j]", "g[i, j] = f[i // 2, (i % 2) * 4 + j % 4]")
+    with pytest.raises(tl.InferenceError, match="mixes serial loop variable"):
+        infer_layouts(parse(text))
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import tilelayout as tl  # noqa: E402
 from cases import gemm_tile  # noqa: E402
 from tilelayout.exprparse import parse_expr  # noqa: E402
-from tilelayout.layout import _BY_NAME  # noqa: E402
+from tilelayout.expr import _BY_NAME  # noqa: E402
 
 # TileLang 0.1.15, sm_90, one warpgroup: (thread, slot) of C_frag
 TILELANG_SM90 = {

@@ -9,6 +9,7 @@
   reads and that the threads writing an element are exactly its holders.
 """
 from __future__ import annotations
+from tilelayout.expr import mentions as _mentions
 
 import numpy as np
 from tvm import tirx
@@ -176,14 +177,6 @@ def _dynamic_symbolic(nest: LoopNest, loop: Fragment, accesses: list) -> list:
         if any(_mentions(e, dynamic) for e in index):
             out.append(a)
     return out
-
-
-def _mentions(expr, variables) -> bool:
-    import tvm
-    import tvm_ffi
-    hits = []
-    tvm_ffi.structural_walk(expr, (tvm.ir.Var, lambda v: hits.append(1) if any(v.same_as(w) for w in variables) else None))
-    return bool(hits)
 
 
 def complete_fragment(nest: LoopNest, loop: Fragment, access, threads: int, read_only: bool) -> Fragment:

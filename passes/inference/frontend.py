@@ -1,6 +1,6 @@
 """TIRx PrimFunc -> op graph: the buffers, tile ops and parallel nests layout inference reasons about.
 
-Kernels are ordinary TVMScript TIRx functions (see DESIGN.md, "The kernel front end"). This module
+Kernels are ordinary TVMScript TIRx functions (the README's "Use it as a pass"). This module
 only *reads* them: it walks the statement tree once, in program order, and records
 
 - every buffer (parameters first, then allocations/declarations in order of appearance), with
@@ -25,13 +25,15 @@ from tvm import tirx
 from tvm.ir import TensorLoad, TensorRegion
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
+from tilelayout.lang import atomic_of, is_atomic_call
 from tilelayout.tile_layout_interop import is_default_tile_layout
 
 from .ops import (  # noqa: F401  (re-exported: the data model used to live here)
     Access, BufferInfo, CopyOp, ElementwiseOp, FillOp, FrontendError, GemmOp, Loop, OpGraph,
     ParallelOp, ReduceOp, Region, TileOp, _KIND_NAMES, _const, _is_int, _line, _same, _simplify,
-    _stmt_text, _text, _walk,
+    _stmt_text, _text,
 )
+from ..ir_utils import walk
 
 __all__ = [
     "FrontendError", "BufferInfo", "Region", "Access", "Loop", "TileOp", "CopyOp", "FillOp",
@@ -105,9 +107,10 @@ class _Builder:
                 f"tile op {n.op.name} inside a T.parallel nest is not supported "
                 f"(move it out of the loop):\n{_stmt_text(n)}")
 
-        _walk(node, [
+        walk(node, order="post", entries=[
             (TensorLoad, on_load), (tirx.BufferStore, on_store), (TilePrimitiveCall, on_tile),
             ((tirx.AllocBuffer, tirx.DeclBuffer), self.declare),
+            (tvm.ir.Call, lambda n: _mark_atomic(n, out)),
         ])
         return out
 
@@ -252,7 +255,7 @@ class _Builder:
         def on_for(n: Any) -> None:
             inner.append(Loop(n.loop_var, _const(n.min), _const(n.extent),
                               _KIND_NAMES.get(int(n.kind), "serial")))
-        _walk(body, [(tirx.For, on_for)], order="pre")
+        walk(body, [(tirx.For, on_for)], order="pre")
         extents = [_const(l.extent) for l in nest]
         key = (",".join(str(l.loop_var.name) for l in nest) + "["
                + "x".join(_text(e) for e in extents) + "]")
@@ -344,6 +347,28 @@ class _Builder:
                 order.append(r)
             groups[r].append(info)
         return [groups[r] for r in order if len(groups[r]) > 1]
+
+
+def _mark_atomic(call: Any, out: list[Access]) -> None:
+    """An atomic read-modify-write (`atomicAdd(&B[i], v)`): its target, already recorded as a read
+    (post-order), becomes a read and a write. Atomics update global or shared memory only."""
+    if not is_atomic_call(call):
+        return
+    at = atomic_of(call)
+    if at is None:
+        raise FrontendError(f"atomic {call}: the destination must be the address of one buffer element, "
+                            f"`T.address_of(B[i])` (or use tilelayout.lang.atomic_add(B[i], value))")
+    for k in range(len(out) - 1, -1, -1):
+        a = out[k]
+        if a.buffer.var.same_as(at.target.source) and a.is_read and not a.is_write and len(a.indices) == len(
+                at.target.indices) and all(tvm_ffi.structural_equal(x, y) for x, y in zip(a.indices, at.target.indices)):
+            if not (a.buffer.is_global or a.buffer.is_shared):
+                raise FrontendError(
+                    f"atomic {at.kind} on {a.buffer.name} ({a.buffer.scope}): atomics update global or shared "
+                    f"memory; a {a.buffer.scope} buffer is private to a thread, so write `{a.buffer.name}[...] = ...` "
+                    f"(or reduce with Tx.sum/Tx.max/Tx.min)")
+            out[k] = Access(a.buffer, a.indices, True, True)
+            return
 
 
 def _match(call: Any, what: str, regions: list[Region]) -> None:

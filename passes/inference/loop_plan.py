@@ -4,6 +4,7 @@ vector groups (TileLang's PlanLoopPartition), replicated to fill the block when 
 The vector-width rules live here so the planner, the io-aware model and the vectorizer agree.
 """
 from __future__ import annotations
+from tilelayout.expr import mentions as _uses
 
 import math
 from typing import Sequence
@@ -23,14 +24,6 @@ def linear_offset(indices: Sequence, shape: Sequence):
     for idx, ext in zip(indices, shape):
         out = out * ext + idx
     return out
-
-
-def _uses(expr, var) -> bool:
-    import tvm
-    import tvm_ffi
-    hits = []
-    tvm_ffi.structural_walk(expr, (tvm.ir.Var, lambda v: hits.append(1) if v.same_as(var) else None))
-    return bool(hits)
 
 
 def is_contiguous_run(offset, var, extent: int, width: int, bounds: dict) -> bool:

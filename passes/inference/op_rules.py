@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from tvm import tirx
 
 from tilelayout.errors import InferenceError, LayoutConflictError, LayoutError
+from tilelayout.expr import row_major_offset
 from tilelayout.fragment import Fragment, fully_replicated
 from tilelayout.layout import placeholder, rep_placeholder, substitute
 
@@ -389,10 +390,7 @@ def reducer_layout(src: Fragment, axis: int) -> Fragment:
 
 def _flat_index(shape: list):
     """Row-major element number over ``shape`` in the placeholders (one register slot per element)."""
-    flat = tirx.const(0, "int32")
-    for k, e in enumerate(shape):
-        flat = flat * e + placeholder(k)
-    return flat
+    return row_major_offset([placeholder(k) for k in range(len(shape))], shape)
 
 
 def _distinct_replicas(frag: Fragment) -> Fragment:

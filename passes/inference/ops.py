@@ -81,26 +81,6 @@ def _stmt_text(stmt: Any) -> str:
     return f"    {where}{text}"
 
 
-def _walk(node: Any, entries: list, order: str = "post") -> None:
-    """`tvm_ffi.structural_walk` that lets a callback's Python exception through unchanged
-    (the FFI would turn it into a RuntimeError)."""
-    failure: list[BaseException] = []
-
-    def guard(fn: Any) -> Any:
-        def run(n: Any) -> Any:
-            try:
-                fn(n)
-            except Exception as exc:  # re-raised below, after the walk has stopped
-                failure.append(exc)
-                return tvm_ffi.VisitInterrupt(None)
-            return None
-        return run
-
-    tvm_ffi.structural_walk(node, [(t, guard(fn)) for t, fn in entries], order=order)
-    if failure:
-        raise failure[0]
-
-
 def _line(node: Any) -> int | None:
     span = getattr(node, "span", None)
     return int(span.line) if span is not None else None

@@ -16,12 +16,11 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
-import tvm
-import tvm_ffi
 from tvm import tirx
 
 from tilelayout.errors import InferenceError, LayoutConflictError
 from tilelayout.evaluate import evaluate
+from tilelayout.expr import mentions
 from tilelayout.fragment import Fragment
 from tilelayout.layout import placeholder, substitute
 
@@ -35,11 +34,7 @@ _ENUM_LIMIT = 1 << 20
 
 
 def _vars_in(expr, variables) -> list:
-    if isinstance(expr, int):
-        return []
-    hits = []
-    tvm_ffi.structural_walk(expr, (tvm.ir.Var, lambda v: hits.append(v)))
-    return [w for w in variables if any(h.same_as(w) for h in hits)]
+    return [w for w in variables if mentions(expr, [w])]
 
 
 def serial_vars_of(nest: LoopNest, access) -> list:

@@ -6,53 +6,17 @@ threads run one after another, an atomic is an ordinary update ``B[i] = B[i] op 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import tvm
 from tvm import tirx
 from tvm.ir import TensorLoad
 
-from tilelayout.lang import ATOMIC_EXTERNS
+from tilelayout.lang import atomic_of
 
-from .loop_partition import mapped, walk
+from ..ir_utils import mapped, walk
 
-__all__ = ["Atomic", "atomic_of", "has_atomic", "atomics_as_updates", "guard_atomics"]
-
-
-@dataclass(frozen=True)
-class Atomic:
-    kind: str              # "add", "max", "min"
-    target: Any            # the TensorLoad of the element updated
-    value: Any
-
-
-def atomic_of(call: Any) -> Atomic | None:
-    """The atomic a call performs, or None for any other call."""
-    if not isinstance(call, tvm.ir.Call) or not isinstance(call.op, tvm.ir.Op):
-        return None
-    name = str(call.op.name)
-    if name == "tirx.cuda.atomic_add" and len(call.args) == 2:
-        kind, addr, value = "add", call.args[0], call.args[1]
-    elif name == "tirx.call_extern" and len(call.args) == 3 and isinstance(call.args[0], tirx.StringImm) \
-            and str(call.args[0].value) in ATOMIC_EXTERNS:
-        kind, addr, value = ATOMIC_EXTERNS[str(call.args[0].value)], call.args[1], call.args[2]
-    else:
-        return None
-    if isinstance(addr, tvm.ir.Call) and str(addr.op.name) == "tirx.address_of" and len(addr.args) == 1 \
-            and isinstance(addr.args[0], TensorLoad):
-        return Atomic(kind, addr.args[0], value)
-    return None
-
-
-def is_atomic_call(call: Any) -> bool:
-    """The call is an atomic (well formed or not): used to refuse malformed ones clearly."""
-    if not isinstance(call, tvm.ir.Call) or not isinstance(call.op, tvm.ir.Op):
-        return False
-    name = str(call.op.name)
-    return name == "tirx.cuda.atomic_add" or (
-        name == "tirx.call_extern" and len(call.args) >= 1 and isinstance(call.args[0], tirx.StringImm)
-        and str(call.args[0].value) in ATOMIC_EXTERNS)
+__all__ = ["has_atomic", "atomics_as_updates", "guard_atomics", "fence_shared_atomics"]
 
 
 def has_atomic(stmt: Any) -> bool:
@@ -84,3 +48,30 @@ def guard_atomics(stmt: Any, cond: Any) -> Any:
     def on_eval(e):
         return tirx.IfThenElse(cond, e, None) if atomic_of(e.value) is not None else e
     return mapped(stmt, [(tirx.Evaluate, on_eval)])
+
+
+def _shared_atomic(stmt: Any) -> bool:
+    hits = []
+
+    def on_call(c):
+        at = atomic_of(c)
+        if at is not None and str(at.target.source.scope()).startswith("shared"):
+            hits.append(1)
+    walk(stmt, [(tvm.ir.Call, on_call)])
+    return bool(hits)
+
+
+def fence_shared_atomics(func: Any) -> Any:
+    """A barrier before and after every partitioned nest doing atomics on shared memory: TVM's own barrier
+    insertion does not see an atomic through ``address_of`` as an access, so the writes before it (e.g. a
+    zero fill) and the reads after it would race with it."""
+    from .loop_partition import PARTITIONED_KEY
+
+    def sync():
+        return tirx.Evaluate(tirx.op.tvm_storage_sync("shared"))
+
+    def on_for(f):
+        if PARTITIONED_KEY in f.annotations and _shared_atomic(f):
+            return tirx.SeqStmt([sync(), f, sync()])
+        return f
+    return func.with_body(mapped(func.body, [(tirx.For, on_for)]))

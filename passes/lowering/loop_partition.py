@@ -14,17 +14,19 @@ thread running an iteration holds the fragment elements it touches, naming the b
 """
 from __future__ import annotations
 
-from typing import Any, Callable
 
-import tvm_ffi
-from tvm import sym, tirx
-from tvm.ir import Range, TensorLoad, Var
+from tvm import tirx
+from tvm.ir import Range, TensorLoad
 
 from tilelayout.annotate import LAYOUTS_ATTR, LOOP_LAYOUT_KEY, LOOP_PREDICATE_KEY, decode_layout, loop_key, loop_nest
 from tilelayout.errors import LayoutError, LoweringError
 from tilelayout.exprparse import parse_expr
 from tilelayout.fragment import Fragment
+from tilelayout.expr import mentions
 from tilelayout.layout import Layout, substitute
+
+from ..ir_utils import (conj, func_label, int_value, is_memory_scope, make_analyzer, mapped, mutate,  # noqa: F401
+                        thread_launch, walk)
 
 __all__ = ["LoweringError", "LoopPartition", "partition_function", "thread_launch", "buffer_layouts",
            "PARTITIONED_KEY", "SLOT_LOOP_KEY", "mutate", "walk", "int_value", "is_memory_scope"]
@@ -33,112 +35,6 @@ __all__ = ["LoweringError", "LoopPartition", "partition_function", "thread_launc
 PARTITIONED_KEY = "tilelayout.partitioned"
 #: annotation on the innermost slot loop (value: the nest's loop key); the vectorizer works on these
 SLOT_LOOP_KEY = "tilelayout.slot_loop"
-
-
-# --------------------------------------------------------------------------------------- IR helpers
-
-def _guarded(entries: list, failure: list, arity: int) -> list:
-    """Wrap callbacks so a Python exception survives the FFI (re-raised by the caller)."""
-    def wrap(fn: Callable) -> Callable:
-        def run1(node):
-            if failure:
-                return node
-            try:
-                return fn(node)
-            except Exception as exc:  # re-raised after the traversal
-                failure.append(exc)
-                return node
-
-        def run2(node, mutator):
-            if failure:
-                return node
-            try:
-                return fn(node, mutator)
-            except Exception as exc:  # re-raised after the traversal
-                failure.append(exc)
-                return node
-        return run1 if arity == 1 else run2
-    return [(t, wrap(fn)) for t, fn in entries]
-
-
-def mutate(node, entries: list):
-    """``tvm_ffi.structural_mutate`` (top-down, callbacks own the descent) that lets exceptions through."""
-    failure: list = []
-    out = tvm_ffi.structural_mutate(node, _guarded(entries, failure, 2))
-    if failure:
-        raise failure[0]
-    return out
-
-
-def mapped(node, entries: list):
-    """``tvm_ffi.structural_map`` (bottom-up rewrite) that lets exceptions through."""
-    failure: list = []
-    out = tvm_ffi.structural_map(node, _guarded(entries, failure, 1))
-    if failure:
-        raise failure[0]
-    return out
-
-
-def walk(node, entries: list, order: str = "pre") -> None:
-    failure: list = []
-
-    def wrap(fn):
-        def run(n):
-            try:
-                fn(n)
-            except Exception as exc:
-                failure.append(exc)
-                return tvm_ffi.VisitInterrupt(None)
-            return None
-        return run
-
-    tvm_ffi.structural_walk(node, [(t, wrap(fn)) for t, fn in entries], order=order)
-    if failure:
-        raise failure[0]
-
-
-def int_value(e) -> int | None:
-    """A Python int for an integer constant, None otherwise."""
-    if isinstance(e, bool):
-        return None
-    if isinstance(e, int):
-        return e
-    if isinstance(e, tirx.IntImm):
-        return int(e.value)
-    return None
-
-
-def is_memory_scope(scope: str) -> bool:
-    """Global or shared memory: side effects other threads can see."""
-    return scope in ("", "global") or scope.startswith("shared")
-
-
-def func_label(func) -> str:
-    attrs = func.attrs
-    if attrs is not None and "global_symbol" in attrs:
-        return f"kernel {str(attrs['global_symbol'])!r}"
-    return "the kernel"
-
-
-def thread_launch(func) -> tuple[Any, int]:
-    """(threadIdx.x var, extent) of ``func``; (None, 1) when it launches no threads."""
-    found: dict = {}
-
-    def on_attr(n):
-        if n.attr_key == "thread_extent" and isinstance(n.node, tirx.IterVar):
-            tag = str(n.node.thread_tag)
-            if tag.startswith("threadIdx."):
-                ext = int_value(n.value)
-                if ext is None:
-                    raise LoweringError(f"{func_label(func)}: {tag} extent {n.value} must be a constant to lower layouts")
-                found.setdefault(tag, (n.node.var, ext))
-
-    walk(func.body, [(tirx.AttrStmt, on_attr)])
-    for tag in ("threadIdx.y", "threadIdx.z"):
-        if tag in found and found[tag][1] != 1:
-            raise LoweringError(f"{func_label(func)}: {tag} = {found[tag][1]}; lowering models a 1-D thread block "
-                                f"(fold the thread dimensions into threadIdx.x)")
-    return found.get("threadIdx.x", (None, 1))
 
 
 def buffer_layouts(func) -> dict:
@@ -167,20 +63,6 @@ def check_thread_fit(what: str, layout: Fragment, threads: int) -> tuple[int, in
         raise LoweringError(f"{what}: thread-extent mismatch: its layout uses {used} threads but is bound to a range "
                             f"of {ext}; layout {layout!r}")
     return lo, ext
-
-
-def make_analyzer(bounds: dict) -> sym.Analyzer:
-    ana = sym.Analyzer()
-    for v, (lo, ext) in bounds.items():
-        ana.bind(v, Range.from_min_extent(lo, ext))
-    return ana
-
-
-def conj(conds: list):
-    out = None
-    for c in conds:
-        out = c if out is None else tirx.And(out, c)
-    return out
 
 
 def slot_vars(prefix: str, layout: Layout) -> list:
@@ -360,7 +242,8 @@ def _partition_nest(root, tx, threads: int, frag_layouts: dict, nest, verify: bo
             guards.append(pred)
     ana = make_analyzer(bounds)      # valid under the thread guard (``bounds`` restrict the thread range)
     if layout.replicate_size > 1 and not ana.can_prove(rep == 0):
-        body = _guard_memory_stores(body, ana.simplify(rep == 0))
+        from .atomics import guard_atomics
+        body = guard_atomics(_guard_memory_stores(body, ana.simplify(rep == 0)), ana.simplify(rep == 0))
     guard = conj(guards)
     if guard is not None:
         full = dict(bounds)
@@ -391,7 +274,7 @@ def _unroll_fragment_scans(stmt):
 
         def check(buf, indices):
             if buf.scope() == "local.fragment" and any(
-                    _mentions_var(i, loop.loop_var) for i in indices):
+                    mentions(i, [loop.loop_var]) for i in indices):
                 hits.append(1)
         walk(loop.body, [(tirx.BufferStore, lambda s: check(s.buffer, s.indices)),
                          (TensorLoad, lambda e: check(e.source, e.indices) if tirx.is_buffer_var(e.source) else None)])
@@ -402,12 +285,6 @@ def _unroll_fragment_scans(stmt):
             return tirx.For(f.loop_var, f.min, f.extent, tirx.ForKind.UNROLLED, f.body, None, f.annotations, f.step)
         return f
     return mapped(stmt, [(tirx.For, on_for)])
-
-
-def _mentions_var(expr, var) -> bool:
-    hits = []
-    walk(expr, [(Var, lambda v: hits.append(1) if v.same_as(var) else None)])
-    return bool(hits)
 
 
 def _guard_memory_stores(stmt, cond):

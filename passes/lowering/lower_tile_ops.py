@@ -15,6 +15,8 @@ Fragment accesses stay logical (``frag[i, j]``); partition turns them into local
 """
 from __future__ import annotations
 
+from tilelayout.expr import row_major_offset as _flat
+
 import numpy as np
 import tvm
 from tvm import tirx
@@ -29,8 +31,8 @@ from ..inference import op_rules
 from ..inference.frontend import CopyOp, ElementwiseOp, FillOp, GemmOp, ReduceOp, build_op_graph
 from ..hardware import normalize_target, warp_size
 from ..inference.loop_nest import nest_of
-from .loop_partition import (LoweringError, buffer_layouts, check_thread_fit, int_value, make_analyzer, mutate,
-                             per_thread_cells, thread_launch)
+from ..ir_utils import int_value, make_analyzer, mutate, thread_launch
+from .loop_partition import LoweringError, buffer_layouts, check_thread_fit, per_thread_cells
 
 __all__ = ["LowerTileOps", "lower_tile_ops", "tile_loop_decision", "elementwise_value", "reduce_identity",
            "reduce_combine", "SHARED_LIMIT_BYTES"]
@@ -424,13 +426,6 @@ def _is_one(value) -> bool:
     if isinstance(value, (int, float)):
         return value == 1
     return isinstance(value, (tirx.FloatImm, tirx.IntImm)) and float(value.value) == 1.0
-
-
-def _flat(coords: list, shape: list):
-    out = tirx.const(0, "int32")
-    for c, s in zip(coords, shape):
-        out = out * s + c
-    return out
 
 
 def _region_index(region, coords: list) -> list:

@@ -27,6 +27,7 @@ from tvm import tirx
 from tilelayout.errors import TileLayoutError
 
 from ..hardware import normalize_target
+from .atomics import fence_shared_atomics
 from .loop_partition import LoweringError, partition_function
 from .loop_vectorize import vectorize_function
 from .lower_tile_ops import lower_tile_ops
@@ -64,7 +65,7 @@ def lower_func(func, target=None, cost_model=None, infer: bool = True, verify: b
     func = lower_tile_ops(func, target)
     func = partition_function(func, verify)
     func = vectorize_function(func, target)
-    return func
+    return fence_shared_atomics(func)
 
 
 def lower(func, target=None, cost_model=None, infer: bool = True, verify: bool = True) -> tvm.IRModule:
@@ -171,7 +172,7 @@ def _cpu_compile(func, name: str, target="llvm") -> CpuKernel:
 
 
 def _buffers(func) -> list:
-    from .loop_partition import walk
+    from ..ir_utils import walk
     out = [p for p in func.params if tirx.is_buffer_var(p)]
     walk(func.body, [((tirx.AllocBuffer, tirx.DeclBuffer), lambda a: out.append(a.buffer))])
     return out

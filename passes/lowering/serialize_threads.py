@@ -12,6 +12,7 @@ program once, sequentially, as one thread -- tile ops over whole regions, parall
 iteration, fragments as full logical arrays -- so it depends on no layout at all.
 """
 from __future__ import annotations
+from tilelayout.expr import mentions as _uses_any
 
 import tvm
 import tvm_ffi
@@ -21,7 +22,9 @@ from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from tilelayout.layout import substitute
 
-from .loop_partition import LoweringError, int_value, mapped, mutate, walk
+from ..ir_utils import int_value, mapped, mutate, walk
+from .atomics import atomics_as_updates
+from .loop_partition import LoweringError
 
 __all__ = ["SerializeThreads", "serialize_threads", "SequentialSemantics", "sequential_semantics", "LOCAL_SCOPES"]
 
@@ -123,12 +126,6 @@ def _is_shuffle(c) -> bool:
     return isinstance(c.op, tvm.ir.Op) and str(c.op.name) in _SHUFFLES
 
 
-def _uses_any(node, variables) -> bool:
-    hits = []
-    tvm_ffi.structural_walk(node, (Var, lambda v: hits.append(1) if any(v.same_as(w) for w in variables) else None))
-    return bool(hits)
-
-
 # --------------------------------------------------------------------------------------- SerializeThreads
 
 def SerializeThreads():
@@ -141,6 +138,7 @@ def SerializeThreads():
 def serialize_threads(func):
     """The thread-bound ``func`` as a CPU function (see the module docstring)."""
     blocks, threads, body = _launches(func)
+    body = atomics_as_updates(body)
     nthreads = 1
     for _, ext in threads:
         nthreads *= ext
@@ -285,7 +283,7 @@ def sequential_semantics(func):
                 return _reference_op(op, node)
         raise LoweringError(f"tile op {node.op.name} has no reference semantics")
 
-    body = mutate(body, [(TilePrimitiveCall, on_tile)])
+    body = atomics_as_updates(mutate(body, [(TilePrimitiveCall, on_tile)]))
     body = _rebuffer(_parallel_to_serial(body), remap)
     body = _wrap_blocks(body, blocks)
     return func.with_body(tirx.SeqStmt(decls + [body]) if decls else body)

@@ -3,7 +3,8 @@ from .errors import (EvaluationError, InferenceError, LayoutConflictError, Layou
                      TileLayoutError)
 from .evaluate import evaluate, evaluate_grid
 from .fragment import Fragment, fully_replicated
-from .layout import Layout, layout_from_dict
+from .layout import Layout
+from .serialize import layout_from_dict
 
 from .swizzle import (SwizzleMode, choose_swizzle_mode, detect_swizzle_mode, make_bank_swizzled_layout,
                       make_full_bank_swizzled_layout, make_half_bank_swizzled_layout, make_linear_layout,

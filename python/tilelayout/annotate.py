@@ -27,7 +27,8 @@ import tvm_ffi
 from tvm import tirx
 
 from .errors import LayoutConflictError, LayoutError, TileLayoutError
-from .layout import Layout, layout_from_dict
+from .layout import Layout
+from .serialize import layout_from_dict
 from .tile_layout_interop import from_tile_layout, is_default_tile_layout
 
 __all__ = [

@@ -10,6 +10,7 @@ takes ``rep=`` by name, tables put the replica on the last axis, and ``inverse()
 ``(slot..., thread) -> (coords..., rep)`` with ``rep`` last.
 """
 from __future__ import annotations
+from .expr import mentions as _uses
 
 import math
 from functools import cached_property
@@ -21,8 +22,10 @@ from tvm.ir import Range
 
 from .errors import LayoutError
 from .evaluate import evaluate, grid_env
-from .layout import (Layout, _as_expr, call_user_fn, _exprs_equal, _fmt_shape, _jsonable, _shapes_equal, make_analyzer,
-                     normalize_shape, placeholder, rep_placeholder, shape_size, shape_vars, substitute)
+from .expr import (_as_expr, _fmt_shape, call_user_fn, make_analyzer, normalize_shape, placeholder, rep_placeholder,
+                   shape_size, shape_vars, substitute)
+from .inverse import _bound_extent
+from .layout import Layout, _exprs_equal, _jsonable, _shapes_equal
 
 __all__ = ["Fragment", "fully_replicated", "infer_fragment_index"]
 
@@ -105,7 +108,6 @@ class Fragment(Layout):
         if self._enumerable(1 << 22):
             return int(self.thread_table().max()) + 1
         ana = make_analyzer(self.forward_vars + [rep_placeholder()], self._input_shape + [self._replicate])
-        from .layout import _bound_extent
         return _bound_extent(ana, self._forward_thread, [], 0)
 
     def _copy(self) -> "Fragment":
@@ -174,6 +176,16 @@ class Fragment(Layout):
         return self.packed().injectivity_error()
 
     # ----------------------------------------------------------------- replication
+    def _reshaped(self, shape: list, exprs: list, source_coords: dict) -> "Fragment":
+        """The reshaped fragment: the thread map follows the elements to their new coordinates."""
+        out = Fragment.from_exprs(shape, substitute(self.forward_thread, source_coords), exprs, self.replicate_size)
+        return out.bind_thread_range(*self.thread_range) if self.thread_range is not None else out
+
+    def _groups_share_threads(self, f: int) -> bool:
+        """Widening by ``f`` needs each aligned group of ``f`` elements held by the same threads."""
+        th = self.thread_table().reshape(-1, f, self.replicate_size)
+        return bool((th == th[:, :1, :]).all())
+
     def replicate(self, n: int) -> "Fragment":
         """n times more replicas: replica r lives in thread thread(r % R) + T * (r // R)."""
         n = _check_replicate(n, f"replicate() of {self!r}")
@@ -329,14 +341,6 @@ def fully_replicated(shape, threads: int) -> Fragment:
 
 
 # --------------------------------------------------------------------------- index inference
-
-def _uses(expr, var) -> bool:
-    import tvm
-    import tvm_ffi
-    found = []
-    tvm_ffi.structural_walk(expr, (tvm.ir.Var, lambda v: found.append(True) if v.same_as(var) else None))
-    return bool(found)
-
 
 def _split_pieces(split, out: dict) -> bool:
     """Record (lower_factor, extent) pieces of base variables used by one IterSplitExpr."""

@@ -13,7 +13,10 @@ back ends see nothing new:
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
+
+import tvm
 
 from tvm import tirx
 from tvm.ir import TensorLoad, TensorRegion
@@ -21,7 +24,7 @@ from tvm.tirx.script.builder import ir as IB
 
 from tilelayout.errors import LayoutError
 
-__all__ = ["cumsum", "atomic_add", "atomic_max", "atomic_min", "ATOMIC_EXTERNS"]
+__all__ = ["cumsum", "atomic_add", "atomic_max", "atomic_min", "ATOMIC_EXTERNS", "Atomic", "atomic_of", "is_atomic_call"]
 
 #: CUDA function called for each atomic; the front end and the CPU path recognise exactly these
 ATOMIC_EXTERNS = {"atomicAdd": "add", "atomicMax": "max", "atomicMin": "min"}
@@ -122,3 +125,40 @@ def atomic_max(dst: Any, value: Any) -> Any:
 def atomic_min(dst: Any, value: Any) -> Any:
     """``dst = min(dst, value)`` atomically (integer elements)."""
     return _atomic("min", dst, value)
+
+
+# ------------------------------------------------------------------ recognising atomics in the IR
+
+@dataclass(frozen=True)
+class Atomic:
+    kind: str              # "add", "max", "min"
+    target: Any            # the TensorLoad of the element updated
+    value: Any
+
+
+def atomic_of(call: Any) -> Atomic | None:
+    """The atomic a call performs, or None for any other call."""
+    if not isinstance(call, tvm.ir.Call) or not isinstance(call.op, tvm.ir.Op):
+        return None
+    name = str(call.op.name)
+    if name == "tirx.cuda.atomic_add" and len(call.args) == 2:
+        kind, addr, value = "add", call.args[0], call.args[1]
+    elif name == "tirx.call_extern" and len(call.args) == 3 and isinstance(call.args[0], tvm.ir.StringImm) \
+            and str(call.args[0].value) in ATOMIC_EXTERNS:
+        kind, addr, value = ATOMIC_EXTERNS[str(call.args[0].value)], call.args[1], call.args[2]
+    else:
+        return None
+    if isinstance(addr, tvm.ir.Call) and str(addr.op.name) == "tirx.address_of" and len(addr.args) == 1 \
+            and isinstance(addr.args[0], TensorLoad):
+        return Atomic(kind, addr.args[0], value)
+    return None
+
+
+def is_atomic_call(call: Any) -> bool:
+    """The call is an atomic (well formed or not): used to refuse malformed ones clearly."""
+    if not isinstance(call, tvm.ir.Call) or not isinstance(call.op, tvm.ir.Op):
+        return False
+    name = str(call.op.name)
+    return name == "tirx.cuda.atomic_add" or (
+        name == "tirx.call_extern" and len(call.args) >= 1 and isinstance(call.args[0], tvm.ir.StringImm)
+        and str(call.args[0].value) in ATOMIC_EXTERNS)

@@ -1,0 +1,167 @@
+"""Index expressions: the placeholder variables layouts are written over, shapes, substitution and the
+small questions every module asks of an expression (does it mention a variable, the row-major number).
+
+Expressions are written over process-wide placeholder variables ``_i, _j, _k, ...`` (and ``_rep`` for
+replicas) so that two layouts built independently compare structurally.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Iterable, Sequence
+
+import numpy as np
+import tvm
+import tvm_ffi
+from tvm import sym, tirx
+from tvm.ir import Range
+
+from .errors import LayoutError
+
+_NAMES = "ijklmnopqrstuvwxyzabcdefgh"
+_PLACEHOLDERS = [tirx.Var("_" + c, "int32") for c in _NAMES]
+_REP = tirx.Var("_rep", "int32")
+_BY_NAME = {v.name: v for v in _PLACEHOLDERS + [_REP]}
+
+#: domains up to this many points are enumerated exactly (output shape, equality, inverse of non-affine maps)
+ENUMERATION_LIMIT = 1 << 20
+#: injectivity falls back to enumeration up to this many points (TileLang's bound)
+INJECTIVE_ENUMERATION_LIMIT = 1 << 18
+
+
+def placeholder(k: int) -> tirx.Var:
+    """The k-th input placeholder (``_i`` for 0)."""
+    if not 0 <= k < len(_PLACEHOLDERS):
+        raise LayoutError(f"layouts support at most {len(_PLACEHOLDERS)} input dimensions, got index {k}")
+    return _PLACEHOLDERS[k]
+
+
+def rep_placeholder() -> tirx.Var:
+    """The replica placeholder ``_rep`` of fragments."""
+    return _REP
+
+
+def substitute(expr, vmap: dict):
+    """Replace variables in ``expr`` (Vars hash by identity)."""
+    if not vmap or isinstance(expr, int):
+        return expr
+    return tvm_ffi.structural_map(expr, (tvm.ir.Var, lambda v: vmap.get(v, v)))
+
+
+def call_user_fn(fn, args, what: str, role: str):
+    """Call a user's forward function, turning an arity mismatch into a LayoutError (shape/rank mismatch)."""
+    try:
+        inspect.signature(fn).bind(*args)
+    except TypeError as err:
+        names = ", ".join(getattr(a, "name", str(a)) for a in args)
+        raise LayoutError(f"{what}: {role} must take {len(args)} arguments ({names}) but does not: {err}") from None
+    except ValueError:  # no introspectable signature (builtin): let the call speak for itself
+        pass
+    return fn(*args)
+
+
+def _as_expr(value):
+    if isinstance(value, (bool, np.bool_)):
+        raise LayoutError(f"a layout expression must be an integer expression, got boolean {value!r}")
+    if isinstance(value, (int, np.integer)):
+        return tirx.const(int(value), "int32")
+    if isinstance(value, tvm.ir.Expr):
+        if "int" not in str(value.ty):
+            raise LayoutError(f"a layout expression must have an integer type, got {value.ty}: {value}")
+        return value
+    raise LayoutError(f"a layout expression must be an int or a PrimExpr, got {type(value).__name__}: {value!r}")
+
+
+def normalize_shape(shape, what: str = "layout") -> list:
+    """Validate a shape: positive ints (kept as int) or symbolic integer PrimExprs."""
+    if isinstance(shape, (int, np.integer)):
+        shape = [shape]
+    out = []
+    for s in shape:
+        if isinstance(s, tvm.ir.Expr) and type(s).__name__ == "IntImm":
+            s = int(s.value)
+        if isinstance(s, (bool, np.bool_, float)) or not isinstance(s, (int, np.integer, tvm.ir.Expr)):
+            raise LayoutError(f"{what} extent must be a positive integer or an integer PrimExpr, got {s!r}")
+        if isinstance(s, (int, np.integer)):
+            if s < 1:
+                raise LayoutError(f"{what} extent must be positive, got {s}")
+            s = int(s)
+        out.append(s)
+    return out
+
+
+def shape_vars(shape: Sequence) -> set:
+    """Free variables of symbolic extents: expressions of a symbolic layout may use them (``_i * n + _j``)."""
+    found: list = []
+    for s in shape:
+        if isinstance(s, tvm.ir.Expr):
+            tvm_ffi.structural_walk(s, (tvm.ir.Var, found.append))
+    return set(found)
+
+
+def is_static(shape: Sequence) -> bool:
+    return all(isinstance(s, int) for s in shape)
+
+
+def shape_size(shape: Sequence):
+    out = 1
+    for s in shape:
+        out = out * s
+    return out
+
+
+def make_analyzer(variables: Sequence, shape: Sequence) -> sym.Analyzer:
+    """Analyzer with each variable bound to [0, extent) and every symbolic extent's variable known >= 1."""
+    ana = sym.Analyzer()
+    for var in sorted(shape_vars(shape), key=lambda v: v.name):
+        ana.update(var, sym.ConstIntBound(1, sym.ConstIntBound.POS_INF), override=True)
+    for v, s in zip(variables, shape):
+        ana.bind(v, Range(0, s))
+    return ana
+
+
+def simplify(exprs: Sequence, variables: Sequence, shape: Sequence) -> list:
+    ana = make_analyzer(variables, shape)
+    return [ana.simplify(e) for e in exprs]
+
+
+def _fmt_shape(shape) -> str:
+    return "[" + ", ".join(str(s) for s in shape) + "]"
+
+
+
+
+
+def mentions(expr, variables) -> bool:
+    """Whether ``expr`` (any IR node) refers to one of ``variables`` (a Var or an iterable of Vars)."""
+    if isinstance(expr, (int, float)):
+        return False
+    targets = [variables] if isinstance(variables, tvm.ir.Var) else list(variables)
+    if not targets:
+        return False
+    hits: list = []
+
+    def visit(v):
+        if any(v.same_as(w) for w in targets):
+            hits.append(1)
+            return tvm_ffi.VisitInterrupt(None)
+        return None
+
+    tvm_ffi.structural_walk(expr, (tvm.ir.Var, visit))
+    return bool(hits)
+
+
+def row_major_offset(coords: Sequence, shape: Sequence):
+    """The row-major element number of ``coords`` in ``shape`` as an int32 expression."""
+    out = tirx.const(0, "int32")
+    for c, s in zip(coords, shape):
+        out = out * s + c
+    return out
+
+
+def row_major_strides(shape: Iterable) -> tuple:
+    """Element strides of a row-major array of ``shape`` (the last axis has stride 1)."""
+    out, step = [], 1
+    for ext in reversed([int(s) for s in shape]):
+        out.append(step)
+        step *= ext
+    return tuple(reversed(out))
