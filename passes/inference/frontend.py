@@ -209,8 +209,9 @@ class _Builder:
             self.graph.thread_extent = ext
         elif ext != 1:
             raise FrontendError(
-                f"{tag} = {ext}: layout inference models a 1-D thread block (threadIdx.x only); "
-                f"fold the thread dimensions into threadIdx.x")
+                f"{tag} = {ext}: the op graph models a 1-D thread block (threadIdx.x only); "
+                f"tl.infer_layouts and tl.lower fold the thread dimensions into the linear thread id "
+                f"(passes/thread_dims.py) before building it")
 
     def for_loop(self, s: Any) -> None:
         kind = _KIND_NAMES.get(int(s.kind), "serial")

@@ -22,6 +22,7 @@ from .frontend import build_op_graph
 from ..hardware import normalize_target
 from .loop_nest import nest_of
 from .op_rules import COMMON, FREE, STRICT, LoopDecision, infer_op
+from ..thread_dims import fold_thread_dims, unfold_thread_dims
 
 __all__ = ["Attempt", "InferenceResult", "infer_layouts", "LayoutInference"]
 
@@ -395,6 +396,12 @@ class _Engine:
 
 def infer_layouts(func, target=None, cost_model=None) -> InferenceResult:
     """Infer layouts of every fragment, shared tile and parallel loop of ``func`` (a TIRx PrimFunc)."""
+    func = _as_prim_func(func)
+    folded, dims = fold_thread_dims(func) if isinstance(func, tvm.tirx.PrimFunc) else (func, None)
+    if dims is not None:   # a multi-dimensional block: infer over the linear thread id, annotate the original
+        result = infer_layouts(folded, target, cost_model)
+        result.func = unfold_thread_dims(result.func, dims)
+        return result
     engine = _Engine(func, target, cost_model)
     state = engine.run()
     buffers = {b.name: state.layouts[b.name] for b in engine.graph.buffers if b.name in state.layouts}
@@ -411,6 +418,15 @@ def infer_layouts(func, target=None, cost_model=None) -> InferenceResult:
     from .annotations import annotate_result
     result.func = annotate_result(func, result)
     return result
+
+
+def _as_prim_func(func):
+    if isinstance(func, tvm.IRModule):
+        funcs = [f for _, f in sorted(func.functions.items(), key=lambda kv: str(kv[0]))
+                 if isinstance(f, tvm.tirx.PrimFunc)]
+        if len(funcs) == 1:
+            return funcs[0]
+    return func
 
 
 def LayoutInference(cost_model=None, target=None):

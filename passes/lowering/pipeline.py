@@ -27,6 +27,7 @@ from tvm import tirx
 from tilelayout.errors import TileLayoutError
 
 from ..hardware import normalize_target
+from ..thread_dims import fold_thread_dims, unfold_thread_dims
 from .atomics import fence_shared_atomics
 from .loop_partition import LoweringError, partition_function
 from .loop_vectorize import vectorize_function
@@ -62,10 +63,11 @@ def lower_func(func, target=None, cost_model=None, infer: bool = True, verify: b
     if infer:
         from ..inference.layout_inference import infer_layouts
         func = infer_layouts(func, target, cost_model).func
+    func, dims = fold_thread_dims(func)      # threadIdx.y/z: lower over the linear thread id, then restore
     func = lower_tile_ops(func, target)
     func = partition_function(func, verify)
     func = vectorize_function(func, target)
-    return fence_shared_atomics(func)
+    return unfold_thread_dims(fence_shared_atomics(func), dims)
 
 
 def lower(func, target=None, cost_model=None, infer: bool = True, verify: bool = True) -> tvm.IRModule:

@@ -1,0 +1,194 @@
+"""TVMScript kernels for tests/test_frontend_coverage.py (TVMScript parsing needs a real source file)."""
+from tvm.script import tirx as T
+from tvm.tirx.script import tile as Tx
+
+from tilelayout import lang
+
+
+def manual_scan(m: int, n: int, threads: int):
+    @T.prim_func
+    def kernel(A: T.Buffer((m, n), "float32"), B: T.Buffer((m, n), "float32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", threads)
+        F = T.alloc_buffer((m, n), "float32", scope="local.fragment")
+        Tx.copy(F[0:m, 0:n], A[0:m, 0:n])
+        for i in T.parallel(m):
+            for j in T.serial(1, n):
+                F[i, j] = F[i, j] + F[i, j - 1]
+        Tx.copy(B[0:m, 0:n], F[0:m, 0:n])
+    return kernel
+
+
+def column_scan_3d(threads: int):
+    """A serial loop over the middle dimension of a 3-D fragment: rows (b, :, c) live in one thread."""
+    @T.prim_func
+    def kernel(A: T.Buffer((4, 16, 8), "float32"), B: T.Buffer((4, 16, 8), "float32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", threads)
+        F = T.alloc_buffer((4, 16, 8), "float32", scope="local.fragment")
+        Tx.copy(F[0:4, 0:16, 0:8], A[0:4, 0:16, 0:8])
+        for b in T.parallel(4):
+            for c in T.parallel(8):
+                for j in T.serial(15):
+                    F[b, 15 - j - 1, c] = F[b, 15 - j - 1, c] * T.float32(0.5) + F[b, 15 - j, c]
+        Tx.copy(B[0:4, 0:16, 0:8], F[0:4, 0:16, 0:8])
+    return kernel
+
+
+def scan_out_of_bounds():
+    @T.prim_func
+    def kernel(A: T.Buffer((32, 16), "float32"), B: T.Buffer((32, 16), "float32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", 32)
+        F = T.alloc_buffer((32, 16), "float32", scope="local.fragment")
+        Tx.copy(F[0:32, 0:16], A[0:32, 0:16])
+        for i in T.parallel(32):
+            for j in T.serial(16):
+                F[i, j] = F[i, j] + F[i, j - 1]
+        Tx.copy(B[0:32, 0:16], F[0:32, 0:16])
+    return kernel
+
+
+def cumsum(m: int, n: int, threads: int, dim: int, reverse: bool, into_other: bool = False):
+    @T.prim_func
+    def kernel(A: T.Buffer((m, n), "float32"), B: T.Buffer((m, n), "float32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", threads)
+        F = T.alloc_buffer((m, n), "float32", scope="local.fragment")
+        G = T.alloc_buffer((m, n), "float32", scope="local.fragment")
+        Tx.copy(F[0:m, 0:n], A[0:m, 0:n])
+        if into_other:
+            lang.cumsum(F, G, dim=dim, reverse=reverse)
+            Tx.copy(B[0:m, 0:n], G[0:m, 0:n])
+        else:
+            lang.cumsum(F, dim=dim, reverse=reverse)
+            Tx.copy(B[0:m, 0:n], F[0:m, 0:n])
+    return kernel
+
+
+def cumsum_1d(n: int, threads: int):
+    @T.prim_func
+    def kernel(A: T.Buffer((n,), "float32"), B: T.Buffer((n,), "float32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", threads)
+        S = T.alloc_shared((n,), "float32")
+        Tx.copy(S[0:n], A[0:n])
+        lang.cumsum(S[0:n])
+        Tx.copy(B[0:n], S[0:n])
+    return kernel
+
+
+def histogram(m: int, n: int, bins: int, threads: int, shared: bool):
+    if shared:
+        @T.prim_func
+        def kernel(A: T.Buffer((m, n), "int32"), Hist: T.Buffer((bins,), "int32")):
+            bx = T.launch_thread("blockIdx.x", 1)
+            tx = T.launch_thread("threadIdx.x", threads)
+            H = T.alloc_shared((bins,), "int32")
+            for b in T.parallel(bins):
+                H[b] = 0
+            for i in T.parallel(m):
+                for j in T.parallel(n):
+                    lang.atomic_add(H[(A[i, j] % bins + bins) % bins], 1)
+            for b in T.parallel(bins):
+                Hist[b] = H[b]
+        return kernel
+
+    @T.prim_func
+    def kernel(A: T.Buffer((m, n), "int32"), Hist: T.Buffer((bins,), "int32")):
+        bx = T.launch_thread("blockIdx.x", 2)
+        tx = T.launch_thread("threadIdx.x", threads)
+        for i in T.parallel(m // 2):
+            for j in T.parallel(n):
+                lang.atomic_add(Hist[(A[bx * (m // 2) + i, j] % bins + bins) % bins], 1)
+    return kernel
+
+
+def tvm_atomic_add(m: int, n: int, threads: int):
+    """TVM's own spelling: T.cuda.atomic_add(T.address_of(dst), value)."""
+    @T.prim_func
+    def kernel(A: T.Buffer((m, n), "float32"), Out: T.Buffer((m,), "float32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", threads)
+        for i in T.parallel(m):
+            for j in T.parallel(n):
+                T.cuda.atomic_add(T.address_of(Out[i]), A[i, j])
+    return kernel
+
+
+def atomic_minmax(m: int, n: int, threads: int):
+    @T.prim_func
+    def kernel(A: T.Buffer((m, n), "int32"), Mx: T.Buffer((m,), "int32"), Mn: T.Buffer((m,), "int32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", threads)
+        for i in T.parallel(m):
+            for j in T.parallel(n):
+                lang.atomic_max(Mx[i], A[i, j])
+                lang.atomic_min(Mn[i], A[i, j])
+    return kernel
+
+
+def split_k(m: int, k: int, splits: int, threads: int):
+    kt = k // splits
+
+    @T.prim_func
+    def kernel(A: T.Buffer((m, k), "float32"), Out: T.Buffer((m,), "float32")):
+        bx = T.launch_thread("blockIdx.x", splits)
+        tx = T.launch_thread("threadIdx.x", threads)
+        F = T.alloc_buffer((m, kt), "float32", scope="local.fragment")
+        s = T.alloc_buffer((m,), "float32", scope="local.fragment")
+        Tx.copy(F[0:m, 0:kt], A[0:m, bx * kt:bx * kt + kt])
+        Tx.sum(s[0:m], F[0:m, 0:kt], axes=[1])
+        for i in T.parallel(m):
+            lang.atomic_add(Out[i], s[i])
+    return kernel
+
+
+def atomic_on_fragment():
+    @T.prim_func
+    def kernel(A: T.Buffer((32,), "float32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", 32)
+        F = T.alloc_buffer((32,), "float32", scope="local.fragment")
+        Tx.fill(F[0:32], T.float32(0))
+        for i in T.parallel(32):
+            T.cuda.atomic_add(T.address_of(F[i]), A[i])
+        Tx.copy(A[0:32], F[0:32])
+    return kernel
+
+
+def row_softmax_2d_block(m: int, n: int, x: int, y: int):
+    """Rows minus their max with threads=(x, y); C records each thread's (ty, tx) components."""
+    @T.prim_func
+    def kernel(A: T.Buffer((m, n), "float32"), B: T.Buffer((m, n), "float32"), C: T.Buffer((y, x), "int32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", x)
+        ty = T.launch_thread("threadIdx.y", y)
+        F = T.alloc_buffer((m, n), "float32", scope="local.fragment")
+        s = T.alloc_buffer((m,), "float32", scope="local.fragment")
+        Tx.copy(F[0:m, 0:n], A[0:m, 0:n])
+        Tx.max(s[0:m], F[0:m, 0:n], axes=[1])
+        for i in T.parallel(m):
+            for j in T.parallel(n):
+                F[i, j] = F[i, j] - s[i]
+        Tx.copy(B[0:m, 0:n], F[0:m, 0:n])
+        C[ty, tx] = ty * 1000 + tx
+    return kernel
+
+
+def three_dim_block():
+    @T.prim_func
+    def kernel(A: T.Buffer((64, 64), "float16"), B: T.Buffer((64, 64), "float16")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tz = T.launch_thread("threadIdx.z", 2)
+        tx = T.launch_thread("threadIdx.x", 16)
+        ty = T.launch_thread("threadIdx.y", 4)
+        F = T.alloc_buffer((64, 64), "float16", scope="local.fragment")
+        S = T.alloc_shared((64, 64), "float16")
+        Tx.copy(S[0:64, 0:64], A[0:64, 0:64])
+        Tx.copy(F[0:64, 0:64], S[0:64, 0:64])
+        for i in T.parallel(64):
+            for j in T.parallel(64):
+                F[i, j] = F[i, j] * T.float16(2)
+        Tx.copy(B[0:64, 0:64], F[0:64, 0:64])
+    return kernel

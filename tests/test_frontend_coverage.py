@@ -1,0 +1,194 @@
+"""Front-end coverage of constructs real kernels use: serial scans inside parallel nests, cumsum,
+atomics, multi-dimensional thread blocks. Each kernel is inferred under both cost models, lowered, run
+on the CPU against an independent numpy computation, and compiled to CUDA source."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tilelayout as tl
+from tilelayout.errors import InferenceError, LayoutError
+from tilelayout.passes.inference.frontend import FrontendError
+
+from tests import kernels_coverage as K
+
+MODELS = ("register-count", "io-aware")
+
+
+def _run(func, arrays, model):
+    kernel = tl.build_cpu(func, cost_model=model)
+    out = [a.copy() for a in arrays]
+    kernel(*out)
+    return out
+
+
+def _rand(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+# ------------------------------------------------------------------------------------------ scans
+
+@pytest.mark.parametrize("model", MODELS)
+def test_manual_row_scan_keeps_each_row_in_one_thread_and_matches_numpy(model):
+    func = K.manual_scan(64, 32, 64)
+    frag = tl.infer_layouts(func, cost_model=model).buffers["F"]
+    threads = frag.thread_table()
+    assert (threads == threads[:, :1]).all()
+    a = _rand(64, 32)
+    _, b = _run(func, [a, np.zeros_like(a)], model)
+    np.testing.assert_allclose(b, np.cumsum(a, axis=1), rtol=1e-5, atol=1e-5)
+
+
+def test_manual_scan_cuda_unrolls_the_serial_loop_into_constant_register_slots():
+    src = tl.cuda_source(K.manual_scan(32, 8, 32))
+    assert "F_ptr[7] = (F_ptr[7] + F_ptr[6]);" in src
+    assert "for (int j" not in src
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_serial_loop_over_a_middle_dimension(model):
+    func = K.column_scan_3d(32)
+    frag = tl.infer_layouts(func, cost_model=model).buffers["F"]
+    t = frag.thread_table()
+    assert (t == t[:, :1]).all()
+    a = _rand(4, 16, 8)
+    _, b = _run(func, [a, np.zeros_like(a)], model)
+    ref = a.copy()
+    for j in range(15):
+        ref[:, 14 - j, :] = ref[:, 14 - j, :] * 0.5 + ref[:, 15 - j, :]
+    np.testing.assert_allclose(b, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_serial_index_leaving_the_fragment_is_refused_with_the_range():
+    with pytest.raises(InferenceError, match=r"leaves fragment F .*reach -1\.\.14"):
+        tl.infer_layouts(K.scan_out_of_bounds())
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("dim,reverse,into_other", [(1, False, False), (1, True, True), (0, False, True),
+                                                    (0, True, False)])
+def test_cumsum_over_fragments_matches_numpy(model, dim, reverse, into_other):
+    func = K.cumsum(32, 16, 64, dim, reverse, into_other)
+    a = _rand(32, 16, seed=dim + 2 * reverse)
+    _, b = _run(func, [a, np.zeros_like(a)], model)
+    ref = np.flip(np.cumsum(np.flip(a, dim), axis=dim), dim) if reverse else np.cumsum(a, axis=dim)
+    np.testing.assert_allclose(b, ref, rtol=1e-5, atol=1e-4)
+    tl.cuda_source(func, cost_model=model)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_cumsum_of_a_one_dimensional_shared_tile(model):
+    func = K.cumsum_1d(100, 32)
+    a = _rand(100)
+    _, b = _run(func, [a, np.zeros_like(a)], model)
+    np.testing.assert_allclose(b, np.cumsum(a), rtol=1e-5, atol=1e-4)
+
+
+def test_cumsum_rejects_mismatched_regions():
+    import tvm
+    from tvm.script import tirx as T
+    from tilelayout import lang
+    buf_a = tvm.tirx.decl_buffer((4, 8), "float32", name="a")
+    buf_b = tvm.tirx.decl_buffer((4, 4), "float32", name="b")
+    with pytest.raises(LayoutError, match="must be equal"):
+        lang.cumsum(buf_a, buf_b, dim=1)
+    with pytest.raises(LayoutError, match="dim 2 out of range"):
+        lang.cumsum(buf_a, dim=2)
+    del T
+
+
+# ------------------------------------------------------------------------------------------ atomics
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("shared", [True, False])
+def test_histogram_with_atomics_matches_numpy(model, shared):
+    func = K.histogram(64, 32, 16, 128, shared)
+    a = np.random.default_rng(1).integers(-1000, 1000, (64, 32)).astype(np.int32)
+    _, h = _run(func, [a, np.zeros(16, np.int32)], model)
+    np.testing.assert_array_equal(h, np.bincount(np.mod(a, 16).ravel(), minlength=16))
+
+
+def test_shared_atomics_are_fenced_and_stay_scalar_in_cuda():
+    src = tl.cuda_source(K.histogram(64, 32, 16, 128, True))
+    body = src[src.index("__global__ void"):]
+    first, last = body.index("atomicAdd"), body.rindex("atomicAdd")
+    assert "__syncthreads()" in body[:first] and "__syncthreads()" in body[last:]
+    assert body.count("atomicAdd") == 1
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_split_k_atomic_from_a_replicated_loop_is_done_once_per_element(model):
+    func = K.split_k(64, 256, 4, 128)
+    r = tl.infer_layouts(func, cost_model=model)
+    assert r.loops["i[64]"].replicate_size > 1          # the guard matters
+    a = _rand(64, 256)
+    base = _rand(64, seed=3)
+    _, out = _run(func, [a, base], model)
+    np.testing.assert_allclose(out, base + a.sum(axis=1), rtol=1e-4, atol=1e-3)
+    src = tl.cuda_source(func, cost_model=model)
+    assert "atomicAdd" in src and "% 16) == 0" in src.replace("&", "%")
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_tvm_spelling_of_atomic_add(model):
+    func = K.tvm_atomic_add(32, 64, 128)
+    a = _rand(32, 64)
+    _, out = _run(func, [a, np.zeros(32, np.float32)], model)
+    np.testing.assert_allclose(out, a.sum(axis=1), rtol=1e-4, atol=1e-4)
+    assert "atomicAdd" in tl.cuda_source(func, cost_model=model)
+
+
+def test_integer_atomic_max_and_min():
+    func = K.atomic_minmax(16, 64, 128)
+    a = np.random.default_rng(2).integers(-10**6, 10**6, (16, 64)).astype(np.int32)
+    mx = np.full(16, -2**31, np.int32)
+    mn = np.full(16, 2**31 - 1, np.int32)
+    _, got_mx, got_mn = _run(func, [a, mx, mn], "io-aware")
+    np.testing.assert_array_equal(got_mx, a.max(axis=1))
+    np.testing.assert_array_equal(got_mn, a.min(axis=1))
+    src = tl.cuda_source(func)
+    assert "atomicMax" in src and "atomicMin" in src
+
+
+def test_floating_point_atomic_max_is_refused_naming_the_buffer():
+    from tvm import tirx
+    from tilelayout import lang
+    buf = tirx.decl_buffer((4,), "float32", name="Mx")
+    with pytest.raises(LayoutError, match="atomic_max on Mx .*integer"):
+        lang.atomic_max(tirx.BufferLoad(buf, [tirx.const(0, "int32")]), tirx.const(1.0, "float32"))
+
+
+def test_atomic_on_a_fragment_is_refused():
+    with pytest.raises(FrontendError, match="atomic add on F .*local.fragment"):
+        tl.infer_layouts(K.atomic_on_fragment())
+
+
+# ------------------------------------------------------------------------------ multi-dimensional blocks
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("x,y", [(32, 4), (16, 8)])
+def test_two_dimensional_block_uses_the_linear_thread_id(model, x, y):
+    func = K.row_softmax_2d_block(64, 128, x, y)
+    r = tl.infer_layouts(func, cost_model=model)
+    assert r.buffers["F"].thread_extent == x * y
+    a = _rand(64, 128)
+    _, b, c = _run(func, [a, np.zeros_like(a), np.zeros((y, x), np.int32)], model)
+    np.testing.assert_allclose(b, a - a.max(axis=1, keepdims=True), rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(c, np.arange(y)[:, None] * 1000 + np.arange(x)[None, :])
+    src = tl.cuda_source(func, cost_model=model)
+    assert "threadIdx.y" in src and "__launch_bounds__(" + str(x * y) + ")" in src
+
+
+def test_annotated_function_keeps_the_users_launches():
+    r = tl.infer_layouts(K.row_softmax_2d_block(64, 128, 32, 4))
+    text = r.func.script()
+    assert 'T.launch_thread("threadIdx.y", 4)' in text and 'T.launch_thread("threadIdx.x", 32)' in text
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_three_dimensional_block(model):
+    func = K.three_dim_block()
+    a = np.random.default_rng(4).standard_normal((64, 64)).astype(np.float16)
+    _, b = _run(func, [a, np.zeros_like(a)], model)
+    np.testing.assert_array_equal(b, a * np.float16(2))
+    assert "threadIdx.z" in tl.cuda_source(func, cost_model=model)
