@@ -39,8 +39,8 @@ VARIANTS = {
 THREADS = {"issue1729_2x2560_t256": 256, "rows4_cols1024_t128": 128}
 
 VECTOR_ANCHOR = {
-    "issue1729_2x2560_t256": {"S": 2, "Out": 4},
-    "rows4_cols1024_t128": {"S": 4, "Out": 4},
+    "issue1729_2x2560_t256": {"io-aware": {"S": 2, "Out": 4}, "register-count": {"Out": 4, "S": 1}},
+    "rows4_cols1024_t128": {"io-aware": {"S": 4, "Out": 4}, "register-count": {"Out": 4, "S": 1}},
 }
 
 

@@ -12,7 +12,7 @@ TILELANG = """TileLang 0.1.15 (sm_90), both models: fp16 128x128/128 threads -> 
 `_i // 4 * 4 + _j % 4`. Correct; we must match."""
 
 
-def _roundtrip(m: int, n: int, dtype: str, threads: int):
+def roundtrip(m: int, n: int, dtype: str, threads: int):
     @T.prim_func
     def kernel(A: T.Buffer((m, n), dtype), B: T.Buffer((m, n), dtype)):
         bx = T.launch_thread("blockIdx.x", 1)
@@ -24,13 +24,13 @@ def _roundtrip(m: int, n: int, dtype: str, threads: int):
 
 
 VARIANTS = {
-    "fp16_128x128_t128": lambda: _roundtrip(128, 128, "float16", 128),
-    "fp32_64x256_t256": lambda: _roundtrip(64, 256, "float32", 256),
+    "fp16_128x128_t128": lambda: roundtrip(128, 128, "float16", 128),
+    "fp32_64x256_t256": lambda: roundtrip(64, 256, "float32", 256),
 }
 
 VECTOR_ANCHOR = {
-    "fp16_128x128_t128": {"A": 8, "B": 8},
-    "fp32_64x256_t256": {"A": 4, "B": 4},
+    "fp16_128x128_t128": {"io-aware": {"A": 8, "B": 8}, "register-count": {"A": 8, "B": 8}},
+    "fp32_64x256_t256": {"io-aware": {"A": 4, "B": 4}, "register-count": {"A": 4, "B": 4}},
 }
 
 

@@ -31,8 +31,8 @@ VARIANTS = {
 
 # the 16-lane (128-bit) width of 1-byte elements, as TileLang's harness anchors it
 VECTOR_ANCHOR = {
-    "128x256_t128": {"A": 16, "B": 16},
-    "64x128_t64": {"A": 16, "B": 16},
+    "128x256_t128": {"io-aware": {"A": 16, "B": 16}, "register-count": {"A": 16, "B": 16}},
+    "64x128_t64": {"io-aware": {"A": 16, "B": 16}, "register-count": {"A": 16, "B": 16}},
 }
 
 

@@ -37,8 +37,8 @@ VARIANTS = {
 
 # io-aware picks the 4-wide split for both dtypes (the fp32 side decides)
 VECTOR_ANCHOR = {
-    "128x128_t128": {"A": 4, "B": 4},
-    "64x512_t256": {"A": 4, "B": 4},
+    "128x128_t128": {"io-aware": {"A": 4, "B": 4}, "register-count": {"A": 8, "B": 4}},
+    "64x512_t256": {"io-aware": {"A": 4, "B": 4}, "register-count": {"A": 8, "B": 4}},
 }
 
 

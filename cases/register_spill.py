@@ -15,7 +15,7 @@ TILELANG = """TileLang 0.1.15 cannot compile this kernel: a fragment read at two
 T.Parallel loop hits the internal check of #3005 (`StructuralEqual()(it->second.indices, indices)`)."""
 
 
-def _kernel(m: int, n: int, threads: int):
+def spill_kernel(m: int, n: int, threads: int):
     @T.prim_func
     def kernel(V: T.Buffer((m + 1,), "float32"), A: T.Buffer((m, n), "float32"), B: T.Buffer((m, n), "float32")):
         bx = T.launch_thread("blockIdx.x", 1)
@@ -33,7 +33,7 @@ def _kernel(m: int, n: int, threads: int):
 
 
 VARIANTS = {
-    "m64_n128_t128": lambda: _kernel(64, 128, 128),
+    "m64_n128_t128": lambda: spill_kernel(64, 128, 128),
 }
 
 

@@ -34,8 +34,8 @@ VARIANTS = {
 }
 
 VECTOR_ANCHOR = {
-    "fp32_128x128_t128": {"A": 1, "B": 4},
-    "fp16_64x256_t128": {"A": 8, "B": 1},
+    "fp32_128x128_t128": {"io-aware": {"A": 1, "B": 4}, "register-count": {"A": 4, "B": 1}},
+    "fp16_64x256_t128": {"io-aware": {"A": 8, "B": 1}, "register-count": {"A": 8, "B": 1}},
 }
 
 

@@ -36,7 +36,7 @@ PEAK_GBPS = (("H200", 4800.0), ("H100 PCIe", 2000.0), ("H100", 3350.0), ("B200",
 
 
 def _variants(case_filter: str):
-    from maint.run import discover, load_case
+    from maint.case_loader import discover, load_case
     cases_dir = ROOT / "cases"
     for name in discover(cases_dir):
         module = load_case(cases_dir, name)

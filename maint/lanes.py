@@ -86,16 +86,16 @@ def main(argv=None) -> int:
     parser.add_argument("case", nargs="?", default="", help="substring of CASE or CASE/VARIANT")
     parser.add_argument("--model", default="io-aware")
     args = parser.parse_args(argv)
-    from maint.run import discover, load_case
+    from maint.case_loader import discover, load_case
+    from maint.lowered_checks import anchor_table
     cases_dir = ROOT / "cases"
     for name in discover(cases_dir):
         module = load_case(cases_dir, name)
-        anchors = getattr(module, "VECTOR_ANCHOR", {})
         for variant, build in module.VARIANTS.items():
             if args.case not in f"{name}/{variant}":
                 continue
             lanes = lowered_lanes(build(), cost_model=args.model)
-            anchor = anchors.get(variant)
+            anchor = anchor_table(module, variant, args.model) or None
             note = "" if anchor is None else ("  anchor " + ("match" if all(lanes.get(k) == v for k, v in anchor.items())
                                                              else f"DRIFT (anchor {anchor})"))
             print(f"{name}/{variant}: {lanes}{note}")

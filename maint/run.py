@@ -7,7 +7,8 @@
     python maint/run.py --record           rewrite expected/ from current behaviour (checks still enforced)
     python maint/run.py --model io-aware   one cost model only
     python maint/run.py -j 2               variants in parallel processes
-    python maint/run.py --review [--base REF] [--html PATH]   report snapshots that differ from git REF
+    python maint/run.py --review [--base REF] [--html PATH] [--out DIR] [--force]   report snapshots that differ
+                                           from git REF (never replaces a file it did not write unless --force)
 
 Exit status: 0 everything matches, 1 a mismatch / failed check / failed inference, 2 usage or
 internal error. A recording never blesses a violated ``check``: such pairs keep their old entry.
@@ -15,7 +16,6 @@ internal error. A recording never blesses a violated ``check``: such pairs keep 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import multiprocessing
 import sys
 import time
@@ -35,56 +35,7 @@ from maint import snapshot  # noqa: E402
 COST_MODELS = ("register-count", "io-aware")
 
 
-class UsageError(Exception):
-    """Bad arguments or a broken case module: exit status 2."""
-
-
-# --------------------------------------------------------------------------- cases
-
-def discover(cases_dir: Path) -> list[str]:
-    """Case names: the ``*.py`` files of ``cases_dir`` not starting with ``_``, sorted."""
-    if not cases_dir.is_dir():
-        raise UsageError(f"no case directory {cases_dir}")
-    return sorted(p.stem for p in cases_dir.glob("*.py") if not p.name.startswith("_"))
-
-
-_LOADED: dict[tuple[str, str], ModuleType] = {}
-
-
-def load_case(cases_dir: Path, name: str) -> ModuleType:
-    """Import ``cases_dir/name.py`` (once per process) and check it honours the case contract."""
-    key = (str(cases_dir), name)
-    if key in _LOADED:
-        return _LOADED[key]
-    if str(cases_dir.parent) not in sys.path:
-        sys.path.insert(0, str(cases_dir.parent))   # so cases can import their package's helpers
-    path = cases_dir / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"_golden_case_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(module)
-    except Exception as err:
-        raise UsageError(f"case {name}: cannot import {path}: {type(err).__name__}: {err}") from None
-    _validate(name, module)
-    _LOADED[key] = module
-    return module
-
-
-def _validate(name: str, module: ModuleType) -> None:
-    variants = getattr(module, "VARIANTS", None)
-    if not isinstance(variants, dict) or not variants:
-        raise UsageError(f"case {name}: VARIANTS must be a non-empty dict of name -> zero-argument callable")
-    bad = [v for v, fn in variants.items() if not isinstance(v, str) or "/" in v or not callable(fn)]
-    if bad:
-        raise UsageError(f"case {name}: VARIANTS entries {bad} need a name without '/' and a callable")
-    if not (module.__doc__ or "").strip():
-        raise UsageError(f"case {name}: the module docstring must say what the case pins")
-    if hasattr(module, "check") and not callable(module.check):
-        raise UsageError(f"case {name}: check must be callable as check(variant, model, result)")
-    for table in ("VECTOR_ANCHOR", "CUTE_STATEMENTS", "REFERENCE", "TOLERANCE"):
-        unknown = sorted(set(getattr(module, table, {}) or {}) - set(variants))
-        if unknown:
-            raise UsageError(f"case {name}: {table} names unknown variants {unknown}")
+from maint.case_loader import UsageError, discover, load_case  # noqa: E402,F401  (the runner's case API)
 
 
 # --------------------------------------------------------------------------- running one variant
@@ -303,10 +254,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--base", default="HEAD", metavar="REF", help="git revision --review compares with")
     ap.add_argument("--html", metavar="PATH", help="with --review: also write an HTML report")
     ap.add_argument("--out", metavar="DIR", help="with --review: report directory (default review/)")
+    ap.add_argument("--force", action="store_true",
+                    help="with --review: replace REVIEW.md / --html / pictures even if --review did not write them")
     ap.add_argument("--cute", action="store_true",
                     help="score every golden fragment (load and store) with the CuTe model and the numpy oracle")
     ap.add_argument("--anchor", action="store_true",
-                    help="lower each variant (io-aware unless --model) and compare vector lanes with VECTOR_ANCHOR")
+                    help="lower each variant (both models unless --model) and compare vector lanes with VECTOR_ANCHOR "
+                         "and with the width the io-aware scorer assumed")
     ap.add_argument("--numeric", action="store_true",
                     help="lower every variant, run it on CPU and compare with its numpy reference")
     ap.add_argument("--explain", metavar="CASE[/VARIANT]",
@@ -318,8 +272,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         ap.error("-j needs a positive number of processes")
     if args.record and args.review:
         raise UsageError("--record and --review do not combine: record first, then review")
-    if (args.html or args.out) and not args.review:
-        raise UsageError("--html and --out only apply to --review")
+    if (args.html or args.out or args.force) and not args.review:
+        raise UsageError("--html, --out and --force only apply to --review")
     return args
 
 
@@ -340,7 +294,7 @@ def main(argv: list[str] | None = None, stdout=None) -> int:
         args = parse_args(argv)
         if args.review:
             from maint import review
-            return review.main(ROOT, args.expected_dir, args.base, args.html, args.out, stdout)
+            return review.main(ROOT, args.expected_dir, args.base, args.html, args.out, stdout, force=args.force)
         return _check_or_record(args, stdout)
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -363,7 +317,7 @@ def _check_or_record(args: argparse.Namespace, stdout) -> int:
         return _explain(args.explain, modules, models, stdout)
     if args.anchor:
         from maint.lowered_checks import anchors
-        lines, total, same = anchors(modules, args.case, args.model or "io-aware")
+        lines, total, same = anchors(modules, args.case, [args.model] if args.model else list(COST_MODELS))
         print("\n".join(lines + [f"{same}/{total} vector anchors match"]), file=stdout)
         return 0 if same == total else 1
     if args.numeric:

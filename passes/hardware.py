@@ -34,6 +34,14 @@ def max_vector_load_bits(target=None, global_only: bool = False) -> int:
     return 256 if global_only and sm_version(target) >= 100 else 128
 
 
+def vector_lanes_limit(target, element_bits, global_only: bool = False) -> int:
+    """The most lanes one vector access of a statement may have: the target's widest vector access divided
+    by the widest element the statement moves (global, shared or register side). The io-aware model and the
+    vectorizer both take their cap from here, so the width scored is the width emitted."""
+    widest = max([int(b) for b in element_bits] or [8])
+    return max(1, max_vector_load_bits(target, global_only) // widest)
+
+
 def warp_size(target=None) -> int:
     target = normalize_target(target)
     value = target.attrs.get("thread_warp_size")

@@ -66,7 +66,9 @@ def test_variants_build_fresh_primfuncs_and_tables_name_real_buffers(name):
         func = build()
         assert isinstance(func, tirx.PrimFunc) and build() is not func
         params = {p.name for p in func.params}
-        assert set(getattr(module, "VECTOR_ANCHOR", {}).get(variant, {})) <= params
+        from maint.lowered_checks import anchor_table
+        for model in ("register-count", "io-aware"):
+            assert set(anchor_table(module, variant, model)) <= params
         for frag_name, shape in getattr(module, "CUTE_STATEMENTS", {}).get(variant, {}).items():
             assert frag_name in func.script() and all(isinstance(s, int) for s in shape)
 

@@ -20,14 +20,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tilelayout import Fragment  # noqa: E402
-from tilelayout.annotate import annotate_layouts, parallel_nests, read_layout_annotations  # noqa: E402
+from tilelayout.annotate import annotate_layouts, parallel_nests, read_layout_annotations, read_tile_loops  # noqa: E402
 from tilelayout.layout import placeholder as P  # noqa: E402
 from tilelayout.passes.inference.frontend import CopyOp, FillOp  # noqa: E402
 from tilelayout.passes.inference.layout_inference import infer_layouts  # noqa: E402
-from tilelayout.passes.inference.loop_nest import nest_of  # noqa: E402
-from tilelayout.passes.lowering.loop_partition import LoweringError, buffer_layouts  # noqa: E402
+from tilelayout.passes.lowering.loop_partition import LoweringError  # noqa: E402
 from tilelayout.passes.lowering.lower_tile_ops import (LowerTileOps, _cell_elements, _split_basis, _xor_basis,  # noqa: E402
-                                              lower_tile_ops, tile_loop_decision)
+                                              lower_tile_ops)
 from tilelayout.passes.lowering.pipeline import check_numeric  # noqa: E402
 
 
@@ -178,19 +177,29 @@ def _cases_and_models():
 
 
 @pytest.mark.parametrize("case,model", _cases_and_models())
-def test_tile_loop_decisions_equal_inference(case, model):
-    """Lowering recomputes each copy/fill loop from the annotated layouts exactly as inference chose it."""
+def test_tile_loop_decisions_travel_in_the_ir(case, model):
+    """Every copy/fill loop decision inference made is in the annotated function, and lowering emits exactly it."""
     for variant, build in _case(case).VARIANTS.items():
         res = infer_layouts(build(), cost_model=model)
-        layouts = buffer_layouts(res.func)
+        recorded = read_tile_loops(tvm.script.from_source(res.func.script()))   # survives print -> parse
+        lowered = {key: lay for key, (lay, _, _) in read_layout_annotations(lower_tile_ops(res.func))[1].items()}
         for index, decision in res.op_loops.items():
             op = res.graph.ops[index]
             if not isinstance(op, (CopyOp, FillOp)):
                 continue
-            mine = tile_loop_decision(nest_of(op), res.graph.thread_extent, res.target, "tx", layouts)
-            assert mine.layout.is_equal(decision.layout), (variant, op.describe())
-            assert (mine.predicate, mine.padding_guard, mine.replica_guard) == \
+            text, layout, predicate, padding_guard, replica_guard = recorded[index]
+            assert text == op.describe()
+            assert layout.is_equal(decision.layout), (variant, op.describe())
+            assert (predicate, padding_guard, replica_guard) == \
                 (decision.predicate, decision.padding_guard, decision.replica_guard), (variant, op.describe())
+        assert len(lowered) >= sum(isinstance(res.graph.ops[i], (CopyOp, FillOp)) for i in res.op_loops)
+
+
+def test_lowering_without_recorded_loop_decisions_refuses():
+    res = infer_layouts(_case("elementwise_copy").VARIANTS["fp16_128x128_t128"]())
+    stripped = res.func.without_attr("tilelayout.tile_loops")
+    with pytest.raises(LoweringError, match="no loop decision recorded"):
+        lower_tile_ops(stripped)
 
 
 def test_row_reduction_uses_a_warp_butterfly():
@@ -267,5 +276,5 @@ def test_gemm_fragment_operand_not_held_whole_is_refused():
 
 
 def test_tile_op_on_a_fragment_without_layout_is_refused():
-    with pytest.raises(LoweringError, match="fragment frag: .* no layout annotation"):
+    with pytest.raises(LoweringError, match="copy .*no loop decision recorded.*run layout inference first"):
         lower_tile_ops(_case("elementwise_copy").VARIANTS["fp16_128x128_t128"]())

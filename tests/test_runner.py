@@ -19,7 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from maint import review, run, snapshot  # noqa: E402
+from maint import case_loader, review, run, snapshot  # noqa: E402
 
 
 def frag(thread="_i % 8 * 16 + _j // 8", index="_i // 8 * 8 + _j % 8", rep=1, shape=(128, 128), out=(128,),
@@ -130,7 +130,7 @@ def fake(tmp_path, monkeypatch):
 
     monkeypatch.setattr(tilelayout, "infer_layouts", infer_layouts, raising=False)
     monkeypatch.setattr(run, "available_models", lambda: list(state.models))
-    run._LOADED.clear()
+    case_loader._LOADED.clear()
 
     def invoke(*argv):
         out = io.StringIO()

@@ -65,17 +65,24 @@ def _case(name):
 
 
 def _anchored():
+    from maint.lowered_checks import anchor_table
     out = []
     for name in discover(ROOT / "cases"):
-        for variant, anchor in sorted(getattr(_case(name), "VECTOR_ANCHOR", {}).items()):
-            out.append(pytest.param(name, variant, anchor, id=f"{name}/{variant}"))
+        for variant in sorted(getattr(_case(name), "VECTOR_ANCHOR", {})):
+            for model in ("register-count", "io-aware"):
+                anchor = anchor_table(_case(name), variant, model)
+                if anchor:
+                    out.append(pytest.param(name, variant, model, anchor, id=f"{name}/{variant}/{model}"))
     return out
 
 
-@pytest.mark.parametrize("name,variant,anchor", _anchored())
-def test_device_code_lanes_match_the_vector_anchor(name, variant, anchor):
-    lanes = lowered_lanes(_case(name).VARIANTS[variant](), cost_model="io-aware")
+@pytest.mark.parametrize("name,variant,model,anchor", _anchored())
+def test_device_code_lanes_match_the_vector_anchor_and_the_scored_width(name, variant, model, anchor):
+    from maint.lowered_checks import scored_lanes
+    lanes = lowered_lanes(_case(name).VARIANTS[variant](), cost_model=model)
     assert {k: lanes.get(k) for k in anchor} == anchor
+    scored = scored_lanes(_case(name).VARIANTS[variant](), model)
+    assert {k: scored[k] for k in anchor if k in scored} == {k: lanes[k] for k in anchor if k in scored}
 
 
 @pytest.mark.parametrize("name,variant,width", [("elementwise_copy", "fp16_128x128_t128", 8),

@@ -53,6 +53,16 @@ def _chain(m, n, threads):
     return main
 
 
+def _widening_copy(m, n, src, threads):
+    @T.prim_func
+    def main(A: T.Tensor((m, n), src), B: T.Tensor((m, n), T.float32)):
+        with T.Kernel(1, threads=threads):
+            acc = T.alloc_fragment((m, n), T.float32)
+            T.copy(A, acc)
+            T.copy(acc, B)
+    return main
+
+
 def _softmaxish(m, n, threads):
     @T.prim_func
     def main(A: T.Tensor((m, n), T.float32), B: T.Tensor((m, n), T.float32)):
@@ -236,6 +246,8 @@ KERNELS = {
     "transposed_store/fp16_64x256_t128": lambda: _transposed(64, 256, T.float16, 128),
     "mixed_dtype_chain/128x128_t128": lambda: _chain(128, 128, 128),
     "mixed_dtype_chain/64x512_t256": lambda: _chain(64, 512, 256),
+    "mixed_dtype_copy/fp16_to_fp32_128x128_t128": lambda: _widening_copy(128, 128, T.float16, 128),
+    "mixed_dtype_copy/bf16_to_fp32_64x256_t256": lambda: _widening_copy(64, 256, T.bfloat16, 256),
     "reduce_broadcast/64x128_t128": lambda: _softmaxish(64, 128, 128),
     "reduce_broadcast/128x256_t256": lambda: _softmaxish(128, 256, 256),
     "offset_region_copy/fp16_tile64x64_t128": lambda: _tiled(256, 256, 64, 64, T.float16, 128),

@@ -4,20 +4,24 @@ from __future__ import annotations
 import tvm_ffi
 from tvm import tirx
 
-from tilelayout.annotate import annotate_layouts, annotate_loop, read_layout_annotations
+from tilelayout.annotate import TILE_LOOPS_ATTR, annotate_layouts, annotate_loop, encode_tile_loop, read_layout_annotations
 
 __all__ = ["annotate_result", "get_layouts"]
 
 
 def annotate_result(func, result):
-    """``func`` with a layout map for every inferred buffer and, on the outermost loop of every parallel
-    nest, its loop layout, predicate and padding-guard flag."""
-    roots = {}
-    for index, decision in result.op_loops.items():
+    """``func`` with a layout map for every inferred buffer; on the outermost loop of every parallel nest its
+    loop layout, predicate and guard flags; and, for tile ops (which have no loop yet), the same decision in
+    the function attribute ``TILE_LOOPS_ATTR``, so lowering reads every loop decision instead of making it."""
+    roots, tile_loops = {}, {}
+    for index, decision in sorted(result.op_loops.items()):
         op = result.graph.ops[index]
         root = getattr(op, "root", None)
         if root is not None:
             roots[index] = (root, decision)
+        else:
+            tile_loops[str(index)] = encode_tile_loop(op.describe(), decision.layout, decision.predicate,
+                                                      decision.padding_guard, decision.replica_guard)
 
     def on_for(loop, mutator):
         new = mutator.default_mutate(loop)
@@ -28,7 +32,8 @@ def annotate_result(func, result):
         return new
 
     body = tvm_ffi.structural_mutate(func.body, (tirx.For, on_for)) if roots else func.body
-    return annotate_layouts(func.with_body(body), dict(result.buffers))
+    out = annotate_layouts(func.with_body(body), dict(result.buffers))
+    return out.with_attr(TILE_LOOPS_ATTR, tile_loops) if tile_loops else out
 
 
 def get_layouts(func):

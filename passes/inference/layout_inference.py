@@ -187,16 +187,12 @@ class _State:
 
 
 def _merge_swizzles(a, b, buf):
+    """The finer of two bank swizzles of one shared buffer, or None when they are not two swizzles of it
+    (the caller then reports the two demands as a conflict)."""
+    from tilelayout.swizzle import merge_swizzle_layouts
     try:
-        from tilelayout import swizzle
-    except ImportError:
-        return None
-    merge = getattr(swizzle, "merge_swizzle_layouts", None)
-    if merge is None:
-        return None
-    try:
-        return merge(a, b, buf.dtype)
-    except Exception:
+        return merge_swizzle_layouts(a, b, buf.dtype)
+    except LayoutError:
         return None
 
 
@@ -417,6 +413,8 @@ def infer_layouts(func, target=None, cost_model=None) -> InferenceResult:
                              engine.graph, op_loops)
     from .annotations import annotate_result
     result.func = annotate_result(func, result)
+    from .resources import warn_resources
+    warn_resources(result)
     return result
 
 

@@ -57,11 +57,11 @@ def plan_vector_width(loop_vars: Sequence, extents: Sequence[int], accesses: Seq
         return 1
     limit = math.gcd(max_bits, inner_ext)
     bounds = {v: e for v, e in zip(loop_vars, extents) if isinstance(e, int)}
-    memory_width, local_width = None, limit
+    # the widest element of the statement caps every access's lanes (the rule the io-aware model uses too)
+    lanes = max(1, max_bits // max(buf.bits for buf, _, _ in accesses)) if accesses else limit
+    memory_width, local_width = None, math.gcd(limit, lanes)
     for buf, indices, is_write in accesses:
-        lanes = max(1, max_bits // buf.bits)
         if buf.is_fragment or buf.is_local:
-            local_width = math.gcd(local_width, lanes)
             continue
         offset = linear_offset(indices, buf.shape)
         if not _uses(offset, inner):

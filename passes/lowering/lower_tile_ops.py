@@ -1,8 +1,8 @@
 """Lower tile ops into per-thread code, using the layouts layout inference wrote into the IR.
 
 - ``copy`` / ``fill`` / elementwise ops become ``T.parallel`` nests over the destination region, annotated with
-  the loop layout inference would give them (same rules: ``op_rules`` candidates and choice, evaluated on
-  the annotated buffer layouts), so partition treats them like user loops.
+  the loop layout inference recorded for them (function attribute ``tilelayout.tile_loops``), so partition
+  treats them like user loops; no loop decision is made here.
 - ``sum`` / ``max`` / ``min`` with a fragment source: every thread folds the source cells it owns into a
   per-thread accumulator indexed like the destination, then the holders of each destination element
   combine their partials -- warp shuffles (xor butterfly) when the holders of every element form one
@@ -15,15 +15,13 @@ Fragment accesses stay logical (``frag[i, j]``); partition turns them into local
 """
 from __future__ import annotations
 
-from tilelayout.expr import row_major_offset as _flat
-
 import numpy as np
 import tvm
 from tvm import tirx
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
-from tilelayout.annotate import annotate_loop
-from tilelayout.errors import LayoutError
+from tilelayout.annotate import TILE_LOOPS_ATTR, annotate_loop, read_tile_loops
+from tilelayout.expr import row_major_offset as _flat
 from tilelayout.fragment import Fragment
 from tilelayout.layout import substitute
 
@@ -34,7 +32,7 @@ from ..inference.loop_nest import nest_of
 from ..ir_utils import int_value, make_analyzer, mutate, thread_launch
 from .loop_partition import LoweringError, buffer_layouts, check_thread_fit, per_thread_cells
 
-__all__ = ["LowerTileOps", "lower_tile_ops", "tile_loop_decision", "elementwise_value", "reduce_identity",
+__all__ = ["LowerTileOps", "lower_tile_ops", "elementwise_value", "reduce_identity",
            "reduce_combine", "SHARED_LIMIT_BYTES"]
 
 #: shared memory a reduction workspace may take (the static per-block limit of every CUDA GPU)
@@ -52,56 +50,6 @@ def LowerTileOps(target=None):
         return lower_tile_ops(func, func_target)
 
     return _pass
-
-
-class _Fixed:
-    """The read-only view of final layouts that the inference rules expect of their state."""
-
-    def __init__(self, threads: int, target, thread_name: str, layouts: dict):
-        self.threads, self.target, self.thread_name = threads, target, thread_name
-        self.layouts = dict(layouts)
-
-    def layout(self, buf):
-        return self.layouts.get(buf.name)
-
-    def loop(self, nest):
-        return None
-
-    def set_loop(self, nest, decision) -> None:
-        pass
-
-    def pinned_loop(self, nest):
-        return None
-
-    def setter(self, buf) -> str:
-        return "its layout annotation"
-
-    def note(self, text: str) -> None:
-        pass
-
-    def memo(self, key: tuple, compute):
-        return compute()
-
-    def propose(self, buf, layout, op, level) -> None:
-        old = self.layouts.get(buf.name)
-        if old is None or not old.is_equal(layout):
-            raise LoweringError(f"buffer {buf.name}: lowering {op.describe() if op else 'an op'} would need layout "
-                                f"{layout!r}, but the annotated layout is {old!r}; run layout inference first")
-
-
-def tile_loop_decision(nest, threads: int, target, thread_name: str, layouts: dict) -> op_rules.LoopDecision:
-    """The loop layout of a copy/fill/elementwise nest, chosen by inference's own rules on the final layouts."""
-    state = _Fixed(threads, target, thread_name, layouts)
-    for a in nest.fragment_accesses():
-        if state.layout(a.buffer) is None:
-            raise LoweringError(f"fragment {a.buffer.name}: {nest.describe()} touches it but it has no layout "
-                                f"annotation; run layout inference first")
-    try:
-        return op_rules.decide_loop(nest, state)
-    except LoweringError:
-        raise
-    except LayoutError as err:  # the rules raise typed layout errors; name the op
-        raise LoweringError(f"{nest.describe()}: the annotated layouts admit no valid loop layout: {err}") from None
 
 
 def element_loop(op, node, nest, kind):
@@ -129,7 +77,7 @@ def lower_tile_ops(func, target=None):
     graph = build_op_graph(func)
     tx, threads = thread_launch(func)
     layouts = buffer_layouts(func)
-    lowering = _Lowering(graph, tx, threads, target, layouts)
+    lowering = _Lowering(graph, tx, threads, target, layouts, read_tile_loops(func))
     ops = [op for op in graph.ops if isinstance(op, (CopyOp, FillOp, ElementwiseOp, ReduceOp, GemmOp))]
 
     def on_tile(node, mutator):
@@ -142,9 +90,9 @@ def lower_tile_ops(func, target=None):
 
 
 class _Lowering:
-    def __init__(self, graph, tx, threads: int, target, layouts: dict):
+    def __init__(self, graph, tx, threads: int, target, layouts: dict, tile_loops: dict):
         self.graph, self.tx, self.threads, self.target = graph, tx, threads, target
-        self.layouts = layouts
+        self.layouts, self.tile_loops = layouts, tile_loops
         self.thread_name = tx.name if tx is not None else "threadIdx.x"
         self.counter: dict = {}
 
@@ -168,10 +116,14 @@ class _Lowering:
 
     # ------------------------------------------------------------------ copy / fill / elementwise
     def loop_op(self, op, node):
-        nest = nest_of(op)
-        decision = tile_loop_decision(nest, self.threads, self.target, self.thread_name, self.layouts)
-        body = element_loop(op, node, nest, tirx.ForKind.PARALLEL)
-        return annotate_loop(body, decision.layout, decision.predicate, decision.padding_guard, decision.replica_guard)
+        """The element loop of a copy/fill/elementwise op, carrying the loop decision inference recorded."""
+        entry = self.tile_loops.get(op.index)
+        if entry is None or entry[0] != op.describe():
+            raise LoweringError(f"{op.describe()}: no loop decision recorded for this tile op (attribute "
+                                f"{TILE_LOOPS_ATTR!r}); run layout inference first")
+        _, layout, predicate, padding_guard, replica_guard = entry
+        body = element_loop(op, node, nest_of(op), tirx.ForKind.PARALLEL)
+        return annotate_loop(body, layout, predicate, padding_guard, replica_guard)
 
     # ------------------------------------------------------------------ reductions
     def reduce(self, op: ReduceOp):

@@ -1,6 +1,8 @@
 """tilelayout: automatic layouts for register fragments and shared tiles of TVM TIRx kernels."""
+__version__ = "0.1.0"
+
 from .errors import (EvaluationError, InferenceError, LayoutConflictError, LayoutError, LoweringError,
-                     TileLayoutError)
+                     TileLayoutError, TileLayoutResourceWarning)
 from .evaluate import evaluate, evaluate_grid
 from .fragment import Fragment, fully_replicated
 from .layout import Layout
@@ -17,6 +19,7 @@ from .gemm_layouts import (compute_warp_partition, make_gemm_fragment_8x4, make_
 from .tile_layout_interop import from_tile_layout, to_tile_layout
 from .annotate import annotate_layouts, get_pinned_layouts, read_layout_annotations
 from . import cute, tla  # noqa: E402
+from .plot import PlotError, plot_layout
 from . import passes  # noqa: E402  (passes build on the core objects above)
 from .passes import (AttemptCost, InferenceResult, available_cost_models, build_cpu, cuda_source, infer_layouts,
                      layout_config, lower, register_cost_model)
@@ -31,7 +34,7 @@ def get_layouts(func):
 __all__ = [
     "Layout", "Fragment", "fully_replicated", "layout_from_dict", "evaluate", "evaluate_grid",
     "lower", "cuda_source", "build_cpu", "LoweringError",
-    "TileLayoutError", "LayoutError", "EvaluationError", "LayoutConflictError", "InferenceError",
+    "TileLayoutError", "TileLayoutResourceWarning", "LayoutError", "EvaluationError", "LayoutConflictError", "InferenceError",
     "SwizzleMode", "choose_swizzle_mode", "detect_swizzle_mode", "make_bank_swizzled_layout",
     "make_full_bank_swizzled_layout", "make_half_bank_swizzled_layout", "make_linear_layout",
     "make_quarter_bank_swizzled_layout", "make_swizzled_layout", "make_tcgen05mma_swizzled_layout",
@@ -41,5 +44,5 @@ __all__ = [
     "make_wgmma_accumulator_fragment", "make_volta_swizzled_layout",
     "from_tile_layout", "to_tile_layout", "annotate_layouts", "get_pinned_layouts", "read_layout_annotations",
     "cute", "tla", "passes", "infer_layouts", "get_layouts", "InferenceResult", "AttemptCost", "layout_config",
-    "register_cost_model", "available_cost_models",
+    "register_cost_model", "available_cost_models", "plot_layout", "PlotError",
 ]

@@ -32,7 +32,8 @@ from .serialize import layout_from_dict
 from .tile_layout_interop import from_tile_layout, is_default_tile_layout
 
 __all__ = [
-    "LAYOUTS_ATTR", "LOOP_LAYOUT_KEY", "LOOP_PREDICATE_KEY", "PADDING_GUARD_KEY",
+    "LAYOUTS_ATTR", "LOOP_LAYOUT_KEY", "LOOP_PREDICATE_KEY", "PADDING_GUARD_KEY", "TILE_LOOPS_ATTR",
+    "encode_tile_loop", "read_tile_loops",
     "encode_layout", "decode_layout", "annotate_layouts", "annotate_loop", "annotate_loops",
     "read_layout_annotations",
     "get_pinned_layouts", "loop_nest", "loop_key", "parallel_nests", "function_buffers",
@@ -43,6 +44,10 @@ LOOP_LAYOUT_KEY = "tilelayout.loop_layout"
 LOOP_PREDICATE_KEY = "tilelayout.loop_predicate"
 PADDING_GUARD_KEY = "tilelayout.padding_guard"
 REPLICA_GUARD_KEY = "tilelayout.replica_guard"
+#: function attribute: {tile op number: its element loop's layout and guards}. Copy/fill/elementwise tile ops
+#: have no loop in the IR until lowering creates one, so their loop decisions travel here (numbered by the
+#: op's position in the front end's op graph, with the op's description to catch a stale annotation)
+TILE_LOOPS_ATTR = "tilelayout.tile_loops"
 
 
 # --------------------------------------------------------------------------- value encoding
@@ -323,6 +328,42 @@ def read_layout_annotations(func) -> tuple[dict, dict]:
         guard = _plain(ann[PADDING_GUARD_KEY]) if PADDING_GUARD_KEY in ann else False
         loops[key] = (layout, None if pred is None else str(_plain(pred)), bool(guard))
     return buffers, loops
+
+
+def encode_tile_loop(op_text: str, layout: Layout, predicate=None, padding_guard: bool = False,
+                     replica_guard: bool = False) -> dict:
+    """The annotation form of a tile op's element-loop decision (see ``TILE_LOOPS_ATTR``)."""
+    entry = {"op": str(op_text), "layout": encode_layout(layout)}
+    if predicate is not None:
+        entry["predicate"] = str(predicate)
+    if padding_guard:
+        entry["padding_guard"] = True
+    if replica_guard:
+        entry["replica_guard"] = True
+    return entry
+
+
+def read_tile_loops(func) -> dict:
+    """{op number: (op text, layout, predicate str | None, padding_guard, replica_guard)} from ``func``."""
+    attrs = func.attrs
+    if attrs is None or TILE_LOOPS_ATTR not in attrs:
+        return {}
+    raw = _plain(attrs[TILE_LOOPS_ATTR])
+    if not isinstance(raw, dict):
+        raise LayoutError(f"attribute {TILE_LOOPS_ATTR!r} of {func_name(func)} must map op numbers to loop "
+                          f"decisions, got {raw!r}")
+    out = {}
+    for key in sorted(raw, key=lambda k: int(k) if str(k).isdigit() else -1):
+        entry = raw[key]
+        if not str(key).isdigit() or not isinstance(entry, dict) or "layout" not in entry or "op" not in entry:
+            raise LayoutError(f"attribute {TILE_LOOPS_ATTR!r} of {func_name(func)}: malformed entry {key!r}: {entry!r}")
+        try:
+            layout = decode_layout(entry["layout"])
+        except LayoutError as err:
+            raise LayoutError(f"tile op {key} ({entry['op']}) in {func_name(func)}: {err}") from None
+        out[int(key)] = (str(entry["op"]), layout, entry.get("predicate"), bool(entry.get("padding_guard", False)),
+                         bool(entry.get("replica_guard", False)))
+    return out
 
 
 def get_pinned_layouts(func) -> dict:

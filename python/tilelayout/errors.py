@@ -23,3 +23,9 @@ class InferenceError(LayoutError):
 
 class LoweringError(LayoutError):
     """A layout or op cannot be lowered correctly; the message names the buffer / loop / op and why."""
+
+
+class TileLayoutResourceWarning(UserWarning):
+    """A kernel's inferred layouts exceed (or come close to) a hardware resource: registers per thread,
+    shared memory per block, threads per block, or an unusually large per-thread fragment. The kernel is
+    still correct; it may spill, fail to launch or fail to compile on the target."""

@@ -17,11 +17,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tilelayout.errors import EvaluationError
+
 from tilelayout.evaluate import evaluate, grid_env
 
 from ..fragment_rules import dynamic_slot_accesses
 from ..ops import CopyOp, ParallelOp
-from ...hardware import max_vector_load_bits, warp_size
+from ...hardware import max_vector_load_bits, vector_lanes_limit, warp_size
 from ..loop_nest import nest_of
 from .base import AttemptCost, ScoringContext, count_register_slots
 from .statement_score import SEGMENT_BYTES, GlobalAccess, Unconvertible, score_cute
@@ -43,6 +45,7 @@ class Statement:
     unscorable: str | None = None
     spill_accesses: list = field(default_factory=list)  # (buffer name, elem_bytes) spilled fragment accesses
     global_count: int = 1                                # every global access, scorable or not (worst case)
+    element_bits: tuple = ()                             # bits of every element the statement moves (lane cap)
 
 
 @dataclass(frozen=True)
@@ -71,7 +74,7 @@ def _affine_address(access, nest, graph) -> tuple | None:
         flat = np.zeros(shape, dtype=np.int64)
         for idx, ext in zip(access.indices, buf.shape):
             flat = flat * ext + np.broadcast_to(evaluate(idx, env), shape)
-    except Exception:
+    except EvaluationError:  # an index the model cannot enumerate (a data-dependent load, a free variable)
         return None
     origin = (0,) * len(shape)
     base = int(flat[origin])
@@ -140,7 +143,8 @@ def op_statement(op, nest, layouts: dict, loops: dict, graph) -> Statement | Non
             return None
         unscorable = None
     st = Statement(op.index, op.describe(), frag, repeat=op.serial_repeat,
-                   global_only=not nest.touches_shared, worst_elements=nest.size, global_count=len(globals_))
+                   global_only=not nest.touches_shared, worst_elements=nest.size, global_count=len(globals_),
+                   element_bits=tuple(sorted({a.buffer.bits for a in nest.accesses})))
     if st.repeat is None:
         unscorable = "symbolic serial repeat"
     for a in globals_:
@@ -192,7 +196,8 @@ def score_statement(st: Statement, target) -> StatementCost:
         return StatementCost(st.description, spill, (), f"spill {spill}")
     if st.unscorable is not None:
         return StatementCost(st.description, worst_case_bytes(st) + spill, (), f"worst case: {st.unscorable}")
-    scores = score_cute(st.frag, st.accesses, st.repeat or 1, max_vector_load_bits(target, st.global_only), warp)
+    scores = score_cute(st.frag, st.accesses, st.repeat or 1, max_vector_load_bits(target, st.global_only), warp,
+                        max_lanes=vector_lanes_limit(target, st.element_bits, st.global_only) if st.element_bits else None)
     if isinstance(scores, Unconvertible):
         return StatementCost(st.description, worst_case_bytes(st) + spill, (), f"worst case: {scores.reason}")
     note = f"spill {spill}" if spill else ""

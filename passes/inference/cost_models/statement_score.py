@@ -111,11 +111,14 @@ def prepare_cute(frag, accesses) -> CuteStatement | Unconvertible:
     return out
 
 
-def vector_width(slots: int, modes: list, accesses, vector_bits: int) -> int:
-    """Widest power of two <= min(slots, lane bytes / element bytes) that every access keeps contiguous
-    (innermost slot mode stride 1) and aligned (every other stride and the base divisible)."""
+def vector_width(slots: int, modes: list, accesses, vector_bits: int, max_lanes: int | None = None) -> int:
+    """Widest power of two <= min(slots, lane bytes / element bytes, ``max_lanes``) that every access keeps
+    contiguous (innermost slot mode stride 1) and aligned (every other stride and the base divisible).
+    ``max_lanes`` is the statement's cap from ``hardware.vector_lanes_limit`` (its widest element, register
+    side included), so the width scored is the width the vectorizer emits."""
     lane_bytes = vector_bits // 8
-    limit = min([slots] + [max(1, lane_bytes // a.elem_bytes) for a in accesses])
+    limit = min([slots] + [max(1, lane_bytes // a.elem_bytes) for a in accesses] +
+                ([max_lanes] if max_lanes is not None else []))
     for cand in (32, 16, 8, 4, 2):
         if cand > limit or slots % cand:
             continue
@@ -133,14 +136,14 @@ def vector_width(slots: int, modes: list, accesses, vector_bits: int) -> int:
 
 
 def score_cute(frag, accesses, repeat: int = 1, vector_bits: int = 128, warp_size: int = 32,
-               segment_bytes: int = SEGMENT_BYTES):
+               segment_bytes: int = SEGMENT_BYTES, max_lanes: int | None = None):
     """[StatementScore per access] or Unconvertible(reason)."""
     from tilelayout.cute.algebra import values
     prep = prepare_cute(frag, accesses)
     if isinstance(prep, Unconvertible):
         return prep
     T, S = prep.threads, prep.slots
-    V = vector_width(S, prep.addresses, accesses, vector_bits)
+    V = vector_width(S, prep.addresses, accesses, vector_bits, max_lanes)
     steps = S // V
     cells = (np.arange(T, dtype=np.int64)[:, None] * S + np.arange(steps, dtype=np.int64)[None, :] * V)
     replica = values(prep.inverse, cells.reshape(-1)).reshape(T, steps) % prep.replicate

@@ -1,0 +1,62 @@
+"""Finding and importing golden cases (``cases/<name>.py``) and checking the case contract.
+
+Shared by the runner and the tools beside it (lanes, gpu_check), so none of them imports the runner.
+"""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+__all__ = ["UsageError", "discover", "load_case"]
+
+
+class UsageError(Exception):
+    """Bad arguments or a broken case module: exit status 2."""
+
+
+def discover(cases_dir: Path) -> list[str]:
+    """Case names: the ``*.py`` files of ``cases_dir`` not starting with ``_``, sorted."""
+    if not cases_dir.is_dir():
+        raise UsageError(f"no case directory {cases_dir}")
+    return sorted(p.stem for p in cases_dir.glob("*.py") if not p.name.startswith("_"))
+
+
+_LOADED: dict[tuple[str, str], ModuleType] = {}
+
+
+def load_case(cases_dir: Path, name: str) -> ModuleType:
+    """Import ``cases_dir/name.py`` (once per process) and check it honours the case contract."""
+    key = (str(cases_dir), name)
+    if key in _LOADED:
+        return _LOADED[key]
+    if str(cases_dir.parent) not in sys.path:
+        sys.path.insert(0, str(cases_dir.parent))   # so cases can import their package's helpers
+    path = cases_dir / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"_golden_case_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as err:
+        raise UsageError(f"case {name}: cannot import {path}: {type(err).__name__}: {err}") from None
+    _validate(name, module)
+    _LOADED[key] = module
+    return module
+
+
+def _validate(name: str, module: ModuleType) -> None:
+    variants = getattr(module, "VARIANTS", None)
+    if not isinstance(variants, dict) or not variants:
+        raise UsageError(f"case {name}: VARIANTS must be a non-empty dict of name -> zero-argument callable")
+    bad = [v for v, fn in variants.items() if not isinstance(v, str) or "/" in v or not callable(fn)]
+    if bad:
+        raise UsageError(f"case {name}: VARIANTS entries {bad} need a name without '/' and a callable")
+    if not (module.__doc__ or "").strip():
+        raise UsageError(f"case {name}: the module docstring must say what the case pins")
+    if hasattr(module, "check") and not callable(module.check):
+        raise UsageError(f"case {name}: check must be callable as check(variant, model, result)")
+    for table in ("VECTOR_ANCHOR", "CUTE_STATEMENTS", "REFERENCE", "TOLERANCE"):
+        unknown = sorted(set(getattr(module, table, {}) or {}) - set(variants))
+        if unknown:
+            raise UsageError(f"case {name}: {table} names unknown variants {unknown}")

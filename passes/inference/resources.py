@@ -1,0 +1,178 @@
+"""Resource totals of an inference result, and warnings when they exceed what the target offers.
+
+The inferred layouts decide how many registers each thread holds and how much shared memory a block
+allocates, so inference is where a kernel author first learns that a kernel will spill, fail to compile
+or fail to launch. The totals are estimates from the layouts alone (every fragment counted as live for
+the whole kernel, temporaries of lowering not counted); they are printed by ``tilelayout show`` and
+warned about with ``TileLayoutResourceWarning``, never raised: the layouts are still correct.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+
+from tilelayout.errors import TileLayoutResourceWarning
+from tilelayout.fragment import Fragment
+
+from ..hardware import normalize_target, sm_version
+
+__all__ = ["ResourceUsage", "resource_usage", "resource_warnings", "warn_resources", "shared_memory_limit",
+           "MAX_REGISTERS_PER_THREAD", "MAX_STATIC_SHARED_BYTES", "LARGE_FRAGMENT_REGISTERS"]
+
+#: the most 32-bit registers one CUDA thread can address (every architecture since sm_35)
+MAX_REGISTERS_PER_THREAD = 255
+#: statically declared ``__shared__`` arrays (scope "shared") are limited to 48 KiB per block; more needs
+#: dynamic shared memory (scope "shared.dyn") and the opt-in limit below
+MAX_STATIC_SHARED_BYTES = 48 * 1024
+#: one fragment needing more than half the register budget on its own is unusual enough to name: it is
+#: usually a fragment replicated to every thread, or a tile too large for the thread count
+LARGE_FRAGMENT_REGISTERS = 128
+
+# opt-in shared memory per block (bytes) by compute capability, from NVIDIA's CUDA programming guide
+# (table "Technical Specifications per Compute Capability"); capabilities not listed use the nearest lower one
+_SHARED_OPT_IN = ((90, 227 * 1024), (89, 99 * 1024), (87, 163 * 1024), (86, 99 * 1024), (80, 163 * 1024),
+                  (75, 64 * 1024), (70, 96 * 1024), (0, 48 * 1024))
+_SHARED_OVERRIDES = {120: 99 * 1024, 121: 99 * 1024}
+
+
+def shared_memory_limit(target=None) -> int:
+    """Bytes of shared memory one block may use on ``target`` (the opt-in maximum for dynamic shared memory)."""
+    target = normalize_target(target)
+    sm = sm_version(target)
+    if sm in _SHARED_OVERRIDES:
+        return _SHARED_OVERRIDES[sm]
+    for floor, limit in _SHARED_OPT_IN:
+        if sm >= floor:
+            return limit
+    return 48 * 1024
+
+
+def _thread_limit(target) -> int:
+    value = target.attrs.get("max_num_threads")
+    return int(value) if value is not None else 1024
+
+
+@dataclass
+class ResourceUsage:
+    """Per-thread registers, per-block shared memory and threads implied by one inference result."""
+
+    threads: int
+    thread_limit: int
+    registers: int                                        # 32-bit registers per thread, all fragments
+    fragment_registers: dict = field(default_factory=dict)   # fragment name -> 32-bit registers per thread
+    fragment_slots: dict = field(default_factory=dict)       # fragment name -> elements per thread
+    shared_bytes: int = 0                                 # all shared buffers of the block
+    static_shared_bytes: int = 0                          # those in scope "shared" (static arrays)
+    shared_buffers: dict = field(default_factory=dict)    # shared buffer name -> bytes
+    shared_limit: int = 0
+
+    def lines(self) -> list[str]:
+        """Human-readable totals, as ``tilelayout show`` prints them."""
+        regs = ", ".join(f"{n} {r}" for n, r in self.fragment_registers.items()) or "no fragments"
+        shared = ", ".join(f"{n} {b} B" for n, b in self.shared_buffers.items()) or "no shared buffers"
+        return [f"threads per block: {self.threads} (limit {self.thread_limit})",
+                f"fragment registers per thread: {self.registers} x 32-bit (limit {MAX_REGISTERS_PER_THREAD}; "
+                f"{regs})",
+                f"shared memory per block: {self.shared_bytes} B (limit {self.shared_limit} B; {shared})"]
+
+    def to_dict(self) -> dict:
+        """JSON-ready form (``tilelayout show --json``)."""
+        return {"threads": self.threads, "thread_limit": self.thread_limit, "registers": self.registers,
+                "register_limit": MAX_REGISTERS_PER_THREAD, "fragment_registers": dict(self.fragment_registers),
+                "fragment_slots": dict(self.fragment_slots), "shared_bytes": self.shared_bytes,
+                "static_shared_bytes": self.static_shared_bytes, "shared_buffers": dict(self.shared_buffers),
+                "shared_limit": self.shared_limit}
+
+
+def _product(values) -> int | None:
+    out = 1
+    for v in values:
+        try:
+            out *= int(v)
+        except (TypeError, ValueError):
+            return None
+    return out
+
+
+def resource_usage(result) -> ResourceUsage:
+    """Totals of ``result`` (an ``InferenceResult`` with its op graph); symbolic sizes are left out."""
+    target = normalize_target(result.target)
+    graph = result.graph
+    usage = ResourceUsage(threads=int(graph.thread_extent) if graph is not None else 0,
+                          thread_limit=_thread_limit(target), registers=0, shared_limit=shared_memory_limit(target))
+    infos = {b.name: b for b in graph.buffers} if graph is not None else {}
+    for name, layout in result.buffers.items():
+        info = infos.get(name)
+        if isinstance(layout, Fragment):
+            slots = _product(layout.output_shape)
+            if slots is None:
+                continue
+            bits = info.bits if info is not None else 32
+            usage.fragment_slots[name] = slots
+            usage.fragment_registers[name] = math.ceil(slots * bits / 32)
+    for info in (graph.buffers if graph is not None else []):
+        if not info.is_shared:
+            continue
+        layout = result.buffers.get(info.name)
+        sizes = [_product(info.shape)]
+        if layout is not None:
+            sizes.append(_product(layout.output_shape))
+        if any(s is None for s in sizes):
+            continue
+        nbytes = max(sizes) * info.bits // 8
+        usage.shared_buffers[info.name] = nbytes
+        if not info.scope.endswith(".dyn"):
+            usage.static_shared_bytes += nbytes
+    usage.registers = sum(usage.fragment_registers.values())
+    usage.shared_bytes = sum(usage.shared_buffers.values())
+    return usage
+
+
+def _largest(table: dict, k: int = 3) -> str:
+    top = sorted(table.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
+    return ", ".join(f"{n} ({v})" for n, v in top)
+
+
+def resource_warnings(result) -> list[str]:
+    """Messages for every limit ``result`` exceeds, each naming the buffers responsible (program order)."""
+    usage = resource_usage(result)
+    func = result.graph.func_name if result.graph is not None else "kernel"
+    out = []
+    if usage.threads > usage.thread_limit:
+        out.append(f"{func}: {usage.threads} threads per block exceed the target's limit of {usage.thread_limit}; "
+                   f"the kernel cannot launch")
+    if usage.registers > MAX_REGISTERS_PER_THREAD:
+        out.append(f"{func}: fragments need {usage.registers} 32-bit registers per thread (largest: "
+                   f"{_largest(usage.fragment_registers)}), over the {MAX_REGISTERS_PER_THREAD} a thread can "
+                   f"address; the compiler will spill to local memory (use more threads or smaller tiles)")
+    for name, regs in usage.fragment_registers.items():
+        if regs > LARGE_FRAGMENT_REGISTERS:
+            out.append(f"fragment {name}: {usage.fragment_slots[name]} elements ({regs} 32-bit registers) per "
+                       f"thread, more than {LARGE_FRAGMENT_REGISTERS}; check that it is not replicated to every "
+                       f"thread by accident")
+    if usage.shared_bytes > usage.shared_limit:
+        out.append(f"{func}: shared buffers take {usage.shared_bytes} bytes per block (largest: "
+                   f"{_largest(usage.shared_buffers)}), over the target's {usage.shared_limit}-byte limit")
+    elif usage.static_shared_bytes > MAX_STATIC_SHARED_BYTES:
+        static = {n: b for n, b in usage.shared_buffers.items() if not _is_dynamic(result, n)}
+        out.append(f"{func}: static shared buffers (scope \"shared\") take {usage.static_shared_bytes} bytes, over "
+                   f"CUDA's {MAX_STATIC_SHARED_BYTES}-byte limit for static arrays (largest: {_largest(static)}); "
+                   f"use scope \"shared.dyn\"")
+    return out
+
+
+def _is_dynamic(result, name: str) -> bool:
+    try:
+        return result.graph.buffer(name).scope.endswith(".dyn")
+    except KeyError:
+        return False
+
+
+def warn_resources(result, stacklevel: int = 3) -> list[str]:
+    """Emit each of ``resource_warnings(result)`` as a ``TileLayoutResourceWarning``; return the messages."""
+    messages = resource_warnings(result)
+    for text in messages:
+        warnings.warn(text, TileLayoutResourceWarning, stacklevel=stacklevel)
+    return messages
+

@@ -1,0 +1,219 @@
+"""Readable accounts of an inference result: every layout, the free-level attempts, io bandwidth, resources.
+
+Shared by the ``tilelayout`` command (``show``, ``explain``) and the golden runner (``--show``,
+``--explain``), so both say the same thing in the same words. Every function returns plain lines or
+JSON-ready dicts; nothing here prints.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["TIE_BREAK", "AttemptGroup", "attempt_groups", "describe_layout", "explain_lines", "explain_dict",
+           "bandwidth_rows", "bandwidth_lines", "show_lines", "show_dict", "target_label"]
+
+#: how the free level picks among successful attempts (the rule ``layout_inference`` implements)
+TIE_BREAK = ("the cheapest attempt wins: lowest mem first, then lowest regs; on a tie the earliest root in "
+             "program order wins")
+
+
+def describe_layout(layout) -> str:
+    """One line per layout (a ``Layout``/``Fragment`` or its ``to_dict`` form), as ``show`` prints it."""
+    d = layout if isinstance(layout, dict) else layout.to_dict()
+    head = f"{d['kind']} {d['input_shape']} -> {d.get('output_shape')}"
+    index = ", ".join(d["forward_index"])
+    if d["kind"] != "Fragment":
+        return f"{head} | index: {index}"
+    return (f"{head} | threads={d.get('threads')} rep={d.get('replicate')} range={d.get('thread_range')} "
+            f"| thread: {d.get('forward_thread')} | index: {index}")
+
+
+# --------------------------------------------------------------------------- free-level attempts
+
+@dataclass
+class AttemptGroup:
+    """Attempts of one component with the same outcome (same layouts and cost, or the same failure)."""
+
+    component: int
+    roots: list                      # root descriptions, in the order they were tried
+    mem: int | None
+    regs: int | None
+    chosen: bool
+    error: str | None
+    layouts: dict = field(default_factory=dict)
+    loops: dict = field(default_factory=dict)
+    details: tuple = ()
+
+    @property
+    def count(self) -> int:
+        return len(self.roots)
+
+    def to_dict(self) -> dict:
+        """JSON-ready form (``tilelayout explain --json``)."""
+        out = {"component": self.component, "roots": list(self.roots), "count": self.count, "mem": self.mem,
+               "regs": self.regs, "chosen": self.chosen, "error": self.error,
+               "layouts": {k: v.to_dict() for k, v in self.layouts.items()},
+               "loops": {k: v.to_dict() for k, v in self.loops.items()}}
+        out["statements"] = [_statement_dict(c) for c in self.details if hasattr(c, "statement")]
+        return out
+
+
+def _outcome_key(att) -> tuple:
+    if att.error is not None:
+        return ("error", att.error)
+    layouts = tuple((k, v.key) for k, v in sorted(att.layouts.items()))
+    loops = tuple((k, v.key) for k, v in sorted(att.loops.items()))
+    return ("ok", att.mem, att.regs, layouts, loops)
+
+
+def attempt_groups(result) -> list[AttemptGroup]:
+    """``result.attempts`` with identical outcomes collapsed, per component, in first-tried order.
+
+    The group holding the chosen attempt is marked chosen; its first root is the one that won."""
+    groups: list[AttemptGroup] = []
+    index: dict = {}
+    for att in result.attempts:
+        key = (att.component, _outcome_key(att))
+        group = index.get(key)
+        if group is None:
+            group = AttemptGroup(att.component, [], att.mem, att.regs, False, att.error, dict(att.layouts),
+                                 dict(att.loops), tuple(att.details))
+            index[key] = group
+            groups.append(group)
+        group.roots.append(att.root_description)
+        group.chosen = group.chosen or att.chosen
+    return groups
+
+
+def _statement_line(cost) -> str:
+    scores = "; ".join(f"V={s.vector} issue={s.issue} bw={s.bandwidth} segments={s.segments}" for s in cost.scores)
+    note = f" [{cost.note}]" if cost.note else ""
+    return f"{cost.statement}: {cost.cost} bytes ({scores or 'no io score'}){note}"
+
+
+def _statement_dict(cost) -> dict:
+    return {"statement": cost.statement, "cost": cost.cost, "note": cost.note,
+            "scores": [{"vector": s.vector, "issue": s.issue, "bandwidth": s.bandwidth, "segments": s.segments}
+                       for s in cost.scores]}
+
+
+def _roots_text(group: AttemptGroup) -> str:
+    if group.count == 1:
+        return f"root {group.roots[0]}"
+    return f"roots {'; '.join(group.roots)} ({group.count} identical attempts)"
+
+
+def explain_lines(result, layouts: bool = True) -> list[str]:
+    """Every free-level component: each distinct outcome with its roots, cost (mem, regs) and verdict.
+
+    ``layouts``: also list the layouts and per-statement io scores of each successful outcome."""
+    lines = [f"cost model {result.cost_model}; {TIE_BREAK}"]
+    groups = attempt_groups(result)
+    if not groups:
+        lines.append("  no free-level search was needed (strict and common levels decided everything)")
+    by_component: dict = {}
+    for g in groups:
+        by_component.setdefault(g.component, []).append(g)
+    for comp, comp_groups in sorted(by_component.items()):
+        tried = sum(g.count for g in comp_groups)
+        lines.append(f"  component {comp}: {tried} root(s) tried, {len(comp_groups)} distinct outcome(s)")
+        for g in comp_groups:
+            if g.error is not None:
+                lines.append(f"    {_roots_text(g)}: REJECTED: {g.error}")
+                continue
+            verdict = "CHOSEN" if g.chosen else "not chosen"
+            lines.append(f"    {_roots_text(g)}: mem={g.mem} regs={g.regs} {verdict}")
+            if not layouts:
+                continue
+            for name, layout in g.layouts.items():
+                lines.append(f"      {name}: {describe_layout(layout)}")
+            for desc, layout in g.loops.items():
+                lines.append(f"      loop of {desc}: {describe_layout(layout)}")
+            for cost in g.details:
+                if hasattr(cost, "statement"):
+                    lines.append(f"      statement {_statement_line(cost)}")
+    return lines
+
+
+def explain_dict(result) -> dict:
+    """JSON-ready form of ``explain_lines``."""
+    return {"cost_model": result.cost_model, "tie_break": TIE_BREAK,
+            "attempts": [g.to_dict() for g in attempt_groups(result)]}
+
+
+# --------------------------------------------------------------------------- io bandwidth
+
+def bandwidth_rows(result) -> list[dict]:
+    """Per fragment<->global access of the chosen layouts: the io model's bandwidth and the physical minimum
+    (distinct 128-byte segments of the region touched, times 128 bytes); ratio 1.0 is perfectly coalesced."""
+    from tilelayout.passes.inference.cost_models.io_aware import component_statements, score_statement
+    from tilelayout.passes.hardware import SEGMENT_BYTES
+    graph = getattr(result, "graph", None)
+    if graph is None:
+        return []
+    loops = {i: d.layout for i, d in result.op_loops.items()}
+    rows = []
+    for st in component_statements(graph.ops, result.buffers, loops, graph):
+        cost = score_statement(st, result.target)
+        for k, acc in enumerate(st.accesses):
+            row = {"statement": st.description, "buffer": acc.name, "access": "store" if acc.is_store else "load"}
+            minimum = _minimum_bytes(st, acc, SEGMENT_BYTES)
+            if k < len(cost.scores) and minimum:
+                bw = cost.scores[k].bandwidth
+                row.update(bandwidth=bw, minimum=minimum, ratio=round(bw / minimum, 4))
+            else:
+                row.update(note=cost.note or "unscorable")
+            rows.append(row)
+    return rows
+
+
+def bandwidth_lines(result) -> list[str]:
+    """``bandwidth_rows`` as text, one line per access."""
+    out = []
+    for r in bandwidth_rows(result):
+        if "bandwidth" in r:
+            out.append(f"{r['statement']} {r['buffer']} ({r['access']}): bandwidth {r['bandwidth']} B vs minimum "
+                       f"{r['minimum']} B = {r['bandwidth'] / r['minimum']:.2f}")
+        else:
+            out.append(f"{r['statement']} {r['buffer']}: not scored ({r['note']})")
+    return out
+
+
+def _minimum_bytes(st, acc, segment_bytes: int) -> int:
+    shape = [int(s) for s in st.frag.input_shape]
+    grids = np.meshgrid(*[np.arange(s) for s in shape], indexing="ij")
+    addr = acc.base + sum(g * d for g, d in zip(grids, acc.strides))
+    seg = np.unique(np.asarray(addr).reshape(-1) * acc.elem_bytes // segment_bytes)
+    return int(seg.size) * segment_bytes * (st.repeat or 1)
+
+
+# --------------------------------------------------------------------------- everything at once
+
+def target_label(target) -> str:
+    """A short name of a TVM target: ``cuda sm_90``, ``llvm``."""
+    if target is None:
+        return "default"
+    arch = target.attrs.get("arch") if hasattr(target, "attrs") else None
+    kind = target.kind.name if hasattr(target, "kind") else str(target)
+    return f"{kind} {arch}" if arch else kind
+
+
+def show_lines(result) -> list[str]:
+    """Every buffer and loop layout, io bandwidth per global access, and the resource totals."""
+    from tilelayout.passes.inference.resources import resource_usage
+    lines = [f"cost model {result.cost_model}, target {target_label(result.target)}"]
+    lines += [f"buffer {name}: {describe_layout(lay)}" for name, lay in sorted(result.buffers.items())]
+    lines += [f"loop {key}: {describe_layout(lay)}" for key, lay in sorted(result.loops.items())]
+    lines += [f"io: {line}" for line in bandwidth_lines(result)]
+    lines += [f"resources: {line}" for line in resource_usage(result).lines()]
+    return lines
+
+
+def show_dict(result) -> dict:
+    """JSON-ready form of ``show_lines`` (layouts in ``to_dict`` form)."""
+    from tilelayout.passes.inference.resources import resource_usage
+    return {"cost_model": result.cost_model, "target": target_label(result.target),
+            "buffers": {n: l.to_dict() for n, l in sorted(result.buffers.items())},
+            "loops": {k: l.to_dict() for k, l in sorted(result.loops.items())},
+            "io": bandwidth_rows(result), "resources": resource_usage(result).to_dict()}

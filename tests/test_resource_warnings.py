@@ -1,0 +1,69 @@
+"""Resource warnings of layout inference (TileLayoutResourceWarning), each naming the buffer responsible."""
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+import tilelayout as tl
+from tilelayout.passes.inference.resources import (LARGE_FRAGMENT_REGISTERS, MAX_REGISTERS_PER_THREAD,
+                                                    resource_usage, shared_memory_limit)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "data" / "cli"))
+import my_kernels as k  # noqa: E402
+
+
+def test_category_is_our_own_and_does_not_shadow_builtins():
+    assert issubclass(tl.TileLayoutResourceWarning, UserWarning)
+    assert tl.TileLayoutResourceWarning is not ResourceWarning
+
+
+def test_registers_over_255_warn_naming_the_fragment():
+    with pytest.warns(tl.TileLayoutResourceWarning, match=r"fragments need 1024 32-bit registers.*frag \(1024\)"):
+        result = tl.infer_layouts(k.huge_fragment())
+    usage = resource_usage(result)
+    # 256x256 fp32 over 64 threads: 1024 elements per thread whatever the layout, one register each
+    assert usage.fragment_registers == {"frag": 256 * 256 // 64} and usage.registers > MAX_REGISTERS_PER_THREAD
+
+
+def test_unusually_large_fragment_warns_on_its_own():
+    with pytest.warns(tl.TileLayoutResourceWarning, match=rf"fragment frag: 1024 elements .* more than "
+                                                           rf"{LARGE_FRAGMENT_REGISTERS}"):
+        tl.infer_layouts(k.huge_fragment())
+
+
+def test_threads_over_1024_warn():
+    with pytest.warns(tl.TileLayoutResourceWarning, match="2048 threads per block exceed the target's limit of 1024"):
+        tl.infer_layouts(k.too_many_threads())
+
+
+def test_shared_memory_over_the_target_limit_names_the_buffer():
+    with pytest.warns(tl.TileLayoutResourceWarning, match=r"524288 bytes per block \(largest: smem \(524288\)\)"):
+        tl.infer_layouts(k.big_shared())
+
+
+def test_static_shared_over_48k_warns_but_dynamic_does_not():
+    with pytest.warns(tl.TileLayoutResourceWarning, match=r"static shared buffers .* 65536 bytes.*shared\.dyn"):
+        tl.infer_layouts(k.big_shared("shared", 64))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", tl.TileLayoutResourceWarning)
+        result = tl.infer_layouts(k.big_shared("shared.dyn", 64))
+    assert resource_usage(result).shared_bytes == 64 * 256 * 4
+
+
+def test_a_small_kernel_is_silent():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", tl.TileLayoutResourceWarning)
+        result = tl.infer_layouts(k.row_softmax_shift)
+    usage = resource_usage(result)
+    assert usage.threads == 128 and usage.shared_bytes == 0
+    assert usage.fragment_registers == {"frag": 64 * 128 // 128, "mx": 16}   # mx: 64 rows, 4 per warp row, x32
+
+
+@pytest.mark.parametrize("arch, limit", [("sm_90", 227 * 1024), ("sm_80", 163 * 1024), ("sm_86", 99 * 1024),
+                                         ("sm_75", 64 * 1024), ("sm_70", 96 * 1024), ("sm_120", 99 * 1024),
+                                         ("sm_100", 227 * 1024), ("sm_60", 48 * 1024)])
+def test_shared_memory_limit_by_architecture(arch, limit):
+    assert shared_memory_limit({"kind": "cuda", "arch": arch}) == limit
