@@ -192,3 +192,45 @@ def three_dim_block():
                 F[i, j] = F[i, j] * T.float16(2)
         Tx.copy(B[0:64, 0:64], F[0:64, 0:64])
     return kernel
+
+
+def source_first_copy():
+    """TileLang's T.copy(A, frag) order carried over: copies the unwritten fragment into A."""
+    @T.prim_func
+    def kernel(A: T.Buffer((64, 64), "float32"), B: T.Buffer((64, 64), "float32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", 128)
+        frag = T.alloc_buffer((64, 64), "float32", scope="local.fragment")
+        Tx.copy(A[0:64, 0:64], frag[0:64, 0:64])
+        Tx.copy(B[0:64, 0:64], frag[0:64, 0:64])
+    return kernel
+
+
+def accumulate_without_clear():
+    @T.prim_func
+    def kernel(A: T.Buffer((64, 64), "float32"), B: T.Buffer((64,), "float32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", 128)
+        frag = T.alloc_buffer((64, 64), "float32", scope="local.fragment")
+        s = T.alloc_buffer((64,), "float32", scope="local.fragment")
+        Tx.copy(frag[0:64, 0:64], A[0:64, 0:64])
+        for i in T.parallel(64):
+            for j in T.parallel(64):
+                s[i] = s[i] + frag[i, j]
+        Tx.copy(B[0:64], s[0:64])
+    return kernel
+
+
+def grouped_accumulation(m: int, n: int, group: int, threads: int):
+    """TileLang #1374: ``acc[i, j // group] += B[i, j]``: every group of iterations updates one element."""
+    @T.prim_func
+    def kernel(B: T.Buffer((m, n), "float32"), Out: T.Buffer((m, n // group), "float32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", threads)
+        acc = T.alloc_buffer((m, n // group), "float32", scope="local.fragment")
+        Tx.fill(acc[0:m, 0:n // group], T.float32(0))
+        for i in T.parallel(m):
+            for j in T.parallel(n):
+                acc[i, j // group] = acc[i, j // group] + B[i, j]
+        Tx.copy(Out[0:m, 0:n // group], acc[0:m, 0:n // group])
+    return kernel

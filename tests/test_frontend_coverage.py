@@ -192,3 +192,37 @@ def test_three_dimensional_block(model):
     _, b = _run(func, [a, np.zeros_like(a)], model)
     np.testing.assert_array_equal(b, a * np.float16(2))
     assert "threadIdx.z" in tl.cuda_source(func, cost_model=model)
+
+
+# ------------------------------------------------------------------------------------ reads before writes
+
+def test_source_first_copy_warns_naming_the_op_buffer_and_the_tirx_order():
+    with pytest.warns(tl.UninitializedReadWarning, match=r"copy A\[0:64, 0:64\] <- frag.*reads fragment frag before "
+                                                          r"any op writes it.*destination first"):
+        tl.infer_layouts(K.source_first_copy())
+
+
+def test_strict_mode_turns_the_warning_into_an_error(monkeypatch):
+    with tl.layout_config(strict=True):
+        with pytest.raises(tl.UninitializedReadError, match="reads fragment frag"):
+            tl.infer_layouts(K.source_first_copy())
+    monkeypatch.setenv("TILELAYOUT_STRICT", "1")
+    with pytest.raises(tl.UninitializedReadError):
+        tl.infer_layouts(K.source_first_copy())
+    with tl.layout_config(strict=False):
+        with pytest.warns(tl.UninitializedReadWarning):
+            tl.infer_layouts(K.source_first_copy())
+
+
+def test_self_update_of_an_unwritten_fragment_warns():
+    with pytest.warns(tl.UninitializedReadWarning, match="reads fragment s before any op writes it"):
+        tl.infer_layouts(K.accumulate_without_clear())
+
+
+def test_initialised_kernels_and_loop_carried_scans_do_not_warn():
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", tl.UninitializedReadWarning)
+        tl.infer_layouts(K.cumsum(32, 16, 64, 1, False, True))     # reads G[prev] it wrote one step before
+        tl.infer_layouts(K.manual_scan(32, 16, 32))
+        tl.infer_layouts(K.split_k(64, 256, 4, 128))

@@ -403,3 +403,35 @@ def test_gapped_inverse_sends_every_unused_cell_out_of_range():
         table = np.asarray(layout.table()).reshape(-1, len(out_shape))
         flat = np.ravel_multi_index(tuple(coords[inside].T), tuple(layout.input_shape))
         assert (table[flat] == cells[inside]).all()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Wrong result: ``acc[i, j // 64] += B[i, j]`` ran a whole group in one thread (right) but the vectorizer
+# turned the group's slot loop into vector lanes that all stored to the one register, keeping one update
+# of four. Stores to physical register arrays now need distinct consecutive slots per lane. With 128
+# threads and 224 elements the loop could not be derived at all; it now takes the element's slot times
+# the group plus the unused digits.
+
+GROUPED = '''
+@T.prim_func
+def main(B: T.Buffer((8, 64), "float32"), O: T.Buffer((8, 1), "float32"), C: T.Buffer((16, 448), "float32"),
+         P: T.Buffer((16, 14), "float32")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 128)
+    acc = T.alloc_buffer((8, 1), "float32", scope="local.fragment")
+    acc2 = T.alloc_buffer((16, 14), "float32", scope="local.fragment")
+    Tx.fill(acc[0:8, 0:1], T.float32(0))
+    for i in T.parallel(8):
+        for j in T.parallel(64):
+            acc[i, j // 64] = acc[i, j // 64] + B[i, j]
+    Tx.copy(O[0:8, 0:1], acc[0:8, 0:1])
+    Tx.fill(acc2[0:16, 0:14], T.float32(0))
+    for i in T.parallel(16):
+        for j in T.parallel(448):
+            acc2[i, j // 32] = acc2[i, j // 32] + C[i, j]
+    Tx.copy(P[0:16, 0:14], acc2[0:16, 0:14])
+'''
+
+
+def test_grouped_accumulation_stays_scalar_and_runs_each_group_in_one_thread():
+    _check_end_to_end(GROUPED)

@@ -345,3 +345,23 @@ KERNELS.update({
     "atomic_accumulate/split_k_rowsum_64x256_k4_t128": lambda: _split_k(64, 256, 4, 128),
     "atomic_accumulate/shared_histogram_64x64_b16_t128": lambda: _histogram(64, 64, 16, 128),
 })
+
+
+def _grouped(m, n, group, threads):
+    g = n // group
+
+    @T.prim_func
+    def main(B: T.Tensor((m, n), T.float32), Out: T.Tensor((m, g), T.float32)):
+        with T.Kernel(1, threads=threads):
+            acc = T.alloc_fragment((m, g), T.float32)
+            T.fill(acc, 0)
+            for i, j in T.Parallel(m, n):
+                acc[i, j // group] += B[i, j]
+            T.copy(acc, Out)
+    return main
+
+
+KERNELS.update({
+    "grouped_accumulation/issue1374_16x448_g32_t128": lambda: _grouped(16, 448, 32, 128),
+    "grouped_accumulation/rows64x128_g4_t128": lambda: _grouped(64, 128, 4, 128),
+})

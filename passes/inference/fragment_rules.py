@@ -103,9 +103,16 @@ def loop_from_fragment(nest: LoopNest, access, frag: Fragment, threads: int) -> 
             fallback = None
         if fallback is not None and fallback.is_injective():
             loop = fallback
+        elif (grouped := _grouped_loop(nest, idx, thread, index, frag)) is not None:
+            loop = grouped
         elif loop is None:
             raise InferenceError(f"{nest.describe()}: cannot derive a loop layout from {frag.kind} of "
                                  f"{access.buffer.name} through {access}: {err}") from None
+    try:   # lowering partitions the loop through this inverse: a layout without one is not realisable
+        loop.inverse_with_info(allow_padding=True)
+    except LayoutError as error:
+        raise InferenceError(f"{nest.describe()}: the loop layout derived from {access.buffer.name} through {access} "
+                             f"({loop!r}) has no inverse lowering could partition it by: {error}") from None
     rng = frag.thread_range or (0, threads)
     return loop.bind_thread_range(*rng)
 
@@ -241,11 +248,28 @@ def _condensed(frag: Fragment) -> Fragment:
     return frag
 
 
-def _broadcast_completion(nest: LoopNest, loop: Fragment, idx: list, buf) -> Fragment | None:
-    """Each element is read by several iterations: their loop replicas become the fragment's replicas."""
+def _grouped_loop(nest: LoopNest, idx: list, thread, index: list, frag: Fragment) -> Fragment | None:
+    """Several iterations reach one element (``acc[i, j // 32]``): they run in the element's thread, one after
+    another, at slots (element slot, the loop digits the access does not use); None when that is not injective."""
+    unused = _unused_digits(nest, idx)
+    if unused is None or unused[1] == 1:
+        return None
+    extra, extra_ext = unused
+    flat = tirx.const(0, "int32")
+    for e, ext in zip(index, frag.output_shape):
+        flat = flat * ext + e
+    try:
+        loop = Fragment.from_exprs(nest.extents, thread, [flat * extra_ext + extra], frag.replicate_size)
+    except LayoutError:
+        return None
+    return loop if nest.size <= VALIDATION_LIMIT and loop.is_injective() else None
+
+
+def _unused_digits(nest: LoopNest, idx: list):
+    """(expression, extent) of the loop digits an access does not use, flattened row-major: they index the
+    iterations that reach one element. None when the access is not a sum of digit pieces."""
     from tilelayout.fragment import _collect_pieces
     dom = {placeholder(k): Range(0, e) for k, e in enumerate(nest.extents)}
-    # loop digits the access does not use, flattened row-major, index the iterations sharing an element
     used: dict = {}
     for e in idx:
         pieces = _collect_pieces(e, dom)
@@ -268,6 +292,15 @@ def _broadcast_completion(nest: LoopNest, loop: Fragment, idx: list, buf) -> Fra
             piece = tirx.floormod(tirx.floordiv(v, lower), e)
             extra = extra * e + piece
             extra_ext *= e
+    return extra, extra_ext
+
+
+def _broadcast_completion(nest: LoopNest, loop: Fragment, idx: list, buf) -> Fragment | None:
+    """Each element is read by several iterations: their loop replicas become the fragment's replicas."""
+    unused = _unused_digits(nest, idx)
+    if unused is None:
+        return None
+    extra, extra_ext = unused
     try:
         inv = Layout.from_exprs(nest.extents, idx + [extra]).inverse()
     except LayoutError:

@@ -23,6 +23,7 @@ from ..hardware import normalize_target
 from .loop_nest import nest_of
 from .op_rules import COMMON, FREE, STRICT, LoopDecision, infer_op
 from ..thread_dims import fold_thread_dims, unfold_thread_dims
+from .uninitialized import check_uninitialized_reads
 
 __all__ = ["Attempt", "InferenceResult", "infer_layouts", "LayoutInference"]
 
@@ -399,6 +400,7 @@ def infer_layouts(func, target=None, cost_model=None) -> InferenceResult:
         result.func = unfold_thread_dims(result.func, dims)
         return result
     engine = _Engine(func, target, cost_model)
+    check_uninitialized_reads(engine.graph)
     state = engine.run()
     buffers = {b.name: state.layouts[b.name] for b in engine.graph.buffers if b.name in state.layouts}
     loops, info, op_loops = {}, {}, {}

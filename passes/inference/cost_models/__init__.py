@@ -56,11 +56,13 @@ def get_cost_model(name: str | None = None):
 
 
 @contextlib.contextmanager
-def layout_config(cost_model: str | None = None):
-    """``with layout_config(cost_model="io-aware"):`` selects the model for inference inside the block."""
+def layout_config(cost_model: str | None = None, strict: bool | None = None):
+    """``with layout_config(cost_model="io-aware"):`` selects the model for inference inside the block;
+    ``strict=True`` turns front-end warnings about the program (a fragment read before any write) into errors."""
     if cost_model is not None:
         resolve_cost_model_name(cost_model)
-    token = _CONFIG.set({**_CONFIG.get(), **({"cost_model": cost_model} if cost_model else {})})
+    update = ({"cost_model": cost_model} if cost_model else {}) | ({"strict": bool(strict)} if strict is not None else {})
+    token = _CONFIG.set({**_CONFIG.get(), **update})
     try:
         yield
     finally:
