@@ -234,3 +234,85 @@ def grouped_accumulation(m: int, n: int, group: int, threads: int):
                 acc[i, j // group] = acc[i, j // group] + B[i, j]
         Tx.copy(Out[0:m, 0:n // group], acc[0:m, 0:n // group])
     return kernel
+
+
+def composites():
+    """memset, unary_reduce (exp with bias/scale, sum), binary_reduce, binary_chain (reversed), reduce_negate."""
+    @T.prim_func
+    def comp(A: T.Buffer((64, 32), "float32"), B: T.Buffer((64, 32), "float32"), C: T.Buffer((64,), "float32"), D: T.Buffer((64,), "float32"), E: T.Buffer((64,), "float32"), G2: T.Buffer((64, 32), "float32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", 64)
+        F = T.alloc_buffer((64, 32), "float32", scope="local.fragment")
+        G = T.alloc_buffer((64, 32), "float32", scope="local.fragment")
+        H = T.alloc_buffer((64, 32), "float32", scope="local.fragment")
+        r = T.alloc_buffer((64,), "float32", scope="local.fragment")
+        q = T.alloc_buffer((64,), "float32", scope="local.fragment")
+        n = T.alloc_buffer((64,), "float32", scope="local.fragment")
+        Tx.copy(F[0:64, 0:32], A[0:64, 0:32])
+        Tx.memset(H[0:64, 0:32], T.float32(0.5))
+        Tx.unary_reduce(G[0:64, 0:32], r[0:64], F[0:64, 0:32], "exp", "sum", T.float32(1.0), T.float32(0.5), [1])
+        Tx.binary_reduce(H[0:64, 0:32], q[0:64], F[0:64, 0:32], H[0:64, 0:32], "mul", "max", [1])
+        Tx.binary_chain(G[0:64, 0:32], F[0:64, 0:32], G[0:64, 0:32], T.float32(2), "sub", "mul", True)
+        Tx.reduce_negate(n[0:64], F[0:64, 0:32], "min", [1], False)
+        Tx.copy(B[0:64, 0:32], G[0:64, 0:32])
+        Tx.copy(G2[0:64, 0:32], H[0:64, 0:32])
+        Tx.copy(C[0:64], r[0:64])
+        Tx.copy(D[0:64], q[0:64])
+        Tx.copy(E[0:64], n[0:64])
+    return comp
+
+
+def select_op():
+    @T.prim_func
+    def kernel(A: T.Buffer((16, 16), "float32"), B: T.Buffer((16, 16), "float32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", 32)
+        F = T.alloc_buffer((16, 16), "float32", scope="local.fragment")
+        G = T.alloc_buffer((16, 16), "float32", scope="local.fragment")
+        Tx.copy(F[0:16, 0:16], A[0:16, 0:16])
+        Tx.select(G[0:16, 0:16], F[0:16, 0:16], T.float32(0), lambda i, j: i >= j)
+        Tx.copy(B[0:16, 0:16], G[0:16, 0:16])
+    return kernel
+
+
+def reduce_negate_accum():
+    @T.prim_func
+    def kernel(A: T.Buffer((16, 16), "float32"), B: T.Buffer((16,), "float32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", 32)
+        F = T.alloc_buffer((16, 16), "float32", scope="local.fragment")
+        r = T.alloc_buffer((16,), "float32", scope="local.fragment")
+        Tx.copy(F[0:16, 0:16], A[0:16, 0:16])
+        Tx.fill(r[0:16], T.float32(0))
+        Tx.reduce_negate(r[0:16], F[0:16, 0:16], "max", [1], True)
+        Tx.copy(B[0:16], r[0:16])
+    return kernel
+
+
+def row_reductions_by_serial_loop():
+    """TileLang's reduce_absmax / reduce_abssum / reduce_bitor spelled with a serial loop inside a parallel
+    nest (each row in one thread)."""
+    @T.prim_func
+    def kernel(A: T.Buffer((32, 16), "float32"), Bits: T.Buffer((32, 16), "int32"), Mx: T.Buffer((32,), "float32"),
+               Sm: T.Buffer((32,), "float32"), Or: T.Buffer((32,), "int32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", 32)
+        F = T.alloc_buffer((32, 16), "float32", scope="local.fragment")
+        I = T.alloc_buffer((32, 16), "int32", scope="local.fragment")
+        mx = T.alloc_buffer((32,), "float32", scope="local.fragment")
+        sm = T.alloc_buffer((32,), "float32", scope="local.fragment")
+        bo = T.alloc_buffer((32,), "int32", scope="local.fragment")
+        Tx.copy(F[0:32, 0:16], A[0:32, 0:16])
+        Tx.copy(I[0:32, 0:16], Bits[0:32, 0:16])
+        for i in T.parallel(32):
+            mx[i] = T.float32(0)
+            sm[i] = T.float32(0)
+            bo[i] = 0
+            for j in T.serial(16):
+                mx[i] = T.max(mx[i], T.abs(F[i, j]))
+                sm[i] = sm[i] + T.abs(F[i, j])
+                bo[i] = bo[i] | I[i, j]
+        Tx.copy(Mx[0:32], mx[0:32])
+        Tx.copy(Sm[0:32], sm[0:32])
+        Tx.copy(Or[0:32], bo[0:32])
+    return kernel

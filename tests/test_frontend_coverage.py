@@ -226,3 +226,60 @@ def test_initialised_kernels_and_loop_carried_scans_do_not_warn():
         tl.infer_layouts(K.cumsum(32, 16, 64, 1, False, True))     # reads G[prev] it wrote one step before
         tl.infer_layouts(K.manual_scan(32, 16, 32))
         tl.infer_layouts(K.split_k(64, 256, 4, 128))
+
+
+# ------------------------------------------------------------------------------------ every tile primitive
+
+SUPPORTED = {"copy", "copy_async", "fill", "zero", "memset", "cast", "add", "sub", "mul", "fdiv", "maximum",
+             "minimum", "fma", "exp", "exp2", "log2", "sqrt", "reciprocal", "silu", "sum", "max", "min",
+             "unary_reduce", "binary_reduce", "binary_chain", "reduce_negate", "gemm"}
+REFUSED = {"select", "permute_layout", "gemm_async"}
+
+
+def test_every_registered_tile_primitive_is_either_supported_or_refused_by_name():
+    import tvm
+    from tilelayout.passes.inference.composite_ops import COMPOSITE_OPS
+    from tilelayout.passes.inference.frontend import _ELEMENTWISE
+    registered = {n.rsplit(".", 1)[-1] for n in tvm.ir.Op.list_op_names() if n.startswith("tirx.tile.")}
+    assert registered == SUPPORTED | REFUSED, registered ^ (SUPPORTED | REFUSED)
+    modelled = set(_ELEMENTWISE) | set(COMPOSITE_OPS) | {"copy", "copy_async", "fill", "sum", "max", "min", "gemm"}
+    assert SUPPORTED <= modelled
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_composite_primitives_match_numpy(model):
+    func = K.composites()
+    a = np.random.default_rng(5).random((64, 32)).astype(np.float32)
+    outs = [np.zeros((64, 32), np.float32), np.zeros(64, np.float32), np.zeros(64, np.float32),
+            np.zeros(64, np.float32), np.zeros((64, 32), np.float32)]
+    _, b, c, d, e, g2 = _run(func, [a] + outs, model)
+    unary = np.exp(a * 0.5 + 1.0)                  # unary_reduce: exp(x * scale + bias), then sum
+    np.testing.assert_allclose(c, unary.sum(axis=1), rtol=1e-5)
+    h = a * 0.5                                    # binary_reduce over memset(0.5): x * h, then max
+    np.testing.assert_allclose(g2, h, rtol=1e-6)
+    np.testing.assert_allclose(d, h.max(axis=1), rtol=1e-6)
+    np.testing.assert_allclose(b, 2 * (unary - a), rtol=1e-5, atol=1e-5)   # reversed chain: 2 * (G - F)
+    np.testing.assert_allclose(e, -a.min(axis=1), rtol=1e-6)               # reduce_negate(min)
+    tl.cuda_source(func, cost_model=model)
+
+
+def test_select_is_refused_with_the_parallel_loop_spelling():
+    with pytest.raises(FrontendError, match=r"tirx.tile.select is not supported.*T.if_then_else"):
+        tl.infer_layouts(K.select_op())
+
+
+def test_accumulating_reduce_negate_is_refused():
+    with pytest.raises(FrontendError, match="accum=True"):
+        tl.infer_layouts(K.reduce_negate_accum())
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_absmax_abssum_and_bitwise_or_reductions_as_serial_loops(model):
+    func = K.row_reductions_by_serial_loop()
+    a = np.random.default_rng(6).standard_normal((32, 16)).astype(np.float32)
+    bits = np.random.default_rng(7).integers(0, 1 << 20, (32, 16)).astype(np.int32)
+    _, _, mx, sm, bo = _run(func, [a, bits, np.zeros(32, np.float32), np.zeros(32, np.float32),
+                                   np.zeros(32, np.int32)], model)
+    np.testing.assert_array_equal(mx, np.abs(a).max(axis=1))
+    np.testing.assert_allclose(sm, np.abs(a).sum(axis=1), rtol=1e-5)
+    np.testing.assert_array_equal(bo, np.bitwise_or.reduce(bits, axis=1))

@@ -34,6 +34,7 @@ from .ops import (  # noqa: F401  (re-exported: the data model used to live here
     _stmt_text, _text,
 )
 from ..ir_utils import walk
+from .composite_ops import COMPOSITE_OPS, expand_composite
 
 __all__ = [
     "FrontendError", "BufferInfo", "Region", "Access", "Loop", "TileOp", "CopyOp", "FillOp",
@@ -321,10 +322,13 @@ class _Builder:
                     self.float_scan(a)
                     params.append(a)
             self.add(ElementwiseOp, call, name=short, dst=dst, srcs=srcs, params=params)
+        elif name.startswith("tirx.tile.") and short in COMPOSITE_OPS:
+            expand_composite(self, call, short, args)
         else:
             raise FrontendError(
                 f"tile op {name} is not supported by layout inference (supported: copy, "
-                f"copy_async, fill, sum, max, min, gemm, {', '.join(sorted(_ELEMENTWISE))}):\n"
+                f"copy_async, fill, sum, max, min, gemm, {', '.join(sorted(_ELEMENTWISE))}, "
+                f"{', '.join(c for c in COMPOSITE_OPS if c not in ('select', 'permute_layout'))}):\n"
                 f"{_stmt_text(call)}")
 
     @staticmethod

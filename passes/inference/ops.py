@@ -352,6 +352,9 @@ class ElementwiseOp(TileOp):
     dst: Region
     srcs: list = field(default_factory=list)
     params: list = field(default_factory=list)   # non-region arguments (scalars, None)
+    # positional operands after dst (Region or scalar/None) when the op was expanded from a composite tile
+    # primitive (unary_reduce, binary_chain, ...) whose call arguments are not in elementwise order
+    operands: tuple | None = None
 
     def regions(self) -> list[Region]:
         return [self.dst, *self.srcs]

@@ -278,10 +278,10 @@ def sequential_semantics(func):
     ops = [op for op in graph.ops if isinstance(op, (CopyOp, FillOp, ElementwiseOp, ReduceOp, GemmOp))]
 
     def on_tile(node, mutator):
-        for op in ops:
-            if op.stmt.same_as(node):
-                return _reference_op(op, node)
-        raise LoweringError(f"tile op {node.op.name} has no reference semantics")
+        mine = [_reference_op(op, node) for op in ops if op.stmt.same_as(node)]   # composites: several ops
+        if not mine:
+            raise LoweringError(f"tile op {node.op.name} has no reference semantics")
+        return mine[0] if len(mine) == 1 else tirx.SeqStmt(mine)
 
     body = atomics_as_updates(mutate(body, [(TilePrimitiveCall, on_tile)]))
     body = _rebuffer(_parallel_to_serial(body), remap)
