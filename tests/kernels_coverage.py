@@ -316,3 +316,62 @@ def row_reductions_by_serial_loop():
         Tx.copy(Sm[0:32], sm[0:32])
         Tx.copy(Or[0:32], bo[0:32])
     return kernel
+
+
+def dynamic_scale():
+    """Static 64x64 tiles over a symbolic number of rows m (grid ceildiv(m, 64))."""
+    @T.prim_func
+    def kernel(a: T.handle, b: T.handle):
+        m = T.int32()
+        A = T.match_buffer(a, (m, 64), "float32")
+        B = T.match_buffer(b, (m, 64), "float32")
+        bx = T.launch_thread("blockIdx.x", T.ceildiv(m, 64))
+        tx = T.launch_thread("threadIdx.x", 128)
+        F = T.alloc_buffer((64, 64), "float32", scope="local.fragment")
+        Tx.copy(F[0:64, 0:64], A[bx * 64:bx * 64 + 64, 0:64])
+        for i in T.parallel(64):
+            for j in T.parallel(64):
+                F[i, j] = F[i, j] * T.float32(2)
+        Tx.copy(B[bx * 64:bx * 64 + 64, 0:64], F[0:64, 0:64])
+    return kernel
+
+
+def dynamic_column_sums():
+    """Column sums of an (m, 32) matrix: each block reduces its 64-row tile (rows past m must read as 0) and
+    adds the partial sums atomically."""
+    @T.prim_func
+    def kernel(a: T.handle, o: T.handle):
+        m = T.int32()
+        A = T.match_buffer(a, (m, 32), "float32")
+        Out = T.match_buffer(o, (32,), "float32")
+        bx = T.launch_thread("blockIdx.x", T.ceildiv(m, 64))
+        tx = T.launch_thread("threadIdx.x", 128)
+        F = T.alloc_buffer((64, 32), "float32", scope="local.fragment")
+        s = T.alloc_buffer((32,), "float32", scope="local.fragment")
+        Tx.copy(F[0:64, 0:32], A[bx * 64:bx * 64 + 64, 0:32])
+        Tx.sum(s[0:32], F[0:64, 0:32], axes=[0])
+        for j in T.parallel(32):
+            lang.atomic_add(Out[j], s[j])
+    return kernel
+
+
+def dynamic_both():
+    """Symbolic rows and columns: (m, n) with 32x32 tiles on a 2-D grid; shared staging."""
+    @T.prim_func
+    def kernel(a: T.handle, b: T.handle):
+        m = T.int32()
+        n = T.int32()
+        A = T.match_buffer(a, (m, n), "float16")
+        B = T.match_buffer(b, (m, n), "float16")
+        bx = T.launch_thread("blockIdx.x", T.ceildiv(n, 32))
+        by = T.launch_thread("blockIdx.y", T.ceildiv(m, 32))
+        tx = T.launch_thread("threadIdx.x", 64)
+        S = T.alloc_shared((32, 32), "float16")
+        F = T.alloc_buffer((32, 32), "float16", scope="local.fragment")
+        Tx.copy(S[0:32, 0:32], A[by * 32:by * 32 + 32, bx * 32:bx * 32 + 32])
+        Tx.copy(F[0:32, 0:32], S[0:32, 0:32])
+        for i in T.parallel(32):
+            for j in T.parallel(32):
+                F[i, j] = F[i, j] + T.float16(1)
+        Tx.copy(B[by * 32:by * 32 + 32, bx * 32:bx * 32 + 32], F[0:32, 0:32])
+    return kernel

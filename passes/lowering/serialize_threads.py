@@ -42,7 +42,9 @@ def _launches(func):
         if node.attr_key == "thread_extent" and isinstance(node.node, tirx.IterVar):
             tag = str(node.node.thread_tag)
             ext = int_value(node.value)
-            if ext is None:
+            if ext is None and tag.startswith("blockIdx"):
+                ext = node.value        # a grid over symbolic extents: the CPU loop binds them from the arrays
+            elif ext is None:
                 raise LoweringError(f"{tag} extent {node.value} must be a constant to run on the CPU")
             target = blocks if tag.startswith("blockIdx") else threads
             if not any(v.same_as(node.node.var) for v, _, _ in target):
