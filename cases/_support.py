@@ -109,3 +109,19 @@ def assert_owned(loop_key: str, loop: dict, frag_name: str, frag: dict,
         stale = holds[touched] & ~runs[touched]
         assert not stale.any(), (f"loop {loop_key} writes {frag_name} but leaves replicas on threads "
                                  f"{np.nonzero(stale.any(0))[0][:8].tolist()} stale")
+
+
+def row_holders(d: dict) -> list[frozenset]:
+    """For each index of the first axis, the set of threads holding any element of that row."""
+    threads = thread_table(d)
+    rows = threads.reshape(threads.shape[0], -1)
+    return [frozenset(int(t) for t in r) for r in rows]
+
+
+def assert_same_rows(name_a: str, a: dict, name_b: str, b: dict) -> None:
+    """Row i of ``a`` and row i of ``b`` live in exactly the same threads (attention's S, P, O and row
+    vectors: a row statistic is usable wherever its row is, and nowhere else is it needed)."""
+    ra, rb = row_holders(a), row_holders(b)
+    assert len(ra) == len(rb), f"{name_a} has {len(ra)} rows, {name_b} has {len(rb)}"
+    for i, (x, y) in enumerate(zip(ra, rb)):
+        assert x == y, (f"row {i}: {name_a} lives in threads {sorted(x)[:8]} but {name_b} in {sorted(y)[:8]}")

@@ -38,6 +38,8 @@ def load_case(cases_dir: Path, name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
+    except SystemExit as err:       # a case that exits while importing is broken, not "done"
+        raise UsageError(f"case {name}: cannot import {path}: it called sys.exit({err.code!r})") from None
     except Exception as err:
         raise UsageError(f"case {name}: cannot import {path}: {type(err).__name__}: {err}") from None
     _validate(name, module)
@@ -56,7 +58,7 @@ def _validate(name: str, module: ModuleType) -> None:
         raise UsageError(f"case {name}: the module docstring must say what the case pins")
     if hasattr(module, "check") and not callable(module.check):
         raise UsageError(f"case {name}: check must be callable as check(variant, model, result)")
-    for table in ("VECTOR_ANCHOR", "CUTE_STATEMENTS", "REFERENCE", "TOLERANCE"):
+    for table in ("VECTOR_ANCHOR", "CUTE_STATEMENTS", "REFERENCE", "TOLERANCE", "NUMERIC_PENDING"):
         unknown = sorted(set(getattr(module, table, {}) or {}) - set(variants))
         if unknown:
             raise UsageError(f"case {name}: {table} names unknown variants {unknown}")

@@ -7,12 +7,13 @@ from maint import snapshot
 
 
 def parity(modules: dict, expected_dir, case_filter: str | None, models: list) -> tuple:
-    """(report lines, statements compared, statements matching, CuTe-convertible statements)."""
+    """(report lines, statements compared, statements matching, statements both sides refused,
+    CuTe-convertible statements). Two refusals are not a match: they are counted apart."""
     from tilelayout import Fragment, layout_from_dict
     from tilelayout.passes.inference.frontend import build_op_graph
     from maint.cute_model import CuteScore, score_fragment
     from maint.oracle import OracleScore, score_statement_oracle
-    lines, total, same, converted = [], 0, 0, 0
+    lines, total, same, refused, converted = [], 0, 0, 0, 0
     for case, module in modules.items():
         snaps = snapshot.load(expected_dir / f"{case}.json") or {}
         enclosing = getattr(module, "CUTE_STATEMENTS", {})
@@ -36,8 +37,11 @@ def parity(modules: dict, expected_dir, case_filter: str | None, models: list) -
                             if isinstance(oracle, OracleScore) else None
                         converted += a is not None
                         label = f"{case}/{variant}/{model}/{name}/{'store' if is_store else 'load'}"
-                        if a == b:
+                        if a is None and b is None:
+                            refused += 1
+                            lines.append(f"{label}: refused by both (cute: {cute}; oracle: {oracle})")
+                        elif a == b:
                             same += 1
                         else:
                             lines.append(f"{label}: cute {a or cute} != oracle {b or oracle}")
-    return lines, total, same, converted
+    return lines, total, same, refused, converted

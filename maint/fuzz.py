@@ -7,34 +7,47 @@
     python maint/fuzz.py --seed 1 --only 17 --reduce   shrink kernel 17 keeping its outcome, print it
     python maint/fuzz.py --seed 1 --count 50 --save /tmp/fz   also write every non-OK kernel's text there
     python maint/fuzz.py ... -v                        print every refusal in full (one line each)
+    python maint/fuzz.py --seeds 1000-1009 --count 200 -j 2   ten seeds, kernels in two child processes
+    python maint/fuzz.py ... --cross-check             also compare the numpy interpreter with the compiled
+                                                       sequential semantics (oracle self-check)
 
 Kernel ``k`` of seed ``S`` depends only on ``(S, k)`` (and ``--steps``), so a finding replays with ``--only``.
 Each kernel is TVMScript text (parsed with ``tvm.script.from_source``): a random thread count (32..256,
-non-powers of two included), random 1-D / 2-D fragments (extents that are not multiples of the thread
+non-powers of two included; tiny and odd ones, 1..65, in 15% of kernels), random 1-D / 2-D fragments (extents that are not multiples of the thread
 count, fragments smaller than the thread count), float16/float32, and a chain of ops among copies global
 <-> fragment (whole, offset and per-block regions, unit-dim rows, through shared memory, into/out of part
 of a fragment), fragment -> fragment copies, fills (whole and partial), sum/max/min reductions over an
 axis or all axes (also accumulating), Tx elementwise tile ops and casts, and ``T.parallel`` nests doing
 elementwise math with broadcast rows/columns, constant-index, reversed, shifted, strided
 (``f[i // 2]``, ``f[2 * i + 1]``), transposed and partial-extent accesses, guarded stores and
-``T.if_then_else``, and serial inner loops.
+``T.if_then_else``, and serial inner loops. Steps are drawn by weight (``Gen.STEPS``); the classes that
+found silent miscompiles have their own steps: ops under ``if tx < c:`` (and ``else:``), partial visits at an
+offset (``f[i + c, j + d]``, read or written), copies into/out of interior boxes of a fragment, reversed
+indices in one or both dimensions and diagonals (``f[i, i]``, read or updated), one fragment read at several
+index forms in one nest, reductions followed by permuted reads of their result, and in 12% of kernels a
+pin through ``tl.annotate_layouts`` (``VALID_PINS``, which must be kept and run correctly, or
+``INVALID_PINS``: thread ids out of range or negative, not injective, wrong shape, a plain Layout, an
+unknown buffer, two different pins of one buffer, which inference must refuse with a typed error).
 
 Per kernel and cost model: ``tl.infer_layouts``; every fragment layout and every loop layout (user
 nests and the element loops of copy/fill/elementwise ops) is checked by exact enumeration (valid: the
 packed (coords, rep) -> (slot, thread) map is injective inside the thread range; a loop layout covers its
 loop; every thread running an iteration holds what it touches there, and a write reaches every holder);
 then ``check_numeric`` runs the lowered kernel on the CPU (after the GPU pipeline's index rewriting)
-against the program's sequential semantics. Each kernel is checked in a child process, so a kernel
-that corrupts memory or hangs is reported as a crash. Outcomes:
+against the numpy interpreter of the unlowered program (``tilelayout.reference``, no code shared with
+the passes). Each kernel is checked in a child process, so a kernel that corrupts memory or hangs is
+reported as a crash. Outcomes:
 
     ok           inference, validation and numbers all fine
-    unsupported  a TileLayoutError (clear refusal; the message is kept for review)
+    unsupported  a TileLayoutError (clear refusal; the message, prefixed pin:/infer:/lower:, is kept)
     crash        any other exception, or the checking process died / timed out (a bug)
     invalid      a layout failed the enumeration checks (a serious bug)
     mismatch     the CPU run disagrees with the reference (a serious bug)
+    accepted-bad inference accepted an invalid pin, or a program that indexes out of bounds (a bug)
+    oracle       the numpy interpreter refused the kernel or disagreed with the sequential semantics
     generator    the text did not parse (a bug of this script)
 
-Exit status 0 when no kernel is crash/invalid/mismatch/generator, 1 otherwise.
+Exit status 0 when every kernel is ok or unsupported, 1 otherwise.
 """
 from __future__ import annotations
 
@@ -55,9 +68,16 @@ if str(ROOT) not in sys.path:
 
 COST_MODELS = ("register-count", "io-aware")
 THREADS = (32, 64, 96, 128, 160, 192, 224, 256, 32, 64, 128, 256, 48, 100)
+TINY_THREADS = (1, 2, 3, 5, 7, 13, 17, 31, 33, 65)
+#: pins: layouts a valid pin may have, and the invalid ones inference must refuse (typed)
+VALID_PINS = ("cyclic", "blocked", "replicated")
+INVALID_PINS = ("thread-out-of-range", "negative-thread", "not-injective", "wrong-shape", "plain-layout",
+                "unknown-buffer", "pinned-twice")
 DIMS = (1, 2, 3, 4, 5, 7, 8, 12, 16, 24, 32, 33, 48, 64, 96, 100, 128)
 MAX_ELEMS = 4096
-BAD = ("crash", "invalid", "mismatch", "generator")
+#: outcome kinds, best first; all but ok and unsupported are bugs
+KINDS = ("ok", "unsupported", "generator", "oracle", "crash", "invalid", "accepted-bad", "mismatch")
+BAD = ("crash", "invalid", "mismatch", "generator", "oracle", "accepted-bad")
 
 
 # ----------------------------------------------------------------------------------------- generator
@@ -77,6 +97,7 @@ class Kernel:
     notes: list = field(default_factory=list)     # which features the kernel uses
     has_sum: bool = False
     sum_extent: int = 1
+    pins: list = field(default_factory=list)      # [(buffer name, kind, shape)] applied with tl.annotate_layouts
 
 
 def _dtname(dtype: str) -> str:
@@ -113,7 +134,8 @@ class Gen:
         self.notes: list[str] = []
         self.has_sum = False
         self.sum_extent = 1
-        self.threads = rng.choice(THREADS)
+        self.pins: list = []
+        self.threads = rng.choice(TINY_THREADS) if rng.random() < 0.15 else rng.choice(THREADS)
         self.nblocks = 2 if rng.random() < 0.15 else 1
         self.dtype = rng.choice(("float32", "float32", "float16"))
         self.mixed = rng.random() < 0.15
@@ -550,6 +572,184 @@ class Gen:
             return
         self.defined.add(dst.name)
 
+
+    # -- classes that found silent miscompiles (thread regions, offsets, reversals, permuted reads, pins)
+    def _capture(self, fn) -> list:
+        """The statements ``fn`` appends, taken out of the body."""
+        saved, self.body = self.body, []
+        fn()
+        out, self.body = self.body, saved
+        return out
+
+    def thread_region(self) -> None:
+        """``if tx < c:`` (maybe ``else:``) around a few ops: the warp-specialised producer/consumer shape.
+        Every branch is reached by some thread, so the ops in it run."""
+        rng = self.rng
+        if self.threads < 2:
+            return self.elementwise()
+        c = rng.randint(1, self.threads - 1)
+        cond = rng.choice((f"tx < {c}", f"tx >= {c}", f"tx < {c}"))
+        ops = (self.region_load, self.elementwise, self.region_store, self.region_reduce)
+
+        def block():
+            for _ in range(rng.randint(1, 2)):
+                rng.choice(ops)()
+        lines = [f"if {cond}:"] + ["    " + l for st in self._capture(block) for l in st.split("\n")]
+        if rng.random() < 0.4:
+            lines += ["else:"] + ["    " + l for st in self._capture(block) for l in st.split("\n")]
+        self.body.append("\n".join(lines))
+        self.notes.append("thread-region")
+
+    def region_load(self) -> None:
+        b = self.new_frag(self.rng.choice(self.shapes()))
+        self.load(b)
+
+    def region_store(self) -> None:
+        self.store(self.rng.choice(self.frags()))
+
+    def region_reduce(self) -> None:
+        cands = [b for b in self.frags() if b.shape != (1,)]
+        return self.reduce(self.rng.choice(cands)) if cands else self.region_load()
+
+    def offset_visit(self) -> None:
+        """A nest over part of a defined fragment at an offset: ``f[i + c, j] = A[i, j]`` or ``O[i, j] = f[i + c, j]``."""
+        rng = self.rng
+        cands = [b for b in self.frags() if b.shape[0] > 1]
+        if not cands:
+            return self.elementwise()
+        b = rng.choice(cands)
+        extents, offs = [], []
+        for d, e in enumerate(b.shape):
+            k = rng.randint(1, e - 1) if e > 1 and (d == 0 or rng.random() < 0.5) else e
+            extents.append(k)
+            offs.append(rng.randint(0, e - k))
+        if extents == list(b.shape):
+            return self.elementwise()
+        ivars = ["i", "j"][:len(b.shape)]
+        idx = ", ".join(f"{v} + {o}" if o else v for v, o in zip(ivars, offs))
+        if rng.random() < 0.5:
+            value = self.global_read(extents, b.dtype, ivars) if rng.random() < 0.7 else _const(b.dtype, 3.0)
+            self.nest(extents, lambda iv: [f"{b.name}[{idx}] = {value}"])
+            self.notes.append("offset-write")
+        else:
+            target = self.global_write(extents, b.dtype, ivars, False)
+            self.nest(extents, lambda iv: [f"{target} = {b.name}[{idx}] * {_const(b.dtype, 2.0)}"])
+            self.notes.append("offset-read")
+
+    def sub_region_copy(self) -> None:
+        """A copy into or out of an interior box of a defined fragment: ``Tx.copy(f[r:r+h, c:c+w], A[...])``."""
+        rng = self.rng
+        cands = [b for b in self.frags() if max(b.shape) > 1]
+        if not cands:
+            return self.partial_copy()
+        b = rng.choice(cands)
+        extents, offs = [], []
+        for e in b.shape:
+            k = rng.randint(1, e - 1) if e > 1 and rng.random() < 0.7 else e
+            extents.append(k)
+            offs.append(str(rng.randint(0, e - k)))
+        box = _region(extents, offs)
+        if rng.random() < 0.5:
+            g, reg = self.global_region(tuple(extents), b.dtype, "in")
+            self.body.append(f"Tx.copy({b.name}[{box}], {g}[{reg}])")
+            self.notes.append("sub-region-copy-in")
+        else:
+            g, reg = self.global_region(tuple(extents), b.dtype, "out")
+            self.body.append(f"Tx.copy({g}[{reg}], {b.name}[{box}])")
+            self.notes.append("sub-region-copy-out")
+
+    def reversed_read(self) -> None:
+        """Reversed indices in one or both dimensions (``f[M - 1 - i, N - 1 - j]``), stored to global or into a
+        new fragment; or the diagonal of a square fragment, read (``O[i] = f[i, i]``) or updated in place."""
+        rng = self.rng
+        if rng.random() < 0.35:
+            return self.diagonal()
+        cands = self.frags()
+        b = rng.choice(cands)
+        ivars = ["i", "j"][:len(b.shape)]
+        flips = [rng.random() < 0.6 for _ in b.shape]
+        if not any(flips):
+            flips[-1] = True
+        idx = ", ".join(f"{e - 1} - {v}" if f else v for v, e, f in zip(ivars, b.shape, flips))
+        if rng.random() < 0.5:
+            target = self.global_write(list(b.shape), b.dtype, ivars, False)
+            self.nest(b.shape, lambda iv: [f"{target} = {b.name}[{idx}]"])
+        else:
+            g = self.new_frag(b.shape, b.dtype)
+            self.nest(b.shape, lambda iv: [f"{g.name}[{', '.join(iv)}] = {b.name}[{idx}] + {_const(b.dtype, 1.0)}"])
+            self.defined.add(g.name)
+        self.notes.append("reversed-" + "".join("r" if f else "-" for f in flips))
+
+    def diagonal(self) -> None:
+        rng = self.rng
+        squares = [b for b in self.frags() if len(b.shape) == 2 and b.shape[0] == b.shape[1] and b.shape[0] > 1]
+        if squares:
+            b = rng.choice(squares)
+        else:
+            n = rng.choice((4, 8, 16, 32))
+            b = self.new_frag((n, n), self.dtype)
+            self.load(b)
+        n = b.shape[0]
+        if rng.random() < 0.5:
+            self.body.append(f"for i in T.parallel({n}):\n    {b.name}[i, i] = {b.name}[i, i] + {_const(b.dtype, 1.0)}")
+            self.notes.append("diagonal-update")
+        else:
+            target = self.global_write([n], b.dtype, ["i"], False)
+            self.body.append(f"for i in T.parallel({n}):\n    {target} = {b.name}[i, i]")
+            self.notes.append("diagonal-read")
+
+    def multi_index_read(self) -> None:
+        """One fragment read at several index forms in one nest: ``f[i, j] + f[M - 1 - i, j] + f[i, 0]``."""
+        rng = self.rng
+        b = rng.choice(self.frags())
+        ivars = ["i", "j"][:len(b.shape)]
+        forms = [", ".join(ivars),
+                 ", ".join(f"{b.shape[0] - 1} - {v}" if d == 0 else v for d, v in enumerate(ivars)),
+                 ", ".join("0" if d == len(ivars) - 1 else v for d, v in enumerate(ivars)),
+                 ", ".join(f"({v} + 1) % {e}" if d == 0 else v for d, (v, e) in enumerate(zip(ivars, b.shape)))]
+        picked = rng.sample(forms, rng.randint(2, 3))
+        expr = " + ".join(f"{b.name}[{f}]" for f in picked)
+        target = self.global_write(list(b.shape), b.dtype, ivars, False)
+        self.nest(b.shape, lambda iv: [f"{target} = {expr}"])
+        self.notes.append("multi-index-read")
+
+    def reduce_permuted(self) -> None:
+        """A row reduction then reads of its result at permuted indices: ``g[i] = max(r[M - 1 - i], r[i])``,
+        ``O[i, j] = f[i, j] - r[(i + k) % M]``."""
+        rng = self.rng
+        srcs = [b for b in self.frags() if len(b.shape) == 2]
+        if not srcs:
+            return self.reversed_read()
+        f = rng.choice(srcs)
+        m = f.shape[0]
+        r = self.new_frag((m,), f.dtype)
+        reducer = rng.choice(("max", "min"))
+        self.body.append(f"Tx.{reducer}({r.name}[0:{m}], {f.name}[{_region(f.shape)}], axes=[1])")
+        self.defined.add(r.name)
+        k = rng.randint(1, max(1, m - 1))
+        form = rng.choice((f"{m - 1} - i", f"(i + {k}) % {m}", f"{m - 1} - i"))
+        if rng.random() < 0.5:
+            g = self.new_frag((m,), f.dtype)
+            self.body.append(f"for i in T.parallel({m}):\n    {g.name}[i] = T.max({r.name}[{form}], {r.name}[i])")
+            self.defined.add(g.name)
+            self.store(g)
+        else:
+            target = self.global_write(list(f.shape), f.dtype, ["i", "j"], False)
+            self.nest(f.shape, lambda iv: [f"{target} = {f.name}[i, j] - {r.name}[{form}]"])
+        self.notes.append("reduce-permuted-read")
+
+    def pin(self) -> None:
+        """A layout pinned on a fragment with ``tl.annotate_layouts``: valid (inference must keep it and the
+        numbers must match) or invalid (inference must refuse it with a typed error)."""
+        rng = self.rng
+        cands = [b for b in self.allocs if b.scope == "local.fragment"]
+        b = rng.choice(cands)
+        kind = rng.choice(VALID_PINS * 2 + INVALID_PINS)
+        if kind == "not-injective" and int(np.prod(b.shape)) < 2:
+            kind = "cyclic"
+        self.pins.append((b.name, kind, tuple(b.shape)))
+        self.notes.append(f"pin-{kind}")
+
     # -- whole kernel
     def build(self) -> Kernel:
         rng = self.rng
@@ -557,44 +757,38 @@ class Gen:
         self.load(first) if rng.random() < 0.85 else self.fill(first)
         steps = rng.randint(1, self.max_steps)
         for _ in range(steps):
-            r = rng.random()
-            defined = self.frags()
-            if r < 0.28:
-                self.elementwise()
-            elif r < 0.42 and any(len(b.shape) >= 1 and b.shape != (1,) for b in defined):
-                src = rng.choice([b for b in defined if b.shape != (1,)])
-                self.reduce(src)
-            elif r < 0.52:
-                shape = rng.choice(self.shapes())
-                b = rng.choice(self.frags(shape, defined=False) or [self.new_frag(shape)])
-                self.load(b)
-            elif r < 0.60:
-                self.global_store_nest()
-            elif r < 0.67:
-                self.small_const_frag()
-            elif r < 0.76:
-                self.partial()
-            elif r < 0.82:
-                b = rng.choice(self.frags(defined=False))
-                self.fill(b)
-            elif r < 0.86:
-                self.copy_frag(rng.choice(defined))
-            elif r < 0.87:
-                self.serial_inner()
-            elif r < 0.90:
-                self.partial_copy()
-            elif r < 0.94:
-                self.tile_elementwise()
-            elif r < 0.96:
-                self.transposed_frag()
-            elif r < 0.98:
-                self.guarded_store()
-            else:
-                self.store(rng.choice(defined))
+            step = _pick(rng, self.STEPS)
+            getattr(self, step)()
+        if rng.random() < 0.12:
+            self.pin()
         outs = [b for b in self.frags() if rng.random() < 0.7] or [self.frags()[-1]]
         for b in outs:
             self.store(b)
-        return Kernel(self.render(), self.threads, sorted(set(self.notes)), self.has_sum, self.sum_extent)
+        return Kernel(self.render(), self.threads, sorted(set(self.notes)), self.has_sum, self.sum_extent, self.pins)
+
+    # step name -> weight (relative); each is a method taking no argument
+    STEPS = {"elementwise": 20, "step_reduce": 10, "step_load": 8, "global_store_nest": 6, "small_const_frag": 4,
+             "partial": 6, "step_fill": 4, "step_copy_frag": 3, "serial_inner": 1, "partial_copy": 3,
+             "tile_elementwise": 3, "transposed_frag": 2, "guarded_store": 2, "step_store": 2,
+             "thread_region": 5, "offset_visit": 5, "sub_region_copy": 4, "reversed_read": 5,
+             "multi_index_read": 3, "reduce_permuted": 4}
+
+    def step_reduce(self) -> None:
+        cands = [b for b in self.frags() if b.shape != (1,)]
+        return self.reduce(self.rng.choice(cands)) if cands else self.elementwise()
+
+    def step_load(self) -> None:
+        shape = self.rng.choice(self.shapes())
+        self.load(self.rng.choice(self.frags(shape, defined=False) or [self.new_frag(shape)]))
+
+    def step_fill(self) -> None:
+        self.fill(self.rng.choice(self.frags(defined=False)))
+
+    def step_copy_frag(self) -> None:
+        self.copy_frag(self.rng.choice(self.frags()))
+
+    def step_store(self) -> None:
+        self.store(self.rng.choice(self.frags()))
 
     def render(self) -> str:
         params = ", ".join(f'{p.name}: T.Buffer({p.shape!r}, "{p.dtype}")' for p in self.params)
@@ -606,6 +800,17 @@ class Gen:
         for stmt in self.body:
             lines += ["    " + line for line in stmt.split("\n")]
         return "\n".join(lines) + "\n"
+
+
+def _pick(rng: random.Random, weights: dict) -> str:
+    """A key of ``weights`` drawn with probability proportional to its weight (deterministic order)."""
+    total = sum(weights.values())
+    x = rng.random() * total
+    for key, w in weights.items():
+        x -= w
+        if x < 0:
+            return key
+    return key
 
 
 def generate(seed: int, index: int, max_steps: int = 5) -> Kernel:
@@ -705,14 +910,71 @@ def _tolerance(kernel: Kernel, func):
     return (1e-3, 2e-5 * max(16.0, float(kernel.sum_extent)))
 
 
-def check(kernel: Kernel, models=COST_MODELS, numeric: bool = True) -> list[Outcome]:
+def pin_layout(kind: str, shape: tuple, threads: int):
+    """The layout a pin of ``kind`` puts on a fragment of ``shape`` (see ``VALID_PINS`` / ``INVALID_PINS``)."""
+    import tilelayout as tl
+    size = int(np.prod(shape))
+    dims = list(shape)
+
+    def flat(*c):
+        out = c[0]
+        for x, e in zip(c[1:], dims[1:]):
+            out = out * e + x
+        return out
+    per = -(-size // threads)
+    if kind == "replicated":
+        return tl.fully_replicated(dims, threads)
+    if kind == "blocked":
+        return tl.Fragment(dims, lambda *c: flat(*c) // per, lambda *c: flat(*c) % per)
+    if kind == "thread-out-of-range":
+        return tl.Fragment(dims, lambda *c: flat(*c) % threads + max(1, threads // 2), lambda *c: flat(*c) // threads)
+    if kind == "negative-thread":
+        return tl.Fragment(dims, lambda *c: flat(*c) % threads - 1, lambda *c: flat(*c) // threads)
+    if kind == "not-injective":
+        return tl.Fragment(dims, lambda *c: c[0] * 0, lambda *c: c[0] * 0)
+    if kind == "wrong-shape":
+        return pin_layout("cyclic", (shape[0] + 1,) + tuple(shape[1:]), threads)
+    if kind == "plain-layout":
+        return tl.Layout(dims, lambda *c: flat(*c))
+    return tl.Fragment(dims, lambda *c: flat(*c) % threads, lambda *c: flat(*c) // threads)     # cyclic
+
+
+def apply_pins(func, pins: list, threads: int):
+    """``func`` with the kernel's pins attached through ``tl.annotate_layouts``."""
+    import tilelayout as tl
+    for name, kind, shape in pins:
+        if kind == "unknown-buffer":
+            func = tl.annotate_layouts(func, {"no_such_buffer": pin_layout("cyclic", shape, threads)})
+        elif kind == "pinned-twice":   # one call naming the buffer twice (by object and by name), differently
+            from tilelayout.annotate import function_buffers
+            buf = next(b for b in function_buffers(func) if str(b.name) == name)
+            func = tl.annotate_layouts(func, {buf: pin_layout("cyclic", shape, threads),
+                                              name: pin_layout("blocked", shape, threads)})
+        else:
+            func = tl.annotate_layouts(func, {name: pin_layout(kind, shape, threads)})
+    return func
+
+
+def check(kernel: Kernel, models=COST_MODELS, numeric: bool = True, cross: bool = False) -> list[Outcome]:
+    """Outcome per model. The numeric reference is the numpy interpreter (``tilelayout.reference``); with
+    ``cross`` it is also compared with the TVM-compiled sequential semantics (kind ``oracle`` on a difference)."""
     from tilelayout.errors import TileLayoutError
     from tilelayout.passes.inference.layout_inference import infer_layouts
-    from tilelayout.passes.lowering.pipeline import check_numeric, reference_outputs
+    from tilelayout.passes.lowering.pipeline import check_numeric, compare_outputs, reference_outputs, \
+        sequential_outputs
+    from tilelayout.reference import ReferenceOutOfBounds, UnsupportedByReference
     try:
         func = parse(kernel.text)
     except Exception as err:       # noqa: BLE001 - a generator bug, reported as such
         return [Outcome("generator", m, _short(err)) for m in models]
+    invalid_pin = [k for _, k, _ in kernel.pins if k in INVALID_PINS]
+    if kernel.pins:
+        try:
+            func = apply_pins(func, kernel.pins, kernel.threads)
+        except TileLayoutError as err:
+            return [Outcome("unsupported", m, "pin: " + _short(err)) for m in models]
+        except Exception as err:   # noqa: BLE001
+            return [Outcome("crash", m, "pin: " + _short(err) + "\n" + traceback.format_exc(limit=-3)) for m in models]
     expected = None
     out = []
     for model in models:
@@ -724,6 +986,9 @@ def check(kernel: Kernel, models=COST_MODELS, numeric: bool = True) -> list[Outc
         except Exception as err:   # noqa: BLE001
             out.append(Outcome("crash", model, "infer: " + _short(err) + "\n" + traceback.format_exc(limit=-3)))
             continue
+        if invalid_pin:
+            out.append(Outcome("accepted-bad", model, f"inference accepted an invalid pin ({', '.join(invalid_pin)})"))
+            continue
         try:
             problems = validate(result)
         except Exception as err:   # noqa: BLE001
@@ -734,9 +999,24 @@ def check(kernel: Kernel, models=COST_MODELS, numeric: bool = True) -> list[Outc
         if not numeric:
             out.append(Outcome("ok", model))
             continue
-        try:
-            if expected is None:
+        if expected is None:
+            try:
                 expected = reference_outputs(func)
+            except ReferenceOutOfBounds as err:
+                return out + [Outcome("accepted-bad", m, f"inference accepted an out-of-bounds program: {err}")
+                              for m in models[len(out):]]
+            except UnsupportedByReference as err:
+                return out + [Outcome("oracle", m, f"the numpy reference refused: {err}") for m in models[len(out):]]
+            if cross:
+                try:
+                    problems, _ = compare_outputs(expected, sequential_outputs(func), expected.exact,
+                                                  None if expected.exact else _tolerance(kernel, func))
+                except TileLayoutError:
+                    problems = []          # the sequential semantics do not model it (threadIdx reads)
+                if problems:
+                    return out + [Outcome("oracle", m, "interpreter vs sequential semantics: " + "; ".join(problems))
+                                  for m in models[len(out):]]
+        try:
             res = check_numeric(func, cost_model=model, expected=expected, tolerance=_tolerance(kernel, func))
         except TileLayoutError as err:
             out.append(Outcome("unsupported", model, "lower: " + _short(err)))
@@ -766,10 +1046,10 @@ class Worker:
         self.proc = ctx.Process(target=_serve, args=(child,), daemon=True)
         self.proc.start()
 
-    def check(self, kernel: Kernel, models, numeric: bool) -> list[Outcome]:
+    def check(self, kernel: Kernel, models, numeric: bool, cross: bool = False) -> list[Outcome]:
         if self.proc is None or not self.proc.is_alive():
             self._start()
-        self.conn.send((kernel, models, numeric))
+        self.conn.send((kernel, models, numeric, cross))
         if self.conn.poll(self.timeout):
             try:
                 return self.conn.recv()
@@ -791,15 +1071,25 @@ class Worker:
 def _serve(conn) -> None:
     while True:
         try:
-            kernel, models, numeric = conn.recv()
+            kernel, models, numeric, cross = conn.recv()
         except EOFError:
             return
-        conn.send(check(kernel, models, numeric))
+        conn.send(check(kernel, models, numeric, cross))
+
+
+def _seeds(text: str) -> list[int]:
+    """``"1000-1009"`` or ``"3,5,7"`` or ``"4"``."""
+    out = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        out += list(range(int(lo), int(hi) + 1)) if hi else [int(lo)]
+    return out
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seeds", help="several seeds, e.g. 1000-1009 (overrides --seed); --count kernels each")
     ap.add_argument("--count", type=int, default=50)
     ap.add_argument("--start", type=int, default=0, help="first kernel index")
     ap.add_argument("--reduce", action="store_true", help="with --only: shrink the kernel keeping its outcome, print it")
@@ -808,69 +1098,121 @@ def main(argv=None) -> int:
     ap.add_argument("--show", action="store_true", help="print each kernel's text")
     ap.add_argument("--model", choices=COST_MODELS, help="one cost model only")
     ap.add_argument("--no-numeric", action="store_true", help="inference and enumeration checks only")
+    ap.add_argument("--cross-check", action="store_true",
+                    help="also compare the numpy interpreter with the TVM-compiled sequential semantics")
     ap.add_argument("--save", type=Path, help="write the text of every non-OK kernel into this folder")
     ap.add_argument("--time-limit", type=float, default=540.0, help="stop starting new kernels after this many seconds")
     ap.add_argument("--kernel-timeout", type=float, default=120.0, help="seconds one kernel may take")
+    ap.add_argument("-j", "--jobs", type=int, default=1, help="kernels checked in this many child processes")
     ap.add_argument("--in-process", action="store_true", help="check in this process (for debugging)")
     ap.add_argument("--progress", action="store_true", help="print each kernel index before checking it")
     ap.add_argument("-v", "--verbose", action="store_true", help="print unsupported messages in full")
     args = ap.parse_args(argv)
     models = (args.model,) if args.model else COST_MODELS
-    indices = [args.only] if args.only is not None else list(range(args.start, args.start + args.count))
-    t0 = time.perf_counter()
-    counts: Counter = Counter()
-    kernels: Counter = Counter()
-    reasons: Counter = Counter()
-    done = 0
-    worker = None if args.in_process else Worker(args.kernel_timeout)
+    numeric, cross = not args.no_numeric, args.cross_check
+    seeds = _seeds(args.seeds) if args.seeds else [args.seed]
+    if args.only is not None:
+        tasks = [(seeds[0], args.only)]
+    else:
+        tasks = [(sd, k) for sd in seeds for k in range(args.start, args.start + args.count)]
     if args.reduce:
         if args.only is None:
             ap.error("--reduce needs --only K")
-        small = reduce_kernel(generate(args.seed, args.only, args.steps), models, not args.no_numeric, worker)
+        worker = None if args.in_process else Worker(args.kernel_timeout)
+        small = reduce_kernel(generate(seeds[0], args.only, args.steps), models, numeric, worker)
         print(small.text)
-        for o in (worker.check(small, models, not args.no_numeric) if worker else check(small, models)):
+        if small.pins:
+            print(f"# pins: {small.pins}")
+        for o in (worker.check(small, models, numeric) if worker else check(small, models, numeric)):
             print(f"[{o.kind}] {o.model}: {o.detail.replace(chr(10), ' | ')[:3000]}")
         if worker:
             worker.close()
         return 0
-    for k in indices:
+    t0 = time.perf_counter()
+    counts: Counter = Counter()
+    kernels: Counter = Counter()
+    reasons: Counter = Counter()
+    by_class: Counter = Counter()
+    done = 0
+
+    def run_one(task, worker):
+        sd, k = task
+        kernel = generate(sd, k, args.steps)
         if time.perf_counter() - t0 > args.time_limit:
-            print(f"time limit reached after {done} kernels")
-            break
-        kernel = generate(args.seed, k, args.steps)
+            return sd, k, kernel, None
+        return sd, k, kernel, (worker.check(kernel, models, numeric, cross) if worker else
+                               check(kernel, models, numeric, cross))
+
+    def results():
+        if args.in_process or args.jobs <= 1:
+            worker = None if args.in_process else Worker(args.kernel_timeout)
+            try:
+                for task in tasks:
+                    yield run_one(task, worker)
+            finally:
+                if worker:
+                    worker.close()
+            return
+        import queue
+        from concurrent.futures import ThreadPoolExecutor
+        pool_workers = queue.Queue()
+        for _ in range(args.jobs):
+            pool_workers.put(Worker(args.kernel_timeout))
+
+        def job(task):
+            w = pool_workers.get()
+            try:
+                return run_one(task, w)
+            finally:
+                pool_workers.put(w)
+        with ThreadPoolExecutor(args.jobs) as pool:
+            yield from pool.map(job, tasks)          # in task order
+        while not pool_workers.empty():
+            pool_workers.get().close()
+
+    stopped = False
+    for sd, k, kernel, outcomes in results():
+        if outcomes is None:
+            stopped = True
+            continue
         if args.progress:
-            print(f"... kernel {k}", flush=True)
+            print(f"... seed {sd} kernel {k}", flush=True)
         if args.show:
-            print(f"# ---- seed {args.seed} kernel {k} (threads {kernel.threads}; {', '.join(kernel.notes)})")
-            print(kernel.text)
-        outcomes = worker.check(kernel, models, not args.no_numeric) if worker else \
-            check(kernel, models, not args.no_numeric)
+            print(f"# ---- seed {sd} kernel {k} (threads {kernel.threads}; {', '.join(kernel.notes)})")
+            print(kernel.text + (f"# pins: {kernel.pins}\n" if kernel.pins else ""))
         done += 1
-        worst = max(outcomes, key=lambda o: ("ok", "unsupported", "generator", "crash", "invalid", "mismatch").index(o.kind))
+        worst = max(outcomes, key=lambda o: KINDS.index(o.kind))
         kernels[worst.kind] += 1
+        if worst.kind in BAD:
+            for note in kernel.notes:
+                by_class[(worst.kind, note)] += 1
         for o in outcomes:
             counts[o.kind] += 1
             if o.kind == "unsupported":
                 reasons[o.detail.split(":")[0] + ": " + _reason_key(o.detail)] += 1
             if o.kind != "ok" and (o.kind in BAD or args.verbose):
                 text = o.detail.replace("\n", " | ") if args.verbose else o.detail[:600]
-                print(f"[{o.kind}] seed {args.seed} kernel {k} {o.model}: {text[:4000]}")
+                print(f"[{o.kind}] seed {sd} kernel {k} {o.model}: {text[:4000]}", flush=True)
         if args.save and worst.kind != "ok":
             args.save.mkdir(parents=True, exist_ok=True)
-            (args.save / f"s{args.seed}_k{k}_{worst.kind}.py").write_text(
-                f"# seed {args.seed} kernel {k}: {worst.kind} ({worst.model}): {worst.detail.splitlines()[0] if worst.detail else ''}\n"
-                + kernel.text)
-    if worker:
-        worker.close()
+            (args.save / f"s{sd}_k{k}_{worst.kind}.py").write_text(
+                f"# seed {sd} kernel {k}: {worst.kind} ({worst.model}): "
+                f"{worst.detail.splitlines()[0] if worst.detail else ''}\n" + kernel.text
+                + (f"# pins: {kernel.pins}\n" if kernel.pins else ""))
+    if stopped:
+        print(f"time limit reached after {done} kernels")
     wall = time.perf_counter() - t0
     print(f"kernels: {done} in {wall:.1f} s; per kernel (worst over models): "
-          + ", ".join(f"{k} {kernels[k]}" for k in ("ok", "unsupported", "crash", "invalid", "mismatch", "generator")))
-    print("kernel-model pairs: " + ", ".join(f"{k} {counts[k]}" for k in
-                                              ("ok", "unsupported", "crash", "invalid", "mismatch", "generator")))
+          + ", ".join(f"{k} {kernels[k]}" for k in KINDS))
+    print("kernel-model pairs: " + ", ".join(f"{k} {counts[k]}" for k in KINDS))
     if reasons:
         print("unsupported, by reason:")
         for r, n in reasons.most_common():
             print(f"  {n:4d}  {r}")
+    if by_class:
+        print("bad kernels by feature they use (one kernel counts under each of its features):")
+        for (kind, note), n in sorted(by_class.items(), key=lambda kv: (-kv[1], kv[0])):
+            print(f"  {n:4d}  {kind:12s} {note}")
     return 1 if any(kernels[k] for k in BAD) else 0
 
 

@@ -20,6 +20,7 @@ import multiprocessing
 import sys
 import time
 import traceback
+import warnings
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +36,7 @@ from maint import snapshot  # noqa: E402
 COST_MODELS = ("register-count", "io-aware")
 
 
-from maint.case_loader import UsageError, discover, load_case  # noqa: E402,F401  (the runner's case API)
+from maint.case_loader import _LOADED, UsageError, discover, load_case  # noqa: E402,F401  (the runner's case API)
 
 
 # --------------------------------------------------------------------------- running one variant
@@ -49,10 +50,13 @@ class Outcome:
     errors: dict = field(default_factory=dict)          # model -> inference error text
     check_failures: dict = field(default_factory=dict)  # model -> check failure text
     bandwidth: dict = field(default_factory=dict)       # model -> --show lines on chosen io statements
+    warnings: dict = field(default_factory=dict)        # model -> resource warning messages
     seconds: float = 0.0
 
 
 def _error_text(err: BaseException) -> str:
+    if isinstance(err, SystemExit):
+        return f"SystemExit({err.code!r}): the case called sys.exit / exit()"
     text = str(err).strip()
     first = text.splitlines()[0] if text else ""
     return f"{type(err).__name__}: {first}" if first else type(err).__name__
@@ -68,9 +72,13 @@ def run_variant(cases_dir: str, case: str, variant: str, models: tuple, show: bo
     for model in models:
         try:
             func = func if func is not None else module.VARIANTS[variant]()   # IR is immutable: share it
-            result = tl.infer_layouts(func, target=None, cost_model=model)
+            with warnings.catch_warnings(record=True) as caught:   # resource warnings: listed by --show
+                warnings.simplefilter("always", tl.TileLayoutResourceWarning)
+                result = tl.infer_layouts(func, target=None, cost_model=model)
+            out.warnings[model] = [str(w.message) for w in caught
+                                   if issubclass(w.category, tl.TileLayoutResourceWarning)]
             snap = snapshot.result_to_snapshot(result)
-        except Exception as err:  # noqa: BLE001 -- a failing case is reported, not fatal
+        except (Exception, SystemExit) as err:  # noqa: BLE001 -- a failing case is reported, not fatal
             out.errors[model] = _error_text(err)
             continue
         out.snapshots[model] = snap
@@ -81,7 +89,7 @@ def run_variant(cases_dir: str, case: str, variant: str, models: tuple, show: bo
         if check is not None:
             try:
                 check(variant, model, snap)
-            except Exception as err:  # noqa: BLE001 -- assertion or a crash inside the check alike
+            except (Exception, SystemExit) as err:  # noqa: BLE001 -- assertion, crash or exit in the check alike
                 out.check_failures[model] = _error_text(err)
     out.seconds = time.perf_counter() - start
     return out
@@ -238,6 +246,8 @@ def show(outcomes: list[Outcome], models: list[str]) -> list[str]:
                 lines.append(f"{out.case}/{out.variant}/{model}/{section}/{name}: {snapshot.describe(layout)}")
             for line in out.bandwidth.get(model, []):
                 lines.append(f"{out.case}/{out.variant}/{model}/io: {line}")
+            for line in out.warnings.get(model, []):
+                lines.append(f"{out.case}/{out.variant}/{model}/resource warning: {line}")
     return lines
 
 
@@ -292,6 +302,12 @@ def main(argv: list[str] | None = None, stdout=None) -> int:
     stdout = stdout or sys.stdout
     try:
         args = parse_args(argv)
+    except SystemExit as err:       # argparse: --help exits 0, bad arguments 2
+        return 2 if err.code not in (0, None) else 0
+    except UsageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    try:
         if args.review:
             from maint import review
             return review.main(ROOT, args.expected_dir, args.base, args.html, args.out, stdout, force=args.force)
@@ -299,8 +315,6 @@ def main(argv: list[str] | None = None, stdout=None) -> int:
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    except SystemExit as err:       # argparse
-        return 2 if err.code not in (0, None) else 0
 
 
 def _check_or_record(args: argparse.Namespace, stdout) -> int:
@@ -327,13 +341,13 @@ def _check_or_record(args: argparse.Namespace, stdout) -> int:
         return 0 if passed == total else 1
     if args.cute:
         from maint.cute_parity import parity
-        lines, total, same, converted = parity(modules, expected_dir, args.case, models)
+        lines, total, same, refused, converted = parity(modules, expected_dir, args.case, models)
         if lines:
             print("\n".join(lines), file=stdout)
         rate = 100.0 * converted / total if total else 100.0
-        print(f"{same}/{total} statements match; CuTe conversion hit rate {converted}/{total} ({rate:.0f}%)",
-              file=stdout)
-        return 0 if same == total else 1
+        print(f"{same}/{total} statements match, {refused} refused by both sides, {total - same - refused} "
+              f"disagree; CuTe conversion hit rate {converted}/{total} ({rate:.0f}%)", file=stdout)
+        return 0 if same + refused == total else 1
     tasks = [(str(cases_dir), case, variant, tuple(models), args.show)
              for case, module in modules.items() for variant in module.VARIANTS
              if args.case is None or args.case in f"{case}/{variant}"]

@@ -1,4 +1,4 @@
-"""TileLang's golden layouts for the seed's eight cases (reference section 4, "Golden summary").
+"""TileLang's golden layouts for the eight original cases (TileLang's golden summary of its harness).
 
 ``GOLDENS[case][variant][model][name] = (forward_thread, forward_index, replicate)`` where ``name`` is
 a buffer name or a loop key (loop keys contain ``[``). Expressions are TileLang's printed form;

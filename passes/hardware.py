@@ -6,12 +6,14 @@ import re
 
 import tvm
 
+from tilelayout.errors import ConfigError
+
 DEFAULT_TARGET = {"kind": "cuda", "arch": "sm_90"}
 SEGMENT_BYTES = 128  # global-memory transaction granularity the io-aware model counts
 
 
 def normalize_target(target=None) -> tvm.target.Target:
-    """A tvm Target from a Target, dict or string; default CUDA sm_90 (where the seed goldens were recorded)."""
+    """A tvm Target from a Target, dict or string; default CUDA sm_90 (where TileLang's goldens were recorded)."""
     if target is None:
         return tvm.target.Target(DEFAULT_TARGET)
     if isinstance(target, tvm.target.Target):
@@ -19,7 +21,18 @@ def normalize_target(target=None) -> tvm.target.Target:
     try:
         return tvm.target.Target(target)
     except Exception as err:
-        raise ValueError(f"cannot make a TVM target from {target!r}: {str(err).splitlines()[-1]}") from None
+        raise ConfigError(f"cannot make a TVM target from {target!r}: {str(err).splitlines()[-1]}") from None
+
+
+def func_target(func, target=None):
+    """``target`` when given, else the ``"target"`` attribute a kernel carries (``func.with_attr("target",
+    ...)``), else None (the default target): a kernel written for sm_80 says so once, and every pass honours it."""
+    if target is not None:
+        return target
+    attrs = getattr(func, "attrs", None)
+    if attrs is not None and "target" in attrs:
+        return attrs["target"]
+    return None
 
 
 def sm_version(target: tvm.target.Target) -> int:
@@ -46,3 +59,18 @@ def warp_size(target=None) -> int:
     target = normalize_target(target)
     value = target.attrs.get("thread_warp_size")
     return int(value) if value is not None else (64 if target.kind.name == "rocm" else 32)
+
+
+def max_threads_per_block(target=None) -> int:
+    """The most threads one block may launch on ``target`` (1,024 on every CUDA GPU)."""
+    target = normalize_target(target)
+    value = target.attrs.get("max_num_threads")
+    return int(value) if value is not None else 1024
+
+
+def check_block_threads(threads: int, target=None, what: str = "the kernel") -> None:
+    """Refuse a thread count the target cannot launch in one block."""
+    limit = max_threads_per_block(target)
+    if threads < 1 or threads > limit:
+        raise ConfigError(f"{what} launches {threads} threads (threadIdx.x) per block; "
+                          f"{normalize_target(target).kind.name} blocks take 1 to {limit}")

@@ -1,6 +1,6 @@
-"""Our recorded snapshots of the seed's eight cases equal TileLang's goldens as mappings.
+"""Our recorded snapshots of the eight original cases equal TileLang's goldens as mappings.
 
-The goldens (maint/tilelang_goldens.py) are the reference's summary, itself checked here against
+The goldens (maint/tilelang_goldens.py) are TileLang's published summary, itself checked here against
 TileLang's saved output. Snapshot comparisons skip until ``expected/<case>.json`` is recorded.
 """
 from __future__ import annotations

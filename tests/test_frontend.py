@@ -35,7 +35,7 @@ def same(a, b):
 
 
 # ---------------------------------------------------------------------------------------------
-# the DESIGN.md example
+# the README's example kernel
 
 def test_row_max_graph_contents():
     g = build_op_graph(K.row_max)

@@ -17,7 +17,7 @@ N = tirx.Var("n", "int32")
 
 
 def xor_swizzle_8x64():
-    """Seed 000's 128B swizzle of an (8, 64) float16 tile: 64*i + 8*((j//8) ^ i) + j%8."""
+    """The TIRx documentation's 128B swizzle of an (8, 64) float16 tile: 64*i + 8*((j//8) ^ i) + j%8."""
     return Layout([8, 64], lambda i, j: 64 * i + 8 * tirx.bitwise_xor(j // 8, i) + j % 8)
 
 

@@ -76,9 +76,18 @@ def test_cpu_passes_are_passes_too():
 
 
 def _all_variants():
+    """Every case variant; those a case declares NUMERIC_PENDING (lowering not able to run them yet, the case says
+    why) must fail in lowering, strictly, until that lowering lands and the mark goes."""
     from maint.run import discover
-    return [pytest.param(name, variant, id=f"{name}/{variant}")
-            for name in discover(ROOT / "cases") for variant in _case(name).VARIANTS]
+    from tilelayout.passes.lowering.loop_partition import LoweringError
+    out = []
+    for name in discover(ROOT / "cases"):
+        pending = getattr(_case(name), "NUMERIC_PENDING", {}) or {}
+        for variant in _case(name).VARIANTS:
+            marks = [pytest.mark.xfail(reason=pending[variant], strict=True, raises=LoweringError)] \
+                if variant in pending else []
+            out.append(pytest.param(name, variant, id=f"{name}/{variant}", marks=marks))
+    return out
 
 
 @pytest.mark.parametrize("name,variant", _all_variants())

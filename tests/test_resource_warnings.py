@@ -34,9 +34,19 @@ def test_unusually_large_fragment_warns_on_its_own():
         tl.infer_layouts(k.huge_fragment())
 
 
-def test_threads_over_1024_warn():
-    with pytest.warns(tl.TileLayoutResourceWarning, match="2048 threads per block exceed the target's limit of 1024"):
+def test_threads_over_1024_are_refused_by_the_front_end():
+    with pytest.raises(tl.TileLayoutError, match="2048 threads"):
         tl.infer_layouts(k.too_many_threads())
+
+
+def test_threads_over_the_target_limit_warn_when_a_result_has_them():
+    # the front end refuses such launches on CUDA; the resource check still covers any result that has them
+    from types import SimpleNamespace
+    from tilelayout.passes.inference.resources import resource_warnings
+    graph = SimpleNamespace(thread_extent=2048, buffers=[], func_name="wide")
+    fake = SimpleNamespace(target=None, graph=graph, buffers={})
+    assert resource_warnings(fake) == ["wide: 2048 threads per block exceed the target's limit of 1024; "
+                                       "the kernel cannot launch"]
 
 
 def test_shared_memory_over_the_target_limit_names_the_buffer():

@@ -229,6 +229,37 @@ def test_broken_case_module_is_exit_2(fake, capsys):
     assert "broken: VARIANTS must be" in capsys.readouterr().err
 
 
+EXITING_CASE = '''
+"""A case whose check exits the process instead of asserting."""
+import sys
+VARIANTS = {"v1": lambda: "v1"}
+
+def check(variant, model, result):
+    sys.exit(0)
+'''
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_check_that_calls_sys_exit_fails_its_case_in_check_and_record(fake, jobs):
+    (fake.cases / "toy.py").unlink()
+    (fake.cases / "exiting.py").write_text(EXITING_CASE)
+    code, out = fake.invoke("--record", "-j", jobs)
+    assert code == 1 and "exiting/v1/register-count: not recorded, check failed: SystemExit(0)" in out
+    assert not (fake.expected / "exiting.json").exists()
+    (fake.expected).mkdir(exist_ok=True)
+    (fake.expected / "exiting.json").write_text(snapshot.dumps({"v1": {"register-count": {
+        "buffers": {"frag": frag()}, "loops": {}}}}))
+    code, out = fake.invoke("-j", jobs)
+    assert code == 1 and "exiting/v1/register-count: check failed: SystemExit(0)" in out
+    assert "0/1 variant-model pairs match" in out
+
+
+def test_a_case_module_that_exits_on_import_is_exit_2(fake, capsys):
+    (fake.cases / "quits.py").write_text('"""Quits."""\nimport sys\nsys.exit(0)\n')
+    assert fake.invoke()[0] == 2
+    assert "quits: cannot import" in capsys.readouterr().err
+
+
 def test_bad_arguments_are_exit_2(fake):
     assert fake.invoke("--bogus")[0] == 2
     assert fake.invoke("-j", "0")[0] == 2

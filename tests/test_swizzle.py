@@ -1,5 +1,5 @@
 """Bank swizzles: TileLang's exact layouts, an independent numpy (CuTe Swizzle<B,4,3>) construction,
-seed 000's worked example, the bank-conflict property, detection and merging."""
+the TIRx documentation's worked example, the bank-conflict property, detection and merging."""
 import numpy as np
 import pytest
 from tvm import tirx

@@ -1,4 +1,4 @@
-"""TIRx TileLayout / ComposeLayout <-> tilelayout Layout / Fragment (seed 000 examples, round trips).
+"""TIRx TileLayout / ComposeLayout <-> tilelayout Layout / Fragment (the TIRx documentation's examples, round trips).
 
 Ground truth is TVM's own ``TileLayout.apply`` evaluated point by point (plus an independent
 enumeration of the replica iterators); our side is evaluated with ``thread_of`` / ``map``.
@@ -101,7 +101,7 @@ def assert_same_tile(a, b, shape):
     assert np.array_equal(_tvm_keys(a, shape), _tvm_keys(b, shape)), (a, b)
 
 
-# --------------------------------------------------------------------------- seed 000 examples
+# --------------------------------------------------------------------------- the TIRx documentation's examples
 
 def test_seed_fragment_at_1_3():
     assert {k: int(v) for k, v in SEED.apply(1, 3, shape=[8, 16]).items()} == {"laneid": 5, "warpid": 5, "m": 1}

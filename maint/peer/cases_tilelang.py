@@ -1,4 +1,4 @@
-"""TileLang twins of every case in ``cases/``, for ``shared/peer/tilelang_peer.py`` (dev only).
+"""TileLang twins of every case in ``cases/``, for the TileLang-side peer runner (dev only, see README.md).
 
 Each kernel mirrors one ``cases/<case>.py`` variant: same shapes, dtypes, thread counts and
 buffer names, written in TileLang's front end (``T.copy(src, dst)``, ``T.Parallel``,
@@ -235,6 +235,104 @@ def _scale_columns(m, n, threads):
     return main
 
 
+def _flash(dim, bm, bn, threads, causal, policy=True, batch=1, heads=1):
+    """examples/flash_attention/example_mha_fwd_bhsd.py, serial K/V loop (TileLang's T.Pipelined with one
+    stage infers the same layouts)."""
+    seq = 2 * max(bm, bn)
+    scale = (1.0 / dim) ** 0.5 * 1.44269504
+    shape = [batch, heads, seq, dim]
+    kw = {"policy": T.GemmWarpPolicy.FullRow} if policy else {}
+
+    @T.prim_func
+    def main(Q: T.Tensor(shape, T.float16), K: T.Tensor(shape, T.float16), V: T.Tensor(shape, T.float16),
+             O: T.Tensor(shape, T.float16)):
+        with T.Kernel(T.ceildiv(seq, bm), heads, batch, threads=threads) as (bx, by, bz):
+            Q_shared = T.alloc_shared([bm, dim], T.float16)
+            K_shared = T.alloc_shared([bn, dim], T.float16)
+            V_shared = T.alloc_shared([bn, dim], T.float16)
+            O_shared = T.alloc_shared([bm, dim], T.float16)
+            acc_s = T.alloc_fragment([bm, bn], T.float32)
+            acc_s_cast = T.alloc_fragment([bm, bn], T.float16)
+            acc_o = T.alloc_fragment([bm, dim], T.float32)
+            scores_max = T.alloc_fragment([bm], T.float32)
+            scores_max_prev = T.alloc_fragment([bm], T.float32)
+            scores_scale = T.alloc_fragment([bm], T.float32)
+            scores_sum = T.alloc_fragment([bm], T.float32)
+            logsum = T.alloc_fragment([bm], T.float32)
+            T.copy(Q[bz, by, bx * bm:(bx + 1) * bm, :], Q_shared)
+            T.fill(acc_o, 0)
+            T.fill(logsum, 0)
+            T.fill(scores_max, -T.infinity(T.float32))
+            loop_range = T.min(T.ceildiv(seq, bn), T.ceildiv((bx + 1) * bm, bn)) if causal else T.ceildiv(seq, bn)
+            for k in T.serial(loop_range):
+                T.copy(K[bz, by, k * bn:(k + 1) * bn, :], K_shared)
+                if causal:
+                    for i, j in T.Parallel(bm, bn):
+                        acc_s[i, j] = T.if_then_else(bx * bm + i >= k * bn + j, 0, -T.infinity(T.float32))
+                else:
+                    T.clear(acc_s)
+                T.gemm(Q_shared, K_shared, acc_s, transpose_B=True, **kw)
+                T.copy(scores_max, scores_max_prev)
+                T.fill(scores_max, -T.infinity(T.float32))
+                T.reduce_max(acc_s, scores_max, dim=1, clear=False)
+                for i in T.Parallel(bm):
+                    scores_max[i] = T.max(scores_max[i], scores_max_prev[i])
+                for i in T.Parallel(bm):
+                    scores_scale[i] = T.exp2(scores_max_prev[i] * scale - scores_max[i] * scale)
+                for i, j in T.Parallel(bm, bn):
+                    acc_s[i, j] = T.exp2(acc_s[i, j] * scale - scores_max[i] * scale)
+                T.reduce_sum(acc_s, scores_sum, dim=1)
+                for i in T.Parallel(bm):
+                    logsum[i] = logsum[i] * scores_scale[i] + scores_sum[i]
+                T.copy(acc_s, acc_s_cast)
+                for i, j in T.Parallel(bm, dim):
+                    acc_o[i, j] *= scores_scale[i]
+                T.copy(V[bz, by, k * bn:(k + 1) * bn, :], V_shared)
+                T.gemm(acc_s_cast, V_shared, acc_o, **kw)
+            for i, j in T.Parallel(bm, dim):
+                acc_o[i, j] /= logsum[i]
+            T.copy(acc_o, O_shared)
+            T.copy(O_shared, O[bz, by, bx * bm:(bx + 1) * bm, :])
+    return main
+
+
+def _gemm_chain(m, n, k, d, threads, policy=True):
+    kw = {"policy": T.GemmWarpPolicy.FullRow} if policy else {}
+
+    @T.prim_func
+    def main(A: T.Tensor((m, k), T.float16), B: T.Tensor((n, k), T.float16), C: T.Tensor((n, d), T.float16),
+             D: T.Tensor((m, d), T.float32)):
+        with T.Kernel(1, threads=threads):
+            A_s = T.alloc_shared((m, k), T.float16)
+            B_s = T.alloc_shared((n, k), T.float16)
+            C_s = T.alloc_shared((n, d), T.float16)
+            S = T.alloc_fragment((m, n), T.float32)
+            P = T.alloc_fragment((m, n), T.float16)
+            O = T.alloc_fragment((m, d), T.float32)
+            T.copy(A, A_s)
+            T.copy(B, B_s)
+            T.copy(C, C_s)
+            T.gemm(A_s, B_s, S, transpose_B=True, clear_accum=True, **kw)
+            T.copy(S, P)
+            T.gemm(P, C_s, O, clear_accum=True, **kw)
+            T.copy(O, D)
+    return main
+
+
+def _gemm_rs(m, n, k, threads):
+    @T.prim_func
+    def main(A: T.Tensor((m, k), T.float16), B: T.Tensor((k, n), T.float16), C: T.Tensor((m, n), T.float32)):
+        with T.Kernel(1, threads=threads):
+            A_f = T.alloc_fragment((m, k), T.float16)
+            B_s = T.alloc_shared((k, n), T.float16)
+            C_frag = T.alloc_fragment((m, n), T.float32)
+            T.copy(A, A_f)
+            T.copy(B, B_s)
+            T.gemm(A_f, B_s, C_frag, clear_accum=True)
+            T.copy(C_frag, C)
+    return main
+
+
 KERNELS = {
     "elementwise_copy/fp16_128x128_t128": lambda: _roundtrip(128, 128, T.float16, 128),
     "elementwise_copy/fp32_64x256_t256": lambda: _roundtrip(64, 256, T.float32, 256),
@@ -267,6 +365,44 @@ KERNELS = {
     "register_spill/m64_n128_t128": lambda: _register_spill(64, 128, 128),
     "pinned_layout/mma_pin_128x128_t128": _pinned_mma,
 }
+
+
+def _reduce_rows(m, n, threads, reducer):
+    @T.prim_func
+    def main(A: T.Tensor((m, n), T.float32), B: T.Tensor((m,), T.float32)):
+        with T.Kernel(1, threads=threads):
+            x = T.alloc_fragment((m, n), T.float32)
+            s = T.alloc_fragment((m,), T.float32)
+            T.copy(A, x)
+            if reducer == "sum":
+                T.reduce_sum(x, s, dim=1)
+            else:
+                T.reduce_max(x, s, dim=1)
+            T.copy(s, B)
+    return main
+
+
+KERNELS.update({
+    "reduce_owner_subset/sum_128x128_t32": lambda: _reduce_rows(128, 128, 32, "sum"),
+    "reduce_owner_subset/max_64x256_t64": lambda: _reduce_rows(64, 256, 64, "max"),
+    "reduce_owner_subset/max_64x256_t128": lambda: _reduce_rows(64, 256, 128, "max"),
+})
+
+
+# attention-class kernels: the variant name starts with the arch it is meant for (compare.py compares each
+# against TileLang on that arch only)
+for _arch in ("sm80", "sm90"):
+    for _d, _bm, _bn, _t, _causal in ((64, 64, 64, 128, False), (64, 64, 64, 128, True), (128, 128, 128, 256, False),
+                                      (128, 128, 128, 256, True), (64, 128, 128, 128, True), (128, 64, 64, 128, False)):
+        _name = f"flash_attention/{_arch}_d{_d}_b{_bm}x{_bn}_t{_t}{'_causal' if _causal else ''}"
+        KERNELS[_name] = (lambda d=_d, bm=_bm, bn=_bn, t=_t, c=_causal: _flash(d, bm, bn, t, c))
+    KERNELS[f"flash_attention/{_arch}_d64_b64x64_t128_default_policy"] = (
+        lambda: _flash(64, 64, 64, 128, False, policy=False))
+    KERNELS[f"gemm_chain/{_arch}_m64n64k64d64_t128"] = lambda: _gemm_chain(64, 64, 64, 64, 128)
+    KERNELS[f"gemm_chain/{_arch}_m128n64k32d128_t256_default_policy"] = (
+        lambda: _gemm_chain(128, 64, 32, 128, 256, policy=False))
+    KERNELS[f"gemm_register_a/{_arch}_m64n64k32_t128"] = lambda: _gemm_rs(64, 64, 32, 128)
+    KERNELS[f"gemm_register_a/{_arch}_m128n128k32_t256"] = lambda: _gemm_rs(128, 128, 32, 256)
 
 
 # ------------------------------------------------------------------ front-end coverage (scans, atomics, ...)

@@ -11,8 +11,9 @@ __all__ = ["annotate_result", "get_layouts"]
 
 def annotate_result(func, result):
     """``func`` with a layout map for every inferred buffer; on the outermost loop of every parallel nest its
-    loop layout, predicate and guard flags; and, for tile ops (which have no loop yet), the same decision in
-    the function attribute ``TILE_LOOPS_ATTR``, so lowering reads every loop decision instead of making it."""
+    loop layout, predicate and guard flags; for tile ops (which have no loop yet), the same decision in the
+    function attribute ``TILE_LOOPS_ATTR``, so lowering reads every loop decision instead of making it; and
+    the plan of every gemm (``gemm_plan.GEMM_PLANS_ATTR``)."""
     roots, tile_loops = {}, {}
     for index, decision in sorted(result.op_loops.items()):
         op = result.graph.ops[index]
@@ -33,7 +34,12 @@ def annotate_result(func, result):
 
     body = tvm_ffi.structural_mutate(func.body, (tirx.For, on_for)) if roots else func.body
     out = annotate_layouts(func.with_body(body), dict(result.buffers))
-    return out.with_attr(TILE_LOOPS_ATTR, tile_loops) if tile_loops else out
+    out = out.with_attr(TILE_LOOPS_ATTR, tile_loops) if tile_loops else out
+    plans = getattr(result, "gemm_plans", None) or {}
+    if plans:
+        from .gemm_plan import annotate_gemm_plans, gemm_ordinal
+        out = annotate_gemm_plans(out, {gemm_ordinal(func, result.graph.ops[i]): p for i, p in plans.items()})
+    return out
 
 
 def get_layouts(func):

@@ -23,7 +23,7 @@ from tilelayout.layout import Layout, placeholder, rep_placeholder, substitute
 from .loop_nest import LoopNest
 from .serial_axes import lift, project, widened
 
-__all__ = ["PartialCoverage", "loop_from_fragment", "complete_fragment", "ownership_error", "access_points",
+__all__ = ["PartialCoverage", "loop_from_fragment", "complete_fragment", "reaches_partly", "ownership_error", "access_points",
            "is_common_access"]
 
 #: loops with more points than this are not validated by enumeration
@@ -53,7 +53,7 @@ def access_points(nest: LoopNest, access) -> np.ndarray:
     env = grid_env(nest.loop_vars, nest.extents)
     shape = tuple(nest.extents)
     flat = np.zeros(shape, dtype=np.int64)
-    for idx, ext in zip(access.indices, access.buffer.shape):
+    for dim, (idx, ext) in enumerate(zip(access.indices, access.buffer.shape)):
         try:
             val = np.broadcast_to(evaluate(idx, env), shape)
         except Exception as err:
@@ -68,19 +68,36 @@ def access_points(nest: LoopNest, access) -> np.ndarray:
             bad = np.unravel_index(int(np.argmax((val < 0) | (val >= ext))), shape)
             raise InferenceError(
                 f"{nest.describe()}: access {access} leaves buffer {access.buffer.name} (shape "
-                f"{list(access.buffer.shape)}) at loop point {[int(b) for b in bad]}; the loop is larger than the "
-                f"fragment it touches")
+                f"{list(access.buffer.shape)}) at loop point {[int(b) for b in bad]}: index {idx} is "
+                f"{int(val[bad])} there, outside [0, {int(ext)}) of dimension {dim}; {_out_of_bounds_hint(nest, idx, ext)}")
         flat = flat * ext + val
     return flat
 
 
-def loop_from_fragment(nest: LoopNest, access, frag: Fragment, threads: int) -> Fragment:
-    """Loop layout that runs iteration x in the threads holding ``frag[idx(x)]``."""
+def _out_of_bounds_hint(nest: LoopNest, idx, ext) -> str:
+    """Why an index leaves the fragment: a bare loop variable running further than the dimension, or an
+    offset / stride pushing it past the edge."""
+    for var, extent in zip(nest.loop_vars, nest.extents):
+        if hasattr(idx, "same_as") and idx.same_as(var):
+            return (f"the loop over {var.name} ({extent} iterations) is larger than the fragment's dimension "
+                    f"({ext}); loop over the fragment's extent or give the fragment the loop's")
+    return "its offset or stride takes it past the fragment's edge; shrink the loop range or enlarge the fragment so every index fits"
+
+
+def everyone(shape, thread_range: tuple) -> Fragment:
+    """Every thread of ``thread_range`` (min, extent) holds every element."""
+    lo, ext = thread_range
+    return fully_replicated(shape, ext).bind_thread_range(lo, ext)
+
+
+def loop_from_fragment(nest: LoopNest, access, frag: Fragment, thread_range: tuple) -> Fragment:
+    """Loop layout that runs iteration x in the threads holding ``frag[idx(x)]`` (``thread_range``: the
+    (min, extent) of the threads running the op, used when ``frag`` is not bound to a range)."""
     wide = widened(nest, access)
     if wide is not None:   # serial loops index the fragment: derive on the widened domain, then project
-        return project(loop_from_fragment(*wide, frag, threads), nest, access)
+        return project(loop_from_fragment(*wide, frag, thread_range), nest, access)
     if is_common_access(nest, access):
-        return frag.bind_thread_range(0, threads) if frag.thread_range is None else frag
+        return frag.bind_thread_range(*thread_range) if frag.thread_range is None else frag
     access_points(nest, access)  # bounds check: a loop larger than the fragment is refused clearly (#2957)
     idx = _on_placeholders(nest, access.indices)
     thread = substitute(frag.forward_thread, dict(zip(frag.forward_vars, idx)))
@@ -113,7 +130,7 @@ def loop_from_fragment(nest: LoopNest, access, frag: Fragment, threads: int) -> 
     except LayoutError as error:
         raise InferenceError(f"{nest.describe()}: the loop layout derived from {access.buffer.name} through {access} "
                              f"({loop!r}) has no inverse lowering could partition it by: {error}") from None
-    rng = frag.thread_range or (0, threads)
+    rng = frag.thread_range or thread_range
     return loop.bind_thread_range(*rng)
 
 
@@ -144,6 +161,8 @@ def _slot_varies_by_enumeration(nest: LoopNest, loop: Fragment, access, frag: Fr
     by enumeration (inner serial variables in the indices, symbolic or very large domains)."""
     if nest.inner_vars and _mentions_any(access.indices, nest.inner_vars):
         return None
+    if (frag is loop or frag.key == loop.key) and is_common_access(nest, access):
+        return False        # the fragment's slot at each point is the loop's own slot there
     if nest.size > VALIDATION_LIMIT or not frag.is_static or not loop.is_static:
         return None
     try:
@@ -186,13 +205,28 @@ def _dynamic_symbolic(nest: LoopNest, loop: Fragment, accesses: list) -> list:
     return out
 
 
-def complete_fragment(nest: LoopNest, loop: Fragment, access, threads: int, read_only: bool) -> Fragment:
-    """The fragment layout a loop induces through one access of it."""
+def reaches_partly(nest: LoopNest, access) -> bool:
+    """Does the loop reach only part of the fragment through ``access`` (when ``complete_fragment`` raises
+    PartialCoverage)? False when the access covers it, or cannot be evaluated (completion reports that)."""
+    if is_common_access(nest, access):
+        return False
+    try:
+        points = access_points(nest, access)
+    except (LayoutError, InferenceError):
+        return False
+    hit = np.zeros(int(np.prod(access.buffer.shape)), dtype=bool)
+    hit[points.reshape(-1)] = True
+    return not hit.all()
+
+
+def complete_fragment(nest: LoopNest, loop: Fragment, access, thread_range: tuple, read_only: bool) -> Fragment:
+    """The fragment layout a loop induces through one access of it (``thread_range``: the (min, extent) of
+    the threads running the op)."""
     wide = widened(nest, access)
     if wide is not None:   # serial loops index the fragment: complete it on the widened domain
-        return complete_fragment(wide[0], lift(loop, wide[0]), wide[1], threads, read_only)
+        return complete_fragment(wide[0], lift(loop, wide[0]), wide[1], thread_range, read_only)
     buf = access.buffer
-    rng = loop.thread_range or (0, threads)
+    rng = loop.thread_range or thread_range
     if is_common_access(nest, access):
         return loop
     points = access_points(nest, access)
@@ -223,17 +257,17 @@ def complete_fragment(nest: LoopNest, loop: Fragment, access, threads: int, read
             # replica digits that land in the loop's slots are the same thread: drop them before judging
             # injectivity (TileLang condenses first, then falls back to full replication for #1729)
             frag = _condensed(frag)
-            if read_only and frag.contains(fully_replicated(buf.shape, threads)):
-                return fully_replicated(buf.shape, threads)     # every thread holds everything: say so
+            if read_only and frag.contains(everyone(buf.shape, thread_range)):
+                return everyone(buf.shape, thread_range)     # every thread holds everything: say so
         if frag is None or not frag.is_injective():
             if read_only:
-                return fully_replicated(buf.shape, threads)
+                return everyone(buf.shape, thread_range)
             raise InferenceError(f"{nest.describe()} writes fragment {buf.name} through {access} with several loop "
                                  f"iterations per element; no thread/slot layout makes that write well defined")
     frag = _condensed(frag).bind_thread_range(*rng)
     if not frag.is_injective():
         if read_only:
-            return fully_replicated(buf.shape, threads)
+            return everyone(buf.shape, thread_range)
         raise InferenceError(f"{nest.describe()}: the layout induced on {buf.name} ({frag!r}) is not injective")
     return frag
 
@@ -328,9 +362,13 @@ def ownership_error(nest: LoopNest, loop: Fragment, access, frag: Fragment) -> s
         return None
     loop_lo = (loop.thread_range or (0, 0))[0]
     frag_lo = (frag.thread_range or (0, 0))[0]
-    runs = loop.thread_table().reshape(nest.size, -1) + loop_lo
+    if loop.replicate_size > frag.replicate_size and loop.is_static and loop.is_injective():
+        # an injective loop runs every point in replicate_size distinct threads, more than any element has
+        # holders: the first point already fails, found without tabulating every (point, replica)
+        return _first_point_error(nest, loop, access, frag, loop_lo, frag_lo)
+    runs, elem, grid, axes = _point_tables(nest, loop, access)
+    runs = runs + loop_lo
     owners = frag.thread_table().reshape(-1, frag.replicate_size) + frag_lo
-    elem = access_points(nest, access).reshape(-1)
     width = int(max(runs.max(), owners.max())) + 1
     holds = np.zeros((owners.shape[0], width), dtype=bool)
     holds[np.arange(owners.shape[0])[:, None], owners] = True
@@ -347,11 +385,49 @@ def ownership_error(nest: LoopNest, loop: Fragment, access, frag: Fragment) -> s
         thread, reading = int(held[0, k]), False
     if point is None:
         return None
-    coord = [int(c) for c in np.unravel_index(point, tuple(nest.extents))]
+    coord = [0] * len(nest.extents)
+    for d, c in zip(axes, np.unravel_index(point, grid)):
+        coord[d] = int(c)
     if reading:
         what = f"thread {thread} runs iteration {coord} but does not hold the element of {access.buffer.name} it " \
                f"{'writes' if access.is_write else 'reads'}"
     else:
         what = f"thread {thread} holds the element of {access.buffer.name} written at iteration {coord} but does not " \
                f"run that iteration, so its copy would go stale"
+    return f"{what} (access {access}; loop layout {loop!r}; fragment layout {frag!r})"
+
+
+def _point_tables(nest: LoopNest, loop: Fragment, access):
+    """Runner threads (points, replicas) and accessed element (points,) over the loop axes along which either
+    varies, the other axes held at 0 (a check there holds or fails alike at every value of them), so a
+    replicated loop over a large nest is never tabulated whole. Also the reduced grid and its axes."""
+    ext = [int(e) for e in nest.extents]
+    n, reps = len(ext), loop.replicate_size
+    elem = access_points(nest, access)
+    env = grid_env(loop.forward_vars + [rep_placeholder()], ext + [reps])
+    thr = np.asarray(evaluate(loop.forward_thread, env), dtype=np.int64)
+    thr = thr.reshape((1,) * (n + 1 - thr.ndim) + thr.shape)
+    axes = [d for d in range(n) if thr.shape[d] > 1 or (ext[d] > 1 and (np.diff(elem, axis=d) != 0).any())]
+    pick = tuple(slice(None) if d in axes else slice(0, 1) for d in range(n))
+    grid = tuple(ext[d] for d in axes)
+    size = int(np.prod(grid, dtype=np.int64)) if grid else 1
+    runs = np.ascontiguousarray(np.broadcast_to(thr, tuple(ext) + (reps,))[pick]).reshape(size, reps)
+    return runs, np.ascontiguousarray(elem[pick]).reshape(size), grid, axes
+
+
+def _first_point_error(nest: LoopNest, loop: Fragment, access, frag: Fragment, loop_lo: int, frag_lo: int) -> str:
+    """The violation ``ownership_error`` reports at loop point 0 (its first point), computed at that point only."""
+    from tilelayout.evaluate import evaluate
+    env = {v: np.int64(0) for v in loop.forward_vars}
+    env[rep_placeholder()] = np.arange(loop.replicate_size, dtype=np.int64)
+    runners = np.broadcast_to(evaluate(loop.forward_thread, env), (loop.replicate_size,)) + loop_lo
+    elem = int(access_points(nest, access).reshape(-1)[0])
+    coords = np.unravel_index(elem, tuple(int(s) for s in access.buffer.shape))
+    fenv = {v: np.int64(c) for v, c in zip(frag.forward_vars, coords)}
+    fenv[rep_placeholder()] = np.arange(frag.replicate_size, dtype=np.int64)
+    holders = set((np.broadcast_to(evaluate(frag.forward_thread, fenv), (frag.replicate_size,)) + frag_lo).tolist())
+    thread = next(int(t) for t in runners if int(t) not in holders)
+    coord = [0] * len(nest.extents)
+    what = f"thread {thread} runs iteration {coord} but does not hold the element of {access.buffer.name} it " \
+           f"{'writes' if access.is_write else 'reads'}"
     return f"{what} (access {access}; loop layout {loop!r}; fragment layout {frag!r})"

@@ -17,6 +17,7 @@ cannot be modelled raises `FrontendError` naming it.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import tvm
@@ -25,6 +26,7 @@ from tvm import tirx
 from tvm.ir import TensorLoad, TensorRegion
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
+from tilelayout.errors import TileLayoutError
 from tilelayout.lang import atomic_of, is_atomic_call
 from tilelayout.tile_layout_interop import is_default_tile_layout
 
@@ -40,6 +42,19 @@ __all__ = [
     "FrontendError", "BufferInfo", "Region", "Access", "Loop", "TileOp", "CopyOp", "FillOp",
     "ReduceOp", "GemmOp", "ElementwiseOp", "ParallelOp", "OpGraph", "build_op_graph",
 ]
+
+def _check_int32_indexable(var: Any, shape: list) -> None:
+    """A buffer whose shape is int32 gets int32 index arithmetic all the way to the CUDA source; past 2^31
+    elements its flat indices wrap around and the kernel would touch the wrong addresses. Refuse it."""
+    if not all(_is_int(s) for s in shape) or any(str(getattr(s, "ty", "")) == "int64" for s in var.shape):
+        return
+    elements = 1
+    for s in shape:
+        elements *= int(s)
+    if elements > 2**31 - 1:
+        raise FrontendError(f"buffer {var.name} has {elements} elements, more than int32 indices can address "
+                            f"(2^31 - 1); declare its shape with int64 extents (T.int64(...)) or split it")
+
 
 # ----------------------------------------------------------------------------------------------
 # building
@@ -63,6 +78,7 @@ class _Builder:
         self.conds: list = []
         self.keys: dict[str, int] = {}
         self.thread_extents: dict[str, Any] = {}
+        self.bound: dict = {}          # Var bound by a `Bind` statement -> its value (for thread conditions)
 
     # -- buffers ---------------------------------------------------------------------------
     def info(self, var: Any) -> BufferInfo:
@@ -71,6 +87,7 @@ class _Builder:
             return found
         shape = [_const(s) for s in var.shape]
         dtype = str(var.dtype)
+        _check_int32_indexable(var, shape)
         layout = var.layout
         pinned = None if is_default_tile_layout(layout, var.shape) else layout
         dt = tvm.DataType(dtype)
@@ -148,8 +165,14 @@ class _Builder:
             self.declare(s)
         elif isinstance(s, tirx.BufferStore):
             self.float_scan(s)
+            if str(s.buffer.scope()) in ("local", "local.var"):
+                # a per-thread scalar (``t: T.int32 = tx``): remembered so a condition reading it is understood;
+                # a store under a loop or an `if` makes its value unknown
+                simple = not self.loops and not self.conds and all(_is_int(_const(i)) for i in s.indices)
+                self.bound[s.buffer] = s.value if simple else None
         elif isinstance(s, tirx.Bind):
             self.float_scan(s.value)
+            self.bound[s.var] = s.value
         elif isinstance(s, tirx.Evaluate):
             self.float_scan(s.value)
         elif isinstance(s, tirx.AssertStmt):
@@ -202,6 +225,9 @@ class _Builder:
             raise FrontendError(
                 f"{tag} extent must be a constant to infer layouts, got `{_text(extent)}` "
                 f"(thread variable `{var.name}`, line {_line(node)})")
+        if ext < 1:
+            raise FrontendError(f"{tag} extent {ext} launches no thread (thread variable `{var.name}`, line "
+                                f"{_line(node)}); a block needs at least one")
         prev = self.thread_extents.setdefault(tag, ext)
         if prev != ext:
             raise FrontendError(f"{tag} is launched twice with different extents ({prev} and {ext})")
@@ -234,6 +260,9 @@ class _Builder:
     def add(self, cls: type, stmt: Any, **fields: Any) -> None:
         op = cls(index=len(self.graph.ops), stmt=stmt, serial_loops=tuple(self.loops),
                  conditions=tuple(self.conds), **fields)
+        rng = thread_range_of(op, self.graph.thread_var, self.graph.thread_extent, self.bound)
+        if rng is not None:
+            op = dataclasses.replace(op, thread_range=rng)
         self.graph.ops.append(op)
 
     def parallel(self, root: Any) -> None:
@@ -242,6 +271,12 @@ class _Builder:
             nest.append(nest[-1].body)
         self.float_scan(*[x for l in nest for x in (l.min, l.extent)])
         body = nest[-1].body
+        tv = self.graph.thread_var
+        if tv is not None and any(v.same_as(tv) for v in _free_vars(body)):
+            raise FrontendError(
+                f"the T.parallel nest over {', '.join(l.loop_var.name for l in nest)} reads the thread index "
+                f"{tv.name}; which thread runs an iteration is decided by its layout, so the result would depend on "
+                f"it (use the loop variables, or move the thread-dependent part out of the nest):\n{_stmt_text(root)}")
         merged: list[Access] = []
         for acc in self.accesses(body):
             for k, seen in enumerate(merged):
@@ -281,7 +316,18 @@ class _Builder:
                 f"{call.op.name}: {what} region {_text(arg)} has rank {len(ranges)} but buffer "
                 f"`{info.name}` has rank {info.rank}:\n{_stmt_text(call)}")
         self.float_scan(*[x for r in ranges for x in (r.min, r.extent)])
-        return Region(info, [r.min for r in ranges], [_const(r.extent) for r in ranges])
+        region = Region(info, [r.min for r in ranges], [_const(r.extent) for r in ranges])
+        for d, (off, ext, dim) in enumerate(zip(region.offsets, region.extents, info.shape)):
+            off = _const(off)
+            if _is_int(ext) and ext < 1:
+                raise FrontendError(f"{call.op.name}: {what} region {region} has extent {ext} in dimension {d}:\n"
+                                    f"{_stmt_text(call)}")
+            if _is_int(off) and _is_int(ext) and _is_int(dim) and (off < 0 or off + ext > dim):
+                raise FrontendError(
+                    f"{call.op.name}: {what} region {region} lies outside buffer `{info.name}` (dimension {d} has "
+                    f"extent {dim}, the region covers [{off}, {off + ext})):\n{_stmt_text(call)}")
+        return region
+
 
     def tile_op(self, call: Any) -> None:
         name = str(call.op.name)
@@ -311,7 +357,7 @@ class _Builder:
             self.float_scan(args[6], args[7])
             _check_gemm(call, c, a, b, bias, ta, tb)
             self.add(GemmOp, call, c=c, a=a, b=b, transpose_a=ta, transpose_b=tb, bias=bias,
-                     alpha=args[6], beta=args[7])
+                     alpha=args[6], beta=args[7], policy=_gemm_policy(call))
         elif name.startswith("tirx.tile.") and short in _ELEMENTWISE:
             dst = self.region(args[0], call, "destination")
             srcs, params = [], []
@@ -352,6 +398,101 @@ class _Builder:
                 order.append(r)
             groups[r].append(info)
         return [groups[r] for r in order if len(groups[r]) > 1]
+
+
+def _conjuncts(cond: Any) -> list:
+    if isinstance(cond, tirx.And):
+        return _conjuncts(cond.a) + _conjuncts(cond.b)
+    return [cond]
+
+
+def _free_vars(expr: Any) -> list:
+    found: list = []
+
+    def on_var(v: Any) -> None:
+        if not any(v.same_as(w) for w in found):
+            found.append(v)
+    walk(expr, [(tvm.ir.Var, on_var)])
+    return found
+
+
+def _inline_bound(expr: Any, bound: dict) -> Any:
+    """``expr`` with variables bound by ``Bind`` statements and loads of per-thread scalars replaced by their
+    values (transitively); a scalar whose value is unknown stays a load."""
+    from tilelayout.layout import substitute
+    for _ in range(len(bound) + 1):
+        vmap = {v: bound[v] for v in _free_vars(expr) if v in bound and bound[v] is not None
+                and not tirx.is_buffer_var(v)}
+        loads: list = []
+        walk(expr, [(TensorLoad, lambda n: loads.append(n) if tirx.is_buffer_var(n.source) and
+                      bound.get(n.source) is not None else None)])
+        if not vmap and not loads:
+            return expr
+        if vmap:
+            expr = substitute(expr, vmap)
+        if loads:
+            expr = tvm_ffi.structural_map(expr, (TensorLoad, lambda n: bound[n.source] if tirx.is_buffer_var(
+                n.source) and bound.get(n.source) is not None else n))
+    return expr
+
+
+def _per_thread_loads(expr: Any) -> list:
+    """Names of per-thread buffers ``expr`` reads (local scalars; a fragment element is one value in every holder)."""
+    found: list = []
+    walk(expr, [(TensorLoad, lambda n: found.append(str(n.source.name)) if tirx.is_buffer_var(n.source) and str(
+        n.source.scope()) in ("local", "local.var") else None)])
+    return sorted(set(found))
+
+
+def thread_range_of(op: TileOp, thread_var: Any, threads: int, bound: dict | None = None) -> tuple | None:
+    """(min, extent) of the threads that run ``op`` under its enclosing conditions, None when every thread does.
+
+    A condition that does not read the thread index is uniform across the block and leaves the range alone;
+    one that reads only the thread index is decided by enumerating every launched thread and must select a
+    non-empty contiguous range (``tx < 64``, ``64 <= tx < 128``); anything else (``tx % 2 == 0``, the thread
+    index mixed with other values) is refused: the op's layouts could not be bound to the threads that run it.
+    """
+    if thread_var is None or not op.conditions:
+        return None
+    import numpy as np
+    from tilelayout.evaluate import evaluate
+    mask = np.ones(threads, dtype=bool)
+    for cond in op.conditions:
+        for part in _conjuncts(_inline_bound(cond, bound or {})):
+            private = _per_thread_loads(part)
+            if private:
+                raise FrontendError(
+                    f"{op.describe()}: its condition `{_text(part)}` reads the per-thread value(s) "
+                    f"{', '.join(private)}, so the threads that run it cannot be told; guard tile ops and parallel "
+                    f"loops with a condition on {thread_var.name} alone (`{thread_var.name} < 64`)")
+            free = _free_vars(part)
+            if not any(v.same_as(thread_var) for v in free):
+                continue
+            others = [v.name for v in free if not v.same_as(thread_var)]
+            if others:
+                raise FrontendError(
+                    f"{op.describe()}: its condition `{_text(part)}` mixes the thread index {thread_var.name} with "
+                    f"{', '.join(others)}; an op under a thread-dependent `if` must be guarded by a condition on "
+                    f"{thread_var.name} alone (a contiguous range such as `{thread_var.name} < 64`)")
+            try:
+                hit = np.broadcast_to(evaluate(part, {thread_var: np.arange(threads, dtype=np.int64)}), (threads,))
+            except TileLayoutError as err:
+                raise FrontendError(f"{op.describe()}: cannot decide which threads its condition `{_text(part)}` "
+                                    f"selects: {err}") from None
+            mask &= hit.astype(bool)
+    if mask.all():
+        return None
+    on = np.nonzero(mask)[0]
+    if on.size == 0:
+        raise FrontendError(f"{op.describe()}: its conditions {' and '.join(_text(c) for c in op.conditions)} "
+                            f"select no thread of the {threads} launched; remove the dead op")
+    lo, hi = int(on[0]), int(on[-1]) + 1
+    if on.size != hi - lo:
+        raise FrontendError(
+            f"{op.describe()}: its conditions {' and '.join(_text(c) for c in op.conditions)} select threads that "
+            f"are not one contiguous range ({on.size} of {threads}, first {lo}, last {hi - 1}); layouts are bound "
+            f"to a thread range, so guard tile ops and parallel loops with `lo <= {thread_var.name} < hi`")
+    return lo, hi - lo
 
 
 def _mark_atomic(call: Any, out: list[Access]) -> None:
@@ -409,6 +550,15 @@ def _reduce_axes(call: Any, raw: Any, src: Region, dst: Region) -> list[int]:
             f"{axes} (extents {[_text(x) for x in got]} vs {[_text(x) for x in kept]} without "
             f"unit dims):\n{_stmt_text(call)}")
     return axes
+
+
+def _gemm_policy(call: Any) -> str | None:
+    """The ``warp_policy`` (or ``policy``) keyword of a ``Tx.gemm`` call, kept as written (None if absent)."""
+    config = getattr(call, "config", None) or {}
+    for key in ("warp_policy", "policy"):
+        if key in config:
+            return str(config[key])
+    return None
 
 
 def _check_gemm(call: Any, c: Region, a: Region, b: Region, bias: Region | None,

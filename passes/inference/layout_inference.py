@@ -11,21 +11,25 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import tvm
 
 from tilelayout.errors import InferenceError, LayoutConflictError, LayoutError
 from tilelayout.fragment import Fragment, fully_replicated
+from tilelayout.layout import Layout
 
 from .cost_models import ScoringContext, get_cost_model
 from .fragment_rules import ownership_error
 from .frontend import build_op_graph
-from ..hardware import normalize_target
+from .gemm_plan import plan_gemms
+from ..hardware import check_block_threads, func_target, normalize_target
 from .loop_nest import nest_of
-from .op_rules import COMMON, FREE, STRICT, LoopDecision, infer_op
+from .op_rules import COMMON, FREE, STRICT, LoopDecision, check_cells_invertible, infer_op
+from .search_certificate import certify as _certify, copy_outcome as _copy_outcome
 from ..thread_dims import fold_thread_dims, unfold_thread_dims
 from .uninitialized import check_uninitialized_reads
 
-__all__ = ["Attempt", "InferenceResult", "infer_layouts", "LayoutInference"]
+__all__ = ["Attempt", "InferenceResult", "infer_layouts", "LayoutInference", "clear_caches"]
 
 _SEARCH_ERRORS = (LayoutConflictError, InferenceError, LayoutError)
 
@@ -60,6 +64,7 @@ class Attempt:
     details: tuple = ()                              # per-statement costs from the cost model
 
     def to_dict(self) -> dict:
+        """JSON-ready form: cost, verdict, error and the attempt's layouts as dicts."""
         out = {k: getattr(self, k) for k in ("component", "root", "root_description", "mem", "regs", "chosen", "error")}
         out["layouts"] = {k: v.to_dict() for k, v in self.layouts.items()}
         out["loops"] = {k: v.to_dict() for k, v in self.loops.items()}
@@ -68,6 +73,15 @@ class Attempt:
 
 @dataclass
 class InferenceResult:
+    """What ``infer_layouts`` decided for one kernel.
+
+    ``buffers``: buffer name -> Layout (shared tiles) or Fragment (register fragments); ``loops``: loop key
+    (``"i,j[64x128]"``, see docs/annotations.md) -> the Fragment of each user ``T.parallel`` nest;
+    ``attempts``: every free-level ``Attempt`` (cost, verdict or failure); ``func``: the PrimFunc with every
+    decision written as annotations; ``cost_model`` and ``target``: what the decisions were made for;
+    ``loop_info`` / ``op_loops``: loop decisions with their guards, by loop key / by op number; ``graph``:
+    the front end's op graph. ``tl.get_layouts(func)`` rebuilds buffers and loops from the annotations."""
+
     buffers: dict                  # buffer name -> Layout | Fragment
     loops: dict                    # loop key -> Fragment (user parallel nests)
     attempts: list                 # list[Attempt]
@@ -77,15 +91,18 @@ class InferenceResult:
     loop_info: dict = field(default_factory=dict)    # loop key -> LoopDecision
     graph: Any = None
     op_loops: dict = field(default_factory=dict)     # op index -> LoopDecision (every loop-shaped op)
+    gemm_plans: dict = field(default_factory=dict)   # op index -> GemmPlan (every gemm)
 
     def summary(self) -> str:
+        """One line per buffer and loop layout (``tilelayout show`` prints more)."""
         lines = [f"{name}: {lay!r}" for name, lay in self.buffers.items()]
         lines += [f"loop {key}: {lay!r}" for key, lay in self.loops.items()]
         return "\n".join(lines)
 
 
 class _State:
-    """Layouts of one attempt (or of the committed result) and the BFS queue that feeds on them."""
+    """Layouts of one attempt (or of the committed result) and the BFS queue that feeds on them; the
+    ``RuleState`` the per-op rules are handed (``rule_state.py`` declares what they may use)."""
 
     def __init__(self, engine: "_Engine"):
         self.engine = engine
@@ -106,7 +123,18 @@ class _State:
 
     # -- facts the rules read
     @property
+    def thread_range(self) -> tuple:
+        """(min, extent) of the threads running the op being inferred (the whole block outside any op)."""
+        graph = self.engine.graph
+        return graph.op_thread_range(self.current) if self.current is not None else (0, graph.thread_extent)
+
+    @property
     def threads(self) -> int:
+        """How many threads run the op being inferred."""
+        return self.thread_range[1]
+
+    @property
+    def block_threads(self) -> int:
         return self.engine.graph.thread_extent
 
     @property
@@ -134,6 +162,9 @@ class _State:
     def pinned_loop(self, nest):
         return self.engine.pinned_loops.get(nest.index)
 
+    def gemm_plan(self, op):
+        return self.engine.gemm_plans[op.index]
+
     def note(self, text: str) -> None:
         self.notes.append(text)
 
@@ -156,7 +187,7 @@ class _State:
     def propose(self, buf, layout, op, level: int) -> None:
         name = buf.name
         if isinstance(layout, Fragment) and layout.thread_range is None:
-            layout = layout.bind_thread_range(0, self.threads)
+            layout = layout.bind_thread_range(*self.thread_range)
         old = self.layouts.get(name)
         if old is None:
             self._set(buf, layout, op)
@@ -200,9 +231,10 @@ def _merge_swizzles(a, b, buf):
 class _Engine:
     def __init__(self, func, target, cost_model):
         self.func = func
-        self.target = normalize_target(target)
+        self.target = normalize_target(func_target(func, target))
         self.model = get_cost_model(cost_model)
         self.graph = build_op_graph(func)
+        check_block_threads(self.graph.thread_extent, self.target, self.graph.func_name)
         names = [b.name for b in self.graph.buffers]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
@@ -214,6 +246,7 @@ class _Engine:
             for b in op.buffers():
                 self.users.setdefault(b.name, []).append(op.index)
         self.pinned_loops = self._pinned_loops()
+        self.gemm_plans = plan_gemms(self.ops, self.graph.thread_extent, self.target)
         self.attempts: list = []
         self.memo: dict = {}
         self.descriptions: dict = {}
@@ -259,7 +292,10 @@ class _Engine:
             try:
                 buf = self.graph.buffer(name)
             except KeyError:
-                continue
+                known = ", ".join(b.name for b in self.graph.buffers) or "none"
+                raise InferenceError(f"a layout is pinned to buffer {name!r}, but {self.graph.func_name} has no such "
+                                     f"buffer (buffers: {known})") from None
+            validate_pin(buf, layout, self.graph.thread_extent)
             state.propose(buf, layout, None, STRICT)
 
     def _step(self, state: _State, index: int, level: int) -> None:
@@ -316,9 +352,15 @@ class _Engine:
         for cid, members in enumerate(self.components()):
             if self._settled(state, members):
                 continue
-            best, best_state, tried = None, None, []
-            for root in members:
+            best, best_state, tried, certified = None, None, [], None
+            for n, root in enumerate(members):
                 attempt = Attempt(cid, root, self.describe(root))
+                if certified is not None:
+                    # every attempt from this component's starting state ends in the certified one (see _certify):
+                    # the same layouts and cost, so it ties and the earlier root keeps the win
+                    _copy_outcome(attempt, certified)
+                    tried.append(attempt)
+                    continue
                 trial = state.copy()
                 try:
                     self._step(trial, root, FREE)
@@ -342,6 +384,9 @@ class _Engine:
                 tried.append(attempt)
                 if best is None or (cost.mem, cost.regs) < (best.mem, best.regs):
                     best, best_state = attempt, trial
+                remaining = len(members) - n - 1
+                if remaining and _certify(self, state, trial, members, budget=2 * remaining * len(members)):
+                    certified = attempt
             self.attempts.extend(tried)
             if best is None:
                 reasons = "\n".join(f"  root {a.root_description}: {a.error}" for a in tried)
@@ -366,6 +411,8 @@ class _Engine:
         for i in members:
             if self.nests[i] is not None:
                 self._check_ownership(state, i)
+            else:
+                check_cells_invertible(self.ops[i], state)
 
     def _check_ownership(self, state: _State, i: int) -> None:
         nest = self.nests[i]
@@ -389,6 +436,54 @@ class _Engine:
             if i not in state.loops:
                 raise InferenceError(f"{nest.describe()}: no loop layout could be chosen")
             self._check_ownership(state, i)
+        for op in self.ops:
+            if self.nests[op.index] is None:
+                check_cells_invertible(op, state)
+
+
+def validate_pin(buf, layout, threads: int) -> None:
+    """A pinned layout must fit its buffer: the same shape, a Fragment for a register fragment (a Layout for a
+    shared tile), thread ids inside the launched block, and no two elements in one (thread, slot) register."""
+    what = f"the layout pinned to {buf.scope} buffer {buf.name} ({layout!r})"
+    if not isinstance(layout, Layout):
+        raise InferenceError(f"{what} is a {type(layout).__name__}, not a tilelayout Layout or Fragment")
+    shape = [int(s) if isinstance(s, int) else s for s in layout.input_shape]
+    if len(shape) != len(buf.shape) or any(isinstance(a, int) and isinstance(b, int) and a != b
+                                           for a, b in zip(shape, buf.shape)):
+        raise InferenceError(f"{what} covers shape {shape}, but the buffer has shape {list(buf.shape)}")
+    if buf.is_fragment and not isinstance(layout, Fragment):
+        raise InferenceError(f"{what} is a plain Layout; a register fragment needs a tl.Fragment (which thread holds "
+                             f"each element)")
+    if not buf.is_fragment and isinstance(layout, Fragment):
+        raise InferenceError(f"{what} is a Fragment; only register fragments (scope local.fragment) take one, a "
+                             f"{buf.scope} buffer takes a tl.Layout")
+    if not layout.is_static:
+        return
+    if isinstance(layout, Fragment):
+        table = layout.thread_table()
+        lo, ext = layout.thread_range or (0, threads)
+        low, high = int(table.min()), int(table.max())
+        if low < 0 or lo + high >= threads or high >= ext:
+            raise InferenceError(f"{what} gives threads {lo + low}..{lo + high}, outside the {threads} threads the "
+                                 f"kernel launches (threadIdx.x in [0, {threads}))"
+                                 + (f" or its thread range [{lo}, {lo + ext})" if layout.thread_range else ""))
+        if any(int(v) < 0 for v in np.asarray(layout.table()).reshape(-1)):
+            raise InferenceError(f"{what} gives negative register slots")
+    elif any(int(v) < 0 for v in np.asarray(layout.table()).reshape(-1)):
+        raise InferenceError(f"{what} gives negative addresses")
+    err = layout.injectivity_error()
+    if err is not None:
+        raise InferenceError(f"{what} puts two elements in one place: {err}")
+
+
+def clear_caches() -> None:
+    """Forget every process-wide memo inference keeps (shared plans, containment answers): the next run is cold."""
+    from tilelayout import fragment
+    from . import loop_plan
+    from .cost_models import statement_score
+    fragment.clear_caches()
+    loop_plan.clear_caches()
+    statement_score.clear_caches()
 
 
 def infer_layouts(func, target=None, cost_model=None) -> InferenceResult:
@@ -412,7 +507,7 @@ def infer_layouts(func, target=None, cost_model=None) -> InferenceResult:
             loops[nest.key] = state.loops[i].layout
             info[nest.key] = state.loops[i]
     result = InferenceResult(buffers, loops, engine.attempts, func, engine.model.name, engine.target, info,
-                             engine.graph, op_loops)
+                             engine.graph, op_loops, dict(engine.gemm_plans))
     from .annotations import annotate_result
     result.func = annotate_result(func, result)
     from .resources import warn_resources

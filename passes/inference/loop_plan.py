@@ -6,6 +6,7 @@ The vector-width rules live here so the planner, the io-aware model and the vect
 from __future__ import annotations
 from tilelayout.expr import mentions as _uses
 
+import functools
 import math
 from typing import Sequence
 
@@ -108,8 +109,28 @@ def select_min_padding_width(width: int, total: int, threads: int) -> int:
     return best
 
 
-def plan_loop_layout(extents: Sequence[int], threads: int, width: int, touches_fragment: bool) -> Fragment:
-    """flat = row-major(coords); group = flat // V; thread = group % T; slot = group // T * V + flat % V."""
+def plan_loop_layout(extents: Sequence[int], threads: int, width: int, touches_fragment: bool,
+                     thread_min: int = 0) -> Fragment:
+    """flat = row-major(coords); group = flat // V; thread = group % T; slot = group // T * V + flat % V,
+    over the ``threads`` threads starting at ``thread_min``."""
+    if all(isinstance(e, int) for e in extents):
+        plan = _plan_static(tuple(extents), threads, width, touches_fragment)
+    else:
+        plan = _plan(extents, threads, width, touches_fragment)
+    return plan.bind_thread_range(thread_min, threads) if thread_min else plan
+
+
+def clear_caches() -> None:
+    _plan_static.cache_clear()
+
+
+@functools.lru_cache(maxsize=512)
+def _plan_static(extents: tuple, threads: int, width: int, touches_fragment: bool) -> Fragment:
+    """Layouts are immutable values: every loop of the same extents shares one plan (and its cached tables)."""
+    return _plan(list(extents), threads, width, touches_fragment)
+
+
+def _plan(extents: Sequence[int], threads: int, width: int, touches_fragment: bool) -> Fragment:
     total = 1
     for e in extents:
         total *= e

@@ -6,7 +6,7 @@ FREE (may invent a layout when nothing constrains it).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tvm import tirx
 
@@ -15,17 +15,32 @@ from tilelayout.expr import row_major_offset
 from tilelayout.fragment import Fragment, fully_replicated
 from tilelayout.layout import placeholder, rep_placeholder, substitute
 
-from .fragment_rules import (PartialCoverage, _condensed, complete_fragment, dynamic_slot_accesses,
-                             loop_from_fragment, ownership_error)
+from .fragment_rules import (PartialCoverage, _condensed, complete_fragment, dynamic_slot_accesses, everyone,
+                             loop_from_fragment, ownership_error, reaches_partly)
 from .ops import GemmOp, ReduceOp
 from ..hardware import max_vector_load_bits
 from .loop_nest import LoopNest
+from .rule_state import RuleState  # noqa: F401  (the state every rule here is handed)
 from .loop_plan import plan_loop_layout, plan_vector_width, select_min_padding_width
 
 STRICT, COMMON, FREE = 2, 1, 0
 LEVEL_NAMES = {STRICT: "strict", COMMON: "common", FREE: "free"}
 
-__all__ = ["STRICT", "COMMON", "FREE", "LEVEL_NAMES", "LoopDecision", "infer_op", "decide_loop"]
+__all__ = ["STRICT", "COMMON", "FREE", "LEVEL_NAMES", "LoopDecision", "infer_op", "decide_loop",
+           "check_reduction_barrier", "check_cells_invertible"]
+
+
+@dataclass(frozen=True)
+class Derived:
+    """How a loop layout came from a fragment: formatted only when someone reads it (the search builds
+    thousands of decisions, and printing an access calls TVM's script printer)."""
+
+    buffer: str
+    access_key: int
+    access: object = field(compare=False, hash=False)
+
+    def __str__(self) -> str:
+        return f"derived from {self.buffer} ({self.access})"
 
 
 @dataclass(frozen=True)
@@ -36,10 +51,11 @@ class LoopDecision:
     predicate: str | None          # condition on the thread index, None when always true
     padding_guard: bool            # (slot, thread) cells beyond the loop domain exist
     replica_guard: bool            # stores to shared/global must be done by replica 0 only
-    source: str                    # how it was chosen, for explanations
+    source: object                 # how it was chosen, for explanations: "planned", Derived(...), ...
 
 
-def infer_op(op, nest: LoopNest | None, level: int, state) -> None:
+def infer_op(op, nest: LoopNest | None, level: int, state: "RuleState") -> None:
+    """Apply the rule of ``op`` at ``level`` (``state``: see ``rule_state.RuleState``)."""
     if nest is not None:
         _infer_nest(nest, level, state)
     elif isinstance(op, ReduceOp):
@@ -56,7 +72,7 @@ def _access_key(nest: LoopNest, access) -> int:
 
 def _from_fragment(nest: LoopNest, access, frag: Fragment, state) -> Fragment:
     key = ("from", nest.index, _access_key(nest, access), frag.key)
-    return state.memo(key, lambda: loop_from_fragment(nest, access, frag, state.threads))
+    return state.memo(key, lambda: loop_from_fragment(nest, access, frag, state.thread_range))
 
 
 def _ownership(nest: LoopNest, loop: Fragment, access, frag: Fragment, state):
@@ -66,17 +82,16 @@ def _ownership(nest: LoopNest, loop: Fragment, access, frag: Fragment, state):
 
 def _complete(nest: LoopNest, loop: Fragment, access, state, read_only: bool) -> Fragment:
     key = ("complete", nest.index, _access_key(nest, access), loop.key, read_only)
-    return state.memo(key, lambda: complete_fragment(nest, loop, access, state.threads, read_only))
+    return state.memo(key, lambda: complete_fragment(nest, loop, access, state.thread_range, read_only))
 
 
 def _infer_nest(nest: LoopNest, level: int, state) -> None:
-    threads = state.threads
     if level == STRICT:
         for buf in nest.fragments():
             accesses = nest.accesses_of(buf)
             if state.layout(buf) is None and any(a.is_constant for a in accesses):
                 # constant-index accesses (s[0], s[1]) need the value in every thread (TileLang: only s[0])
-                state.propose(buf, fully_replicated(buf.shape, threads), nest.op, level)
+                state.propose(buf, everyone(buf.shape, state.thread_range), nest.op, level)
         pinned = state.pinned_loop(nest)
         if pinned is not None and state.loop(nest) is None:
             _commit_loop(nest, pinned, "pinned by annotation", level, state)
@@ -130,8 +145,7 @@ def _candidates(nest: LoopNest, level: int, state) -> list:
     src = _source_access(nest, state)
     out = []
     if src is not None:
-        out.append((_from_fragment(nest, src, state.layout(src.buffer), state),
-                    f"derived from {src.buffer.name} ({src})"))
+        out.append((_from_fragment(nest, src, state.layout(src.buffer), state), _derived(nest, src)))
         return out
     if level != FREE:
         return out
@@ -139,11 +153,15 @@ def _candidates(nest: LoopNest, level: int, state) -> list:
     if read_src is not None:
         try:
             out.append((_from_fragment(nest, read_src, state.layout(read_src.buffer), state),
-                        f"derived from {read_src.buffer.name} ({read_src})"))
+                        _derived(nest, read_src)))
         except (LayoutError, InferenceError) as err:
             state.note(f"{nest.describe()}: no candidate from {read_src.buffer.name}: {err}")
     out.append((_plan(nest, state), "planned"))
     return out
+
+
+def _derived(nest: LoopNest, access) -> Derived:
+    return Derived(access.buffer.name, _access_key(nest, access), access)
 
 
 def _plan(nest: LoopNest, state) -> Fragment:
@@ -155,7 +173,7 @@ def _plan(nest: LoopNest, state) -> Fragment:
         width = _vector_width(nest, state)
         if not nest.touches_fragment:
             width = select_min_padding_width(width, nest.size, state.threads)
-        return plan_loop_layout(nest.extents, state.threads, width, nest.touches_fragment)
+        return plan_loop_layout(nest.extents, state.threads, width, nest.touches_fragment, state.thread_range[0])
     return state.memo(("plan", nest.index), plan)
 
 
@@ -173,16 +191,13 @@ def _partial_fragment_plan(nest: LoopNest, state):
             continue
         if len([b for b in nest.accesses_of(a.buffer) if not b.is_constant]) > 1:
             continue  # read at several indices: completion replicates it instead
-        try:
-            state.memo(("probe", nest.index, _access_key(nest, a)), lambda: complete_fragment(
-                nest, plan_loop_layout(nest.extents, state.threads, 1, True), a, state.threads, read_only=True))
-        except PartialCoverage:
+        # exactly when completing the fragment through this access would raise PartialCoverage
+        if state.memo(("probe", nest.index, _access_key(nest, a)), lambda: reaches_partly(nest, a)):
             buf = a.buffer
-            frag = plan_loop_layout(list(buf.shape), state.threads, _fragment_width(buf, state), True)
+            frag = plan_loop_layout(list(buf.shape), state.threads, _fragment_width(buf, state), True,
+                                    state.thread_range[0])
             state.propose(buf, frag, nest.op, FREE)
             return _from_fragment(nest, a, state.layout(buf), state)
-        except (LayoutError, InferenceError):
-            continue
     return None
 
 
@@ -247,16 +262,17 @@ def _checked_decision(nest: LoopNest, layout: Fragment, source: str, state, leve
     err = None if layout.is_injective() else layout.injectivity_error()
     if err is not None:
         raise InferenceError(f"{nest.describe()}: loop layout is not injective: {err}")
+    check_runs_in_range(nest.op, layout, f"its loop layout ({source})", state)
     for a in nest.fragment_accesses():
         frag = state.layout(a.buffer)
         if frag is not None:
             err = _ownership(nest, layout, a, frag, state)
             if err is not None and level is not None and level != STRICT and a.buffer.name not in state.strict \
-                    and not source.startswith(f"derived from {a.buffer.name} (") \
+                    and not (isinstance(source, Derived) and source.buffer == a.buffer.name) \
                     and not any(b.is_write for b in nest.accesses_of(a.buffer)):
-                everyone = fully_replicated(a.buffer.shape, state.threads)
-                if everyone.contains(frag.bind_thread_range(0, state.threads) if frag.thread_range is None else frag):
-                    state.propose(a.buffer, everyone, nest.op, level)
+                all_hold = everyone(a.buffer.shape, state.thread_range)
+                if all_hold.contains(frag.bind_thread_range(*state.thread_range) if frag.thread_range is None else frag):
+                    state.propose(a.buffer, all_hold, nest.op, level)
                     frag = state.layout(a.buffer)
                     err = _ownership(nest, layout, a, frag, state)
             if err is not None:
@@ -287,8 +303,8 @@ def decide_loop(nest: LoopNest, state) -> LoopDecision:
 
 def _predicate(layout: Fragment, state) -> str | None:
     ext = layout.thread_extent
-    lo = (layout.thread_range or (0, state.threads))[0]
-    if lo == 0 and ext >= state.threads:
+    lo = (layout.thread_range or (0, state.block_threads))[0]
+    if lo == 0 and ext >= state.block_threads:
         return None
     parts = []
     if lo > 0:
@@ -330,19 +346,19 @@ def _complete_fragments(nest: LoopNest, layout: Fragment, level: int, state) -> 
         access = writes[0] if writes else accesses[0]
         if not writes and len(accesses) > 1:
             # read at several indices (#3005): every running thread needs several elements; replicate
-            state.propose(buf, fully_replicated(buf.shape, state.threads), nest.op, level)
+            state.propose(buf, everyone(buf.shape, state.thread_range), nest.op, level)
             continue
         try:
             frag = _complete(nest, layout, access, state, read_only=not writes)
         except PartialCoverage:
             if level != FREE:
                 continue
-            frag = plan_loop_layout(list(buf.shape), state.threads, _fragment_width(buf, state), True)
-            if not writes and any(_ownership(nest, layout, a, frag.bind_thread_range(0, state.threads), state)
-                                  for a in accesses):
+            frag = plan_loop_layout(list(buf.shape), state.threads, _fragment_width(buf, state), True,
+                                    state.thread_range[0])
+            if not writes and any(_ownership(nest, layout, a, frag, state) for a in accesses):
                 # only read here, by a loop the planned layout does not serve (a replicated loop reading
                 # every other element): every thread holding everything always does
-                frag = fully_replicated(buf.shape, state.threads)
+                frag = everyone(buf.shape, state.thread_range)
             state.propose(buf, frag, nest.op, level)
             frag = state.layout(buf)
             for a in accesses:
@@ -357,6 +373,19 @@ def _complete_fragments(nest: LoopNest, layout: Fragment, level: int, state) -> 
                     raise LayoutConflictError(f"buffer {buf.name}: {nest.describe()} accesses it at two indices that "
                                               f"no single layout serves: {err}")
         state.propose(buf, frag, nest.op, level)
+
+
+def check_runs_in_range(op, layout: Fragment, what: str, state) -> None:
+    """Refuse a layout that puts work of ``op`` on threads its enclosing conditions do not let run it (a loop
+    derived from a fragment held by all 128 threads, inside ``if tx < 64``: half of it would never run)."""
+    lo, ext = state.thread_range
+    first = (layout.thread_range or (lo, ext))[0]
+    last = first + min((layout.thread_range or (lo, ext))[1], int(layout.thread_extent))
+    if first < lo or last > lo + ext:
+        raise LayoutConflictError(
+            f"{op.describe()} runs on threads [{lo}, {lo + ext}) (its enclosing conditions), but {what} puts work "
+            f"on threads [{first}, {last}): {layout!r}; give the fragments it touches layouts bound to that thread "
+            f"range (use them only inside the same `if`), or move the op out of the condition")
 
 
 # ------------------------------------------------------------------------------------------ reduce
@@ -421,20 +450,33 @@ def _distinct_replicas(frag: Fragment) -> Fragment:
                          f"no fragment layout holds it")
 
 
+def _slot_count(frag: Fragment) -> float:
+    """Registers per thread of ``frag`` (infinite when symbolic, so a symbolic layout is never preferred)."""
+    out = 1
+    for s in frag.output_shape:
+        if not isinstance(s, int):
+            return float("inf")
+        out *= s
+    return out
+
+
 def _infer_reduce(op: ReduceOp, level: int, state) -> None:
     if level == STRICT:
         return
     src, dst = op.src.buffer, op.dst.buffer
     if not src.is_fragment:
         if dst.is_fragment and state.layout(dst) is None and level == FREE:
-            layout = plan_loop_layout(list(dst.shape), state.threads, 1, True)
+            layout = plan_loop_layout(list(dst.shape), state.threads, 1, True, state.thread_range[0])
             state.propose(dst, layout, op, level)
         return
     if not op.src.is_full or (dst.is_fragment and not op.dst.is_full):
         raise InferenceError(f"{op.describe()}: reductions over part of a fragment are not supported; "
                              f"reduce the whole fragment")
     src_layout = state.layout(src)
-    if src_layout is None or not dst.is_fragment:
+    if src_layout is None:
+        return
+    check_runs_in_range(op, src_layout, f"the layout of its source {src.name}", state)
+    if not dst.is_fragment:
         return
     def reduce_all():
         out = src_layout
@@ -448,6 +490,10 @@ def _infer_reduce(op: ReduceOp, level: int, state) -> None:
     old = state.layout(dst)
     if old is not None and old.contains(out):
         return      # every holder of a source row already holds its result (extra holders get it too)
+    if isinstance(old, Fragment) and _slot_count(old) < _slot_count(out) and out.contains(old):
+        # a consumer gave the destination fewer registers and only threads that hold a source row: after the
+        # cross-thread combine every holder of the row has the result, and these owners keep it
+        return
     try:
         state.propose(dst, out, op, level)  # new, or an upgrade of a layout with fewer holders
     except LayoutConflictError:
@@ -456,22 +502,70 @@ def _infer_reduce(op: ReduceOp, level: int, state) -> None:
             f"({out!r}), but {state.setter(dst)} gave it {old!r}") from None
 
 
+def check_cells_invertible(op, state) -> None:
+    """Reductions and gemms are lowered by walking, in each thread, the register slots a fragment gives it, which
+    needs the fragment's inverse in closed form; refuse a layout without one here, not in lowering."""
+    if not isinstance(op, (ReduceOp, GemmOp)):
+        return
+    for region in op.regions():
+        buf = region.buffer
+        lay = state.layout(buf) if buf.is_fragment else None
+        if lay is None:
+            continue
+        try:
+            lay.inverse_with_info(allow_padding=True)
+        except LayoutError as err:
+            raise InferenceError(f"buffer {buf.name}: {op.describe()} walks the registers of its layout {lay!r}, "
+                                 f"which has no closed-form inverse: {err}") from None
+    if isinstance(op, ReduceOp):
+        check_reduction_barrier(op, state)
+
+
+def check_reduction_barrier(op: ReduceOp, state) -> None:
+    """A reduction under a thread-dependent condition may combine partials only with warp shuffles: the
+    shared-memory exchange needs a block-wide barrier that threads outside the condition never reach."""
+    if op.thread_range is None or not op.src.buffer.is_fragment or state.layout(op.src.buffer) is None:
+        return
+    from ..hardware import warp_size
+    from .all_reduce import needs_barrier
+    if op.dst.buffer.is_fragment:
+        work = state.layout(op.dst.buffer)
+    else:
+        work = state.layout(op.src.buffer)
+        for axis in sorted(op.axes, reverse=True):
+            work = reducer_layout(work, axis)
+    if work is None or not work.is_static:
+        return
+    if needs_barrier(work, state.block_threads, warp_size(state.target)):
+        lo, ext = op.thread_range
+        raise InferenceError(
+            f"{op.describe()} runs under a thread-dependent condition (threads [{lo}, {lo + ext})), but the holders of "
+            f"a result element ({work!r}) span warps, so combining them needs a block-wide barrier that the other "
+            f"threads never reach; make the range whole warps holding whole rows, or reduce outside the condition")
+
+
 # ------------------------------------------------------------------------------------------ gemm
 
 def _infer_gemm(op: GemmOp, level: int, state) -> None:
+    """The gemm's plan (decided once for the kernel, see ``gemm_plan``) fixes its accumulator and, for a
+    register A operand, the A fragment; shared operands get the widest bank swizzle the tile allows."""
     if level != STRICT:
         return
-    from tilelayout import gemm_layouts, swizzle
-    c = op.c.buffer
+    from tilelayout import swizzle
+    plan = state.gemm_plan(op)
     # the MMA instruction fixes these layouts: propose them even over a pin, so a pin that disagrees is
     # reported as a conflict (and two bank swizzles of a shared operand merge to the finer one)
-    if c.is_fragment:
-        m, n = c.shape[-2], c.shape[-1]
-        if _uses_wgmma(op, m, state):
-            acc = gemm_layouts.make_wgmma_accumulator_fragment(m, n, state.threads)
-        else:
-            acc = gemm_layouts.make_mma_accumulator_fragment(m, n, state.threads, c.dtype)
-        state.propose(c, acc, op, level)
+    thread_range = getattr(state, "thread_range", None)
+
+    def bound(frag):
+        return frag.bind_thread_range(*thread_range) if thread_range is not None else frag
+    if op.c.buffer.is_fragment:
+        _propose_operand(op, "accumulator", op.c.buffer, bound(plan.accumulator_fragment()), plan, level, state)
+    if op.a.buffer.is_fragment:
+        if not op.a.is_full:
+            raise InferenceError(f"{op.describe()}: the register A operand must be the whole fragment "
+                                 f"{op.a.buffer.name} (its layout is the instruction's A fragment)")
+        _propose_operand(op, "operand A", op.a.buffer, bound(plan.a_fragment()), plan, level, state)
     for region in (op.a, op.b):
         buf = region.buffer
         if buf.is_shared and region.is_full:
@@ -479,9 +573,16 @@ def _infer_gemm(op: GemmOp, level: int, state) -> None:
             state.propose(buf, swizzle.make_swizzled_layout(list(buf.shape), buf.dtype, None), op, level)
 
 
-def _uses_wgmma(op: GemmOp, m, state) -> bool:
-    """TileLang's rule: Hopper (sm_90) with both operands in shared memory issues wgmma, whose accumulator
-    layout differs from mma.sync's; it needs whole warpgroups and 64-row blocks."""
-    from ..hardware import sm_version
-    return (90 <= sm_version(state.target) < 100 and op.a.buffer.is_shared and op.b.buffer.is_shared
-            and state.threads % 128 == 0 and isinstance(m, int) and m % (64 * (state.threads // 128)) == 0)
+def _propose_operand(op: GemmOp, role: str, buf, layout: Fragment, plan, level: int, state) -> None:
+    """Propose the instruction's register layout for a gemm fragment; a clash names the gemm, the operand, the
+    layout the instruction needs and what would work instead."""
+    try:
+        state.propose(buf, layout, op, level)
+    except LayoutConflictError:
+        old = state.layout(buf)
+        fix = ("stage A in shared memory, or copy it into a fresh fragment first (`Tx.copy(P, S)`: the copy "
+               "re-lays it out)" if role == "operand A" else
+               "accumulate into a fragment of its own and copy the result where it is needed")
+        raise LayoutConflictError(
+            f"buffer {buf.name}: {op.describe()}: {role} {buf.name} must have the {plan.describe()} register "
+            f"layout {layout!r} to feed the instruction, but {state.setter(buf)} gave it {old!r}; {fix}") from None

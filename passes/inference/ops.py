@@ -216,6 +216,7 @@ class TileOp:
     stmt: Any = None
     serial_loops: tuple = ()     # enclosing non-parallel loops, outermost first
     conditions: tuple = ()       # enclosing `if` conditions (negated for else branches)
+    thread_range: tuple | None = None   # (min, extent) of the threads the conditions let run it; None: all
 
     @property
     def serial_repeat(self) -> int | None:
@@ -319,6 +320,7 @@ class GemmOp(TileOp):
     bias: Region | None = None
     alpha: Any = 1.0
     beta: Any = 0.0
+    policy: str | None = None      # warp policy the user gave (`Tx.gemm(..., warp_policy="full_row")`)
 
     @property
     def clear(self) -> bool:
@@ -434,6 +436,10 @@ class OpGraph:
             if any(b is buffer for b in group):
                 return group
         return [buffer]
+
+    def op_thread_range(self, op: TileOp) -> tuple:
+        """(min, extent) of the threads that run ``op`` (the whole block unless a condition narrows it)."""
+        return op.thread_range if op.thread_range is not None else (0, self.thread_extent)
 
     def parallel_ops(self) -> list[ParallelOp]:
         return [op for op in self.ops if isinstance(op, ParallelOp)]

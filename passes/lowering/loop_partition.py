@@ -23,7 +23,7 @@ from tilelayout.errors import LayoutError, LoweringError
 from tilelayout.exprparse import parse_expr
 from tilelayout.fragment import Fragment
 from tilelayout.expr import mentions
-from tilelayout.layout import Layout, substitute
+from tilelayout.layout import Layout, rep_placeholder, substitute
 
 from ..ir_utils import (conj, func_label, int_value, is_memory_scope, make_analyzer, mapped, mutate,  # noqa: F401
                         thread_launch, walk)
@@ -69,12 +69,16 @@ def slot_vars(prefix: str, layout: Layout) -> list:
     return [tirx.Var(f"{prefix}{k}" if layout.output_dim > 1 else prefix, "int32") for k in range(layout.output_dim)]
 
 
+class NoClosedFormInverse(LoweringError):
+    """The layout is valid but its canonical inverse has no closed form here (e.g. a diagonal access)."""
+
+
 def invert(layout: Fragment, what: str):
     """(canonical inverse, exact) of a fragment, as a LoweringError naming ``what`` when impossible."""
     try:
         return layout.inverse_with_info(allow_padding=True)
     except LayoutError as err:
-        raise LoweringError(f"{what}: cannot partition by layout {layout!r}: {err}") from None
+        raise NoClosedFormInverse(f"{what}: cannot partition by layout {layout!r}: {err}") from None
 
 
 def per_thread_cells(layout: Fragment, tx, threads: int, what: str, prefix: str = "s"):
@@ -226,9 +230,17 @@ def _partition_nest(root, tx, threads: int, frag_layouts: dict, nest, verify: bo
         raise LoweringError(f"loop {key}: its layout covers {layout.input_shape} but the loop runs over {extents}; "
                             f"iterations would be dropped or invented")
     what = f"loop {key}"
-    svars, slots, coords, guards, bounds = per_thread_cells(layout, tx, threads, what, "s")
+    try:
+        cells = per_thread_cells(layout, tx, threads, what, "s")
+    except NoClosedFormInverse:
+        if not layout.is_injective():
+            raise
+        cells = None
     if verify and nest is not None:
         _verify_nest(key, nest, layout, frag_layouts)
+    if cells is None:
+        return _scan_nest(root, loops, layout, tx, threads, key)
+    svars, slots, coords, guards, bounds = cells
     rep = coords[n]
     body = loops[n - 1].body
     if n < len(loops):  # parallel loops the layout does not cover run serially inside each iteration
@@ -255,6 +267,38 @@ def _partition_nest(root, tx, threads: int, frag_layouts: dict, nest, verify: bo
         if k == 0:
             notes[PARTITIONED_KEY] = key
         body = tirx.For(svars[k], 0, slots[k], tirx.ForKind.SERIAL, body, None, notes)
+    return body
+
+
+def _scan_nest(root, loops: list, layout: Fragment, tx, threads: int, key: str):
+    """Partition without an inverse: every thread walks the whole loop domain (and the replicas) and runs the
+    iterations the layout gives it (``forward_thread(x, rep) == tx``). Always correct for a valid layout, slower
+    than walking slots (no vectorisation); used when the inverse has no closed form (reversed or diagonal
+    accesses of a fragment, whose loop layout is a rotation or a partial map of the fragment's)."""
+    n = layout.input_dim
+    lo, _ = check_thread_fit(f"loop {key}", layout, threads)
+    xs = [l.loop_var for l in loops[:n]]
+    rep = tirx.Var("rep", "int32")
+    vmap = dict(zip(layout.forward_vars, xs))
+    vmap[rep_placeholder()] = rep
+    thread = substitute(layout.forward_thread, vmap)
+    body = loops[n - 1].body
+    if n < len(loops):
+        body = _serialize_parallel(body)
+    conds = [(thread + lo if lo else thread) == (tx if tx is not None else tirx.const(0, "int32"))]
+    ann = root.annotations
+    if LOOP_PREDICATE_KEY in ann:
+        conds.append(_predicate_expr(str(ann[LOOP_PREDICATE_KEY]), tx, key))
+    if layout.replicate_size > 1:
+        body = _guard_memory_stores(body, rep == 0)
+    body = tirx.IfThenElse(conj(conds), body, None)
+    if layout.replicate_size > 1:
+        body = tirx.For(rep, 0, layout.replicate_size, tirx.ForKind.SERIAL, body)
+    else:
+        body = substitute(body, {rep: tirx.const(0, "int32")})
+    for k in reversed(range(n)):
+        notes = {PARTITIONED_KEY: key} if k == 0 else {}
+        body = tirx.For(xs[k], 0, int_value(loops[k].extent), tirx.ForKind.SERIAL, body, None, notes)
     return body
 
 
@@ -333,7 +377,10 @@ def localize_fragments(body, frag_layouts: dict, tx, threads: int, memory_layout
     for b, lay in list(frag_layouts.items()) + list(memory_layouts.items()):
         shape = [int_value(s) if int_value(s) is not None else s for s in lay.output_shape]
         scope = "local" if b in frag_layouts else b.scope()
-        new_bufs[b] = tirx.decl_buffer(shape, b.dtype, name=str(b.name), scope=scope)
+        # shared tiles with a layout may be read by wgmma descriptors, whose swizzle patterns start at
+        # 1024-byte-aligned addresses (TileLang aligns them the same way)
+        align = 1024 if scope.startswith("shared") else -1
+        new_bufs[b] = tirx.decl_buffer(shape, b.dtype, name=str(b.name), scope=scope, data_alignment=align)
         all_layouts[b] = lay
 
     def lookup(buf):

@@ -7,13 +7,19 @@
   per-thread accumulator indexed like the destination, then the holders of each destination element
   combine their partials -- warp shuffles (xor butterfly) when the holders of every element form one
   xor-coset inside a warp, otherwise a shared-memory exchange -- so every holder ends with the full result.
+  A destination held by only some of the threads that hold a source row (inference keeps such a layout when a
+  consumer gave it fewer registers) is combined over all of them, then only its owners keep the result.
   A source replica is counted once (only replica 0 contributes).
-- ``gemm``: each thread computes the accumulator elements it holds from the operands (read through
-  their own buffers; fragment operands must be held by the thread that needs them).
+- ``gemm``: tensor-core instructions (``lower_gemm``: ldmatrix / mma.sync, wgmma on sm_90) whose register
+  fragments are the annotated layouts; the per-thread scalar k-loop only when the function opts in with the
+  attribute ``tilelayout.gemm_fallback = "scalar"``. How each gemm was lowered is recorded in the
+  ``tilelayout.gemm_instructions`` attribute.
 
 Fragment accesses stay logical (``frag[i, j]``); partition turns them into local-array slots.
 """
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 import tvm
@@ -28,8 +34,10 @@ from tilelayout.layout import substitute
 from ..inference import op_rules
 from ..inference.frontend import CopyOp, ElementwiseOp, FillOp, GemmOp, ReduceOp, build_op_graph
 from ..hardware import normalize_target, warp_size
+from ..inference.all_reduce import _cell_elements, _reduced, _split_basis, _xor_basis  # noqa: F401 (tests use them)
 from ..inference.loop_nest import nest_of
 from ..ir_utils import int_value, make_analyzer, mutate, thread_launch
+from . import lower_gemm as _gemm
 from .loop_partition import LoweringError, buffer_layouts, check_thread_fit, per_thread_cells
 
 __all__ = ["LowerTileOps", "lower_tile_ops", "elementwise_value", "reduce_identity",
@@ -83,7 +91,13 @@ def lower_tile_ops(func, target=None):
     graph = build_op_graph(func)
     tx, threads = thread_launch(func)
     layouts = buffer_layouts(func)
-    lowering = _Lowering(graph, tx, threads, target, layouts, read_tile_loops(func))
+    attrs = func.attrs
+    fallback = str(attrs[_gemm.GEMM_FALLBACK_ATTR]) if attrs is not None and _gemm.GEMM_FALLBACK_ATTR in attrs else None
+    if fallback not in (None, "scalar"):
+        raise LoweringError(f"function attribute {_gemm.GEMM_FALLBACK_ATTR}={fallback!r}: the only fallback is "
+                            f"\"scalar\" (omit the attribute for tensor-core lowering)")
+    lowering = _Lowering(graph, tx, threads, target, layouts, read_tile_loops(func), fallback)
+    lowering.func = func
     ops = [op for op in graph.ops if isinstance(op, (CopyOp, FillOp, ElementwiseOp, ReduceOp, GemmOp))]
 
     def on_tile(node, mutator):
@@ -93,13 +107,19 @@ def lower_tile_ops(func, target=None):
         stmts = [lowering.lower(op, node) for op in mine]
         return stmts[0] if len(stmts) == 1 else tirx.SeqStmt(stmts)
 
-    return func.with_body(mutate(func.body, [(TilePrimitiveCall, on_tile)]))
+    out = func.with_body(mutate(func.body, [(TilePrimitiveCall, on_tile)]))
+    if lowering.reports:
+        out = out.with_attr(_gemm.GEMM_REPORT_ATTR, dict(lowering.reports))
+    return out
 
 
 class _Lowering:
-    def __init__(self, graph, tx, threads: int, target, layouts: dict, tile_loops: dict):
+    def __init__(self, graph, tx, threads: int, target, layouts: dict, tile_loops: dict,
+                 gemm_fallback: str | None = None):
         self.graph, self.tx, self.threads, self.target = graph, tx, threads, target
         self.layouts, self.tile_loops = layouts, tile_loops
+        self.gemm_fallback = gemm_fallback
+        self.reports: dict = {}
         self.thread_name = tx.name if tx is not None else "threadIdx.x"
         self.counter: dict = {}
 
@@ -157,13 +177,19 @@ class _Lowering:
             if [int_value(s) if not isinstance(s, int) else s for s in work.input_shape] != list(lr.input_shape):
                 raise LoweringError(f"{op.describe()}: fragment {dst.name} has shape {work.input_shape} but the "
                                     f"reduction produces {lr.input_shape}")
+            owners = None
             err = work.containment_error(lr)
             if err is not None:
-                raise LoweringError(
-                    f"buffer {dst.name}: {op.describe()}: unsatisfiable reduction replication: every thread holding "
-                    f"source elements of a row must hold its result, but {err}")
+                if lr.containment_error(work) is not None:
+                    raise LoweringError(
+                        f"buffer {dst.name}: {op.describe()}: unsatisfiable reduction replication: the holders of "
+                        f"each result must be all the threads holding source elements of its row, or some of "
+                        f"them, but {err}")
+                # the destination keeps the result in a subset of those threads: combine over all of them
+                # (the reducer layout), then each owner takes its elements
+                owners, work = work, lr
         else:
-            work = lr
+            work, owners = lr, None
         dtype = dst.dtype
         acc = tirx.decl_buffer([int(s) for s in work.output_shape], dtype, name=self.fresh(f"{dst.name}_red"),
                                scope="local")
@@ -188,7 +214,14 @@ class _Lowering:
         # 4. write the result
         dcoords, rep = wfor.coords[:-1], wfor.coords[-1]
         result = tirx.BufferLoad(acc, wfor.svars)
-        if dst.is_fragment:
+        if owners is not None:
+            # iterate the owners' cells; each owner also holds the element in the reducer layout, at its slot there
+            wfor = _ForCells(owners, self.tx, self.threads, f"{op.describe()} (destination {dst.name})", "o")
+            dcoords = wfor.coords[:-1]
+            result = tirx.BufferLoad(acc, [wfor.ana.simplify(e) for e in work.forward(*dcoords)])
+            idx = dcoords
+            conds = list(wfor.guards)
+        elif dst.is_fragment:
             idx = dcoords
             conds = list(wfor.guards)
         else:
@@ -233,6 +266,11 @@ class _Lowering:
             slot, count = wfor.coords[-1], work.replicate_size
         elems = int(work.size)
         nbytes = elems * count * max(1, tvm.DataType(acc.dtype).bits // 8)
+        if op.thread_range is not None:
+            lo, ext = op.thread_range
+            raise LoweringError(f"{op.describe()}: combining the partials of {op.dst.buffer.name} needs a block-wide "
+                                f"barrier, but the op runs under a thread-dependent condition (threads [{lo}, "
+                                f"{lo + ext})) that only part of the block reaches")
         if nbytes > SHARED_LIMIT_BYTES:
             raise LoweringError(f"{op.describe()}: the cross-thread exchange needs {nbytes} bytes of shared memory "
                                 f"({elems} elements x {count} partials), over the {SHARED_LIMIT_BYTES}-byte limit")
@@ -279,6 +317,111 @@ class _Lowering:
 
     # ------------------------------------------------------------------ gemm
     def gemm(self, op: GemmOp):
+        if self.gemm_fallback == "scalar":
+            warnings.warn(f"{op.describe()}: lowered to the scalar per-thread k-loop ({_gemm.GEMM_FALLBACK_ATTR}="
+                          f"\"scalar\"), not to tensor-core instructions", stacklevel=2)
+            self.report(op, "scalar per-thread k-loop (opted in with tilelayout.gemm_fallback=\"scalar\")")
+            return self.scalar_gemm(op)
+        return self.tensor_core_gemm(op)
+
+    def report(self, op, text: str) -> None:
+        key = op.describe()
+        while key in self.reports:
+            key += "'"
+        self.reports[key] = text
+
+    def tensor_core_gemm(self, op: GemmOp):
+        d = op.c.buffer
+        if not d.is_fragment:
+            raise LoweringError(f"{op.describe()}: the gemm accumulator {d.name} must be a fragment (local.fragment)")
+        if not op.c.is_full or len(op.c.squeezed_extents()) != 2 or len(d.shape) != 2:
+            raise LoweringError(f"{op.describe()}: the gemm accumulator must be the whole 2-D fragment {d.name}")
+        if self.tx is None:
+            raise LoweringError(f"{op.describe()}: tensor-core lowering needs a threadIdx.x launch")
+        work = self.layout_of(d, op)
+        inst = _gemm.choose_instruction(op, self.target)
+        m, n = (int(s) for s in d.shape)
+        plan = self.gemm_plan(op)
+        wanted = [_gemm.tiling_of_plan(plan)] if plan is not None else None
+        tiling = _gemm.match_tiling(work, m, n, self.threads, inst, wanted)
+        if tiling is None:
+            what = f"the recorded gemm plan ({plan.describe()})" if plan is not None else \
+                f"any warp tiling of {inst.name} over {self.threads} threads"
+            raise LoweringError(
+                f"buffer {d.name}: {op.describe()}: its layout {work!r} is not an accumulator layout of {inst.name} "
+                f"under {what} (each warp must hold whole 16x8 blocks in the lanes PTX assigns); let inference "
+                f"choose it, or make M a multiple of 16 per warp and N of 8")
+        ctx = _gemm.GemmContext(self.tx, self.threads, self.target, self.layouts, self.fresh)
+        shared = [r.buffer for r in (op.a, op.b) if r.buffer.is_shared]
+        sync = [tirx.Evaluate(tirx.op.tvm_storage_sync("shared"))] if shared else []
+        before = list(sync)
+        note = ""
+        if tiling.kind == "strips":
+            from .lower_wgmma import lower_gemm_wgmma, wgmma_feasible
+            winst, why = wgmma_feasible(op, tiling, self.target, ctx)
+            if winst is not None:
+                core, text = lower_gemm_wgmma(op, tiling, winst, ctx)
+                # generic-proxy shared writes must be visible to the async proxy wgmma reads through
+                before = [_gemm.ptx_call("fence.proxy.async.shared::cta")] + sync
+            else:
+                note = f" (the plan's wgmma layout, realised warp by warp: {why})"
+        if not tiling.kind == "strips" or note:
+            core, text = _gemm.lower_gemm_mma(op, work, tiling, inst, ctx)
+        self.report(op, text + note)
+        pre, post, allocs = self.gemm_epilogue(op, tiling, inst, ctx)
+        return tirx.SeqStmt(allocs + pre + before + [core] + sync + post)
+
+    def gemm_plan(self, op: GemmOp):
+        """The plan inference recorded for ``op`` (None when the function carries no plans)."""
+        from ..inference.gemm_plan import gemm_ordinal, read_gemm_plans
+        func = getattr(self, "func", None)
+        plans = read_gemm_plans(func) if func is not None else {}
+        if not plans:
+            return None
+        plan = plans.get(gemm_ordinal(func, op))
+        if plan is None:
+            raise LoweringError(f"{op.describe()}: the function records gemm plans but none for this gemm; run "
+                                f"layout inference again")
+        return plan
+
+    def gemm_epilogue(self, op: GemmOp, tiling, inst, ctx):
+        """(statements before, after, allocations) giving ``D = alpha * A@B + beta * bias`` around an
+        instruction sequence that accumulates A@B into D's registers."""
+        d = op.c.buffer
+        dtype = d.dtype
+        alpha_one = _is_one(op.alpha)
+        zero = lambda idx, _: tirx.BufferStore(d.var, tirx.const(0, dtype), idx)   # noqa: E731
+        if op.clear:
+            post = [] if alpha_one else [_gemm.accumulator_cells(tiling, inst, op, ctx, lambda idx, _: tirx.BufferStore(
+                d.var, tirx.BufferLoad(d.var, idx) * _cast(dtype, op.alpha), idx))]
+            return [_gemm.accumulator_cells(tiling, inst, op, ctx, zero)], post, []
+        bias = op.bias
+        if bias is not None and bias.buffer is d and op.c.is_full and bias.is_full and _is_one(op.beta) and alpha_one:
+            return [], [], []
+        if bias is not None and bias.buffer.is_fragment and bias.buffer is not d:
+            lay = self.layout_of(bias.buffer, op)
+            if not bias.is_full:
+                raise LoweringError(f"{op.describe()}: a fragment bias ({bias.buffer.name}) must be used whole")
+            _gemm.check_register_operand(op, bias, lay, tiling.owner_table(inst), "C")
+        keep = tirx.decl_buffer([tiling.na * tiling.nb * 4], dtype, name=self.fresh(f"{d.name}_bias"), scope="local")
+
+        def slot(cell):
+            a, b, e = cell
+            return [(a * tiling.nb + b) * 4 + e]
+
+        def save(idx, cell):       # the accumulator is the whole 2-D fragment: idx are its (row, col)
+            term = _cast(dtype, tirx.BufferLoad(bias.buffer.var, _region_index(bias, list(idx))))
+            return tirx.BufferStore(keep, term if _is_one(op.beta) else term * _cast(dtype, op.beta), slot(cell))
+
+        def finish(idx, cell):
+            acc = tirx.BufferLoad(d.var, idx)
+            acc = acc if alpha_one else acc * _cast(dtype, op.alpha)
+            return tirx.BufferStore(d.var, acc + tirx.BufferLoad(keep, slot(cell)), idx)
+
+        pre = [_gemm.accumulator_cells(tiling, inst, op, ctx, save), _gemm.accumulator_cells(tiling, inst, op, ctx, zero)]
+        return pre, [_gemm.accumulator_cells(tiling, inst, op, ctx, finish)], [tirx.AllocBuffer(keep)]
+
+    def scalar_gemm(self, op: GemmOp):
         d = op.c.buffer
         if not d.is_fragment:
             raise LoweringError(f"{op.describe()}: the gemm accumulator {d.name} must be a fragment")
@@ -398,72 +541,6 @@ def _region_index(region, coords: list) -> list:
             c = next(it)
             out.append(c if isinstance(off, int) and off == 0 else off + c)
     return out
-
-
-def _cell_elements(layout: Fragment, threads: int) -> np.ndarray:
-    """E[slot, thread] = flat element held there (-1: none), over every launched thread."""
-    slots = int(np.prod([int(s) for s in layout.output_shape]))
-    out = np.full((slots, threads), -1, dtype=np.int64)
-    lo = (layout.thread_range or (0, threads))[0]
-    thread = layout.thread_table() + lo                                 # (*shape, R)
-    tab = np.asarray(layout.table(), dtype=np.int64)                    # (*shape, out_dim)
-    flat_slot = np.zeros(tab.shape[:-1], dtype=np.int64)
-    for k, s in enumerate(layout.output_shape):
-        flat_slot = flat_slot * int(s) + tab[..., k]
-    elems = np.arange(int(np.prod(tab.shape[:-1]))).reshape(tab.shape[:-1])
-    for r in range(thread.shape[-1]):
-        out[flat_slot.reshape(-1), thread[..., r].reshape(-1)] = elems.reshape(-1)
-    return out
-
-
-def _xor_basis(cells: np.ndarray, counts: np.ndarray) -> list | None:
-    """A reduced basis M of thread masks such that xor-ing a thread with any m in span(M) stays on the same
-    element in every slot, and every element's holders are exactly one coset ``t ^ span(M)``; else None."""
-    holders = counts[counts > 0]
-    size = int(holders.max())
-    if size & (size - 1) or (holders != size).any():
-        return None
-    e0 = int(np.argmax(counts == size))
-    threads = np.nonzero((cells == e0).any(axis=0))[0]
-    base = int(threads[0])
-    basis: list = []
-    for t in threads[1:]:
-        basis = _reduced(basis + [int(t) ^ base])
-    if (1 << len(basis)) != size:
-        return None
-    n = cells.shape[1]
-    lanes = np.arange(n)
-    for b in basis:
-        partner = lanes ^ b
-        if (partner >= n).any() or not (cells[:, partner] == cells).all():
-            return None
-    return basis
-
-
-def _reduced(basis: list) -> list:
-    """Reduced row echelon form over GF(2): distinct leading bits, each cleared from every other vector."""
-    rows = sorted(basis, reverse=True)
-    out: list = []
-    for v in rows:
-        for b in out:
-            if v & (1 << (b.bit_length() - 1)):
-                v ^= b
-        if v:
-            top = 1 << (v.bit_length() - 1)
-            out = [b ^ v if b & top else b for b in out]
-            out.append(v)
-    return sorted(out, reverse=True)
-
-
-def _split_basis(basis: list | None, warp: int):
-    """(lane masks < warp, single high bits) when span(basis) = span(lanes) + span(high bits); else None."""
-    if basis is None:
-        return None
-    lanes = [b for b in basis if b < warp]
-    high = [b for b in basis if b >= warp]
-    if any(b & (b - 1) for b in high):
-        return None          # a mask mixing lane and warp bits: no clean two-level split
-    return lanes, sorted(high)
 
 
 def _shuffle_xor(value, mask: int, warp: int):

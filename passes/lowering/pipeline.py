@@ -6,7 +6,8 @@
   serialised, see ``serialize_threads``), so every lowering is checked numerically here.
 - ``check_numeric(func, reference=None)``: run the lowered kernel and a reference on the same random
   inputs and compare every parameter. The reference is a numpy function when the case declares one,
-  else the program's own sequential semantics (tile ops over whole regions, no layouts involved).
+  else the numpy interpreter of the unlowered program (``tilelayout.reference``, which shares no code with
+  lowering). ``sequential_outputs`` gives a second, TVM-compiled sequential reference for cross-checks.
 
 Case contract (used by ``maint/run.py --numeric`` through ``check_case``): a case module may define
 ``REFERENCE = {variant: fn}`` with ``fn(inputs: dict[name, np.ndarray]) -> dict[name, np.ndarray]``
@@ -26,7 +27,7 @@ from tvm import tirx
 
 from tilelayout.errors import TileLayoutError
 
-from ..hardware import normalize_target
+from ..hardware import func_target, normalize_target
 from ..thread_dims import fold_thread_dims, unfold_thread_dims
 from .atomics import fence_shared_atomics
 from .bounds_guards import guard_out_of_bounds
@@ -36,7 +37,7 @@ from .lower_tile_ops import lower_tile_ops
 from .serialize_threads import sequential_semantics, serialize_threads
 
 __all__ = ["lower", "cuda_source", "build_cpu", "build_reference_cpu", "check_numeric", "check_case", "reference_outputs",
-           "random_inputs", "NumericResult", "CpuKernel", "compile_ptx"]
+           "sequential_outputs", "compare_outputs", "Expected", "random_inputs", "NumericResult", "CpuKernel", "compile_ptx"]
 
 
 def _as_func(func) -> tirx.PrimFunc:
@@ -59,8 +60,11 @@ def _name(func) -> str:
 
 def lower_func(func, target=None, cost_model=None, infer: bool = True, verify: bool = True) -> tirx.PrimFunc:
     """The lowered PrimFunc (see ``lower``); ``infer=False`` starts from an already annotated function."""
-    target = normalize_target(target)
+    target = normalize_target(func_target(_as_func(func), target))
     func = _as_func(func)
+    from ..hardware import check_block_threads
+    from .loop_partition import thread_launch
+    check_block_threads(thread_launch(fold_thread_dims(func)[0])[1], target, _name(func))
     if infer:
         from ..inference.layout_inference import infer_layouts
         func = infer_layouts(func, target, cost_model).func
@@ -69,12 +73,15 @@ def lower_func(func, target=None, cost_model=None, infer: bool = True, verify: b
     func = partition_function(func, verify)
     func = guard_out_of_bounds(func)         # symbolic global extents: predicate what may leave the buffer
     func = vectorize_function(func, target)
+    from .index_guard import protect_indices
+    tx, threads = thread_launch(func)
+    func = func.with_body(protect_indices(func.body, tx, threads))
     return unfold_thread_dims(fence_shared_atomics(func), dims)
 
 
 def lower(func, target=None, cost_model=None, infer: bool = True, verify: bool = True) -> tvm.IRModule:
     """inference -> lower tile ops -> partition -> vectorize; an IRModule ready for ``tvm.compile``."""
-    target = normalize_target(target)
+    target = normalize_target(func_target(_as_func(func), target))
     f = lower_func(func, target, cost_model, infer, verify).with_attr("target", target)
     return tvm.IRModule({_name(f): f})
 
@@ -92,7 +99,7 @@ def _compile(mod, target):
 
 def cuda_source(func, target=None, cost_model=None) -> str:
     """CUDA C of the lowered kernel (apache-tvm generates it without a GPU)."""
-    target = normalize_target(target)
+    target = normalize_target(func_target(_as_func(func), target))
     if target.kind.name != "cuda":
         raise ValueError(f"cuda_source needs a CUDA target, got {target}")
     ex = _compile(lower(func, target, cost_model), target)
@@ -259,23 +266,76 @@ def _floating_reduction(func) -> bool:
     return False
 
 
-def reference_outputs(func, reference: Callable | None = None, seed: int = 0) -> dict:
-    """Final value of every parameter according to ``reference`` (numpy) or the sequential semantics."""
+class Expected(dict):
+    """Expected final parameter values; ``exact`` is False when they are only defined up to rounding (a float
+    reduction, gemm or transcendental was evaluated), so a comparison needs a tolerance."""
+
+    exact: bool = True
+
+
+def reference_outputs(func, reference: Callable | None = None, seed: int = 0) -> Expected:
+    """Final value of every parameter according to ``reference`` (a numpy function of the inputs) or, by
+    default, the independent numpy interpreter of the program (``tilelayout.reference``)."""
     func = _as_func(func)
     inputs = random_inputs(func, seed)
     names = list(inputs)
+    expected = Expected({n: inputs[n].copy() for n in names})
     if reference is not None:
-        expected = {n: inputs[n].copy() for n in names}
         produced = reference({n: inputs[n].copy() for n in names})
         unknown = sorted(set(produced) - set(names))
         if unknown:
             raise ValueError(f"the numpy reference returned unknown buffers {unknown} (parameters: {names})")
         for n, v in produced.items():
             expected[n] = np.asarray(v).astype(inputs[n].dtype).reshape(inputs[n].shape)
+        expected.exact = not _floating_reduction(func)
         return expected
+    from tilelayout.reference import run_reference
+    run = run_reference(func, inputs)
+    expected.update(run.outputs)
+    expected.exact = run.exact
+    return expected
+
+
+def sequential_outputs(func, seed: int = 0) -> Expected:
+    """Final value of every parameter according to the unlowered program's sequential semantics compiled by
+    TVM (``serialize_threads.sequential_semantics``): a second, layout-free reference that
+    ``maint/run.py --numeric`` cross-checks against the numpy interpreter."""
+    func = _as_func(func)
+    inputs = random_inputs(func, seed)
+    names = list(inputs)
     want = [inputs[n].copy() for n in names]
     build_reference_cpu(func)(*want)
-    return dict(zip(names, want))
+    out = Expected(zip(names, want))
+    out.exact = not _floating_reduction(func)
+    return out
+
+
+def compare_outputs(got: dict, want: dict, exact: bool, tolerance: tuple | None = None) -> tuple:
+    """(problems, max abs error per buffer) of ``got`` against ``want``. NaN never matches a number; NaN
+    against NaN at the same place matches (numpy's ``equal_nan``), in exact and tolerance mode alike; an
+    infinity matches only the same infinity."""
+    errors, problems = {}, []
+    for n in want:
+        g, w = got[n], want[n]
+        gf, wf = np.asarray(g).astype(np.float64), np.asarray(w).astype(np.float64)
+        both_nan = np.isnan(gf) & np.isnan(wf)
+        same = (gf == wf) | both_nan
+        with np.errstate(invalid="ignore"):
+            err = np.where(same, 0.0, np.abs(gf - wf))
+        err = np.where(np.isnan(err), np.inf, err)
+        errors[n] = float(err.max()) if err.size else 0.0
+        if exact:
+            bad = ~same
+        else:
+            rtol, atol = tolerance or _TOLERANCE.get(str(np.asarray(w).dtype), (0.1, 0.1))
+            with np.errstate(invalid="ignore"):
+                close = np.isfinite(gf) & np.isfinite(wf) & (err <= atol + rtol * np.abs(wf))
+            bad = ~(same | close)
+        if bad.any():
+            first = tuple(int(x) for x in np.argwhere(bad)[0])
+            problems.append(f"{n}: {int(bad.sum())} of {bad.size} elements differ (first at {list(first)}: got "
+                            f"{gf[first]!r}, expected {wf[first]!r})")
+    return problems, errors
 
 
 def check_numeric(func, reference: Callable | None = None, target=None, cost_model=None, seed: int = 0,
@@ -297,23 +357,9 @@ def check_numeric(func, reference: Callable | None = None, target=None, cost_mod
     t2 = time.perf_counter()
     if expected is None:
         expected = reference_outputs(func, reference, seed)
-    want = [expected[n] for n in names]
     t3 = time.perf_counter()
-    exact = tolerance is None and not _floating_reduction(func)
-    errors, problems = {}, []
-    for n, g, w in zip(names, got, want):
-        gf, wf = g.astype(np.float64), w.astype(np.float64)
-        err = np.abs(gf - wf)
-        errors[n] = float(err.max()) if err.size else 0.0
-        if exact:
-            bad = gf != wf
-        else:
-            rtol, atol = tolerance or _TOLERANCE.get(str(g.dtype), (0.1, 0.1))
-            bad = err > atol + rtol * np.abs(wf)
-        if bad.any():
-            first = tuple(int(x) for x in np.argwhere(bad)[0])
-            problems.append(f"{n}: {int(bad.sum())} of {bad.size} elements differ (first at {list(first)}: got "
-                            f"{gf[first]!r}, expected {wf[first]!r})")
+    exact = tolerance is None and getattr(expected, "exact", True) and not _floating_reduction(func)
+    problems, errors = compare_outputs(dict(zip(names, got)), {n: expected[n] for n in names}, exact, tolerance)
     times = {"lower_build_s": t1 - t0, "run_s": t2 - t1 - warm, "warm_run_s": warm, "reference_s": t3 - t2}
     ok = not problems
     msg = "match" + (" (exact)" if exact else " (within tolerance)") if ok else "; ".join(problems)

@@ -24,6 +24,7 @@ from tilelayout.layout import substitute
 
 from ..ir_utils import int_value, mapped, mutate, walk
 from .atomics import atomics_as_updates
+from .emulate_mma import emulate_collective, is_collective
 from .loop_partition import LoweringError
 
 __all__ = ["SerializeThreads", "serialize_threads", "SequentialSemantics", "sequential_semantics", "LOCAL_SCOPES"]
@@ -128,9 +129,15 @@ def _is_shuffle(c) -> bool:
     return isinstance(c.op, tvm.ir.Op) and str(c.op.name) in _SHUFFLES
 
 
+def _communicates(c) -> bool:
+    """A call that exchanges values between threads: barrier, shuffle, or a tensor-core collective."""
+    return _is_sync(c) or _is_shuffle(c) or is_collective(c)
+
+
 # --------------------------------------------------------------------------------------- SerializeThreads
 
 def SerializeThreads():
+    """A PrimFunc pass running a lowered GPU kernel's threads one after another (see the module docstring)."""
     @tirx.transform.prim_func_pass(opt_level=0, name="tilelayout.SerializeThreads")
     def _pass(func, mod, ctx):
         return serialize_threads(func)
@@ -168,6 +175,7 @@ class _Phases:
         self.tvars, self.extents, self.nthreads = tvars, extents, nthreads
         self.remap, self.shared = remap, shared
         self.extra: list = []          # exchange buffers of emulated shuffles
+        self.guards: list = []         # enclosing thread-dependent conditions (warp-specialised regions)
 
     def touches_shared(self, stmt) -> bool:
         hits = []
@@ -176,13 +184,15 @@ class _Phases:
         return bool(hits)
 
     def needs_split(self, stmt) -> bool:
-        if _has(stmt, lambda c: _is_sync(c) or _is_shuffle(c)):
+        if _has(stmt, _communicates):
             return True
         multi = []
         walk(stmt, [(tirx.SeqStmt, lambda s: multi.append(1))])
         return bool(multi) and self.touches_shared(stmt)
 
     def thread_loop(self, stmt):
+        for cond in reversed(self.guards):
+            stmt = tirx.IfThenElse(cond, stmt, None)
         if not self.tvars:
             return _rebuffer(stmt, self.remap, tirx.const(0, "int32"))
         t = tirx.Var("t", "int32")
@@ -196,6 +206,8 @@ class _Phases:
     def serialize(self, stmt):
         if isinstance(stmt, tirx.Evaluate) and _has(stmt, _is_sync):
             return tirx.Evaluate(0)                   # the phase boundary is the barrier
+        if isinstance(stmt, tirx.Evaluate) and is_collective(stmt.value):
+            return emulate_collective(stmt.value, self)   # warp/warpgroup exchange, see emulate_mma
         if not self.needs_split(stmt):
             return self.thread_loop(stmt)
         if isinstance(stmt, tirx.SeqStmt):
@@ -210,9 +222,19 @@ class _Phases:
                             None, stmt.annotations, stmt.step)
         if isinstance(stmt, tirx.IfThenElse):
             if _uses_any(stmt.condition, self.tvars):
-                if _has(stmt, lambda c: _is_sync(c) or _is_shuffle(c)):
-                    raise LoweringError("cannot run on the CPU: a barrier or shuffle under a thread-dependent condition")
-                return self.thread_loop(stmt)
+                if _has(stmt, _is_sync) or _has(stmt, is_collective):
+                    raise LoweringError("cannot run on the CPU: a barrier or tensor-core collective under a "
+                                        "thread-dependent condition (on a GPU only part of the block would reach it)")
+                if not _has(stmt, _is_shuffle):
+                    return self.thread_loop(stmt)
+                # shuffles inside a warp-specialised region: every phase runs in the threads the condition selects
+                parts = []
+                for cond, case in ((stmt.condition, stmt.then_case), (tirx.Not(stmt.condition), stmt.else_case)):
+                    if case is not None:
+                        self.guards.append(cond)
+                        parts.append(self.serialize(case))
+                        self.guards.pop()
+                return tirx.SeqStmt(parts) if len(parts) > 1 else parts[0]
             other = self.serialize(stmt.else_case) if stmt.else_case is not None else None
             return tirx.IfThenElse(stmt.condition, self.serialize(stmt.then_case), other)
         if isinstance(stmt, tirx.AttrStmt):
@@ -244,6 +266,9 @@ class _Phases:
         replaced = mapped(store, [(tvm.ir.Call, on_call)])
         return tirx.SeqStmt(phases + [self.thread_loop(replaced)])
 
+    def flat_thread(self):
+        return self._flat_thread()
+
     def _flat_thread(self):
         out = tirx.const(0, "int32")
         for v, ext in zip(self.tvars, self.extents):
@@ -257,6 +282,7 @@ class _Phases:
 # --------------------------------------------------------------------------------------- reference
 
 def SequentialSemantics():
+    """A PrimFunc pass turning an unlowered tile program into its sequential, layout-free semantics."""
     @tirx.transform.prim_func_pass(opt_level=0, name="tilelayout.SequentialSemantics")
     def _pass(func, mod, ctx):
         return sequential_semantics(func)

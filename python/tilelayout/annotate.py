@@ -8,7 +8,7 @@ Encoding (chosen because it prints in ``func.script()`` and survives ``tvm.scrip
   (the same dict), ``"tilelayout.loop_predicate"`` (a string, only when given) and
   ``"tilelayout.padding_guard"`` (``True``, only when needed).
 
-Loops are named as in DESIGN.md: loop variable names joined by commas, extents joined by ``x``
+Loops are named by their loop key (docs/annotations.md): loop variable names joined by commas, extents joined by ``x``
 (``"i,j[128x128]"``); a key seen again in program order gets ``#2``, ``#3``. The nests are found
 exactly as the front end finds them (every ``T.parallel`` loop met in program order roots a nest
 of its directly nested parallel loops; nests inside a nest body are not separate nests), so the keys
@@ -150,6 +150,8 @@ def annotate_layouts(func, layouts: Mapping) -> "tirx.PrimFunc":
 
     The layouts go into the function attribute ``"tilelayout.layouts"`` keyed by buffer name, so they
     print and re-parse. A TIRx TileLayout / ComposeLayout value is converted with ``from_tile_layout``.
+    One call naming a buffer twice (by object and by name) with different layouts is a LayoutConflictError;
+    a later call replaces an earlier call's layout of the same buffer (an explicit re-pin).
     """
     if not isinstance(func, tirx.PrimFunc):
         raise LayoutError(f"annotate_layouts expects a tirx.PrimFunc, got {type(func).__name__}")
@@ -157,6 +159,7 @@ def annotate_layouts(func, layouts: Mapping) -> "tirx.PrimFunc":
     for buf in function_buffers(func):
         by_name.setdefault(str(buf.name), buf)
     merged = {k: v for k, v in _existing_layouts(func).items()}
+    given: dict = {}
     for key in sorted(layouts, key=_buffer_name):
         name = _buffer_name(key)
         value = layouts[key]
@@ -170,6 +173,10 @@ def annotate_layouts(func, layouts: Mapping) -> "tirx.PrimFunc":
             except LayoutError as err:
                 raise LayoutError(f"buffer {name!r}: {err}") from None
         _check_shape(value, buf.shape, f"buffer {name!r}")
+        if name in given and not given[name].is_equal(value):
+            raise LayoutConflictError(f"buffer {name!r} is pinned twice with different layouts in one call (by the "
+                                      f"buffer and by its name): {given[name]!r} and {value!r}")
+        given[name] = value
         merged[name] = encode_layout(value)
     return func.with_attr(LAYOUTS_ATTR, {k: merged[k] for k in sorted(merged)})
 

@@ -221,7 +221,7 @@ def cmd_check(args, out, progress) -> int:
     with progress.step("lowering, building for the CPU and running"):
         res = check_numeric(func, reference, parse_target(args.target), args.cost_model, args.seed,
                             _tolerance(args.tolerance))
-    against = f"numpy reference {args.reference}" if reference else "the program's sequential semantics"
+    against = f"numpy reference {args.reference}" if reference else "the numpy interpreter of the program"
     if args.json:
         _emit_json(out, {"ok": res.ok, "message": res.message, "against": against, "exact": res.exact,
                          "max_error": res.max_error, "times": res.times}, args)
@@ -252,7 +252,8 @@ COMMANDS = {"show": (cmd_show, "every buffer and loop layout, io bandwidth per g
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="tilelayout", description=__doc__.split("\n")[0],
+    ap = argparse.ArgumentParser(prog="tilelayout", description="Inspect, picture, lower and check the layouts "
+                                                                 "of any TIRx kernel.",
                                  epilog="KERNEL: path/to/file.py:name (a PrimFunc or zero-argument builder), "
                                         "file.py with one PrimFunc, or a file of printed TVMScript. "
                                         "Exit status: 0 ok, 1 check failed, 2 usage or kernel error.")

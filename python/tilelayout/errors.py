@@ -25,6 +25,10 @@ class LoweringError(LayoutError):
     """A layout or op cannot be lowered correctly; the message names the buffer / loop / op and why."""
 
 
+class ConfigError(TileLayoutError, ValueError):
+    """An unknown cost model, target or option, or a launch configuration the target cannot run."""
+
+
 class TileLayoutResourceWarning(UserWarning):
     """A kernel's inferred layouts exceed (or come close to) a hardware resource: registers per thread,
     shared memory per block, threads per block, or an unusually large per-thread fragment. The kernel is

@@ -6,6 +6,7 @@ replicas) so that two layouts built independently compare structurally.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Iterable, Sequence
 
@@ -15,7 +16,7 @@ import tvm_ffi
 from tvm import sym, tirx
 from tvm.ir import Range
 
-from .errors import LayoutError
+from .errors import LayoutError, TileLayoutError
 
 _NAMES = "ijklmnopqrstuvwxyzabcdefgh"
 _PLACEHOLDERS = [tirx.Var("_" + c, "int32") for c in _NAMES]
@@ -56,7 +57,13 @@ def call_user_fn(fn, args, what: str, role: str):
         raise LayoutError(f"{what}: {role} must take {len(args)} arguments ({names}) but does not: {err}") from None
     except ValueError:  # no introspectable signature (builtin): let the call speak for itself
         pass
-    return fn(*args)
+    try:
+        return fn(*args)
+    except TileLayoutError:
+        raise
+    except Exception as err:  # TVM rejects the expression the function builds (``i // 0``, a float operand...)
+        first = str(err).splitlines()[0][:200] if str(err) else ""
+        raise LayoutError(f"{what}: {role} failed: {type(err).__name__}: {first}") from None
 
 
 def _as_expr(value):
@@ -94,7 +101,7 @@ def shape_vars(shape: Sequence) -> set:
     found: list = []
     for s in shape:
         if isinstance(s, tvm.ir.Expr):
-            tvm_ffi.structural_walk(s, (tvm.ir.Var, found.append))
+            found.extend(free_vars(s))
     return set(found)
 
 
@@ -119,8 +126,21 @@ def make_analyzer(variables: Sequence, shape: Sequence) -> sym.Analyzer:
     return ana
 
 
+def simplifier(variables: Sequence, shape: Sequence) -> sym.Analyzer:
+    """``make_analyzer`` for simplifying only (callers must not bind or constrain it further): one shared
+    analyzer per static (variables, shape), since building one costs more than most simplifications."""
+    if all(isinstance(s, int) for s in shape):
+        return _shared_analyzer(tuple(variables), tuple(shape))
+    return make_analyzer(variables, shape)
+
+
+@functools.lru_cache(maxsize=256)
+def _shared_analyzer(variables: tuple, shape: tuple) -> sym.Analyzer:
+    return make_analyzer(list(variables), list(shape))
+
+
 def simplify(exprs: Sequence, variables: Sequence, shape: Sequence) -> list:
-    ana = make_analyzer(variables, shape)
+    ana = simplifier(variables, shape)
     return [ana.simplify(e) for e in exprs]
 
 
@@ -131,6 +151,14 @@ def _fmt_shape(shape) -> str:
 
 
 
+def free_vars(expr) -> list:
+    """The variables an expression uses, by one FFI call (a Python structural walk costs ~40x more); variables a
+    Let inside ``expr`` binds are not reported."""
+    if isinstance(expr, (int, float, np.integer)) or not isinstance(expr, tvm.ir.Expr):
+        return []
+    return list(tirx.analysis.undefined_vars(expr, []))
+
+
 def mentions(expr, variables) -> bool:
     """Whether ``expr`` (any IR node) refers to one of ``variables`` (a Var or an iterable of Vars)."""
     if isinstance(expr, (int, float)):
@@ -138,6 +166,9 @@ def mentions(expr, variables) -> bool:
     targets = [variables] if isinstance(variables, tvm.ir.Var) else list(variables)
     if not targets:
         return False
+    if isinstance(expr, tvm.ir.Expr):
+        # the targets are bound outside the expression (well-formed IR never rebinds them inside it)
+        return any(v.same_as(w) for v in free_vars(expr) for w in targets)
     hits: list = []
 
     def visit(v):
@@ -148,6 +179,30 @@ def mentions(expr, variables) -> bool:
 
     tvm_ffi.structural_walk(expr, (tvm.ir.Var, visit))
     return bool(hits)
+
+
+class ExprKey:
+    """Expressions compared structurally (the same tree over the same variables) and hashed by TVM's structural
+    hash: a memo key for a layout's expressions without printing them (printing costs ~5x the hash)."""
+
+    __slots__ = ("exprs", "_hash")
+
+    def __init__(self, exprs):
+        self.exprs = tuple(exprs)
+        self._hash = hash(tuple(tvm_ffi.structural_hash(e) for e in self.exprs))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other) -> bool:
+        if self is other:
+            return True
+        if not isinstance(other, ExprKey) or self._hash != other._hash or len(self.exprs) != len(other.exprs):
+            return False
+        return all(a.same_as(b) or tvm_ffi.structural_equal(a, b) for a, b in zip(self.exprs, other.exprs))
+
+    def __repr__(self) -> str:
+        return f"ExprKey({', '.join(str(e) for e in self.exprs)})"
 
 
 def row_major_offset(coords: Sequence, shape: Sequence):

@@ -12,6 +12,7 @@ takes ``rep=`` by name, tables put the replica on the last axis, and ``inverse()
 from __future__ import annotations
 from .expr import mentions as _uses
 
+import functools
 import math
 from functools import cached_property
 from typing import Callable, Sequence
@@ -20,14 +21,19 @@ import numpy as np
 from tvm import sym, tirx
 from tvm.ir import Range
 
-from .errors import LayoutError
+from .errors import EvaluationError, LayoutError
 from .evaluate import evaluate, grid_env
-from .expr import (_as_expr, _fmt_shape, call_user_fn, make_analyzer, normalize_shape, placeholder, rep_placeholder,
-                   shape_size, shape_vars, substitute)
+from .expr import (ExprKey, _as_expr, _fmt_shape, call_user_fn, make_analyzer, normalize_shape, placeholder, simplifier,
+                   rep_placeholder, shape_size, shape_vars, substitute)
 from .inverse import _bound_extent
 from .layout import Layout, _exprs_equal, _jsonable, _shapes_equal
 
-__all__ = ["Fragment", "fully_replicated", "infer_fragment_index"]
+__all__ = ["Fragment", "fully_replicated", "infer_fragment_index", "clear_caches"]
+
+#: containment answers by (container key, contained key): keys identify mappings, so answers never go stale
+_CONTAINS_MEMO: dict = {}
+_CONTAINS_MEMO_LIMIT = 1 << 14
+_MISS = object()
 
 
 def _check_replicate(replicate, what: str = "fragment") -> int:
@@ -35,7 +41,14 @@ def _check_replicate(replicate, what: str = "fragment") -> int:
         raise LayoutError(f"{what}: replicate must be a positive int, got {replicate!r}")
     if replicate < 1:
         raise LayoutError(f"{what}: replicate must be >= 1, got {replicate}")
+    if replicate > MAX_REPLICATE:
+        raise LayoutError(f"{what}: replicate {replicate} is more than {MAX_REPLICATE}; a replica is a thread holding a "
+                          f"copy, and no GPU block has that many threads")
     return int(replicate)
+
+
+#: largest replication accepted (GPU blocks have at most 1,024 threads; reductions multiply replicas by extents)
+MAX_REPLICATE = 1 << 20
 
 
 class Fragment(Layout):
@@ -73,7 +86,7 @@ class Fragment(Layout):
         self._thread_range = None
         variables = [placeholder(k) for k in range(len(shape))]
         rep = rep_placeholder()
-        ana = make_analyzer(variables + [rep], list(shape) + [replicate])
+        ana = simplifier(variables + [rep], list(shape) + [replicate])
         self._input_shape = shape
         allowed = set(variables) | {rep} | shape_vars(shape)
         self._check_free_vars([thread], allowed=allowed)
@@ -91,10 +104,13 @@ class Fragment(Layout):
     # ----------------------------------------------------------------- fields
     @property
     def forward_thread(self):
+        """The thread holding each element, a PrimExpr over ``forward_vars`` (and ``_rep`` when replicated),
+        counted from the start of ``thread_range``."""
         return self._forward_thread
 
     @property
     def replicate_size(self) -> int:
+        """How many threads hold a copy of each element (1 = not replicated)."""
         return self._replicate
 
     @property
@@ -105,7 +121,7 @@ class Fragment(Layout):
     @cached_property
     def thread_extent(self) -> int:
         """max+1 of the thread map over coords and replicas (independent of ``thread_range``)."""
-        if self._enumerable(1 << 22):
+        if self._enumerable(1 << 22) and self.size * self._replicate <= 1 << 22:
             return int(self.thread_table().max()) + 1
         ana = make_analyzer(self.forward_vars + [rep_placeholder()], self._input_shape + [self._replicate])
         return _bound_extent(ana, self._forward_thread, [], 0)
@@ -128,6 +144,7 @@ class Fragment(Layout):
 
     # ----------------------------------------------------------------- evaluation
     def thread_of(self, *coords, rep: int = 0) -> int:
+        """The thread (counted from the range start) holding replica ``rep`` of the element at ``coords``."""
         if len(coords) == 1 and isinstance(coords[0], (list, tuple)):
             coords = tuple(coords[0])
         if len(coords) != self.input_dim:
@@ -145,6 +162,9 @@ class Fragment(Layout):
     @cached_property
     def _thread_table(self) -> np.ndarray:
         self._require_enumerable("cannot tabulate the fragment's threads", 1 << 22)
+        if self.size * self._replicate > 1 << 24:
+            raise EvaluationError(f"cannot tabulate the fragment's threads: {self!r} has {self.size * self._replicate} "
+                                  f"(element, replica) pairs, more than the enumeration limit {1 << 24}")
         shape = self._input_shape + [self._replicate]
         env = grid_env(self.forward_vars + [rep_placeholder()], shape)
         tab = np.broadcast_to(evaluate(self._forward_thread, env), tuple(shape)).astype(np.int64)
@@ -163,7 +183,20 @@ class Fragment(Layout):
         return self.packed().inverse()
 
     def inverse_with_info(self, allow_padding: bool = False):
-        return self.packed().inverse_with_info(allow_padding)
+        """(inverse, exact) of the canonical packing ``(coords..., rep) -> (slot..., thread)``; ``exact`` is
+        False when some (slot, thread) cells hold no element (padding)."""
+        # memoised: inference asks again for every attempt; the packing ignores the thread range, so a copy
+        # rebound to another range shares the answer (a refusal is remembered too)
+        memo = self.__dict__.setdefault("_inverse_memo", {})
+        if allow_padding not in memo:
+            try:
+                memo[allow_padding] = (True, self.packed().inverse_with_info(allow_padding))
+            except LayoutError as err:
+                memo[allow_padding] = (False, err)
+        ok, value = memo[allow_padding]
+        if not ok:
+            raise value
+        return value
 
     def is_bijective(self) -> bool:
         """(coords, rep) -> (thread, slots) is a bijection onto [0, T) x slots: a well-formed fragment."""
@@ -171,6 +204,7 @@ class Fragment(Layout):
         return packed.is_injective() and shape_size(packed.output_shape) == packed.size
 
     def injectivity_error(self, exprs=None, variables=None, shape=None):
+        """``None`` when no two (element, replica) pairs share a (thread, slot) cell, else why they do."""
         if exprs is not None:
             return super().injectivity_error(exprs, variables, shape)
         return self.packed().injectivity_error()
@@ -235,7 +269,8 @@ class Fragment(Layout):
     @property
     def is_fully_replicated(self) -> bool:
         """Every thread holds every element (thread == _rep)."""
-        return self._forward_thread.same_as(rep_placeholder()) or str(self._forward_thread) == "_rep"
+        t = self._forward_thread
+        return t.same_as(rep_placeholder()) or (isinstance(t, tirx.Var) and t.name == "_rep")
 
     def repeat(self, repeats, repeat_on_thread: bool = False, lower_dim_first: bool = True) -> "Fragment":
         """Tile each input dim by repeats[d]; the copy id goes to the thread or to the slot."""
@@ -274,7 +309,7 @@ class Fragment(Layout):
 
     @cached_property
     def key(self) -> tuple:
-        return super().key + (self._thread_str, self._replicate, self._thread_range)
+        return super().key + (ExprKey([self._forward_thread]), self._replicate, self._thread_range)
 
     def is_equal(self, other) -> bool:
         """Same slots, same threads for every replica, same replication and thread range."""
@@ -296,32 +331,63 @@ class Fragment(Layout):
         return self.containment_error(other) is None
 
     def containment_error(self, other: "Fragment") -> str | None:
+        """``None`` when every thread holding an element in ``other`` also holds it here (this fragment may
+        have more holders; slots are not compared), else a sentence naming the first element that breaks it."""
+        if other is self:
+            return None
+        key = (self.key, other.key)
+        hit = _CONTAINS_MEMO.get(key, _MISS)
+        if hit is _MISS:
+            hit = self._containment_error(other)
+            if len(_CONTAINS_MEMO) >= _CONTAINS_MEMO_LIMIT:
+                _CONTAINS_MEMO.clear()
+            _CONTAINS_MEMO[key] = hit
+        return hit
+
+    @cached_property
+    def _holders(self) -> np.ndarray:
+        """Holder threads of every element (row-major), each row sorted: shape (size, replicate), read-only."""
+        tab = self.thread_table().reshape(self.size, -1) + (self._thread_range or (0, 0))[0]
+        if tab.shape[1] > 1 and not (tab[:, 1:] >= tab[:, :-1]).all():     # most maps already grow with _rep
+            tab = np.sort(tab, axis=1)
+        out = np.ascontiguousarray(tab)
+        out.setflags(write=False)
+        return out
+
+    def _containment_error(self, other: "Fragment") -> str | None:
         if not _shapes_equal(self._input_shape, other._input_shape):
             return f"{other!r} and {self!r} have different shapes"
-        n = self.size
-        mine = self.thread_table().reshape(n, -1) + (self._thread_range or (0, 0))[0]
-        theirs = other.thread_table().reshape(n, -1) + (other._thread_range or (0, 0))[0]
-        width = int(max(mine.max(), theirs.max())) + 1
-        rows = np.arange(n, dtype=np.int64)[:, None]
-        have = np.sort((rows * width + mine).reshape(-1))
-        want = (rows * width + theirs).reshape(-1)
-        pos = np.minimum(np.searchsorted(have, want), have.size - 1)
-        missing = have[pos] != want
+        mine, theirs = self._holders, other._holders
+        if mine.shape[1] == 1:
+            missing = theirs != mine
+        elif self.is_fully_replicated:
+            lo = (self._thread_range or (0, 0))[0]
+            missing = (theirs < lo) | (theirs >= lo + self._replicate)
+        else:
+            # rows ascending and each row sorted: the flattened keys are already globally sorted
+            width = int(max(mine.max(), theirs.max())) + 1
+            rows = np.arange(mine.shape[0], dtype=np.int64)[:, None]
+            have = (rows * width + mine).reshape(-1)
+            want = rows * width + theirs
+            pos = np.minimum(np.searchsorted(have, want.reshape(-1)), have.size - 1).reshape(want.shape)
+            missing = have[pos] != want
         if not missing.any():
             return None
-        flat = int(np.argmax(missing))
-        elem, thread = divmod(int(want[flat]), width)
+        elem, k = (int(x) for x in np.argwhere(missing)[0])
+        thread = int(theirs[elem, k])
         coord = [int(x) for x in np.unravel_index(elem, tuple(self._input_shape))]
         return f"element {coord} is held by thread {thread} in {other!r} but not in {self!r}"
 
     # ----------------------------------------------------------------- printing
     def __repr__(self) -> str:
         rng = "" if self._thread_range is None else f", thread_range: ({self._thread_range[0]}, {self._thread_range[1]})"
-        return (f"Fragment({_fmt_shape(self._input_shape)} -> {_fmt_shape(self.output_shape)}, replicate: "
+        return (f"Fragment({_fmt_shape(self._input_shape)} -> {self._shown_output_shape()}, replicate: "
                 f"{self._replicate}, thread: {self.thread_extent}, forward_thread: {self._forward_thread}, "
                 f"forward_index: [{', '.join(str(e) for e in self._forward_index)}]{rng})")
 
     def to_dict(self) -> dict:
+        """Plain JSON form: the Layout fields plus forward_thread, replicate, threads and (once bound)
+        thread_range; ``tl.layout_from_dict`` rebuilds the fragment."""
         d = super().to_dict()
         d.update(replicate=self._replicate, threads=_jsonable(self.thread_extent),
                  forward_thread=self._thread_str)
@@ -333,11 +399,26 @@ class Fragment(Layout):
         return hash((self.kind, tuple(str(s) for s in self._input_shape), self._replicate))
 
 
+def clear_caches() -> None:
+    """Forget process-wide memos (containment answers, shared fully replicated layouts); benchmarks call it
+    to time a cold run, as a compiler sees each kernel once."""
+    _CONTAINS_MEMO.clear()
+    _fully_replicated_static.cache_clear()
+
+
 def fully_replicated(shape, threads: int) -> Fragment:
     """Every one of ``threads`` threads holds the whole buffer, row-major in its slots."""
     if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
         raise LayoutError(f"fully_replicated needs a positive thread count, got {threads!r}")
+    if isinstance(shape, (list, tuple)) and all(isinstance(s, int) and not isinstance(s, bool) for s in shape):
+        return _fully_replicated_static(tuple(shape), int(threads))
     return Fragment.from_exprs(shape, rep_placeholder(), None, int(threads)).bind_thread_range(0, int(threads))
+
+
+@functools.lru_cache(maxsize=256)
+def _fully_replicated_static(shape: tuple, threads: int) -> Fragment:
+    """Fragments are immutable values, so one object per static (shape, threads) serves every caller."""
+    return Fragment.from_exprs(list(shape), rep_placeholder(), None, threads).bind_thread_range(0, threads)
 
 
 # --------------------------------------------------------------------------- index inference
@@ -401,7 +482,7 @@ def infer_fragment_index(thread, shape: Sequence) -> list:
     variables = [placeholder(k) for k in range(len(shape))]
     rep = rep_placeholder()
     thread0 = substitute(thread, {rep: tirx.const(0, "int32")})
-    thread0 = make_analyzer(variables, list(shape)).simplify(thread0)
+    thread0 = simplifier(variables, list(shape)).simplify(thread0)
     dom = {v: Range(0, s) for v, s in zip(variables, shape)}
     pieces = _collect_pieces(thread0, dom)
     if pieces is None:

@@ -14,7 +14,13 @@ Two accumulator constructions exist in TileLang and they place warps differently
 
 The warp partition (``compute_warp_partition``) is TileLang's: among ``Wm * Wn == warps`` with every warp
 owning a multiple of 16 rows and 8 columns, Square minimises ``|(m/16Wm) / (n/8Wn) - m/n|`` (first, i.e.
-smallest Wm, on ties); FullRow / FullCol put as many warps as possible on rows / columns.
+smallest Wm, on ties); FullRow / FullCol put as many warps as possible on rows / columns. For wgmma
+(``instruction="wgmma"``) ``Wm`` must be a multiple of 4: warps come in warpgroups of four, each warp of a
+warpgroup owning a 16-row slab of every 64-row block (checked against TileLang 0.1.15 on sm_90).
+
+Every builder that depends on the partition takes ``warp_partition=(Wm, Wn)``; the gemm plan
+(``passes/inference/gemm_plan.py``) passes the partition it decided, so the accumulator and operand
+fragments of one gemm always come from the same partition.
 """
 from __future__ import annotations
 
@@ -27,7 +33,8 @@ from .swizzle import element_bits
 __all__ = [
     "compute_warp_partition", "make_gemm_fragment_8x4", "make_gemm_fragment_8x8", "make_gemm_fragment_8x16",
     "make_gemm_fragment_8x8_transposed", "make_gemm_fragment_c", "make_mma_accumulator_fragment",
-    "make_gemm_fragment_a", "make_gemm_fragment_b",
+    "make_gemm_fragment_a", "make_gemm_fragment_b", "make_wgmma_accumulator_fragment", "make_wgmma_fragment_a",
+    "normalize_warp_policy",
 ]
 
 WARP = 32
@@ -64,17 +71,31 @@ def _positive(name: str, value) -> int:
     return value
 
 
-def compute_warp_partition(m: int, n: int, num_warps: int, policy: str = "square") -> tuple[int, int]:
+def normalize_warp_policy(policy) -> str:
+    """``"square"``, ``"fullrow"`` or ``"fullcol"`` from any spelling (``"full_row"``, ``"FullRow"``, ...)."""
+    text = str(policy).lower().replace("_", "").replace("-", "")
+    if text.startswith("gemmwarppolicy."):
+        text = text.split(".", 1)[1]
+    if text not in _POLICIES:
+        raise LayoutError(f"unknown warp policy {policy!r}; valid: square, full_row, full_col")
+    return text
+
+
+def compute_warp_partition(m: int, n: int, num_warps: int, policy: str = "square",
+                           instruction: str = "mma_sync") -> tuple[int, int]:
     """(Wm, Wn) warps along M and N for an m x n accumulator, TileLang's rule (see module doc)."""
     m, n, num_warps = _positive("m", m), _positive("n", n), _positive("warps", num_warps)
-    policy = str(policy).lower().replace("_", "")
-    if policy not in _POLICIES:
-        raise LayoutError(f"unknown warp policy {policy!r}; valid: {', '.join(_POLICIES)}")
+    policy = normalize_warp_policy(policy)
+    if instruction not in ("mma_sync", "wgmma"):
+        raise LayoutError(f"unknown gemm instruction {instruction!r}; valid: mma_sync, wgmma")
+    group = 4 if instruction == "wgmma" else 1
     valid = [(wm, num_warps // wm) for wm in range(1, num_warps + 1)
-             if num_warps % wm == 0 and m % (16 * wm) == 0 and n % (8 * (num_warps // wm)) == 0]
+             if num_warps % wm == 0 and wm % group == 0 and m % (16 * wm) == 0 and n % (8 * (num_warps // wm)) == 0]
     if not valid:
+        extra = " and warps on M come in warpgroups of 4" if group == 4 else ""
         raise LayoutError(f"no valid warp partition for an {m}x{n} accumulator over {num_warps} warps "
-                          f"(policy {policy}): each warp must own a multiple of 16 rows and 8 columns")
+                          f"(policy {policy}, {instruction}): each warp must own a multiple of 16 rows and 8 "
+                          f"columns{extra}")
     if policy == "fullrow":
         return max(valid)
     if policy == "fullcol":
@@ -99,8 +120,21 @@ def _check_arch(arch: str) -> None:
 
 # ------------------------------------------------------------------ accumulators
 
+def _partition(m: int, n: int, threads: int, warp_policy: str, warp_partition, instruction: str = "mma_sync"):
+    warps = _warps(threads)
+    if warp_partition is None:
+        return compute_warp_partition(m, n, warps, warp_policy, instruction)
+    wm_count, wn_count = (_positive("warp_m", warp_partition[0]), _positive("warp_n", warp_partition[1]))
+    group = 4 if instruction == "wgmma" else 1
+    if wm_count * wn_count != warps or wm_count % group or m % (16 * wm_count) or n % (8 * wn_count):
+        raise LayoutError(f"warp partition {wm_count}x{wn_count} does not fit an {m}x{n} {instruction} tile over "
+                          f"{warps} warps (need Wm*Wn == warps, 16-row x 8-column warp tiles"
+                          f"{', Wm a multiple of 4' if group == 4 else ''})")
+    return wm_count, wn_count
+
+
 def make_mma_accumulator_fragment(m: int, n: int, threads: int, dtype="float32", arch: str = "sm_80",
-                                  warp_policy: str = "square") -> Fragment:
+                                  warp_policy: str = "square", warp_partition=None) -> Fragment:
     """mma.sync accumulator of an m x n tile over ``threads`` threads, as TileLang's ``T.gemm`` infers it.
 
     Per 16x8 atom (8x8 for float64's m8n8k4): lane = 4 * (i % 8) + (j % 8) // 2, slot pair j % 2, and the
@@ -111,7 +145,7 @@ def make_mma_accumulator_fragment(m: int, n: int, threads: int, dtype="float32",
     """
     _check_arch(arch)
     bits = element_bits(dtype)
-    wm_count, wn_count = compute_warp_partition(m, n, _warps(threads), warp_policy)
+    wm_count, wn_count = _partition(m, n, threads, warp_policy, warp_partition)
     wm, wn = m // wm_count, n // wn_count
     atom_m, slots = (8, 2) if bits == 64 else (16, 4)
     warp_rows, warp_cols = wm // atom_m, wn // 8
@@ -125,27 +159,64 @@ def make_mma_accumulator_fragment(m: int, n: int, threads: int, dtype="float32",
     return Fragment([m, n], thread, index)
 
 
-def make_wgmma_accumulator_fragment(m: int, n: int, threads: int = 128) -> Fragment:
-    """Hopper wgmma accumulator of an m x n tile, as TileLang's ``T.gemm`` infers it on sm_90 when both
-    operands are in shared memory: within each 64-row block, warp w of a warpgroup owns rows 16w..16w+15
-    across all columns (lane = 4 * (i % 8) + (j % 8) // 2, as in mma.sync); further 64-row blocks stack
-    in the slots. Several warpgroups take consecutive 64-row blocks (checked against TileLang for one
-    warpgroup only)."""
+def make_wgmma_accumulator_fragment(m: int, n: int, threads: int = 128, warp_partition=None) -> Fragment:
+    """Hopper wgmma accumulator of an m x n tile, as TileLang's ``T.gemm`` infers it on sm_90.
+
+    ``warp_partition=(Wm, Wn)`` (default: every warp on M, ``(threads // 32, 1)``): ``Wm / 4`` warpgroups split
+    the rows into contiguous blocks and ``Wn`` split the columns. Within a warpgroup's rows, warp w owns rows
+    16w..16w+15 of every 64-row block (lane = 4 * (i % 8) + (j % 8) // 2, as in mma.sync); further 64-row
+    blocks stack in the slots. Warpgroups are numbered M-block fastest (checked against TileLang 0.1.15 for
+    1x1, 2x1 and 1x2 warpgroup grids)."""
     _positive("m", m), _positive("n", n), _positive("threads", threads)
     if threads % 128:
         raise LayoutError(f"wgmma accumulator needs whole warpgroups (threads % 128 == 0), got {threads} threads")
-    groups = threads // 128
-    if m % (64 * groups) or n % 8:
-        raise LayoutError(f"wgmma accumulator of {m}x{n} over {groups} warpgroup(s) needs m % {64 * groups} == 0 "
-                          f"and n % 8 == 0")
-    per_block = n // 8 * 4
+    if warp_partition is None:
+        groups = threads // 128
+        if m % (64 * groups) or n % 8:
+            raise LayoutError(f"wgmma accumulator of {m}x{n} over {groups} warpgroup(s) needs m % {64 * groups} == 0 "
+                              f"and n % 8 == 0")
+        warp_partition = (threads // WARP, 1)
+    wm_count, wn_count = _partition(m, n, threads, "square", warp_partition, "wgmma")
+    groups_m = wm_count // 4
+    mg, wn = m // groups_m, n // wn_count
+    per_block = wn // 8 * 4
 
     def thread(i, j):
-        return (i // 64) % groups * 128 + (i % 64) // 16 * WARP + (i % 8) * 4 + (j % 8) // 2
+        return ((j // wn) * groups_m + i // mg) * 128 + (i % 64) // 16 * WARP + (i % 8) * 4 + (j % 8) // 2
 
     def index(i, j):
-        return i // (64 * groups) * per_block + (j // 8) * 4 + (i % 16) // 8 * 2 + j % 2
+        return (i % mg) // 64 * per_block + ((j % wn) // 8) * 4 + (i % 16) // 8 * 2 + j % 2
     return Fragment([m, n], thread, index)
+
+
+def make_wgmma_fragment_a(m: int, k: int, threads: int = 128, dtype="float16", warp_partition=None) -> Fragment:
+    """Register A operand (m x k, K-major) of wgmma's RS form on sm_90.
+
+    Each warp holds the rows its accumulator rows are (16-row slabs of every 64-row block, see
+    ``make_wgmma_accumulator_fragment``) with the mma.sync m16nXk A register order inside a 16 x K-step atom;
+    K-steps are the outer slot dimension, then the 64-row blocks. Warpgroups that share rows (different N
+    blocks) hold the same A elements: replica = N-warpgroup index (checked against TileLang 0.1.15)."""
+    who = f"make_wgmma_fragment_a(m={m}, k={k})"
+    kp, k_atom = _operand_geometry(dtype, _positive("k", k), who)
+    _positive("m", m), _positive("threads", threads)
+    if threads % 128:
+        raise LayoutError(f"{who}: wgmma needs whole warpgroups (threads % 128 == 0), got {threads} threads")
+    if warp_partition is None:
+        warp_partition = (threads // WARP, 1)
+    wm_count, wn_count = warp_partition
+    wm_count, wn_count = _partition(m, 8 * wn_count, threads, "square", (wm_count, wn_count), "wgmma")
+    groups_m = wm_count // 4
+    mg = m // groups_m
+    regs = 4 * kp
+    blocks = mg // 64
+
+    def thread(i, j, rep):
+        return (rep * groups_m + i // mg) * 128 + (i % 64) // 16 * WARP + (i % 8) * 4 + (j % (4 * kp)) // kp
+
+    def index(i, j):
+        local = (j % k_atom) // (4 * kp) * (2 * kp) + (i % 16) // 8 * kp + j % kp
+        return (j // k_atom) * (blocks * regs) + (i % mg) // 64 * regs + local
+    return _replicated([m, k], thread, index, wn_count)
 
 
 def make_gemm_fragment_c(block_m: int, block_n: int, warp_m: int, warp_n: int) -> Fragment:
@@ -175,14 +246,14 @@ def _operand_geometry(dtype, k: int, who: str) -> tuple[int, int]:
 
 
 def make_gemm_fragment_a(m: int, n: int, k: int, threads: int, dtype="float16", transposed: bool = False,
-                         warp_policy: str = "square") -> Fragment:
+                         warp_policy: str = "square", warp_partition=None) -> Fragment:
     """Register fragment of operand A (m x k, or k x m when ``transposed``) as ldmatrix loads it for mma.sync.
 
     Warps that share rows (different N blocks) hold the same A elements: replica = N-warp index.
     """
     who = f"make_gemm_fragment_a(m={m}, n={n}, k={k})"
     kp, k_atom = _operand_geometry(dtype, _positive("k", k), who)
-    wm_count, wn_count = compute_warp_partition(m, n, _warps(threads), warp_policy)
+    wm_count, wn_count = _partition(m, n, threads, warp_policy, warp_partition)
     wm = m // wm_count
     regs = 4 * kp                               # registers of one 16 x k_atom atom
 
@@ -199,14 +270,14 @@ def make_gemm_fragment_a(m: int, n: int, k: int, threads: int, dtype="float16", 
 
 
 def make_gemm_fragment_b(m: int, n: int, k: int, threads: int, dtype="float16", transposed: bool = False,
-                         warp_policy: str = "square") -> Fragment:
+                         warp_policy: str = "square", warp_partition=None) -> Fragment:
     """Register fragment of operand B (k x n, or n x k when ``transposed``) for mma.sync.
 
     Warps that share columns (different M blocks) hold the same B elements: replica = M-warp index.
     """
     who = f"make_gemm_fragment_b(m={m}, n={n}, k={k})"
     kp, k_atom = _operand_geometry(dtype, _positive("k", k), who)
-    wm_count, wn_count = compute_warp_partition(m, n, _warps(threads), warp_policy)
+    wm_count, wn_count = _partition(m, n, threads, warp_policy, warp_partition)
     wn = n // wn_count
     regs = 2 * kp                               # registers of one k_atom x 8 atom
 

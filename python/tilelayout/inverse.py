@@ -16,7 +16,7 @@ from tvm import sym, tirx
 from tvm.ir import Range
 
 from .evaluate import evaluate
-from .expr import _PLACEHOLDERS, make_analyzer, shape_size, substitute
+from .expr import _PLACEHOLDERS, make_analyzer, mentions, shape_size, substitute
 
 if TYPE_CHECKING:
     from .layout import Layout
@@ -338,11 +338,8 @@ def _solve_output(y, expr, variables: list, shape: list, back: list, box) -> dic
 
 
 def _mentions_unsolved(expr, variables: list, back: list, shape: list) -> bool:
-    import tvm_ffi
     todo = [v for k, v in enumerate(variables) if back[k] is None and shape[k] > 1]
-    hits = []
-    tvm_ffi.structural_walk(expr, (tvm.ir.Var, lambda v: hits.append(1) if any(v.same_as(w) for w in todo) else None))
-    return bool(hits)
+    return mentions(expr, todo)
 
 
 def _gf2_inverse(layout: Layout) -> Layout | None:

@@ -15,10 +15,10 @@ import numpy as np
 import tvm
 from tvm import sym, tirx
 
-from .errors import EvaluationError, LayoutError
+from .errors import EvaluationError, LayoutError, TileLayoutError
 from .evaluate import evaluate, evaluate_grid
-from .expr import (_PLACEHOLDERS, ENUMERATION_LIMIT, INJECTIVE_ENUMERATION_LIMIT, _as_expr, _fmt_shape,  # noqa: F401
-                   call_user_fn, is_static, make_analyzer, normalize_shape, placeholder, rep_placeholder,
+from .expr import (_PLACEHOLDERS, ENUMERATION_LIMIT, INJECTIVE_ENUMERATION_LIMIT, ExprKey, _as_expr,  # noqa: F401
+                   _fmt_shape, call_user_fn, free_vars, is_static, make_analyzer, normalize_shape, placeholder, rep_placeholder,
                    shape_size, shape_vars, simplify, substitute)
 from .inverse import (_bound_extent, _detect, _detect_bijective, _gf2_inverse, _digit_inverse,  # noqa: F401
                       _iter_sum_extents, _lookup_inverse, _prove_injective_symbolically, _stride_inverse)
@@ -62,15 +62,10 @@ class Layout:
         return obj
 
     def _check_free_vars(self, exprs, allowed: set) -> None:
-        import tvm_ffi
         bad = []
         allowed = list(allowed)
-
-        def check(v):
-            if not any(v.same_as(a) for a in allowed):
-                bad.append(v.name)
         for e in exprs:
-            tvm_ffi.structural_walk(e, (tvm.ir.Var, check))
+            bad += [v.name for v in free_vars(e) if not any(v.same_as(a) for a in allowed)]
         if bad:
             names = ", ".join(sorted(set(bad)))
             raise LayoutError(f"layout over {_fmt_shape(self._input_shape)} uses variables that are not its "
@@ -79,30 +74,37 @@ class Layout:
     # ----------------------------------------------------------------- basic fields
     @property
     def input_shape(self) -> list:
+        """Extent of every logical dimension (ints, or PrimExprs when symbolic)."""
         return list(self._input_shape)
 
     @property
     def forward_index(self) -> list:
+        """Output coordinates as PrimExprs over ``forward_vars`` (one per output dimension)."""
         return list(self._forward_index)
 
     @property
     def forward_vars(self) -> list:
+        """The placeholder variables ``_i, _j, ...`` the expressions are written over, one per input dimension."""
         return _PLACEHOLDERS[: len(self._input_shape)]
 
     @property
     def input_dim(self) -> int:
+        """Number of logical dimensions."""
         return len(self._input_shape)
 
     @property
     def output_dim(self) -> int:
+        """Number of output dimensions (slot dimensions of a fragment)."""
         return len(self._forward_index)
 
     @property
     def is_static(self) -> bool:
+        """Whether every input extent is a compile-time integer (required for enumeration)."""
         return is_static(self._input_shape)
 
     @property
     def size(self):
+        """Number of logical elements: the product of ``input_shape``."""
         return shape_size(self._input_shape)
 
     def _enumerable(self, limit: int = ENUMERATION_LIMIT) -> bool:
@@ -118,15 +120,28 @@ class Layout:
     def _output_shape(self) -> list:
         if self._enumerable():
             tab = self.table()
+            low = [int(tab[..., k].min()) for k in range(self.output_dim)] if tab.size else []
+            if any(v < 0 for v in low):
+                k = next(k for k, v in enumerate(low) if v < 0)
+                at = [int(x) for x in np.unravel_index(int(np.argmin(tab[..., k])), tuple(self._input_shape))]
+                raise LayoutError(f"layout over {_fmt_shape(self._input_shape)} with forward index "
+                                  f"{[str(e) for e in self._forward_index]} maps coordinate {at} to "
+                                  f"{[int(x) for x in tab[tuple(at)]]}: output {k} is negative ({low[k]}); a layout's "
+                                  f"outputs are indices from 0")
             return [int(tab[..., k].max()) + 1 for k in range(self.output_dim)]
         ana = make_analyzer(self.forward_vars, self._input_shape)
         out = []
         for k, e in enumerate(self._forward_index):
+            if ana.can_prove(e < 0) or ana.const_int_bound(e).max_value < 0:
+                raise LayoutError(f"layout over {_fmt_shape(self._input_shape)}: output {k} ({e}) is negative; a "
+                                  f"layout's outputs are indices from 0")
             out.append(_bound_extent(ana, e, self._input_shape, k))
         return out
 
     @property
     def output_shape(self) -> list:
+        """Extent of every output dimension: the smallest box holding every forward index (by range analysis,
+        or by enumeration when the analysis cannot bound it)."""
         return list(self._output_shape)
 
     # ----------------------------------------------------------------- evaluation
@@ -194,6 +209,8 @@ class Layout:
             raise LayoutError(err)
 
     def injectivity_error(self, exprs=None, variables=None, shape=None) -> str | None:
+        """``None`` when the forward map is injective, else a sentence naming two coordinates that collide
+        (``exprs``/``variables``/``shape`` check another map over the same machinery)."""
         exprs = self._forward_index if exprs is None else exprs
         variables = self.forward_vars if variables is None else variables
         shape = self._input_shape if shape is None else shape
@@ -230,7 +247,8 @@ class Layout:
     @cached_property
     def key(self) -> tuple:
         """Structural identity (same key => same mapping); used to memoise work on equal layouts."""
-        return (self.kind, tuple(str(s) for s in self._input_shape), self._index_strs)
+        return (self.kind, tuple(s if isinstance(s, int) else str(s) for s in self._input_shape),
+                ExprKey(self._forward_index))
 
     def _same_index(self, other: "Layout") -> bool:
         if not _shapes_equal(self._input_shape, other._input_shape) or self.output_dim != other.output_dim:
@@ -273,10 +291,10 @@ class Layout:
                 back = _lookup_inverse(inv, self.forward_vars)
                 result = Layout.from_exprs(out_shape, back)
                 if exact:
-                    # detect_iter_map proved a bijection (TileLang's own criterion), so the inverse is trusted
-                    # (tests cross-check it by enumeration) and covers exactly the forward domain
+                    # detect_iter_map proved a bijection (TileLang's own criterion), so the inverse covers exactly
+                    # the forward domain; its iter sums are still checked by enumeration where the domain allows:
+                    # apache-tvm 0.27 rewrites ``(_i + 3) % 8`` over _i < 8 to ``_i`` (the rotation is dropped)
                     result.__dict__["_output_shape"] = list(self._input_shape)
-                    return result, exact
                 if self._verify_inverse(result, exact):
                     return result, exact
         if not self._enumerable():
@@ -363,12 +381,21 @@ class Layout:
         return _reshape(self, normalize_shape(shape, "reshape"), rescale_num, rescale_den)
 
     # ----------------------------------------------------------------- printing and serialisation
+    def _shown_output_shape(self) -> str:
+        """The output shape for printing; an invalid layout (negative outputs) still prints."""
+        try:
+            return _fmt_shape(self.output_shape)
+        except TileLayoutError:
+            return "[invalid]"
+
     def __repr__(self) -> str:
         fwd = ", ".join(str(e) for e in self._forward_index)
-        return (f"Layout({_fmt_shape(self._input_shape)} -> {_fmt_shape(self.output_shape)}, transform: "
+        return (f"Layout({_fmt_shape(self._input_shape)} -> {self._shown_output_shape()}, transform: "
                 f"[{', '.join(v.name for v in self.forward_vars)}] -> [{fwd}])")
 
     def to_dict(self) -> dict:
+        """Plain JSON form (kind, input_shape, output_shape, forward_index strings); ``tl.layout_from_dict``
+        rebuilds the layout."""
         return {
             "kind": self.kind,
             "input_shape": [_jsonable(s) for s in self._input_shape],

@@ -98,10 +98,16 @@ def _statement_dict(cost) -> dict:
                        for s in cost.scores]}
 
 
-def _roots_text(group: AttemptGroup) -> str:
+def _head(group: AttemptGroup) -> list[str]:
+    """The verdict line of a group, and for collapsed groups one line per root (in the order tried)."""
+    if group.error is not None:
+        verdict = f"REJECTED: {group.error}"
+    else:
+        verdict = f"mem={group.mem} regs={group.regs} {'CHOSEN' if group.chosen else 'not chosen'}"
     if group.count == 1:
-        return f"root {group.roots[0]}"
-    return f"roots {'; '.join(group.roots)} ({group.count} identical attempts)"
+        return [f"    root {group.roots[0]}: {verdict}"]
+    tie = " (the first root listed won)" if group.chosen else ""
+    return [f"    {group.count} identical attempts: {verdict}{tie}"] + [f"      root {r}" for r in group.roots]
 
 
 def explain_lines(result, layouts: bool = True) -> list[str]:
@@ -119,12 +125,8 @@ def explain_lines(result, layouts: bool = True) -> list[str]:
         tried = sum(g.count for g in comp_groups)
         lines.append(f"  component {comp}: {tried} root(s) tried, {len(comp_groups)} distinct outcome(s)")
         for g in comp_groups:
-            if g.error is not None:
-                lines.append(f"    {_roots_text(g)}: REJECTED: {g.error}")
-                continue
-            verdict = "CHOSEN" if g.chosen else "not chosen"
-            lines.append(f"    {_roots_text(g)}: mem={g.mem} regs={g.regs} {verdict}")
-            if not layouts:
+            lines += _head(g)
+            if g.error is not None or not layouts:
                 continue
             for name, layout in g.layouts.items():
                 lines.append(f"      {name}: {describe_layout(layout)}")

@@ -12,7 +12,7 @@ Two forms of the same placement:
   ``make_wgmma_swizzled_layout``, ``make_tcgen05mma_swizzled_layout``), identical to what TileLang prints.
 * The flat form, one output = the element offset in the tile (``make_swizzled_layout``). It is the
   row-major linearisation of the structured form, so for an (8, 64) float16 tile in 128B mode it is
-  seed 000's ``64*i + 8*((j//8) ^ i) + j%8``. The flat form is what TIRx's ``ComposeLayout`` describes.
+  the TIRx layout documentation's ``64*i + 8*((j//8) ^ i) + j%8``. The flat form is what TIRx's ``ComposeLayout`` describes.
 
 Leading dimensions (beyond the last two) are passed through unchanged with ``Layout.expand``.
 """
@@ -75,6 +75,7 @@ class SwizzleMode(enum.Enum):
 
     @classmethod
     def from_ordinal(cls, n: int) -> "SwizzleMode":
+        """The mode with ordinal ``n`` (0 none, 1 32-byte, 2 64-byte, 3 128-byte)."""
         try:
             return cls(int(n))
         except ValueError:
@@ -82,6 +83,7 @@ class SwizzleMode(enum.Enum):
 
     @classmethod
     def from_bytes(cls, width: int) -> "SwizzleMode":
+        """The bank swizzle whose pattern spans ``width`` bytes (32, 64 or 128)."""
         for mode in cls:
             if mode is not cls.NONE and mode.byte_width == width:
                 return mode

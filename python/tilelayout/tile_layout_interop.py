@@ -149,6 +149,24 @@ def memory_axes(tile_layout) -> list:
 
 # --------------------------------------------------------------------------- TileLayout -> Layout / Fragment
 
+#: TVM computes a TileLayout's size and applies it in 32-bit integers; beyond this its answers wrap around
+INT32_MAX = 2**31 - 1
+
+
+def _check_index_range(tile_layout, desc: str) -> None:
+    """Refuse layouts whose element count or largest offset does not fit in int32: TVM's size() and apply()
+    would silently wrap (a 65536 x 65536 tile reports size 0)."""
+    extents, span = 1, 0
+    for it in _iters(tile_layout, "shard"):
+        ext, stride = _int(it.extent), _int(it.stride)
+        if not (_is_int(ext) and _is_int(stride)):
+            return
+        extents *= ext
+        span += (ext - 1) * abs(stride)
+    if extents > INT32_MAX or span > INT32_MAX:
+        raise LayoutError(f"{desc} has {extents} elements (largest offset {span}); TVM's layout arithmetic is 32-bit "
+                          f"and cannot index past {INT32_MAX}: split the buffer into tiles below 2^31 elements")
+
 def from_tile_layout(tile_layout, shape=None, *, memory_replica: str = "error") -> Layout:
     """Convert a TIRx ``TileLayout`` / ``ComposeLayout`` to a Layout (memory only) or Fragment (thread axes).
 
@@ -163,6 +181,7 @@ def from_tile_layout(tile_layout, shape=None, *, memory_replica: str = "error") 
     if memory_replica not in ("error", "base", "input"):
         raise LayoutError(f"memory_replica must be 'error', 'base' or 'input', got {memory_replica!r}")
     desc = _describe(tile_layout)
+    _check_index_range(tile_layout, desc)
     size = _int(_call_tvm(lambda: tile_layout.size(), desc, "size"))
     shape = [size] if shape is None else normalize_shape(shape, "tile layout")
     total = shape_size(shape)
@@ -739,6 +758,8 @@ def is_default_tile_layout(layout, shape) -> bool:
         return True
     if not isinstance(layout, TileLayout):
         return False
+    if _is_row_major_identity(layout, shape):       # decided in Python ints: TVM's size() wraps past 2^31
+        return True
     try:
         if layout.is_trivial():
             return _int(layout.size()) == shape_size([_int(s) for s in shape]) if is_static(
@@ -760,3 +781,24 @@ def is_default_tile_layout(layout, shape) -> bool:
         return _exprs_equal(conv.forward_index, [flat], conv.forward_vars, conv.input_shape)
     except (LayoutError, EvaluationError):
         return False
+
+
+def _is_row_major_identity(layout, shape) -> bool:
+    """``S[(e0, e1, ...):(s0, s1, ...)]`` on memory axis ``m`` with row-major strides over exactly the buffer's
+    element count: the flat index maps to itself whatever the buffer's shape."""
+    if list(layout.replica) or dict(layout.offset):
+        return False
+    iters = list(layout.shard)
+    if any(_axis_name(it.axis) != "m" for it in iters):
+        return False
+    extents, strides = [_int(it.extent) for it in iters], [_int(it.stride) for it in iters]
+    sizes = [_int(s) for s in shape]
+    if not all(_is_int(v) for v in extents + strides + sizes):
+        return False
+    expected = 1
+    for ext, stride in zip(reversed(extents), reversed(strides)):
+        if ext != 1 and stride != expected:
+            return False
+        expected *= ext
+    return expected == shape_size(sizes)
+

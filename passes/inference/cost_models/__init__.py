@@ -5,6 +5,8 @@ import contextlib
 import contextvars
 import os
 
+from tilelayout.errors import ConfigError
+
 from .base import AttemptCost, CostModel, ScoringContext, count_register_slots
 from .io_aware import IOAwareModel
 from .register_count import RegisterCountModel
@@ -23,16 +25,17 @@ def register_cost_model(cls, name: str | None = None, override: bool = False):
     """Register a cost-model class (usable as a decorator). Names are unique unless ``override``."""
     key = name or getattr(cls, "name", None)
     if not isinstance(key, str) or not key:
-        raise ValueError(f"cost model {cls!r} needs a non-empty string name")
+        raise ConfigError(f"cost model {cls!r} needs a non-empty string name")
     if not callable(getattr(cls, "score", None)):
-        raise ValueError(f"cost model {key!r} must define score(component, candidate_layouts, context)")
+        raise ConfigError(f"cost model {key!r} must define score(component, candidate_layouts, context)")
     if key in _REGISTRY and not override and _REGISTRY[key] is not cls:
-        raise ValueError(f"cost model {key!r} is already registered")
+        raise ConfigError(f"cost model {key!r} is already registered")
     _REGISTRY[key] = cls
     return cls
 
 
 def available_cost_models() -> list:
+    """Names of the registered cost models, sorted."""
     return sorted(_REGISTRY)
 
 
@@ -42,7 +45,7 @@ def resolve_cost_model_name(name: str | None = None) -> str:
         if candidate is not None:
             break
     if not isinstance(candidate, str) or candidate not in _REGISTRY:
-        raise ValueError(f"unknown layout cost model {candidate!r}; valid names: {', '.join(available_cost_models())}")
+        raise ConfigError(f"unknown layout cost model {candidate!r}; valid names: {', '.join(available_cost_models())}")
     return candidate
 
 
@@ -51,7 +54,7 @@ def get_cost_model(name: str | None = None):
     if name is not None and not isinstance(name, str):
         if callable(getattr(name, "score", None)):
             return name
-        raise ValueError(f"cost_model must be a name or a model object, got {name!r}")
+        raise ConfigError(f"cost_model must be a name or a model object, got {name!r}")
     return _REGISTRY[resolve_cost_model_name(name)]()
 
 

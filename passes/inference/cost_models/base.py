@@ -14,6 +14,7 @@ class AttemptCost:
     details: tuple = field(default=(), compare=False)
 
     def better_than(self, other: "AttemptCost") -> bool:
+        """Strictly cheaper: lower ``(mem, regs)``, compared lexicographically."""
         return (self.mem, self.regs) < (other.mem, other.regs)
 
 

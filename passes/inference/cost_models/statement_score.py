@@ -78,6 +78,107 @@ def flat_packed_table(frag) -> np.ndarray:
     return cells.reshape(-1)
 
 
+def symbolic_flat_layout(frag):
+    """The CuTe layout ``flat_packed_table`` would fit, derived without enumerating: the packed map over the
+    flattened domain is normalised by TVM's iter-map rewriting (an exact rewrite of the expression over the
+    domain) into splits ``(n // lower) % extent * scale`` of the flat index; splits that tile the domain are
+    the modes, merged where a stride continues the previous mode (as the table fit merges linear runs).
+    None when the rewrite leaves anything unexplained (then the caller enumerates)."""
+    from tvm import sym, tirx
+    from tvm.ir import Range
+    from tilelayout.cute.convert import _assemble
+    from tilelayout.layout import rep_placeholder, substitute
+    try:
+        shape = [int(s) for s in frag.input_shape]
+        outs = [int(s) for s in frag.output_shape]
+    except (TypeError, ValueError):
+        return None
+    reps = int(frag.replicate_size)
+    total = int(np.prod(shape)) * reps
+    n = tirx.Var("n", "int32")
+    coords, stride = [], reps
+    for ext in reversed(shape):
+        coords.append(tirx.floormod(tirx.floordiv(n, stride), ext))
+        stride *= ext
+    vmap = dict(zip(frag.forward_vars, reversed(coords)))
+    vmap[rep_placeholder()] = tirx.floormod(n, reps)
+    slot = tirx.const(0, "int32")
+    for e, ext in zip(frag.forward_index, outs):
+        slot = slot * ext + substitute(e, vmap)
+    cell = substitute(frag.forward_thread, vmap) * int(np.prod(outs)) + slot
+    try:
+        norm = sym.normalize_to_iter_sum(cell, {n: Range(0, total)})
+    except Exception:  # noqa: BLE001 - no rewrite: enumerate instead
+        return None
+    if type(norm.base).__name__ != "IntImm" or int(norm.base.value) != 0:
+        return None
+    splits = []
+    for split in norm.args:
+        if not (isinstance(split.source.source, tirx.Var) and split.source.source.same_as(n)):
+            return None
+        if any(type(x).__name__ != "IntImm" for x in (split.lower_factor, split.extent, split.scale)):
+            return None
+        splits.append((int(split.lower_factor), int(split.extent), int(split.scale)))
+    modes, covered = [], 1
+    for lower, ext, scale in sorted(splits):
+        if lower < covered or lower % covered:
+            return None                              # overlapping digits: not a strided layout
+        if lower > covered:
+            modes.append((lower // covered, 0))      # digits the map ignores
+        modes.append((ext, scale))
+        covered = lower * ext
+    if covered < total:
+        if total % covered:
+            return None
+        modes.append((total // covered, 0))
+    elif covered > total:
+        return None
+    merged = []
+    for ext, scale in modes:
+        if ext == 1:
+            continue
+        if merged and scale == merged[-1][0] * merged[-1][1]:
+            merged[-1] = (merged[-1][0] * ext, merged[-1][1])
+        else:
+            merged.append((ext, scale))
+    return _assemble([merged or [(1, 0)]], int) if total > 1 else None
+
+
+#: cell -> point inverses by fragment key (a key identifies the mapping, so entries never go stale)
+_INVERSES: dict = {}
+
+
+def clear_caches() -> None:
+    _INVERSES.clear()
+    _ADDRESSES.clear()
+
+
+def _packed_inverse(frag, cells: int):
+    """The right inverse (cell -> point) of the packed fragment, or Unconvertible(reason); computed once per
+    fragment mapping, since every statement and attempt over the same fragment needs the same one."""
+    from tilelayout import cute
+    hit = _INVERSES.get(frag.key)
+    if hit is not None:
+        return hit
+    flat = symbolic_flat_layout(frag)
+    if flat is None:
+        flat = cute.layout_from_table(flat_packed_table(frag))
+    if flat is None:
+        out = Unconvertible("packed fragment is not a strided CuTe layout")
+    else:
+        try:
+            out = cute.right_inverse(flat)
+            if cute.size(out) != cells:
+                out = Unconvertible("packed fragment is not injective (right inverse is partial)")
+        except cute.CuteError as err:
+            out = Unconvertible(f"right_inverse failed: {err}")
+    if len(_INVERSES) > 4096:
+        _INVERSES.clear()
+        _ADDRESSES.clear()
+    _INVERSES[frag.key] = out
+    return out
+
+
 def prepare_cute(frag, accesses) -> CuteStatement | Unconvertible:
     """Pack, convert, invert and compose; Unconvertible(reason) whenever any step is not exact."""
     from tilelayout import cute
@@ -88,27 +189,38 @@ def prepare_cute(frag, accesses) -> CuteStatement | Unconvertible:
     S = int(np.prod(frag.output_shape))
     if points * R != T * S:
         return Unconvertible(f"points x replication {points}x{R} != threads x slots {T}x{S}")
-    flat = cute.layout_from_table(flat_packed_table(frag))
-    if flat is None:
-        return Unconvertible("packed fragment is not a strided CuTe layout")
-    try:
-        inv = cute.right_inverse(flat)
-    except cute.CuteError as err:
-        return Unconvertible(f"right_inverse failed: {err}")
-    if cute.size(inv) != T * S:
-        return Unconvertible("packed fragment is not injective (right inverse is partial)")
+    inv = _packed_inverse(frag, T * S)
+    if isinstance(inv, Unconvertible):
+        return inv
     out = CuteStatement(T, S, points, R, inv)
-    shape = (R,) + tuple(int(s) for s in reversed(frag.input_shape))
     for acc in accesses:
-        glayout = cute.Layout(shape, (0,) + tuple(int(d) for d in reversed(acc.strides)))
-        try:
-            addr = cute.composition(glayout, inv)
-            split = cute.with_shape(addr, (S, T))
-            slot_modes, thread_modes = _flat_modes(split[0]), _flat_modes(split[1])
-        except cute.CuteError as err:
-            return Unconvertible(f"address composition failed: {err}")
-        out.addresses.append((slot_modes, thread_modes, addr))
+        key = (frag.key, tuple(int(d) for d in acc.strides))
+        hit = _ADDRESSES.get(key)
+        if hit is None:
+            if len(_ADDRESSES) > 4096:
+                _ADDRESSES.clear()
+            hit = _ADDRESSES[key] = _address_modes(frag, inv, acc.strides, S, T)
+        if isinstance(hit, Unconvertible):
+            return hit
+        out.addresses.append(hit)
     return out
+
+
+#: (fragment key, strides) -> (slot modes, thread modes, cell -> address layout): a fragment read and written
+#: through the same strides (a copy in and a copy out) composes once
+_ADDRESSES: dict = {}
+
+
+def _address_modes(frag, inv, strides, S: int, T: int):
+    from tilelayout import cute
+    shape = (frag.replicate_size,) + tuple(int(s) for s in reversed(frag.input_shape))
+    glayout = cute.Layout(shape, (0,) + tuple(int(d) for d in reversed(strides)))
+    try:
+        addr = cute.composition(glayout, inv)
+        split = cute.with_shape(addr, (S, T))
+        return _flat_modes(split[0]), _flat_modes(split[1]), addr
+    except cute.CuteError as err:
+        return Unconvertible(f"address composition failed: {err}")
 
 
 def vector_width(slots: int, modes: list, accesses, vector_bits: int, max_lanes: int | None = None) -> int:
@@ -162,20 +274,17 @@ def count_segments(first: np.ndarray, vector: int, elem_bytes: int, active: np.n
     """Distinct segments per (step, warp), summed: ``first`` is (threads, steps) element addresses."""
     seg_elems = max(1, segment_bytes // elem_bytes)
     T, steps = first.shape
-    warp = (np.arange(T)[:, None] // warp_size) * np.ones((1, steps), dtype=np.int64)
-    step = np.ones((T, 1), dtype=np.int64) * np.arange(steps)[None, :]
-    lo, hi = first // seg_elems, (first + vector - 1) // seg_elems
-    keys = []
-    span = int((hi - lo).max(initial=0))
-    for extra in range(span + 1):
-        seg = lo + extra
-        keep = active & (seg <= hi)
-        keys.append(np.stack([step[keep], warp[keep], seg[keep]], axis=1))
-    allk = np.concatenate(keys) if keys else np.zeros((0, 3), dtype=np.int64)
-    if allk.size == 0:
+    if T == 0 or steps == 0 or not active.any():
         return 0
-    # one int64 key per (step, warp, segment): np.unique(axis=0) sorts rows lexicographically and is ~50x slower
-    seg = allk[:, 2] - allk[:, 2].min()
-    warps = int(allk[:, 1].max()) + 1
-    flat = (allk[:, 0] * warps + allk[:, 1]) * (int(seg.max()) + 1) + seg
-    return int(np.unique(flat).size)
+    lo, hi = first // seg_elems, (first + vector - 1) // seg_elems
+    span = int((hi - lo).max(initial=0))
+    none = int(lo.min()) - 1                     # below every real segment: marks inactive cells
+    segs = np.stack([np.where(active & (lo + extra <= hi), lo + extra, none) for extra in range(span + 1)], axis=1)
+    warps = -(-T // warp_size)
+    if warps * warp_size != T:
+        pad = np.full((warps * warp_size - T,) + segs.shape[1:], none, dtype=segs.dtype)
+        segs = np.concatenate([segs, pad])
+    # each (warp, step) group: its lanes' segments along one axis; sorted, a new value starts a distinct segment
+    group = np.sort(segs.reshape(warps, warp_size * (span + 1), steps), axis=1)
+    distinct = (group[:, 1:, :] != group[:, :-1, :]).sum(axis=1) + 1
+    return int(distinct.sum() - (group[:, 0, :] == none).sum())

@@ -9,6 +9,15 @@ from .swizzle import ComposedLayout, Swizzle
 
 __all__ = ["parse", "parse_int_tuple"]
 
+#: deepest tuple nesting accepted (CuTe layouts nest a handful of levels)
+MAX_DEPTH = 64
+
+
+def _text(text) -> str:
+    if not isinstance(text, str):
+        raise CuteError(f"parse: expected a str such as '(2,3):(1,2)', got {type(text).__name__}: {text!r}"[:300])
+    return text
+
 _TOKEN = re.compile(r"\s*(-?\d+|[(),:@])")
 _SWIZZLE = re.compile(r"\s*(?:Sw<\s*(-?\d+)\s*,\s*(-?\d+)\s*,\s*(-?\d+)\s*>|SW_(\d+)_(\d+)_(-?\d+))\s*$")
 
@@ -39,15 +48,17 @@ class _Reader:
         self.i += 1
         return tok
 
-    def tree(self):
+    def tree(self, depth: int = 0):
         if self.peek() == "(":
+            if depth >= MAX_DEPTH:
+                raise CuteError(f"parse: tuples nested deeper than {MAX_DEPTH} in {self.text[:80]!r}...")
             self.take("(")
             items = []
             if self.peek() != ")":
-                items.append(self.tree())
+                items.append(self.tree(depth + 1))
                 while self.peek() == ",":
                     self.take(",")
-                    items.append(self.tree())
+                    items.append(self.tree(depth + 1))
             self.take(")")
             return tuple(items)
         tok = self.take()
@@ -66,7 +77,7 @@ class _Reader:
 
 def parse_int_tuple(text: str):
     """``((2,2),3)`` -> ((2, 2), 3); ``(4)`` is a 1-tuple, as CuTe prints it."""
-    r = _Reader(text)
+    r = _Reader(_text(text))
     out = r.tree()
     r.done()
     return out
@@ -74,7 +85,7 @@ def parse_int_tuple(text: str):
 
 def parse(text: str):
     """A Layout from ``shape:stride``, or a ComposedLayout from ``Sw<b,m,s> o offset o shape:stride``."""
-    parts = [p.strip() for p in re.split(r"\s+o\s+", text.strip())]
+    parts = [p.strip() for p in re.split(r"\s+o\s+", _text(text).strip())]
     if len(parts) == 3:
         m = _SWIZZLE.match(parts[0])
         outer = Swizzle(*(int(g) for g in (m.groups()[:3] if m.group(1) else m.groups()[3:]))) if m else parse(parts[0])

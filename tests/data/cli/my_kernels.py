@@ -101,3 +101,47 @@ def big_shared(scope="shared.dyn", rows=512):
         Tx.copy(B, frag)
 
     return staged
+
+
+def offset_past_fragment():
+    """A loop as long as its fragment whose index is shifted by one: out of bounds, but not because the loop
+    is larger than the fragment."""
+
+    @T.prim_func
+    def shifted(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32")):
+        tx = T.launch_thread("threadIdx.x", 64)
+        frag = T.alloc_buffer((64,), "float32", scope="local.fragment")
+        Tx.copy(frag, A)
+        for i in T.parallel(64):
+            B[i] = frag[i + 1]
+
+    return shifted
+
+
+def huge_int32_buffer():
+    """A 65536 x 65536 global buffer with int32 extents: its flat indices pass 2^31 and would wrap."""
+
+    @T.prim_func
+    def big(A: T.Buffer((65536, 65536), "float16"), B: T.Buffer((65536, 65536), "float16")):
+        bx = T.launch_thread("blockIdx.x", 512)
+        tx = T.launch_thread("threadIdx.x", 128)
+        frag = T.alloc_buffer((128, 128), "float16", scope="local.fragment")
+        Tx.copy(frag, A[bx * 128:bx * 128 + 128, 0:128])
+        Tx.copy(B[bx * 128:bx * 128 + 128, 0:128], frag)
+
+    return big
+
+
+def huge_int64_buffer():
+    """The same kernel with int64 extents: indexable, so inferred normally."""
+
+    @T.prim_func
+    def big64(A: T.Buffer((T.int64(65536), T.int64(65536)), "float16"),
+              B: T.Buffer((T.int64(65536), T.int64(65536)), "float16")):
+        bx = T.launch_thread("blockIdx.x", 512)
+        tx = T.launch_thread("threadIdx.x", 128)
+        frag = T.alloc_buffer((128, 128), "float16", scope="local.fragment")
+        Tx.copy(frag, A[bx * 128:bx * 128 + 128, 0:128])
+        Tx.copy(B[bx * 128:bx * 128 + 128, 0:128], frag)
+
+    return big64

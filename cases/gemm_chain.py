@@ -1,0 +1,81 @@
+"""Two chained gemms without softmax: ``S = A B^T`` (shared operands), ``P = S`` cast to fp16 in registers,
+``O = P C`` with P as the register A operand.
+
+It pins the joint gemm plan: the two gemms share the instruction (mma.sync on sm_80, wgmma on sm_90, SS then
+RS) and the warp partition, all warps on M, so the cast ``P = S`` is thread-local (P's A-operand layout holds
+exactly the elements S's accumulator layout gives each thread) -- with ``warp_policy="full_row"`` on both
+gemms, and without any policy, where the chain is detected and decided jointly.
+"""
+import numpy as np
+import tvm
+from tvm.script import tirx as T
+from tvm.tirx.script import tile as Tx
+
+from cases import _support
+
+TILELANG = """TileLang 0.1.15 (maint/peer, both models, each variant compared on its own target). With FullRow
+on both gemms (m64n64k64d64_t128) S, P, O and the shared swizzles equal ours as mappings on sm_80 and sm_90.
+Without a policy (m128n64k32d128_t256_default_policy) TileLang plans each gemm alone with Square, which
+splits the 8 warps over N as well (sm_80 mma.sync, sm_90 wgmma 4x2), so P (the second gemm's A operand,
+replicated over its N-warps) cannot be written from S, and TileLang stops with "InternalError: Layout infer
+conflict between S and P in T.Parallel loop" on both targets; we decide the chain jointly (8x1 warps) and
+the copy S -> P is thread-local."""
+
+
+def _chain(arch: str, m: int, n: int, k: int, d: int, threads: int, policy: bool):
+    @T.prim_func
+    def kernel(A: T.Buffer((m, k), "float16"), B: T.Buffer((n, k), "float16"), C: T.Buffer((n, d), "float16"),
+               D: T.Buffer((m, d), "float32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", threads)
+        A_s = T.alloc_buffer((m, k), "float16", scope="shared")
+        B_s = T.alloc_buffer((n, k), "float16", scope="shared")
+        C_s = T.alloc_buffer((n, d), "float16", scope="shared")
+        S = T.alloc_buffer((m, n), "float32", scope="local.fragment")
+        P = T.alloc_buffer((m, n), "float16", scope="local.fragment")
+        O = T.alloc_buffer((m, d), "float32", scope="local.fragment")
+        Tx.copy(A_s[0:m, 0:k], A[0:m, 0:k])
+        Tx.copy(B_s[0:n, 0:k], B[0:n, 0:k])
+        Tx.copy(C_s[0:n, 0:d], C[0:n, 0:d])
+        if policy:
+            Tx.gemm(S[0:m, 0:n], A_s[0:m, 0:k], B_s[0:n, 0:k], S[0:m, 0:n], False, True, T.float32(1),
+                    T.float32(0), warp_policy="full_row")
+        else:
+            Tx.gemm(S[0:m, 0:n], A_s[0:m, 0:k], B_s[0:n, 0:k], S[0:m, 0:n], False, True, T.float32(1), T.float32(0))
+        Tx.copy(P[0:m, 0:n], S[0:m, 0:n])
+        if policy:
+            Tx.gemm(O[0:m, 0:d], P[0:m, 0:n], C_s[0:n, 0:d], O[0:m, 0:d], False, False, T.float32(1),
+                    T.float32(0), warp_policy="full_row")
+        else:
+            Tx.gemm(O[0:m, 0:d], P[0:m, 0:n], C_s[0:n, 0:d], O[0:m, 0:d], False, False, T.float32(1), T.float32(0))
+        Tx.copy(D[0:m, 0:d], O[0:m, 0:d])
+
+    return kernel.with_attr("target", tvm.target.Target({"kind": "cuda", "arch": arch}))
+
+
+SHAPES = {"m64n64k64d64_t128": (64, 64, 64, 64, 128, True),
+          "m128n64k32d128_t256_default_policy": (128, 64, 32, 128, 256, False)}
+VARIANTS, REFERENCE, TOLERANCE = {}, {}, {}
+for _tag, _arch in (("sm80", "sm_80"), ("sm90", "sm_90")):
+    for _name, _shape in SHAPES.items():
+        _v = f"{_tag}_{_name}"
+        VARIANTS[_v] = (lambda a=_arch, s=_shape: _chain(a, *s))
+        # P is rounded to fp16 between the gemms, as the kernel does
+        REFERENCE[_v] = lambda dd: {"D": (dd["A"].astype(np.float32) @ dd["B"].astype(np.float32).T).astype(np.float16)
+                                    .astype(np.float64) @ dd["C"].astype(np.float64)}
+        TOLERANCE[_v] = (1e-2, 1e-2)
+
+
+def check(variant, model, result):
+    bufs = result["buffers"]
+    m, n, k, d, threads, _ = SHAPES[variant.split("_", 1)[1]]
+    for name in ("S", "P", "O"):
+        _support.assert_valid_fragment(name, bufs[name])
+        _support.assert_replicate(name, bufs[name], 1)
+    # the cast P = S needs no data from another thread: P[i, j] lives where S[i, j] does
+    s_thr, p_thr = _support.thread_table(bufs["S"]), _support.thread_table(bufs["P"])
+    assert np.array_equal(s_thr, p_thr), "P = S is not thread-local: P's A layout and S's accumulator differ"
+    _support.assert_same_rows("S", bufs["S"], "O", bufs["O"])
+    # all warps on M: a row lives in one quad of lanes of one warp
+    rows = _support.row_holders(bufs["S"])
+    assert all(len(r) == 4 and len({t // 32 for t in r}) == 1 for r in rows), "a row of S spans several warps"

@@ -1,0 +1,158 @@
+"""Benchmark kernels: ports of TileLang's examples (norms, softmax, reductions, gemm, dequantisation) in TIRx.
+
+Each has a TileLang twin of the same name, shapes, dtypes, thread count and buffer names in
+``maint/peer/bench_kernels_tilelang.py``, so ``maint/bench_inference.py --peer`` times both inferences on the
+same kernel and compares registers per thread. ``KERNELS``: name -> zero-argument builder of a PrimFunc.
+"""
+from __future__ import annotations
+
+from tvm.script import tirx as T
+from tvm.tirx.script import tile as Tx
+
+
+def layernorm(m: int = 64, n: int = 1024, threads: int = 256):
+    """Row layernorm without affine terms, bf16 throughout: three (m, n) fragments, two row sums."""
+    @T.prim_func
+    def kernel(A: T.Buffer((m, n), "bfloat16"), B: T.Buffer((m, n), "bfloat16")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", threads)
+        x = T.alloc_buffer((m, n), "bfloat16", scope="local.fragment")
+        xc = T.alloc_buffer((m, n), "bfloat16", scope="local.fragment")
+        y = T.alloc_buffer((m, n), "bfloat16", scope="local.fragment")
+        mean = T.alloc_buffer((m,), "bfloat16", scope="local.fragment")
+        var = T.alloc_buffer((m,), "bfloat16", scope="local.fragment")
+        Tx.copy(x[0:m, 0:n], A[0:m, 0:n])
+        Tx.sum(mean[0:m], x[0:m, 0:n], axes=[1])
+        for i in T.parallel(m):
+            for j in T.parallel(n):
+                xc[i, j] = x[i, j] - mean[i] * T.bfloat16(1.0 / n)
+        for i in T.parallel(m):
+            for j in T.parallel(n):
+                y[i, j] = xc[i, j] * xc[i, j]
+        Tx.sum(var[0:m], y[0:m, 0:n], axes=[1])
+        for i in T.parallel(m):
+            for j in T.parallel(n):
+                y[i, j] = xc[i, j] / T.sqrt(var[i] * T.bfloat16(1.0 / n) + T.bfloat16(1e-5))
+        Tx.copy(B[0:m, 0:n], y[0:m, 0:n])
+    return kernel
+
+
+def rmsnorm(m: int = 32, n: int = 2048, threads: int = 128):
+    """RMS norm (TileLang's rms_norm example shape of work): fp16 in and out, fp32 sum of squares."""
+    @T.prim_func
+    def kernel(A: T.Buffer((m, n), "float16"), B: T.Buffer((m, n), "float16")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", threads)
+        x = T.alloc_buffer((m, n), "float16", scope="local.fragment")
+        sq = T.alloc_buffer((m, n), "float32", scope="local.fragment")
+        ss = T.alloc_buffer((m,), "float32", scope="local.fragment")
+        Tx.copy(x[0:m, 0:n], A[0:m, 0:n])
+        for i in T.parallel(m):
+            for j in T.parallel(n):
+                sq[i, j] = T.Cast("float32", x[i, j]) * T.Cast("float32", x[i, j])
+        Tx.sum(ss[0:m], sq[0:m, 0:n], axes=[1])
+        for i in T.parallel(m):
+            for j in T.parallel(n):
+                x[i, j] = T.Cast("float16", T.Cast("float32", x[i, j]) / T.sqrt(ss[i] * T.float32(1.0 / n)
+                                                                                  + T.float32(1e-6)))
+        Tx.copy(B[0:m, 0:n], x[0:m, 0:n])
+    return kernel
+
+
+def softmax(m: int = 128, n: int = 256, threads: int = 256):
+    """Row softmax: max, exp of the difference, sum, divide (TileLang's softmax example body)."""
+    @T.prim_func
+    def kernel(A: T.Buffer((m, n), "float32"), B: T.Buffer((m, n), "float32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", threads)
+        x = T.alloc_buffer((m, n), "float32", scope="local.fragment")
+        row_max = T.alloc_buffer((m,), "float32", scope="local.fragment")
+        row_sum = T.alloc_buffer((m,), "float32", scope="local.fragment")
+        Tx.copy(x[0:m, 0:n], A[0:m, 0:n])
+        Tx.max(row_max[0:m], x[0:m, 0:n], axes=[1])
+        for i in T.parallel(m):
+            for j in T.parallel(n):
+                x[i, j] = T.exp(x[i, j] - row_max[i])
+        Tx.sum(row_sum[0:m], x[0:m, 0:n], axes=[1])
+        for i in T.parallel(m):
+            for j in T.parallel(n):
+                x[i, j] = x[i, j] / row_sum[i]
+        Tx.copy(B[0:m, 0:n], x[0:m, 0:n])
+    return kernel
+
+
+def reduce_rows(m: int = 128, n: int = 128, threads: int = 32):
+    """TileLang's reduction test: a fragment summed over its rows, the result copied out."""
+    @T.prim_func
+    def kernel(A: T.Buffer((m, n), "float32"), B: T.Buffer((m,), "float32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", threads)
+        x = T.alloc_buffer((m, n), "float32", scope="local.fragment")
+        s = T.alloc_buffer((m,), "float32", scope="local.fragment")
+        Tx.copy(x[0:m, 0:n], A[0:m, 0:n])
+        Tx.sum(s[0:m], x[0:m, 0:n], axes=[1])
+        Tx.copy(B[0:m], s[0:m])
+    return kernel
+
+
+def reduce_cols(m: int = 128, n: int = 256, threads: int = 128):
+    """A column max (reduction over axis 0), the result copied out."""
+    @T.prim_func
+    def kernel(A: T.Buffer((m, n), "float32"), B: T.Buffer((n,), "float32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", threads)
+        x = T.alloc_buffer((m, n), "float32", scope="local.fragment")
+        s = T.alloc_buffer((n,), "float32", scope="local.fragment")
+        Tx.copy(x[0:m, 0:n], A[0:m, 0:n])
+        Tx.max(s[0:n], x[0:m, 0:n], axes=[0])
+        Tx.copy(B[0:n], s[0:n])
+    return kernel
+
+
+def gemm(m: int = 128, n: int = 128, k: int = 64, threads: int = 128):
+    """One GEMM tile: fp16 operands staged in shared memory, fp32 accumulator fragment, scaled and stored."""
+    @T.prim_func
+    def kernel(A: T.Buffer((m, k), "float16"), B: T.Buffer((k, n), "float16"), C: T.Buffer((m, n), "float32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", threads)
+        A_s = T.alloc_buffer((m, k), "float16", scope="shared")
+        B_s = T.alloc_buffer((k, n), "float16", scope="shared")
+        C_frag = T.alloc_buffer((m, n), "float32", scope="local.fragment")
+        Tx.copy(A_s[0:m, 0:k], A[0:m, 0:k])
+        Tx.copy(B_s[0:k, 0:n], B[0:k, 0:n])
+        Tx.gemm(C_frag[0:m, 0:n], A_s[0:m, 0:k], B_s[0:k, 0:n], C_frag[0:m, 0:n], False, False,
+                T.float32(1.0), T.float32(0.0))
+        for i in T.parallel(m):
+            for j in T.parallel(n):
+                C_frag[i, j] = C_frag[i, j] * T.float32(2.0)
+        Tx.copy(C[0:m, 0:n], C_frag[0:m, 0:n])
+    return kernel
+
+
+def dequant(m: int = 128, n: int = 256, threads: int = 128):
+    """int8 weights times a per-row fp16 scale into an fp16 tile (the dequantisation step of a W8A16 GEMM)."""
+    @T.prim_func
+    def kernel(W: T.Buffer((m, n), "int8"), S: T.Buffer((m,), "float16"), Out: T.Buffer((m, n), "float16")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", threads)
+        w = T.alloc_buffer((m, n), "int8", scope="local.fragment")
+        scale = T.alloc_buffer((m,), "float16", scope="local.fragment")
+        out = T.alloc_buffer((m, n), "float16", scope="local.fragment")
+        Tx.copy(w[0:m, 0:n], W[0:m, 0:n])
+        Tx.copy(scale[0:m], S[0:m])
+        for i in T.parallel(m):
+            for j in T.parallel(n):
+                out[i, j] = T.Cast("float16", w[i, j]) * scale[i]
+        Tx.copy(Out[0:m, 0:n], out[0:m, 0:n])
+    return kernel
+
+
+KERNELS = {
+    "layernorm_64x1024_bf16_t256": layernorm,
+    "rmsnorm_32x2048_fp16_t128": rmsnorm,
+    "softmax_128x256_fp32_t256": softmax,
+    "reduce_rows_128x128_t32": reduce_rows,
+    "reduce_cols_128x256_t128": reduce_cols,
+    "gemm_128x128x64_fp16_t128": gemm,
+    "dequant_w8_128x256_t128": dequant,
+}

@@ -1,0 +1,126 @@
+"""Keep buffer indices away from apache-tvm 0.27's iter-map rewriting where it would change their value.
+
+Buffer flattening (in TVM's GPU pipeline and in the CPU check) simplifies every flattened index with
+``iter_map_simplify``, which rewrites some modular forms wrongly: ``(3 - j) % 4`` over ``j < 128`` loses its
+offset, so ``(127 - j) // 4 * 4 + (3 - j) % 4`` becomes ``124 - j`` (``127 - j`` is right). Partitioned code
+produces such forms for reversed, offset and diagonal fragment accesses. Every index holding a floor
+division or modulo is checked here the way flattening will treat it -- rewritten with TVM's own
+``iter_map_simplify`` over the loop and thread ranges in scope, then compared with the original by exact
+enumeration -- and an index whose value would change is hidden behind a ``Let`` (which the rewriting does
+not look through). Indices TVM handles correctly are left alone, so vectorisation still sees them.
+"""
+from __future__ import annotations
+
+import numpy as np
+import tvm
+import tvm_ffi
+from tvm import tirx
+from tvm.ir import Range, TensorLoad
+
+from tilelayout.errors import TileLayoutError
+from tilelayout.evaluate import evaluate
+
+from ..ir_utils import int_value, mutate, walk
+
+__all__ = ["protect_indices"]
+
+#: joint domains larger than this are not enumerated; their rewritten indices are protected conservatively
+ENUMERATION_LIMIT = 1 << 21
+
+
+def _has_div_mod(expr) -> bool:
+    hits: list = []
+    walk(expr, [((tirx.FloorDiv, tirx.FloorMod), lambda n: hits.append(1))])
+    return bool(hits)
+
+
+def _free(expr) -> list:
+    found: list = []
+    walk(expr, [(tvm.ir.Var, lambda v: found.append(v) if not any(v.same_as(w) for w in found) else None)])
+    return found
+
+
+def _flat(indices: list, shape: list):
+    out = tirx.const(0, "int32")
+    for idx, ext in zip(indices, shape):
+        out = out * ext + idx
+    return out
+
+
+def _changed_by_flattening(indices: list, shape: list, ranges: dict) -> bool:
+    """Would ``iter_map_simplify`` of the flattened index compute a different value somewhere in ``ranges``?"""
+    flat = _flat(indices, shape)
+    variables = [v for v in _free(flat) if v in ranges]
+    if len(variables) != len(_free(flat)):
+        return False                      # a value flattening has no range for: it does not rewrite it
+    dom = {v: Range.from_min_extent(*ranges[v]) for v in variables}
+    try:
+        out = tvm.sym.iter_map_simplify([flat], dom, simplify_trivial_iterators=False)
+    except Exception:  # TVM refuses: flattening keeps the original too
+        return False
+    if len(out) != 1 or tvm_ffi.structural_equal(out[0], flat):
+        return False
+    size = 1
+    for v in variables:
+        size *= ranges[v][1]
+    if size > ENUMERATION_LIMIT:
+        return True
+    env, shape_all = {}, [ranges[v][1] for v in variables]
+    for axis, v in enumerate(variables):
+        view = [1] * len(variables)
+        view[axis] = ranges[v][1]
+        env[v] = (np.arange(ranges[v][1], dtype=np.int64) + ranges[v][0]).reshape(view)
+    try:
+        want = np.broadcast_to(evaluate(flat, env), shape_all)
+        got = np.broadcast_to(evaluate(out[0], env), shape_all)
+    except TileLayoutError:
+        return True
+    return not np.array_equal(want, got)
+
+
+def _hide(indices: list) -> list:
+    out = []
+    for k, idx in enumerate(indices):
+        if _has_div_mod(idx):
+            v = tirx.Var(f"idx{k}", str(idx.ty) if hasattr(idx, "ty") else "int32")
+            idx = tirx.Let(v, idx, v)
+        out.append(idx)
+    return out
+
+
+def protect_indices(body, tx=None, threads: int = 1):
+    """``body`` with every buffer index that flattening would rewrite wrongly hidden behind a ``Let``."""
+    ranges: dict = {}
+    if tx is not None:
+        ranges[tx] = (0, threads)
+
+    def fix(buf, indices):
+        indices = list(indices)
+        if not any(_has_div_mod(i) for i in indices):
+            return None
+        shape = [int_value(s) for s in buf.shape]
+        if any(s is None for s in shape) or not _changed_by_flattening(indices, shape, ranges):
+            return None
+        return _hide(indices)
+
+    def on_for(loop, mutator):
+        lo, ext = int_value(loop.min), int_value(loop.extent)
+        if lo is not None and ext is not None and ext > 0:
+            ranges[loop.loop_var] = (lo, ext)
+        out = mutator.default_mutate(loop)
+        ranges.pop(loop.loop_var, None)
+        return out
+
+    def on_store(s, mutator):
+        s = mutator.default_mutate(s)
+        new = fix(s.buffer, s.indices)
+        return s if new is None else tirx.BufferStore(s.buffer, s.value, new)
+
+    def on_load(e, mutator):
+        e = mutator.default_mutate(e)
+        if not tirx.is_buffer_var(e.source):
+            return e
+        new = fix(e.source, e.indices)
+        return e if new is None else tirx.BufferLoad(e.source, new)
+
+    return mutate(body, [(tirx.For, on_for), (tirx.BufferStore, on_store), (TensorLoad, on_load)])

@@ -1,0 +1,206 @@
+"""Tensor-core instructions as PTX defines them: shapes, dtype signatures and register fragments.
+
+This module is the single statement of *who holds what* for the instructions the gemm lowering
+emits, written from the PTX ISA's "Matrix Fragments" tables (mma.m16n8k16 / m16n8k32, ldmatrix,
+wgmma .m64nNk16/.m64nNk32). The lowering uses it to decide which logical element goes into which
+register of which lane; the CPU emulation (``emulate_mma``) uses it to compute what the hardware
+would compute from those registers. It deliberately shares no code with the inference-side
+fragment builders (``tilelayout.gemm_layouts``): a disagreement between the layouts inference
+picks and the instruction's real ownership then shows up as a wrong number on the CPU.
+
+Every map works on Python ints and on TIR expressions alike (only ``+ * // %`` are used).
+
+Conventions: ``lane`` in [0, 32); a register holds ``pack`` elements of a multiplicand
+(``pack = 32 // bits``: 2 for 16-bit, 4 for 8-bit types), element ``part`` in the low bits first.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["MmaInst", "WgmmaInst", "mma_instruction", "wgmma_instruction", "MMA_SIGNATURES",
+           "WGMMA_SIGNATURES", "PTX_TYPE", "dtype_bits", "ldmatrix_lane_row", "ldmatrix_element"]
+
+#: TVM dtype -> PTX element type name
+PTX_TYPE = {"float16": "f16", "bfloat16": "bf16", "float32": "f32", "int8": "s8", "uint8": "u8", "int32": "s32",
+            "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
+
+
+def dtype_bits(dtype: str) -> int:
+    import tvm
+    return tvm.DataType(str(dtype)).bits
+
+
+@dataclass(frozen=True)
+class MmaInst:
+    """One warp-level ``mma.sync.aligned.m16n8kK.row.col`` instruction."""
+
+    k: int                      # 16 (16-bit inputs) or 32 (8-bit inputs)
+    a_dtype: str
+    b_dtype: str
+    acc_dtype: str              # float32, float16 or int32
+    m: int = 16
+    n: int = 8
+
+    @property
+    def pack(self) -> int:
+        """Multiplicand elements per 32-bit register."""
+        return 32 // dtype_bits(self.a_dtype)
+
+    @property
+    def a_regs(self) -> int:
+        return 4
+
+    @property
+    def b_regs(self) -> int:
+        return 2
+
+    @property
+    def c_elems(self) -> int:
+        return 4
+
+    @property
+    def c_pack(self) -> int:
+        """Accumulator elements per register: 2 for an f16 accumulator (f16x2), else 1."""
+        return 2 if self.acc_dtype == "float16" else 1
+
+    @property
+    def ptx(self) -> str:
+        acc = PTX_TYPE[self.acc_dtype]
+        sat = ""
+        return (f"mma.sync.aligned.m{self.m}n{self.n}k{self.k}.row.col{sat}.{acc}.{PTX_TYPE[self.a_dtype]}."
+                f"{PTX_TYPE[self.b_dtype]}.{acc}")
+
+    @property
+    def name(self) -> str:
+        return f"mma.sync m{self.m}n{self.n}k{self.k} {PTX_TYPE[self.a_dtype]}x{PTX_TYPE[self.b_dtype]}->{PTX_TYPE[self.acc_dtype]}"
+
+    # ---- A (m x k, "row"): reg r, part p of lane -> (row, k)
+    def a_element(self, lane, reg, part):
+        kp = self.pack
+        return lane // 4 + 8 * (reg % 2), (lane % 4) * kp + part + 4 * kp * (reg // 2)
+
+    def a_owner(self, row, k):
+        """(lane, reg, part) holding A[row, k] (row < 16, k < K)."""
+        kp = self.pack
+        return (row % 8) * 4 + (k % (4 * kp)) // kp, row // 8 + 2 * (k // (4 * kp)), k % kp
+
+    # ---- B (k x n, "col"): reg r, part p of lane -> (k, col)
+    def b_element(self, lane, reg, part):
+        kp = self.pack
+        return (lane % 4) * kp + part + 4 * kp * reg, lane // 4
+
+    def b_owner(self, k, col):
+        kp = self.pack
+        return col * 4 + (k % (4 * kp)) // kp, k // (4 * kp), k % kp
+
+    # ---- C/D (m x n): element e (0..3) of lane -> (row, col); register e // c_pack, part e % c_pack
+    def c_element(self, lane, e):
+        return lane // 4 + 8 * (e // 2), (lane % 4) * 2 + e % 2
+
+    def c_owner(self, row, col):
+        """(lane, element index e)."""
+        return (row % 8) * 4 + col // 2, 2 * (row // 8) + col % 2
+
+
+#: (A, B, accumulator) dtype signatures mma.sync supports here, with their K
+MMA_SIGNATURES = {
+    ("float16", "float16", "float32"): 16,
+    ("bfloat16", "bfloat16", "float32"): 16,
+    ("float16", "float16", "float16"): 16,
+    ("int8", "int8", "int32"): 32,
+    ("uint8", "uint8", "int32"): 32,
+    ("int8", "uint8", "int32"): 32,
+    ("uint8", "int8", "int32"): 32,
+}
+
+
+def mma_instruction(a_dtype: str, b_dtype: str, acc_dtype: str) -> MmaInst | None:
+    k = MMA_SIGNATURES.get((str(a_dtype), str(b_dtype), str(acc_dtype)))
+    return None if k is None else MmaInst(k, str(a_dtype), str(b_dtype), str(acc_dtype))
+
+
+@dataclass(frozen=True)
+class WgmmaInst:
+    """One warpgroup-level ``wgmma.mma_async.sync.aligned.m64nNkK`` instruction (128 threads)."""
+
+    n: int
+    k: int
+    a_dtype: str
+    b_dtype: str
+    acc_dtype: str
+    m: int = 64
+
+    @property
+    def pack(self) -> int:
+        return 32 // dtype_bits(self.a_dtype)
+
+    @property
+    def c_elems(self) -> int:
+        return self.n // 2
+
+    @property
+    def c_pack(self) -> int:
+        return 2 if self.acc_dtype == "float16" else 1
+
+    @property
+    def shape(self) -> str:
+        return f"m{self.m}n{self.n}k{self.k}"
+
+    def ptx(self, form: str) -> str:
+        return (f"wgmma.mma_async.sync.aligned.{self.shape}.{PTX_TYPE[self.acc_dtype]}."
+                f"{PTX_TYPE[self.a_dtype]}.{PTX_TYPE[self.b_dtype]}")
+
+    @property
+    def name(self) -> str:
+        return (f"wgmma {self.shape} {PTX_TYPE[self.a_dtype]}x{PTX_TYPE[self.b_dtype]}->"
+                f"{PTX_TYPE[self.acc_dtype]}")
+
+    # ---- D (64 x n): thread t (0..127) element e -> (row, col)
+    def c_element(self, thread, e):
+        warp, lane = thread // 32, thread % 32
+        return 16 * warp + lane // 4 + 8 * ((e % 4) // 2), 8 * (e // 4) + (lane % 4) * 2 + e % 2
+
+    def c_owner(self, row, col):
+        """(thread in the warpgroup, element index e)."""
+        return (row // 16) * 32 + (row % 8) * 4 + (col % 8) // 2, (col // 8) * 4 + ((row % 16) // 8) * 2 + col % 2
+
+    # ---- A from registers (the rs form): thread t reg r part p -> (row, k); four registers
+    def a_element(self, thread, reg, part):
+        warp, lane = thread // 32, thread % 32
+        kp = self.pack
+        return 16 * warp + lane // 4 + 8 * (reg % 2), (lane % 4) * kp + part + 4 * kp * (reg // 2)
+
+    def a_owner(self, row, k):
+        kp = self.pack
+        return ((row // 16) * 32 + (row % 8) * 4 + (k % (4 * kp)) // kp, (row % 16) // 8 + 2 * (k // (4 * kp)),
+                k % kp)
+
+
+#: (A, B, accumulator) dtype signatures lowered to wgmma, with their K
+WGMMA_SIGNATURES = {
+    ("float16", "float16", "float32"): 16,
+    ("bfloat16", "bfloat16", "float32"): 16,
+    ("float16", "float16", "float16"): 16,
+}
+
+
+def wgmma_instruction(n: int, a_dtype: str, b_dtype: str, acc_dtype: str) -> WgmmaInst | None:
+    k = WGMMA_SIGNATURES.get((str(a_dtype), str(b_dtype), str(acc_dtype)))
+    if k is None or n % 8 or not 8 <= n <= 256:
+        return None
+    return WgmmaInst(n, k, str(a_dtype), str(b_dtype), str(acc_dtype))
+
+
+# ------------------------------------------------------------------ ldmatrix (.m8n8, .b16)
+
+def ldmatrix_lane_row(lane):
+    """(matrix, row) whose row address ``lane`` supplies: lanes 8j..8j+7 give rows 0..7 of matrix j."""
+    return lane // 8, lane % 8
+
+
+def ldmatrix_element(lane, trans: bool):
+    """(row, col16, ...) of matrix j that register j of ``lane`` receives, as (row, first 16-bit column)
+    for the plain form, or the two (row, col) cells for ``.trans``."""
+    if not trans:
+        return lane // 4, (lane % 4) * 2
+    return ((lane % 4) * 2, lane // 4), ((lane % 4) * 2 + 1, lane // 4)
