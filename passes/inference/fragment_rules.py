@@ -125,11 +125,6 @@ def loop_from_fragment(nest: LoopNest, access, frag: Fragment, thread_range: tup
         elif loop is None:
             raise InferenceError(f"{nest.describe()}: cannot derive a loop layout from {frag.kind} of "
                                  f"{access.buffer.name} through {access}: {err}") from None
-    try:   # lowering partitions the loop through this inverse: a layout without one is not realisable
-        loop.inverse_with_info(allow_padding=True)
-    except LayoutError as error:
-        raise InferenceError(f"{nest.describe()}: the loop layout derived from {access.buffer.name} through {access} "
-                             f"({loop!r}) has no inverse lowering could partition it by: {error}") from None
     rng = frag.thread_range or thread_range
     return loop.bind_thread_range(*rng)
 
