@@ -375,3 +375,19 @@ def dynamic_both():
                 F[i, j] = F[i, j] + T.float16(1)
         Tx.copy(B[by * 32:by * 32 + 32, bx * 32:bx * 32 + 32], F[0:32, 0:32])
     return kernel
+
+
+def reversed_atomic(m: int, k: int, threads: int):
+    """Row sums added atomically in reversed row order: the loop reads the 16-times replicated ``s`` at
+    ``m - 1 - i``, so its layout is a rotation of ``s``'s; only replica 0 may add."""
+    @T.prim_func
+    def kernel(A: T.Buffer((m, k), "float32"), Out: T.Buffer((m,), "float32")):
+        bx = T.launch_thread("blockIdx.x", 2)
+        tx = T.launch_thread("threadIdx.x", threads)
+        F = T.alloc_buffer((m, k), "float32", scope="local.fragment")
+        s = T.alloc_buffer((m,), "float32", scope="local.fragment")
+        Tx.copy(F[0:m, 0:k], A[0:m, 0:k])
+        Tx.sum(s[0:m], F[0:m, 0:k], axes=[1])
+        for i in T.parallel(m):
+            lang.atomic_add(Out[i], s[m - 1 - i])
+    return kernel

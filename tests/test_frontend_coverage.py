@@ -327,3 +327,11 @@ def test_cpu_kernel_checks_symbolic_extents_agree():
     kernel = tl.build_cpu(K.dynamic_scale())
     with pytest.raises(ValueError, match="m = 10"):
         kernel(_rand(10, 64), np.zeros((11, 64), np.float32))
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_atomic_in_a_replicated_reversed_loop_runs_once_per_element(model):
+    func = K.reversed_atomic(64, 64, 128)
+    a = _rand(64, 64)
+    _, out = _run(func, [a, np.zeros(64, np.float32)], model)
+    np.testing.assert_allclose(out, 2 * a.sum(axis=1)[::-1], rtol=1e-4, atol=1e-4)

@@ -38,14 +38,43 @@ def _writes_reads(op) -> tuple[list, list]:
     if isinstance(op, ParallelOp):
         written = [a.buffer for a in op.accesses if a.is_write]
         reads = []
+        first = _first_events(op)
         for a in op.accesses:
-            if not a.is_read:
-                continue
+            if not a.is_read or first.get(id(a.buffer.var)) == "write":
+                continue           # the op writes the fragment before it reads it
             # a read the op itself may have produced (other indices of a buffer it writes) is loop-carried
             if a.is_write or not any(w is a.buffer for w in written):
                 reads.append(a.buffer)
         return written, reads
     return [], []
+
+
+def _first_events(op) -> dict:
+    """{id(buffer var): "read" | "write"}: the first access of each buffer in the nest's evaluation order (a
+    store's value is read before the store happens)."""
+    import tvm_ffi
+    from tvm import tirx
+    from tvm.ir import TensorLoad
+    first: dict = {}
+
+    def note(var, kind):
+        key = next((k for k, v in vars_.items() if v.same_as(var)), None)
+        if key is None:
+            key = len(vars_)
+            vars_[key] = var
+        first.setdefault(key, kind)
+
+    vars_: dict = {}
+    tvm_ffi.structural_walk(op.root.body, [
+        (TensorLoad, lambda n: note(n.source, "read") if tirx.is_buffer_var(n.source) else None),
+        (tirx.BufferStore, lambda n: note(n.buffer, "write")),
+    ], order="post")
+    out = {}
+    for a in op.accesses:
+        key = next((k for k, v in vars_.items() if v.same_as(a.buffer.var)), None)
+        if key is not None:
+            out[id(a.buffer.var)] = first[key]
+    return out
 
 
 def _hint(op, buf) -> str:

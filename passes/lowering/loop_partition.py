@@ -289,8 +289,10 @@ def _scan_nest(root, loops: list, layout: Fragment, tx, threads: int, key: str):
     ann = root.annotations
     if LOOP_PREDICATE_KEY in ann:
         conds.append(_predicate_expr(str(ann[LOOP_PREDICATE_KEY]), tx, key))
+    body = _unroll_fragment_scans(body)
     if layout.replicate_size > 1:
-        body = _guard_memory_stores(body, rep == 0)
+        from .atomics import guard_atomics
+        body = guard_atomics(_guard_memory_stores(body, rep == 0), rep == 0)
     body = tirx.IfThenElse(conj(conds), body, None)
     if layout.replicate_size > 1:
         body = tirx.For(rep, 0, layout.replicate_size, tirx.ForKind.SERIAL, body)
