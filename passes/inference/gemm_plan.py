@@ -12,7 +12,8 @@ Interface (stable: extend, never rename):
   (number of warps along M and along N, TileLang's ``m_warp, n_warp``; warps are numbered M-block fastest,
   for wgmma in warpgroups of four along M), the warp ``policy`` (``"square"`` | ``"full_row"`` |
   ``"full_col"``) and where it came from (``policy_source``: ``"user"``, ``"default"``, ``"chain"``),
-  ``a_in_registers``, ``a_dtype, b_dtype, accum_dtype``, ``transpose_a, transpose_b``.
+  ``a_in_registers``, ``a_dtype, b_dtype, accum_dtype``, ``transpose_a, transpose_b``, ``thread_offset``
+  (the first thread of the range running the gemm; the fragments are over ``threads`` threads from there).
   ``plan.accumulator_fragment()`` / ``plan.a_fragment()`` / ``plan.b_fragment()`` build the register
   fragments FROM the plan (``tilelayout.gemm_layouts`` with ``warp_partition=(warp_m, warp_n)``).
   ``to_dict()`` / ``GemmPlan.from_dict()``: plain ints, strings and bools.
@@ -94,6 +95,7 @@ class GemmPlan:
     accum_dtype: str
     transpose_a: bool = False
     transpose_b: bool = False
+    thread_offset: int = 0         # first thread of the range running the gemm (warp-specialised kernels)
 
     @property
     def warp_partition(self) -> tuple[int, int]:
@@ -242,14 +244,14 @@ def _check_operands(op) -> None:
                             f"or load it into a local.fragment buffer")
 
 
-def uses_wgmma(op, threads: int, target, kind: str | None = None) -> bool:
+def uses_wgmma(op, threads: int, target, kind: str | None = None, thread_offset: int = 0) -> bool:
     """TileLang's rule: Hopper (sm_90) issues wgmma when B is in shared memory, A is in shared memory or
-    K-major in registers, the block has whole warpgroups, the dtypes have a wgmma form and the tile has a
-    warpgroup partition (each warp 16-row slabs, every warpgroup whole 64-row blocks)."""
+    K-major in registers, the threads running it are whole warpgroups, the dtypes have a wgmma form and the
+    tile has a warpgroup partition (each warp 16-row slabs, every warpgroup whole 64-row blocks)."""
     target = normalize_target(target)
     if not 90 <= sm_version(target) < 100:
         return False
-    if not op.b.buffer.is_shared or threads % 128:
+    if not op.b.buffer.is_shared or threads % 128 or thread_offset % 128:
         return False
     if op.a.buffer.is_fragment and op.transpose_a:
         return False
@@ -270,9 +272,10 @@ def uses_wgmma(op, threads: int, target, kind: str | None = None) -> bool:
 
 
 def plan_gemm(op, threads: int, target, policy: str | None = None, instruction: str | None = None,
-              policy_source: str | None = None) -> GemmPlan:
-    """The plan of one gemm. ``policy`` overrides the op's own ``warp_policy`` (else square); ``instruction``
-    forces ``"mma_sync"`` (a chain that cannot use wgmma everywhere); raises ``GemmPlanError``."""
+              policy_source: str | None = None, thread_offset: int = 0) -> GemmPlan:
+    """The plan of one gemm run by ``threads`` threads from ``thread_offset`` on. ``policy`` overrides the op's
+    own ``warp_policy`` (else square); ``instruction`` forces ``"mma_sync"`` (a chain that cannot use wgmma
+    everywhere); raises ``GemmPlanError``."""
     target = normalize_target(target)
     _check_operands(op)
     kind = _operand_kind(op)
@@ -291,9 +294,10 @@ def plan_gemm(op, threads: int, target, policy: str | None = None, instruction: 
     if sm < min_sm:
         raise GemmPlanError(f"{op.describe()}: {_dtype(op.a.buffer)} operands need sm_{min_sm} or newer")
     if instruction is None:
-        instruction = "wgmma" if uses_wgmma(op, threads, target, kind) else "mma_sync"
-    if threads % 32:
-        raise GemmPlanError(f"{op.describe()}: {threads} threads are not whole warps")
+        instruction = "wgmma" if uses_wgmma(op, threads, target, kind, thread_offset) else "mma_sync"
+    if threads % 32 or thread_offset % 32:
+        raise GemmPlanError(f"{op.describe()}: the threads running it ({threads} from thread {thread_offset}) are "
+                            f"not whole warps")
     try:
         wm, wn = gemm_layouts.compute_warp_partition(m, n, threads // 32, policy, instruction)
     except LayoutError:
@@ -319,7 +323,7 @@ def plan_gemm(op, threads: int, target, policy: str | None = None, instruction: 
                     threads=threads, warp_m=wm, warp_n=wn, policy=policy, policy_source=source,
                     a_in_registers=op.a.buffer.is_fragment, a_dtype=_dtype(op.a.buffer), b_dtype=_dtype(op.b.buffer),
                     accum_dtype=_dtype(op.c.buffer), transpose_a=bool(op.transpose_a),
-                    transpose_b=bool(op.transpose_b))
+                    transpose_b=bool(op.transpose_b), thread_offset=thread_offset)
 
 
 def _chains(ops, gemms) -> list[list]:
@@ -348,14 +352,22 @@ def _chains(ops, gemms) -> list[list]:
     return [chains[k] for k in sorted(chains)]
 
 
-def plan_gemms(ops, threads: int, target) -> dict:
-    """``{op index: GemmPlan}`` for every gemm among ``ops``, chained gemms decided jointly (module doc)."""
+def plan_gemms(ops, threads: int, target, thread_range_of=None) -> dict:
+    """``{op index: GemmPlan}`` for every gemm among ``ops``, chained gemms decided jointly (module doc).
+    ``thread_range_of(op) -> (first thread, count)`` gives the threads running a gemm (default: the whole
+    block of ``threads``)."""
     from .frontend import GemmOp
     ops = list(ops)
     gemms = [op for op in ops if isinstance(op, GemmOp)]
+    ranges = {g.index: tuple(thread_range_of(g)) if thread_range_of is not None else (0, threads) for g in gemms}
+
+    def plan(g, *args):
+        lo, count = ranges[g.index]
+        return plan_gemm(g, count, target, *args, thread_offset=lo)
+
     plans: dict = {}
     for chain in _chains(ops, gemms):
-        first = {g.index: plan_gemm(g, threads, target) for g in chain}
+        first = {g.index: plan(g) for g in chain}
         instruction = "wgmma" if all(p.instruction == "wgmma" for p in first.values()) else "mma_sync"
         if len(chain) == 1:
             plans.update(first)
@@ -363,13 +375,12 @@ def plan_gemms(ops, threads: int, target) -> dict:
         trial = {}
         for g in chain:
             policy = policy_of(g) or "full_row"
-            trial[g.index] = plan_gemm(g, threads, target, policy, instruction,
-                                       "user" if policy_of(g) else "chain")
+            trial[g.index] = plan(g, policy, instruction, "user" if policy_of(g) else "chain")
         free = [g for g in chain if policy_of(g) is None]
         if free and any(trial[g.index].warp_n != 1 for g in free):
             # full_row cannot give every row to one warp here: keep the default for the free gemms
             for g in free:
-                trial[g.index] = plan_gemm(g, threads, target, "square", instruction, "default")
+                trial[g.index] = plan(g, "square", instruction, "default")
         plans.update(trial)
     return plans
 

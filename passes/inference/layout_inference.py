@@ -246,7 +246,7 @@ class _Engine:
             for b in op.buffers():
                 self.users.setdefault(b.name, []).append(op.index)
         self.pinned_loops = self._pinned_loops()
-        self.gemm_plans = plan_gemms(self.ops, self.graph.thread_extent, self.target)
+        self.gemm_plans = plan_gemms(self.ops, self.graph.thread_extent, self.target, self.graph.op_thread_range)
         self.attempts: list = []
         self.memo: dict = {}
         self.descriptions: dict = {}

@@ -64,6 +64,9 @@ class RuleState(Protocol):
     def memo(self, key: tuple, compute: Callable[[], Any]) -> Any:
         """``compute()`` cached under ``key`` across attempts (a raised search error is cached too)."""
 
+    def gemm_plan(self, op) -> Any:
+        """The ``gemm_plan.GemmPlan`` decided for gemm ``op`` before the levels run (instruction, shape, warps)."""
+
     def propose(self, buf, layout, op, level: int) -> None:
         """The one way a rule changes a buffer's layout: set it, keep it, upgrade it to a superset of
         owners, merge two swizzles, or raise LayoutConflictError naming both demands."""

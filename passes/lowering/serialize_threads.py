@@ -122,7 +122,17 @@ def _has(stmt, pred) -> bool:
 
 
 def _is_sync(c) -> bool:
+    """A barrier: ``__syncthreads`` or a named barrier over part of the block (``bar.sync id, n``)."""
+    return isinstance(c.op, tvm.ir.Op) and str(c.op.name) in ("tirx.tvm_storage_sync", _NAMED_BARRIER)
+
+
+def _is_block_sync(c) -> bool:
+    """A barrier every thread of the block must reach."""
     return isinstance(c.op, tvm.ir.Op) and str(c.op.name) == "tirx.tvm_storage_sync"
+
+
+#: ``bar.sync id, count``: synchronises the ``count`` threads that execute it (a warp-specialised region)
+_NAMED_BARRIER = "tirx.ptx.bar_sync_count"
 
 
 def _is_shuffle(c) -> bool:
@@ -222,12 +232,13 @@ class _Phases:
                             None, stmt.annotations, stmt.step)
         if isinstance(stmt, tirx.IfThenElse):
             if _uses_any(stmt.condition, self.tvars):
-                if _has(stmt, _is_sync) or _has(stmt, is_collective):
-                    raise LoweringError("cannot run on the CPU: a barrier or tensor-core collective under a "
-                                        "thread-dependent condition (on a GPU only part of the block would reach it)")
-                if not _has(stmt, _is_shuffle):
+                if _has(stmt, _is_block_sync):
+                    raise LoweringError("cannot run on the CPU: a block-wide barrier under a thread-dependent "
+                                        "condition (on a GPU only part of the block would reach it)")
+                if not (_has(stmt, _is_shuffle) or _has(stmt, _is_sync) or _has(stmt, is_collective)):
                     return self.thread_loop(stmt)
-                # shuffles inside a warp-specialised region: every phase runs in the threads the condition selects
+                # shuffles, named barriers and warp collectives inside a warp-specialised region: every phase
+                # runs in the threads the condition selects (the lowering only emits them over whole warps)
                 parts = []
                 for cond, case in ((stmt.condition, stmt.then_case), (tirx.Not(stmt.condition), stmt.else_case)):
                     if case is not None:
