@@ -549,10 +549,29 @@ class Gen:
         dst = self.new_frag(shape, self.dtype)
         src = self.rng.choice(srcs) if srcs else None
         read = _cast(f"{src.name}[i, j]", src.dtype, self.dtype) if src else _const(self.dtype, 2.0)
-        self.body.append(f"for i in T.parallel({self.M}):\n    for j in T.serial({self.N}):\n"
-                         f"        {dst.name}[i, j] = {read} * {_const(self.dtype, 2.0)}")
+        form = self.rng.random()
+        if form < 0.4 or self.N < 2:
+            self.body.append(f"for i in T.parallel({self.M}):\n    for j in T.serial({self.N}):\n"
+                             f"        {dst.name}[i, j] = {read} * {_const(self.dtype, 2.0)}")
+            self.notes.append("serial-inner")
+        elif form < 0.7:
+            # a running sum along the serial axis (scan): the row must stay in one thread
+            self.body.append(f"for i in T.parallel({self.M}):\n    for j in T.serial({self.N}):\n"
+                             f"        {dst.name}[i, j] = {read}\n"
+                             f"    for j in T.serial(1, {self.N}):\n"
+                             f"        {dst.name}[i, j] = {dst.name}[i, j] + {dst.name}[i, j - 1]")
+            self.notes.append("serial-scan")
+        else:
+            # several parallel iterations update one element (TileLang #1374): acc[i, j // g] += ...
+            g = self.rng.choice([d for d in (2, 3, 4, 8, 32) if self.N % d == 0] or [1])
+            acc = self.new_frag((self.M, self.N // g), self.dtype)
+            self.body.append(f"Tx.fill({acc.name}[{_region(acc.shape)}], {_const(self.dtype, 0.0)})")
+            self.body.append(f"for i in T.parallel({self.M}):\n    for j in T.parallel({self.N}):\n"
+                             f"        {acc.name}[i, j // {g}] = {acc.name}[i, j // {g}] + {read}")
+            self.defined.add(acc.name)
+            self.notes.append("grouped-accumulation")
+            return
         self.defined.add(dst.name)
-        self.notes.append("serial-inner")
 
 
     # -- classes that found silent miscompiles (thread regions, offsets, reversals, permuted reads, pins)

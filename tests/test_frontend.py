@@ -295,7 +295,7 @@ def test_unknown_tile_op_names_the_op_and_shows_it():
     with pytest.raises(FrontendError) as info:
         build_op_graph(K.unknown_op)
     msg = str(info.value)
-    assert "tirx.tile.memset" in msg and "T.tile.memset(f[0:128], T.float32(0.0))" in msg
+    assert "tirx.tile.select" in msg and "T.tile.select(f[0:128], f[0:128], T.float32(0.0), lambda i: i > 3)" in msg
     assert "line 103" in msg
     assert isinstance(info.value, LayoutError) and isinstance(info.value, ValueError)
 

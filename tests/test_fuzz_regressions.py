@@ -224,7 +224,8 @@ def test_reference_of_a_constant_reduction_builds_quickly():
 
 # ---------------------------------------------------------------------------------------------------
 # Unclear refusal: a fragment indexed by a serial loop inside a parallel nest was refused with "free
-# variable 'j' has no value while evaluating an index expr"; the message now names the serial variable.
+# variable 'j' has no value while evaluating an index expr". Now supported (serial axes stay in one thread);
+# an index mixing serial and parallel variables is refused naming them.
 
 SERIAL_INNER = '''
 @T.prim_func
@@ -241,10 +242,19 @@ def main(A: T.Buffer((16, 8), "float32"), O: T.Buffer((16, 8), "float32")):
 '''
 
 
-def test_serial_inner_loop_indexing_a_fragment_is_refused_by_name():
+def test_serial_inner_loop_indexing_a_fragment_keeps_the_row_in_one_thread():
+    # supported since: the serial axis is widened into the layout's register slots (one thread per row)
+    _check_end_to_end(SERIAL_INNER)
+    result = infer_layouts(parse(SERIAL_INNER))
+    g = result.buffers["g"].thread_table()
+    assert (g == g[:, :1]).all()
+
+
+def test_serial_and_parallel_variables_in_one_fragment_index_are_refused_by_name():
     import tilelayout as tl
-    with pytest.raises(tl.InferenceError, match="with the serial loop variable j inside the parallel nest"):
-        infer_layouts(parse(SERIAL_INNER))
+    text = SERIAL_INNER.replace("g[i, j] = f[i, j]", "g[i, j] = f[i // 2, (i % 2) * 4 + j % 4]")
+    with pytest.raises(tl.InferenceError, match="mixes serial loop variable"):
+        infer_layouts(parse(text))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -393,6 +403,49 @@ def test_gapped_inverse_sends_every_unused_cell_out_of_range():
         table = np.asarray(layout.table()).reshape(-1, len(out_shape))
         flat = np.ravel_multi_index(tuple(coords[inside].T), tuple(layout.input_shape))
         assert (table[flat] == cells[inside]).all()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Wrong result: ``acc[i, j // 64] += B[i, j]`` ran a whole group in one thread (right) but the vectorizer
+# turned the group's slot loop into vector lanes that all stored to the one register, keeping one update
+# of four. Stores to physical register arrays now need distinct consecutive slots per lane. With 128
+# threads and 224 elements the loop could not be derived at all; it now takes the element's slot times
+# the group plus the unused digits.
+
+GROUPED = '''
+@T.prim_func
+def main(B: T.Buffer((8, 64), "float32"), O: T.Buffer((8, 1), "float32"), C: T.Buffer((16, 448), "float32"),
+         P: T.Buffer((16, 14), "float32")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 128)
+    acc = T.alloc_buffer((8, 1), "float32", scope="local.fragment")
+    acc2 = T.alloc_buffer((16, 14), "float32", scope="local.fragment")
+    Tx.fill(acc[0:8, 0:1], T.float32(0))
+    for i in T.parallel(8):
+        for j in T.parallel(64):
+            acc[i, j // 64] = acc[i, j // 64] + B[i, j]
+    Tx.copy(O[0:8, 0:1], acc[0:8, 0:1])
+    Tx.fill(acc2[0:16, 0:14], T.float32(0))
+    for i in T.parallel(16):
+        for j in T.parallel(448):
+            acc2[i, j // 32] = acc2[i, j // 32] + C[i, j]
+    Tx.copy(P[0:16, 0:14], acc2[0:16, 0:14])
+'''
+
+
+def test_grouped_accumulation_stays_scalar_and_runs_each_group_in_one_thread():
+    # the sequential numpy interpreter calls several iterations storing to one element a race, so the
+    # expected sums are computed here directly
+    from tilelayout.passes.lowering.pipeline import build_cpu
+    func = parse(GROUPED)
+    rng = np.random.default_rng(0)
+    b, c = rng.random((8, 64), dtype=np.float32), rng.random((16, 448), dtype=np.float32)
+    for model in COST_MODELS:
+        assert validate(infer_layouts(func, cost_model=model)) == [], model
+        _, o, _, p = build_cpu(func, cost_model=model)(b, np.zeros((8, 1), np.float32), c,
+                                                       np.zeros((16, 14), np.float32))
+        np.testing.assert_allclose(o[:, 0], b.sum(axis=1), rtol=1e-5)
+        np.testing.assert_allclose(p, c.reshape(16, 14, 32).sum(axis=2), rtol=1e-5)
 
 
 # ===================================================================================================

@@ -155,8 +155,7 @@ def test_pass_errors_keep_their_tilelayout_type(build, kind):
 # --------------------------------------------------------------------------- error paths
 
 ERRORS = [
-    ("unsupported op", K.unsupported_op, {}, FrontendError, ["tirx.tile.memset", "not supported", "line"]),
-    ("2-D thread block", K.two_thread_dims, {}, FrontendError, ["threadIdx.y", "fold the thread dimensions"]),
+    ("unsupported op", K.unsupported_op, {}, FrontendError, ["tirx.tile.select", "not supported", "line"]),
     ("partial reduce", K.partial_reduce, {}, InferenceError, ["max r[0:32]", "reduce the whole fragment"]),
     ("loop beyond fragment", K.out_of_bounds, {}, InferenceError, ["leaves buffer frag", "every attempt failed"]),
     ("unknown cost model", lambda: K.chain(64, 128, T128), {"cost_model": "fast"}, ValueError,

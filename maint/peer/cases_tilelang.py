@@ -487,3 +487,101 @@ for _arch in ("sm80", "sm90"):
         lambda: _gemm_chain(128, 64, 32, 128, 256, policy=False))
     KERNELS[f"gemm_register_a/{_arch}_m64n64k32_t128"] = lambda: _gemm_rs(64, 64, 32, 128)
     KERNELS[f"gemm_register_a/{_arch}_m128n128k32_t256"] = lambda: _gemm_rs(128, 128, 32, 256)
+
+
+# ------------------------------------------------------------------ front-end coverage (scans, atomics, ...)
+
+def _manual_scan(m, n, threads):
+    @T.prim_func
+    def main(A: T.Tensor((m, n), T.float32), B: T.Tensor((m, n), T.float32)):
+        with T.Kernel(1, threads=threads):
+            F = T.alloc_fragment((m, n), T.float32)
+            T.copy(A, F)
+            for i in T.Parallel(m):
+                for j in T.serial(1, n):
+                    F[i, j] = F[i, j] + F[i, j - 1]
+            T.copy(F, B)
+    return main
+
+
+def _cumsum_frag(m, n, threads, reverse):
+    @T.prim_func
+    def main(A: T.Tensor((m, n), T.float32), B: T.Tensor((m, n), T.float32)):
+        with T.Kernel(1, threads=threads):
+            F = T.alloc_fragment((m, n), T.float32)
+            T.copy(A, F)
+            T.cumsum(F, dim=1, reverse=reverse)
+            T.copy(F, B)
+    return main
+
+
+def _cumsum_shared(m, n, threads):
+    @T.prim_func
+    def main(A: T.Tensor((m, n), T.float32), B: T.Tensor((m, n), T.float32)):
+        with T.Kernel(1, threads=threads):
+            S = T.alloc_shared((m, n), T.float32)
+            F = T.alloc_fragment((m, n), T.float32)
+            T.copy(A, S)
+            T.cumsum(S, dim=0)
+            T.copy(S, F)
+            T.copy(F, B)
+    return main
+
+
+def _split_k(m, k, splits, threads):
+    kt = k // splits
+
+    @T.prim_func
+    def main(A: T.Tensor((m, k), T.float32), Out: T.Tensor((m,), T.float32)):
+        with T.Kernel(splits, threads=threads) as bx:
+            F = T.alloc_fragment((m, kt), T.float32)
+            s = T.alloc_fragment((m,), T.float32)
+            T.copy(A[0:m, bx * kt:bx * kt + kt], F)
+            T.reduce_sum(F, s, dim=1)
+            for i in T.Parallel(m):
+                T.atomic_add(Out[i], s[i])
+    return main
+
+
+def _histogram(m, n, bins, threads):
+    @T.prim_func
+    def main(A: T.Tensor((m, n), T.int32), Hist: T.Tensor((bins,), T.int32)):
+        with T.Kernel(1, threads=threads):
+            H = T.alloc_shared((bins,), T.int32)
+            for b in T.Parallel(bins):
+                H[b] = 0
+            for i, j in T.Parallel(m, n):
+                T.atomic_add(H[(A[i, j] % bins + bins) % bins], 1)
+            for b in T.Parallel(bins):
+                Hist[b] = H[b]
+    return main
+
+
+KERNELS.update({
+    "row_scan/manual_f32_128x128_t128": lambda: _manual_scan(128, 128, 128),
+    "row_scan/cumsum_f32_64x32_t64": lambda: _cumsum_frag(64, 32, 64, False),
+    "row_scan/cumsum_reverse_f32_64x32_t128": lambda: _cumsum_frag(64, 32, 128, True),
+    "row_scan/cumsum_shared_dim0_f32_32x64_t64": lambda: _cumsum_shared(32, 64, 64),
+    "atomic_accumulate/split_k_rowsum_64x256_k4_t128": lambda: _split_k(64, 256, 4, 128),
+    "atomic_accumulate/shared_histogram_64x64_b16_t128": lambda: _histogram(64, 64, 16, 128),
+})
+
+
+def _grouped(m, n, group, threads):
+    g = n // group
+
+    @T.prim_func
+    def main(B: T.Tensor((m, n), T.float32), Out: T.Tensor((m, g), T.float32)):
+        with T.Kernel(1, threads=threads):
+            acc = T.alloc_fragment((m, g), T.float32)
+            T.fill(acc, 0)
+            for i, j in T.Parallel(m, n):
+                acc[i, j // group] += B[i, j]
+            T.copy(acc, Out)
+    return main
+
+
+KERNELS.update({
+    "grouped_accumulation/issue1374_16x448_g32_t128": lambda: _grouped(16, 448, 32, 128),
+    "grouped_accumulation/rows64x128_g4_t128": lambda: _grouped(64, 128, 4, 128),
+})

@@ -21,6 +21,7 @@ from tilelayout.fragment import Fragment, fully_replicated
 from tilelayout.layout import Layout, placeholder, rep_placeholder, substitute
 
 from .loop_nest import LoopNest
+from .serial_axes import lift, project, widened
 
 __all__ = ["PartialCoverage", "loop_from_fragment", "complete_fragment", "reaches_partly", "ownership_error", "access_points",
            "is_common_access"]
@@ -92,6 +93,9 @@ def everyone(shape, thread_range: tuple) -> Fragment:
 def loop_from_fragment(nest: LoopNest, access, frag: Fragment, thread_range: tuple) -> Fragment:
     """Loop layout that runs iteration x in the threads holding ``frag[idx(x)]`` (``thread_range``: the
     (min, extent) of the threads running the op, used when ``frag`` is not bound to a range)."""
+    wide = widened(nest, access)
+    if wide is not None:   # serial loops index the fragment: derive on the widened domain, then project
+        return project(loop_from_fragment(*wide, frag, thread_range), nest, access)
     if is_common_access(nest, access):
         return frag.bind_thread_range(*thread_range) if frag.thread_range is None else frag
     access_points(nest, access)  # bounds check: a loop larger than the fragment is refused clearly (#2957)
@@ -116,6 +120,8 @@ def loop_from_fragment(nest: LoopNest, access, frag: Fragment, thread_range: tup
             fallback = None
         if fallback is not None and fallback.is_injective():
             loop = fallback
+        elif (grouped := _grouped_loop(nest, idx, thread, index, frag)) is not None:
+            loop = grouped
         elif loop is None:
             raise InferenceError(f"{nest.describe()}: cannot derive a loop layout from {frag.kind} of "
                                  f"{access.buffer.name} through {access}: {err}") from None
@@ -182,7 +188,9 @@ def _dynamic_symbolic(nest: LoopNest, loop: Fragment, accesses: list) -> list:
     for v, ext in zip(slots + [thread], list(loop.output_shape) + [loop.thread_extent]):
         ana.bind(v, Range(0, ext))
     coords = [ana.simplify(substitute(e, dict(zip(inv.forward_vars, slots + [thread])))) for e in inv.forward_index]
-    dynamic = [thread] + list(nest.inner_vars)
+    # serial loops of constant extent that index fragments are unrolled by lowering: their slots are constants
+    dynamic = [thread] + [l.var for l in getattr(nest.op, "inner_loops", ())
+                          if l.var is not None and not isinstance(l.extent, int)]
     out = []
     for a, frag in accesses:
         idx = [substitute(e, dict(zip(nest.loop_vars, coords))) for e in a.indices]
@@ -209,6 +217,9 @@ def reaches_partly(nest: LoopNest, access) -> bool:
 def complete_fragment(nest: LoopNest, loop: Fragment, access, thread_range: tuple, read_only: bool) -> Fragment:
     """The fragment layout a loop induces through one access of it (``thread_range``: the (min, extent) of
     the threads running the op)."""
+    wide = widened(nest, access)
+    if wide is not None:   # serial loops index the fragment: complete it on the widened domain
+        return complete_fragment(wide[0], lift(loop, wide[0]), wide[1], thread_range, read_only)
     buf = access.buffer
     rng = loop.thread_range or thread_range
     if is_common_access(nest, access):
@@ -266,11 +277,28 @@ def _condensed(frag: Fragment) -> Fragment:
     return frag
 
 
-def _broadcast_completion(nest: LoopNest, loop: Fragment, idx: list, buf) -> Fragment | None:
-    """Each element is read by several iterations: their loop replicas become the fragment's replicas."""
+def _grouped_loop(nest: LoopNest, idx: list, thread, index: list, frag: Fragment) -> Fragment | None:
+    """Several iterations reach one element (``acc[i, j // 32]``): they run in the element's thread, one after
+    another, at slots (element slot, the loop digits the access does not use); None when that is not injective."""
+    unused = _unused_digits(nest, idx)
+    if unused is None or unused[1] == 1:
+        return None
+    extra, extra_ext = unused
+    flat = tirx.const(0, "int32")
+    for e, ext in zip(index, frag.output_shape):
+        flat = flat * ext + e
+    try:
+        loop = Fragment.from_exprs(nest.extents, thread, [flat * extra_ext + extra], frag.replicate_size)
+    except LayoutError:
+        return None
+    return loop if nest.size <= VALIDATION_LIMIT and loop.is_injective() else None
+
+
+def _unused_digits(nest: LoopNest, idx: list):
+    """(expression, extent) of the loop digits an access does not use, flattened row-major: they index the
+    iterations that reach one element. None when the access is not a sum of digit pieces."""
     from tilelayout.fragment import _collect_pieces
     dom = {placeholder(k): Range(0, e) for k, e in enumerate(nest.extents)}
-    # loop digits the access does not use, flattened row-major, index the iterations sharing an element
     used: dict = {}
     for e in idx:
         pieces = _collect_pieces(e, dom)
@@ -293,6 +321,15 @@ def _broadcast_completion(nest: LoopNest, loop: Fragment, idx: list, buf) -> Fra
             piece = tirx.floormod(tirx.floordiv(v, lower), e)
             extra = extra * e + piece
             extra_ext *= e
+    return extra, extra_ext
+
+
+def _broadcast_completion(nest: LoopNest, loop: Fragment, idx: list, buf) -> Fragment | None:
+    """Each element is read by several iterations: their loop replicas become the fragment's replicas."""
+    unused = _unused_digits(nest, idx)
+    if unused is None:
+        return None
+    extra, extra_ext = unused
     try:
         inv = Layout.from_exprs(nest.extents, idx + [extra]).inverse()
     except LayoutError:
@@ -311,6 +348,9 @@ def _broadcast_completion(nest: LoopNest, loop: Fragment, idx: list, buf) -> Fra
 def ownership_error(nest: LoopNest, loop: Fragment, access, frag: Fragment) -> str | None:
     """None when the threads running each iteration hold the element read (reads) or are exactly its
     holders (writes); otherwise the first violation, in words."""
+    wide = widened(nest, access)
+    if wide is not None:
+        return ownership_error(wide[0], lift(loop, wide[0]), wide[1], frag)
     if nest.size > VALIDATION_LIMIT or not frag.is_static:
         return None
     if loop is frag and is_common_access(nest, access):

@@ -28,6 +28,8 @@ from ..hardware import check_block_threads, func_target, normalize_target
 from .loop_nest import nest_of
 from .op_rules import COMMON, FREE, STRICT, LoopDecision, check_cells_invertible, infer_op
 from .search_certificate import certify as _certify, copy_outcome as _copy_outcome
+from ..thread_dims import fold_thread_dims, unfold_thread_dims
+from .uninitialized import check_uninitialized_reads
 
 __all__ = ["Attempt", "InferenceResult", "infer_layouts", "LayoutInference", "clear_caches"]
 
@@ -513,17 +515,25 @@ def clear_caches() -> None:
 
 
 def infer_layouts(func, target=None, cost_model=None, conflicts=None) -> InferenceResult:
-    """Infer layouts of every fragment, shared tile and parallel loop of ``func`` (a TIRx PrimFunc).
+    """Infer layouts of every fragment, shared tile and parallel loop of ``func`` (a TIRx PrimFunc, or an
+    IRModule holding one).
 
     ``conflicts``: ``"convert"`` (default) resolves a layout conflict, or a plan over the register budget,
     by inserting the cheapest layout conversion (see ``conversion_plan``); ``"strict"`` keeps the behaviour
     without conversions (a conflict raises ``LayoutConflictError``). Also ``layout_config(conflicts=...)``
     and $TILELAYOUT_CONFLICTS."""
+    func = _as_prim_func(func)
+    folded, dims = fold_thread_dims(func) if isinstance(func, tvm.tirx.PrimFunc) else (func, None)
+    if dims is not None:   # a multi-dimensional block: infer over the linear thread id, annotate the original
+        result = infer_layouts(folded, target, cost_model, conflicts)
+        result.func = unfold_thread_dims(result.func, dims)
+        return result
     from .conversion_plan import infer_with_conversions
     return infer_with_conversions(func, target, cost_model, conflicts, _Engine, _SEARCH_ERRORS, _result)
 
 
 def _result(engine: _Engine, state: _State) -> InferenceResult:
+    check_uninitialized_reads(engine.graph)
     func = engine.func
     buffers = {b.name: state.layouts[b.name] for b in engine.graph.buffers if b.name in state.layouts}
     loops, info, op_loops = {}, {}, {}
@@ -541,6 +551,15 @@ def _result(engine: _Engine, state: _State) -> InferenceResult:
     from .resources import warn_resources
     warn_resources(result)
     return result
+
+
+def _as_prim_func(func):
+    if isinstance(func, tvm.IRModule):
+        funcs = [f for _, f in sorted(func.functions.items(), key=lambda kv: str(kv[0]))
+                 if isinstance(f, tvm.tirx.PrimFunc)]
+        if len(funcs) == 1:
+            return funcs[0]
+    return func
 
 
 def LayoutInference(cost_model=None, target=None, conflicts=None):

@@ -11,7 +11,7 @@ from tvm import tirx
 
 from tilelayout.errors import InferenceError
 
-from .frontend import Access, BufferInfo, CopyOp, ElementwiseOp, FillOp, ParallelOp, Region
+from .ops import Access, BufferInfo, CopyOp, ElementwiseOp, FillOp, ParallelOp, Region
 
 __all__ = ["LoopNest", "nest_of"]
 

@@ -51,7 +51,7 @@ def plan_vector_width(loop_vars: Sequence, extents: Sequence[int], accesses: Seq
 
     Memory (global/shared) accesses must be contiguous and aligned along the innermost loop variable;
     a store that does not move with it must stay scalar; register accesses only cap the width by their
-    element size.
+    element size, except stores to physical register arrays, which must move contiguously with the lane.
     """
     inner, inner_ext = loop_vars[-1], extents[-1]
     if not isinstance(inner_ext, int):
@@ -63,6 +63,11 @@ def plan_vector_width(loop_vars: Sequence, extents: Sequence[int], accesses: Seq
     memory_width, local_width = None, math.gcd(limit, lanes)
     for buf, indices, is_write in accesses:
         if buf.is_fragment or buf.is_local:
+            if is_write and not buf.is_fragment:
+                # a physical register array (a lowered fragment, a local): lanes must write distinct consecutive
+                # slots, or a vector store would drop all but one update (``acc[0] += B[i, j]`` over lanes j)
+                local_width = math.gcd(local_width, _contiguous_width(
+                    linear_offset(indices, buf.shape), inner, inner_ext, local_width, bounds))
             continue
         offset = linear_offset(indices, buf.shape)
         if not _uses(offset, inner):
@@ -76,6 +81,16 @@ def plan_vector_width(loop_vars: Sequence, extents: Sequence[int], accesses: Seq
     if memory_width is None:
         return _largest_pow2_at_most(local_width)
     return _largest_pow2_at_most(math.gcd(memory_width, local_width))
+
+
+def _contiguous_width(offset, inner, inner_ext: int, cap: int, bounds: dict) -> int:
+    """The widest power of two up to ``cap`` over which ``offset`` moves contiguously with ``inner``."""
+    if not _uses(offset, inner):
+        return 1
+    width = _largest_pow2_at_most(cap)
+    while width > 1 and not is_contiguous_run(offset, inner, inner_ext, width, bounds):
+        width //= 2
+    return width
 
 
 def _largest_pow2_at_most(n: int) -> int:

@@ -17,7 +17,7 @@ from tilelayout.layout import placeholder, rep_placeholder, substitute
 
 from .fragment_rules import (PartialCoverage, _condensed, complete_fragment, dynamic_slot_accesses, everyone,
                              loop_from_fragment, ownership_error, reaches_partly)
-from .frontend import GemmOp, ReduceOp
+from .ops import GemmOp, ReduceOp
 from ..hardware import max_vector_load_bits
 from .loop_nest import LoopNest
 from .rule_state import RuleState  # noqa: F401  (the state every rule here is handed)

@@ -15,7 +15,6 @@ thread running an iteration holds the fragment elements it touches, naming the b
 from __future__ import annotations
 
 
-
 from tvm import tirx
 from tvm.ir import Range, TensorLoad
 
@@ -23,6 +22,7 @@ from tilelayout.annotate import LAYOUTS_ATTR, LOOP_LAYOUT_KEY, LOOP_PREDICATE_KE
 from tilelayout.errors import LayoutError, LoweringError
 from tilelayout.exprparse import parse_expr
 from tilelayout.fragment import Fragment
+from tilelayout.expr import mentions
 from tilelayout.layout import Layout, rep_placeholder, substitute
 
 from ..ir_utils import (conj, func_label, int_value, is_memory_scope, make_analyzer, mapped, mutate,  # noqa: F401
@@ -245,6 +245,7 @@ def _partition_nest(root, tx, threads: int, frag_layouts: dict, nest, verify: bo
     body = loops[n - 1].body
     if n < len(loops):  # parallel loops the layout does not cover run serially inside each iteration
         body = _serialize_parallel(body)
+    body = _unroll_fragment_scans(body)
     body = substitute(body, {l.loop_var: c for l, c in zip(loops[:n], coords[:n])})
     ann = root.annotations
     if LOOP_PREDICATE_KEY in ann:
@@ -253,7 +254,8 @@ def _partition_nest(root, tx, threads: int, frag_layouts: dict, nest, verify: bo
             guards.append(pred)
     ana = make_analyzer(bounds)      # valid under the thread guard (``bounds`` restrict the thread range)
     if layout.replicate_size > 1 and not ana.can_prove(rep == 0):
-        body = _guard_memory_stores(body, ana.simplify(rep == 0))
+        from .atomics import guard_atomics
+        body = guard_atomics(_guard_memory_stores(body, ana.simplify(rep == 0)), ana.simplify(rep == 0))
     guard = conj(guards)
     if guard is not None:
         full = dict(bounds)
@@ -287,8 +289,10 @@ def _scan_nest(root, loops: list, layout: Fragment, tx, threads: int, key: str):
     ann = root.annotations
     if LOOP_PREDICATE_KEY in ann:
         conds.append(_predicate_expr(str(ann[LOOP_PREDICATE_KEY]), tx, key))
+    body = _unroll_fragment_scans(body)
     if layout.replicate_size > 1:
-        body = _guard_memory_stores(body, rep == 0)
+        from .atomics import guard_atomics
+        body = guard_atomics(_guard_memory_stores(body, rep == 0), rep == 0)
     body = tirx.IfThenElse(conj(conds), body, None)
     if layout.replicate_size > 1:
         body = tirx.For(rep, 0, layout.replicate_size, tirx.ForKind.SERIAL, body)
@@ -304,6 +308,27 @@ def _serialize_parallel(stmt):
     def on_for(f):
         if f.kind == tirx.ForKind.PARALLEL:
             return tirx.For(f.loop_var, f.min, f.extent, tirx.ForKind.SERIAL, f.body, None, f.annotations, f.step)
+        return f
+    return mapped(stmt, [(tirx.For, on_for)])
+
+
+def _unroll_fragment_scans(stmt):
+    """Serial loops of constant extent whose variable indexes a fragment are unrolled, so the register slot
+    is a compile-time constant in every iteration (a runtime index would push the array to local memory)."""
+    def indexes_fragment(loop) -> bool:
+        hits = []
+
+        def check(buf, indices):
+            if buf.scope() == "local.fragment" and any(
+                    mentions(i, [loop.loop_var]) for i in indices):
+                hits.append(1)
+        walk(loop.body, [(tirx.BufferStore, lambda s: check(s.buffer, s.indices)),
+                         (TensorLoad, lambda e: check(e.source, e.indices) if tirx.is_buffer_var(e.source) else None)])
+        return bool(hits)
+
+    def on_for(f):
+        if f.kind == tirx.ForKind.SERIAL and int_value(f.extent) is not None and indexes_fragment(f):
+            return tirx.For(f.loop_var, f.min, f.extent, tirx.ForKind.UNROLLED, f.body, None, f.annotations, f.step)
         return f
     return mapped(stmt, [(tirx.For, on_for)])
 

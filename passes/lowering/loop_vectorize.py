@@ -21,6 +21,7 @@ from ..hardware import max_vector_load_bits, normalize_target
 from ..ir_utils import int_value, mapped, mutate, thread_launch, walk
 from .loop_partition import SLOT_LOOP_KEY
 from ..inference.loop_plan import plan_vector_width
+from .atomics import has_atomic
 
 __all__ = ["LoopVectorize", "vectorize_function", "VECTOR_WIDTH_KEY"]
 
@@ -113,7 +114,7 @@ def slot_loop_width(loop, scope: list, tx, threads: int, target) -> int:
     if ext is None or int_value(loop.min) != 0:
         return 1
     accesses = _accesses(loop.body)
-    if not accesses:
+    if not accesses or has_atomic(loop.body):   # an atomic is one scalar read-modify-write per lane
         return 1
     global_only = not any(b.is_shared or b.is_local for b, _, _ in accesses)
     max_bits = max_vector_load_bits(target, global_only=global_only)

@@ -69,8 +69,14 @@ def element_loop(op, node, nest, kind):
         value = _cast(dtype, loads[0])
     elif isinstance(op, FillOp):
         value = _cast(dtype, op.value)
+    elif op.name == "binary_chain":
+        data, a, b = (_cast(dtype, v) for v in _operands(op, node, loads))
+        op0, op1, reverse = op.params[-3:]
+        first = elementwise_value(op0, dtype, [a, data], None)
+        value = elementwise_value(op1, dtype, [b, first] if reverse else [first, b], None)
     else:
-        value = elementwise_value(op.name, dtype, _operands(node, loads), tirx.BufferLoad(dst.buffer.var, dst.indices))
+        value = elementwise_value(op.name, dtype, _operands(op, node, loads),
+                                  tirx.BufferLoad(dst.buffer.var, dst.indices))
     body = tirx.BufferStore(dst.buffer.var, value, dst.indices)
     for v, e in reversed(list(zip(nest.loop_vars, nest.extents))):
         body = tirx.For(v, 0, e, kind, body)
@@ -98,10 +104,11 @@ def lower_tile_ops(func, target=None):
     def on_tile(node, mutator):
         if is_conversion(node):     # a layout conversion: the way inference decided (lower_conversion.py)
             return lower_conversion_call(node, layouts, tx, threads, target)
-        for op in ops:
-            if op.stmt.same_as(node):
-                return lowering.lower(op, node)
-        raise LoweringError(f"tile op {node.op.name} was not recognised by the front end")
+        mine = [op for op in ops if op.stmt.same_as(node)]   # a composite primitive expands to several ops
+        if not mine:
+            raise LoweringError(f"tile op {node.op.name} was not recognised by the front end")
+        stmts = [lowering.lower(op, node) for op in mine]
+        return stmts[0] if len(stmts) == 1 else tirx.SeqStmt(stmts)
 
     out = func.with_body(mutate(func.body, [(TilePrimitiveCall, on_tile)]))
     if lowering.reports:
@@ -592,10 +599,13 @@ def reduce_combine(reducer: str, a, b):
     raise LoweringError(f"unknown reducer {reducer!r}")
 
 
-def _operands(node, loads: list) -> list:
-    """Positional operands of an elementwise tile call: loads for regions, the scalars as they are."""
+def _operands(op, node, loads: list) -> list:
+    """Positional operands of an elementwise tile call: loads for regions, the scalars as they are (from the
+    op's own operand list when it was expanded from a composite primitive)."""
     from tvm.ir import TensorRegion
     out, it = [], iter(loads)
+    if getattr(op, "operands", None) is not None:
+        return [next(it) if hasattr(a, "buffer") else a for a in op.operands]
     for a in list(node.args)[1:]:
         out.append(next(it) if isinstance(a, TensorRegion) else a)
     return out
@@ -625,6 +635,8 @@ def elementwise_value(name: str, dtype: str, operands: list, old):
         if bias is not None:
             x = x + bias
         return {"exp": tirx.exp, "exp2": tirx.exp2, "log2": tirx.log2, "sqrt": tirx.sqrt}[name](x)
+    if name == "negate":
+        return tirx.const(0, dtype) - arg(0, old)
     if name == "reciprocal":
         return tirx.const(1, dtype) / arg(0, old)
     if name == "silu":

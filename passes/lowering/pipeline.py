@@ -28,6 +28,9 @@ from tvm import tirx
 from tilelayout.errors import TileLayoutError
 
 from ..hardware import func_target, normalize_target
+from ..thread_dims import fold_thread_dims, unfold_thread_dims
+from .atomics import fence_shared_atomics
+from .bounds_guards import guard_out_of_bounds
 from .loop_partition import LoweringError, partition_function
 from .loop_vectorize import vectorize_function
 from .lower_tile_ops import lower_tile_ops
@@ -61,16 +64,19 @@ def lower_func(func, target=None, cost_model=None, infer: bool = True, verify: b
     func = _as_func(func)
     from ..hardware import check_block_threads
     from .loop_partition import thread_launch
-    check_block_threads(thread_launch(func)[1], target, _name(func))
+    check_block_threads(thread_launch(fold_thread_dims(func)[0])[1], target, _name(func))
     if infer:
         from ..inference.layout_inference import infer_layouts
         func = infer_layouts(func, target, cost_model).func
+    func, dims = fold_thread_dims(func)      # threadIdx.y/z: lower over the linear thread id, then restore
     func = lower_tile_ops(func, target)
     func = partition_function(func, verify)
+    func = guard_out_of_bounds(func)         # symbolic global extents: predicate what may leave the buffer
     func = vectorize_function(func, target)
     from .index_guard import protect_indices
     tx, threads = thread_launch(func)
-    return func.with_body(protect_indices(func.body, tx, threads))
+    func = func.with_body(protect_indices(func.body, tx, threads))
+    return unfold_thread_dims(fence_shared_atomics(func), dims)
 
 
 def lower(func, target=None, cost_model=None, infer: bool = True, verify: bool = True) -> tvm.IRModule:
@@ -127,19 +133,25 @@ class CpuKernel:
 
     def __init__(self, ex, func, name: str):
         self._ex, self._func, self.name = ex, func, name
-        self.params = [(str(p.name), [int(s) for s in p.shape], str(p.dtype)) for p in func.params
-                       if tirx.is_buffer_var(p)]
+        # symbolic extents (dynamic shapes) stay as their variable's name and are bound from the arrays given
+        self.params = [(str(p.name), [int(s) if isinstance(s, (int, tirx.IntImm)) else str(s) for s in p.shape],
+                        str(p.dtype)) for p in func.params if tirx.is_buffer_var(p)]
 
     def __call__(self, *arrays):
         if len(arrays) != len(self.params):
             raise TypeError(f"{self.name} takes {len(self.params)} arrays ({', '.join(n for n, _, _ in self.params)}), "
                             f"got {len(arrays)}")
-        tensors = []
+        tensors, bound = [], {}
         for arr, (name, shape, dtype) in zip(arrays, self.params):
             if not isinstance(arr, np.ndarray):
                 raise TypeError(f"{self.name}: argument {name} must be a numpy array, got {type(arr).__name__}")
-            if list(arr.shape) != shape or str(arr.dtype) != _numpy_dtype_name(dtype):
-                raise ValueError(f"{self.name}: argument {name} must be {dtype}{shape}, got {arr.dtype}{list(arr.shape)}")
+            for k, s in enumerate(shape):
+                if isinstance(s, str) and k < arr.ndim:
+                    bound.setdefault(s, arr.shape[k])
+            want = [bound.get(s, s) if isinstance(s, str) else s for s in shape]
+            if list(arr.shape) != want or str(arr.dtype) != _numpy_dtype_name(dtype):
+                raise ValueError(f"{self.name}: argument {name} must be {dtype}{want}, got {arr.dtype}{list(arr.shape)}"
+                                 + (f" (with {', '.join(f'{k} = {v}' for k, v in bound.items())})" if bound else ""))
             tensors.append(tvm.runtime.tensor(np.ascontiguousarray(arr)))
         self._ex[self.name](*tensors)
         for arr, t in zip(arrays, tensors):

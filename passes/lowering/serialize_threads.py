@@ -23,6 +23,7 @@ from tvm.tirx.tile_primitive import TilePrimitiveCall
 from tilelayout.layout import substitute
 
 from ..ir_utils import int_value, mapped, mutate, walk
+from .atomics import atomics_as_updates
 from .emulate_mma import emulate_collective, is_collective
 from .loop_partition import LoweringError
 
@@ -42,7 +43,9 @@ def _launches(func):
         if node.attr_key == "thread_extent" and isinstance(node.node, tirx.IterVar):
             tag = str(node.node.thread_tag)
             ext = int_value(node.value)
-            if ext is None:
+            if ext is None and tag.startswith("blockIdx"):
+                ext = node.value        # a grid over symbolic extents: the CPU loop binds them from the arrays
+            elif ext is None:
                 raise LoweringError(f"{tag} extent {node.value} must be a constant to run on the CPU")
             target = blocks if tag.startswith("blockIdx") else threads
             if not any(v.same_as(node.node.var) for v, _, _ in target):
@@ -154,6 +157,7 @@ def SerializeThreads():
 def serialize_threads(func):
     """The thread-bound ``func`` as a CPU function (see the module docstring)."""
     blocks, threads, body = _launches(func)
+    body = atomics_as_updates(body)
     nthreads = 1
     for _, ext in threads:
         nthreads *= ext
@@ -318,21 +322,24 @@ def sequential_semantics(func):
     ops = [op for op in graph.ops if isinstance(op, (CopyOp, FillOp, ElementwiseOp, ReduceOp, GemmOp, ConvertOp))]
 
     def on_tile(node, mutator):
+        mine = []
         for op in ops:
             if op.stmt.same_as(node):
                 if isinstance(op, ConvertOp):       # a layout conversion means a plain copy here
                     op = CopyOp(index=op.index, stmt=op.stmt, dst=op.dst, src=op.src)
-                return _reference_op(op, node)
-        raise LoweringError(f"tile op {node.op.name} has no reference semantics")
+                mine.append(_reference_op(op, node))   # composite primitives expand to several ops
+        if not mine:
+            raise LoweringError(f"tile op {node.op.name} has no reference semantics")
+        return mine[0] if len(mine) == 1 else tirx.SeqStmt(mine)
 
-    body = mutate(body, [(TilePrimitiveCall, on_tile)])
+    body = atomics_as_updates(mutate(body, [(TilePrimitiveCall, on_tile)]))
     body = _rebuffer(_parallel_to_serial(body), remap)
     body = _wrap_blocks(body, blocks)
     return func.with_body(tirx.SeqStmt(decls + [body]) if decls else body)
 
 
 def _reference_op(op, node):
-    from ..inference.frontend import CopyOp, ElementwiseOp, FillOp, GemmOp
+    from ..inference.ops import CopyOp, ElementwiseOp, FillOp, GemmOp
     from .lower_tile_ops import _cast, _region_index, element_loop, reduce_combine, reduce_identity
     if isinstance(op, (CopyOp, FillOp, ElementwiseOp)):
         from ..inference.loop_nest import nest_of

@@ -2,7 +2,7 @@
 __version__ = "0.1.0"
 
 from .errors import (ConfigError, EvaluationError, InferenceError, LayoutConflictError, LayoutError, LoweringError,
-                     TileLayoutError, TileLayoutResourceWarning)
+                     TileLayoutError, TileLayoutResourceWarning, UninitializedReadError, UninitializedReadWarning)
 from .evaluate import evaluate, evaluate_grid
 from .fragment import Fragment, fully_replicated
 from .layout import Layout
@@ -35,8 +35,8 @@ def get_layouts(func):
 __all__ = [
     "Layout", "Fragment", "fully_replicated", "layout_from_dict", "evaluate", "evaluate_grid",
     "lower", "cuda_source", "build_cpu", "LoweringError",
-    "TileLayoutError", "TileLayoutResourceWarning", "LayoutError", "ConfigError", "EvaluationError",
-    "LayoutConflictError", "InferenceError",
+    "TileLayoutError", "TileLayoutResourceWarning", "UninitializedReadWarning", "UninitializedReadError", "LayoutError",
+    "ConfigError", "EvaluationError", "LayoutConflictError", "InferenceError",
     "SwizzleMode", "choose_swizzle_mode", "detect_swizzle_mode", "make_bank_swizzled_layout",
     "make_full_bank_swizzled_layout", "make_half_bank_swizzled_layout", "make_linear_layout",
     "make_quarter_bank_swizzled_layout", "make_swizzled_layout", "make_tcgen05mma_swizzled_layout",

@@ -12,7 +12,7 @@ Loops are named by their loop key (docs/annotations.md): loop variable names joi
 (``"i,j[128x128]"``); a key seen again in program order gets ``#2``, ``#3``. The nests are found
 exactly as the front end finds them (every ``T.parallel`` loop met in program order roots a nest
 of its directly nested parallel loops; nests inside a nest body are not separate nests), so the keys
-agree with ``passes/frontend.py``.
+agree with ``passes/inference/frontend.py``.
 
 User pins are buffers whose TIRx layout is not the default ``TileLayout(S[shape])`` (converted by
 :func:`tilelayout.tile_layout_interop.from_tile_layout`) plus layouts attached with :func:`annotate_layouts`.

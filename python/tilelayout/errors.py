@@ -33,3 +33,13 @@ class TileLayoutResourceWarning(UserWarning):
     """A kernel's inferred layouts exceed (or come close to) a hardware resource: registers per thread,
     shared memory per block, threads per block, or an unusually large per-thread fragment. The kernel is
     still correct; it may spill, fail to launch or fail to compile on the target."""
+
+
+class UninitializedReadWarning(UserWarning):
+    """A register fragment is read before any op writes it: the kernel reads garbage registers (often
+    TileLang's source-first ``copy(A, frag)`` carried over to TIRx's destination-first ``Tx.copy``)."""
+
+
+class UninitializedReadError(InferenceError):
+    """Strict mode (``tl.layout_config(strict=True)`` or ``TILELAYOUT_STRICT=1``): a fragment is read before
+    any op writes it."""

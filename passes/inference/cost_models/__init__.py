@@ -59,10 +59,12 @@ def get_cost_model(name: str | None = None):
 
 
 @contextlib.contextmanager
-def layout_config(cost_model: str | None = None, conflicts: str | None = None, register_budget: int | None = None):
+def layout_config(cost_model: str | None = None, conflicts: str | None = None, register_budget: int | None = None,
+                  strict: bool | None = None):
     """``with layout_config(cost_model="io-aware"):`` selects the model for inference inside the block;
     ``conflicts="strict"`` turns automatic layout conversions off there (``"convert"``: the default);
-    ``register_budget=N`` plans for N 32-bit registers per thread instead of the 255 of CUDA targets."""
+    ``register_budget=N`` plans for N 32-bit registers per thread instead of the 255 of CUDA targets;
+    ``strict=True`` turns front-end warnings about the program (a fragment read before any write) into errors."""
     if cost_model is not None:
         resolve_cost_model_name(cost_model)
     if conflicts is not None and conflicts not in ("convert", "strict"):
@@ -70,7 +72,8 @@ def layout_config(cost_model: str | None = None, conflicts: str | None = None, r
     if register_budget is not None and (not isinstance(register_budget, int) or register_budget < 1):
         raise ValueError(f"register_budget must be a positive int, got {register_budget!r}")
     settings = {**({"cost_model": cost_model} if cost_model else {}), **({"conflicts": conflicts} if conflicts else {}),
-                **({"register_budget": register_budget} if register_budget else {})}
+                **({"register_budget": register_budget} if register_budget else {}),
+                **({"strict": bool(strict)} if strict is not None else {})}
     token = _CONFIG.set({**_CONFIG.get(), **settings})
     try:
         yield

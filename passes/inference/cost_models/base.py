@@ -22,7 +22,7 @@ class AttemptCost:
 class ScoringContext:
     """What a model may look at besides the candidate layouts."""
 
-    graph: Any                      # passes.inference.frontend.OpGraph
+    graph: Any                      # passes.inference.ops.OpGraph
     target: Any                     # tvm.target.Target
     loop_layouts: dict              # op index -> Fragment (loop layouts of the attempt)
 

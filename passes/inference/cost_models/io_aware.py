@@ -22,7 +22,7 @@ from tilelayout.errors import EvaluationError
 from tilelayout.evaluate import evaluate, grid_env
 
 from ..fragment_rules import dynamic_slot_accesses
-from ..frontend import CopyOp, ParallelOp
+from ..ops import CopyOp, ParallelOp
 from ...hardware import max_vector_load_bits, vector_lanes_limit, warp_size
 from ..loop_nest import nest_of
 from .base import AttemptCost, ScoringContext, count_register_slots

@@ -1,0 +1,164 @@
+"""Kernel-side spellings for constructs TIRx has no tile primitive for.
+
+Call these inside an ordinary ``@T.prim_func``; each emits plain TIRx statements (parallel nests, serial
+loops, CUDA atomic calls) into the function being parsed, so the front end, layout inference and both
+back ends see nothing new:
+
+- ``cumsum(src, dst=None, dim=0, reverse=False)``: inclusive prefix sum along ``dim`` (TileLang's
+  ``T.cumsum``), over fragments or shared tiles: a parallel nest over the other dimensions around a
+  serial loop along ``dim``, which layout inference keeps within one thread.
+- ``atomic_add(dst, value)``, ``atomic_max``, ``atomic_min``: TileLang's ``T.atomic_add(dst, value)`` on
+  global or shared memory (``dst`` is an element such as ``B[i]``). CUDA has floating-point atomicAdd;
+  atomicMax/atomicMin exist for 32/64-bit integers only, so those refuse floating-point elements.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import tvm
+
+from tvm import tirx
+from tvm.ir import TensorLoad, TensorRegion
+from tvm.tirx.script.builder import ir as IB
+
+from tilelayout.errors import LayoutError
+
+__all__ = ["cumsum", "atomic_add", "atomic_max", "atomic_min", "ATOMIC_EXTERNS", "Atomic", "atomic_of", "is_atomic_call"]
+
+#: CUDA function called for each atomic; the front end and the CPU path recognise exactly these
+ATOMIC_EXTERNS = {"atomicAdd": "add", "atomicMax": "max", "atomicMin": "min"}
+
+
+class LangError(LayoutError):
+    """A tilelayout.lang construct was called with arguments it cannot express."""
+
+
+def _region(arg: Any, what: str) -> tuple[Any, list, list]:
+    """(buffer, offsets, extents) of a whole buffer or a ``buf[a:b, ...]`` region."""
+    if isinstance(arg, TensorRegion):
+        return arg.source, [r.min for r in arg.region], [r.extent for r in arg.region]
+    if tirx.is_buffer_var(arg):
+        return arg, [0] * len(arg.shape), list(arg.shape)
+    raise LangError(f"cumsum: {what} must be a buffer or a buffer region, got {arg!r}")
+
+
+def _int(e: Any) -> int | None:
+    if isinstance(e, int):
+        return e
+    if isinstance(e, tirx.IntImm):
+        return int(e.value)
+    return None
+
+
+def cumsum(src: Any, dst: Any = None, dim: int = 0, reverse: bool = False) -> None:
+    """Inclusive prefix sum of ``src`` along ``dim`` into ``dst`` (``src`` itself when omitted)."""
+    sbuf, soff, sext = _region(src, "src")
+    dbuf, doff, dext = _region(dst if dst is not None else src, "dst")
+    if [_int(e) for e in sext] != [_int(e) for e in dext] or any(_int(e) is None for e in sext):
+        raise LangError(f"cumsum: src {sbuf.name} extents {sext} and dst {dbuf.name} extents {dext} must be equal "
+                        f"constants")
+    rank = len(sext)
+    if not -rank <= dim < rank:
+        raise LangError(f"cumsum: dim {dim} out of range for a rank-{rank} region of {sbuf.name}")
+    dim %= rank
+    n = _int(sext[dim])
+    other = [d for d in range(rank) if d != dim]
+
+    def body(par_vars: list) -> None:
+        with IB.serial(0, n) as k:
+            pos = (n - 1 - k) if reverse else k
+            prev = (pos + 1) if reverse else (pos - 1)
+            prev = tirx.max(tirx.min(prev, n - 1), 0)   # clamped: read only when k > 0
+
+            def at(offs, d_idx):
+                idx, p = [], 0
+                for d in range(rank):
+                    if d == dim:
+                        idx.append(offs[d] + d_idx)
+                    else:
+                        idx.append(offs[d] + par_vars[p])
+                        p += 1
+                return idx
+            cur = tirx.BufferLoad(sbuf, at(soff, pos))
+            before = tirx.BufferLoad(dbuf, at(doff, prev))
+            zero = tirx.const(0, str(dbuf.dtype))
+            value = cur + tirx.if_then_else(k > 0, before, zero)
+            IB.buffer_store(dbuf, value, at(doff, pos))
+
+    def nest(level: int, par_vars: list) -> None:
+        if level == len(other):
+            body(par_vars)
+            return
+        with IB.parallel(0, _int(sext[other[level]])) as v:
+            nest(level + 1, par_vars + [v])
+
+    if other:
+        nest(0, [])
+    else:                      # a 1-D region: one parallel iteration around the serial loop
+        with IB.parallel(0, 1):
+            body([])
+
+
+def _atomic(kind: str, dst: Any, value: Any) -> Any:
+    if not isinstance(dst, TensorLoad) or not tirx.is_buffer_var(dst.source):
+        raise LangError(f"atomic_{kind}: the destination must be one buffer element such as B[i], got {dst!r}")
+    dtype = str(dst.source.dtype)
+    if kind != "add" and not dtype.startswith(("int", "uint")):
+        raise LangError(f"atomic_{kind} on {dst.source.name} ({dtype}): CUDA has atomicMax/atomicMin for integer "
+                        f"elements only; use an integer buffer or a reduction")
+    value = tirx.Cast(dtype, value) if str(getattr(value, "dtype", dtype)) != dtype else value
+    name = {"add": "atomicAdd", "max": "atomicMax", "min": "atomicMin"}[kind]
+    return tirx.call_extern(dtype, name, tirx.address_of(dst), value)
+
+
+def atomic_add(dst: Any, value: Any) -> Any:
+    """``dst += value`` atomically (global or shared memory)."""
+    return _atomic("add", dst, value)
+
+
+def atomic_max(dst: Any, value: Any) -> Any:
+    """``dst = max(dst, value)`` atomically (integer elements)."""
+    return _atomic("max", dst, value)
+
+
+def atomic_min(dst: Any, value: Any) -> Any:
+    """``dst = min(dst, value)`` atomically (integer elements)."""
+    return _atomic("min", dst, value)
+
+
+# ------------------------------------------------------------------ recognising atomics in the IR
+
+@dataclass(frozen=True)
+class Atomic:
+    kind: str              # "add", "max", "min"
+    target: Any            # the TensorLoad of the element updated
+    value: Any
+
+
+def atomic_of(call: Any) -> Atomic | None:
+    """The atomic a call performs, or None for any other call."""
+    if not isinstance(call, tvm.ir.Call) or not isinstance(call.op, tvm.ir.Op):
+        return None
+    name = str(call.op.name)
+    if name == "tirx.cuda.atomic_add" and len(call.args) == 2:
+        kind, addr, value = "add", call.args[0], call.args[1]
+    elif name == "tirx.call_extern" and len(call.args) == 3 and isinstance(call.args[0], tvm.ir.StringImm) \
+            and str(call.args[0].value) in ATOMIC_EXTERNS:
+        kind, addr, value = ATOMIC_EXTERNS[str(call.args[0].value)], call.args[1], call.args[2]
+    else:
+        return None
+    if isinstance(addr, tvm.ir.Call) and str(addr.op.name) == "tirx.address_of" and len(addr.args) == 1 \
+            and isinstance(addr.args[0], TensorLoad):
+        return Atomic(kind, addr.args[0], value)
+    return None
+
+
+def is_atomic_call(call: Any) -> bool:
+    """The call is an atomic (well formed or not): used to refuse malformed ones clearly."""
+    if not isinstance(call, tvm.ir.Call) or not isinstance(call.op, tvm.ir.Op):
+        return False
+    name = str(call.op.name)
+    return name == "tirx.cuda.atomic_add" or (
+        name == "tirx.call_extern" and len(call.args) >= 1 and isinstance(call.args[0], tvm.ir.StringImm)
+        and str(call.args[0].value) in ATOMIC_EXTERNS)

@@ -1,0 +1,393 @@
+"""TVMScript kernels for tests/test_frontend_coverage.py (TVMScript parsing needs a real source file)."""
+from tvm.script import tirx as T
+from tvm.tirx.script import tile as Tx
+
+from tilelayout import lang
+
+
+def manual_scan(m: int, n: int, threads: int):
+    @T.prim_func
+    def kernel(A: T.Buffer((m, n), "float32"), B: T.Buffer((m, n), "float32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", threads)
+        F = T.alloc_buffer((m, n), "float32", scope="local.fragment")
+        Tx.copy(F[0:m, 0:n], A[0:m, 0:n])
+        for i in T.parallel(m):
+            for j in T.serial(1, n):
+                F[i, j] = F[i, j] + F[i, j - 1]
+        Tx.copy(B[0:m, 0:n], F[0:m, 0:n])
+    return kernel
+
+
+def column_scan_3d(threads: int):
+    """A serial loop over the middle dimension of a 3-D fragment: rows (b, :, c) live in one thread."""
+    @T.prim_func
+    def kernel(A: T.Buffer((4, 16, 8), "float32"), B: T.Buffer((4, 16, 8), "float32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", threads)
+        F = T.alloc_buffer((4, 16, 8), "float32", scope="local.fragment")
+        Tx.copy(F[0:4, 0:16, 0:8], A[0:4, 0:16, 0:8])
+        for b in T.parallel(4):
+            for c in T.parallel(8):
+                for j in T.serial(15):
+                    F[b, 15 - j - 1, c] = F[b, 15 - j - 1, c] * T.float32(0.5) + F[b, 15 - j, c]
+        Tx.copy(B[0:4, 0:16, 0:8], F[0:4, 0:16, 0:8])
+    return kernel
+
+
+def scan_out_of_bounds():
+    @T.prim_func
+    def kernel(A: T.Buffer((32, 16), "float32"), B: T.Buffer((32, 16), "float32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", 32)
+        F = T.alloc_buffer((32, 16), "float32", scope="local.fragment")
+        Tx.copy(F[0:32, 0:16], A[0:32, 0:16])
+        for i in T.parallel(32):
+            for j in T.serial(16):
+                F[i, j] = F[i, j] + F[i, j - 1]
+        Tx.copy(B[0:32, 0:16], F[0:32, 0:16])
+    return kernel
+
+
+def cumsum(m: int, n: int, threads: int, dim: int, reverse: bool, into_other: bool = False):
+    @T.prim_func
+    def kernel(A: T.Buffer((m, n), "float32"), B: T.Buffer((m, n), "float32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", threads)
+        F = T.alloc_buffer((m, n), "float32", scope="local.fragment")
+        G = T.alloc_buffer((m, n), "float32", scope="local.fragment")
+        Tx.copy(F[0:m, 0:n], A[0:m, 0:n])
+        if into_other:
+            lang.cumsum(F, G, dim=dim, reverse=reverse)
+            Tx.copy(B[0:m, 0:n], G[0:m, 0:n])
+        else:
+            lang.cumsum(F, dim=dim, reverse=reverse)
+            Tx.copy(B[0:m, 0:n], F[0:m, 0:n])
+    return kernel
+
+
+def cumsum_1d(n: int, threads: int):
+    @T.prim_func
+    def kernel(A: T.Buffer((n,), "float32"), B: T.Buffer((n,), "float32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", threads)
+        S = T.alloc_shared((n,), "float32")
+        Tx.copy(S[0:n], A[0:n])
+        lang.cumsum(S[0:n])
+        Tx.copy(B[0:n], S[0:n])
+    return kernel
+
+
+def histogram(m: int, n: int, bins: int, threads: int, shared: bool):
+    if shared:
+        @T.prim_func
+        def kernel(A: T.Buffer((m, n), "int32"), Hist: T.Buffer((bins,), "int32")):
+            bx = T.launch_thread("blockIdx.x", 1)
+            tx = T.launch_thread("threadIdx.x", threads)
+            H = T.alloc_shared((bins,), "int32")
+            for b in T.parallel(bins):
+                H[b] = 0
+            for i in T.parallel(m):
+                for j in T.parallel(n):
+                    lang.atomic_add(H[(A[i, j] % bins + bins) % bins], 1)
+            for b in T.parallel(bins):
+                Hist[b] = H[b]
+        return kernel
+
+    @T.prim_func
+    def kernel(A: T.Buffer((m, n), "int32"), Hist: T.Buffer((bins,), "int32")):
+        bx = T.launch_thread("blockIdx.x", 2)
+        tx = T.launch_thread("threadIdx.x", threads)
+        for i in T.parallel(m // 2):
+            for j in T.parallel(n):
+                lang.atomic_add(Hist[(A[bx * (m // 2) + i, j] % bins + bins) % bins], 1)
+    return kernel
+
+
+def tvm_atomic_add(m: int, n: int, threads: int):
+    """TVM's own spelling: T.cuda.atomic_add(T.address_of(dst), value)."""
+    @T.prim_func
+    def kernel(A: T.Buffer((m, n), "float32"), Out: T.Buffer((m,), "float32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", threads)
+        for i in T.parallel(m):
+            for j in T.parallel(n):
+                T.cuda.atomic_add(T.address_of(Out[i]), A[i, j])
+    return kernel
+
+
+def atomic_minmax(m: int, n: int, threads: int):
+    @T.prim_func
+    def kernel(A: T.Buffer((m, n), "int32"), Mx: T.Buffer((m,), "int32"), Mn: T.Buffer((m,), "int32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", threads)
+        for i in T.parallel(m):
+            for j in T.parallel(n):
+                lang.atomic_max(Mx[i], A[i, j])
+                lang.atomic_min(Mn[i], A[i, j])
+    return kernel
+
+
+def split_k(m: int, k: int, splits: int, threads: int):
+    kt = k // splits
+
+    @T.prim_func
+    def kernel(A: T.Buffer((m, k), "float32"), Out: T.Buffer((m,), "float32")):
+        bx = T.launch_thread("blockIdx.x", splits)
+        tx = T.launch_thread("threadIdx.x", threads)
+        F = T.alloc_buffer((m, kt), "float32", scope="local.fragment")
+        s = T.alloc_buffer((m,), "float32", scope="local.fragment")
+        Tx.copy(F[0:m, 0:kt], A[0:m, bx * kt:bx * kt + kt])
+        Tx.sum(s[0:m], F[0:m, 0:kt], axes=[1])
+        for i in T.parallel(m):
+            lang.atomic_add(Out[i], s[i])
+    return kernel
+
+
+def atomic_on_fragment():
+    @T.prim_func
+    def kernel(A: T.Buffer((32,), "float32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", 32)
+        F = T.alloc_buffer((32,), "float32", scope="local.fragment")
+        Tx.fill(F[0:32], T.float32(0))
+        for i in T.parallel(32):
+            T.cuda.atomic_add(T.address_of(F[i]), A[i])
+        Tx.copy(A[0:32], F[0:32])
+    return kernel
+
+
+def row_softmax_2d_block(m: int, n: int, x: int, y: int):
+    """Rows minus their max with threads=(x, y); C records each thread's (ty, tx) components."""
+    @T.prim_func
+    def kernel(A: T.Buffer((m, n), "float32"), B: T.Buffer((m, n), "float32"), C: T.Buffer((y, x), "int32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", x)
+        ty = T.launch_thread("threadIdx.y", y)
+        F = T.alloc_buffer((m, n), "float32", scope="local.fragment")
+        s = T.alloc_buffer((m,), "float32", scope="local.fragment")
+        Tx.copy(F[0:m, 0:n], A[0:m, 0:n])
+        Tx.max(s[0:m], F[0:m, 0:n], axes=[1])
+        for i in T.parallel(m):
+            for j in T.parallel(n):
+                F[i, j] = F[i, j] - s[i]
+        Tx.copy(B[0:m, 0:n], F[0:m, 0:n])
+        C[ty, tx] = ty * 1000 + tx
+    return kernel
+
+
+def three_dim_block():
+    @T.prim_func
+    def kernel(A: T.Buffer((64, 64), "float16"), B: T.Buffer((64, 64), "float16")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tz = T.launch_thread("threadIdx.z", 2)
+        tx = T.launch_thread("threadIdx.x", 16)
+        ty = T.launch_thread("threadIdx.y", 4)
+        F = T.alloc_buffer((64, 64), "float16", scope="local.fragment")
+        S = T.alloc_shared((64, 64), "float16")
+        Tx.copy(S[0:64, 0:64], A[0:64, 0:64])
+        Tx.copy(F[0:64, 0:64], S[0:64, 0:64])
+        for i in T.parallel(64):
+            for j in T.parallel(64):
+                F[i, j] = F[i, j] * T.float16(2)
+        Tx.copy(B[0:64, 0:64], F[0:64, 0:64])
+    return kernel
+
+
+def source_first_copy():
+    """TileLang's T.copy(A, frag) order carried over: copies the unwritten fragment into A."""
+    @T.prim_func
+    def kernel(A: T.Buffer((64, 64), "float32"), B: T.Buffer((64, 64), "float32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", 128)
+        frag = T.alloc_buffer((64, 64), "float32", scope="local.fragment")
+        Tx.copy(A[0:64, 0:64], frag[0:64, 0:64])
+        Tx.copy(B[0:64, 0:64], frag[0:64, 0:64])
+    return kernel
+
+
+def accumulate_without_clear():
+    @T.prim_func
+    def kernel(A: T.Buffer((64, 64), "float32"), B: T.Buffer((64,), "float32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", 128)
+        frag = T.alloc_buffer((64, 64), "float32", scope="local.fragment")
+        s = T.alloc_buffer((64,), "float32", scope="local.fragment")
+        Tx.copy(frag[0:64, 0:64], A[0:64, 0:64])
+        for i in T.parallel(64):
+            for j in T.parallel(64):
+                s[i] = s[i] + frag[i, j]
+        Tx.copy(B[0:64], s[0:64])
+    return kernel
+
+
+def grouped_accumulation(m: int, n: int, group: int, threads: int):
+    """TileLang #1374: ``acc[i, j // group] += B[i, j]``: every group of iterations updates one element."""
+    @T.prim_func
+    def kernel(B: T.Buffer((m, n), "float32"), Out: T.Buffer((m, n // group), "float32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", threads)
+        acc = T.alloc_buffer((m, n // group), "float32", scope="local.fragment")
+        Tx.fill(acc[0:m, 0:n // group], T.float32(0))
+        for i in T.parallel(m):
+            for j in T.parallel(n):
+                acc[i, j // group] = acc[i, j // group] + B[i, j]
+        Tx.copy(Out[0:m, 0:n // group], acc[0:m, 0:n // group])
+    return kernel
+
+
+def composites():
+    """memset, unary_reduce (exp with bias/scale, sum), binary_reduce, binary_chain (reversed), reduce_negate."""
+    @T.prim_func
+    def comp(A: T.Buffer((64, 32), "float32"), B: T.Buffer((64, 32), "float32"), C: T.Buffer((64,), "float32"), D: T.Buffer((64,), "float32"), E: T.Buffer((64,), "float32"), G2: T.Buffer((64, 32), "float32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", 64)
+        F = T.alloc_buffer((64, 32), "float32", scope="local.fragment")
+        G = T.alloc_buffer((64, 32), "float32", scope="local.fragment")
+        H = T.alloc_buffer((64, 32), "float32", scope="local.fragment")
+        r = T.alloc_buffer((64,), "float32", scope="local.fragment")
+        q = T.alloc_buffer((64,), "float32", scope="local.fragment")
+        n = T.alloc_buffer((64,), "float32", scope="local.fragment")
+        Tx.copy(F[0:64, 0:32], A[0:64, 0:32])
+        Tx.memset(H[0:64, 0:32], T.float32(0.5))
+        Tx.unary_reduce(G[0:64, 0:32], r[0:64], F[0:64, 0:32], "exp", "sum", T.float32(1.0), T.float32(0.5), [1])
+        Tx.binary_reduce(H[0:64, 0:32], q[0:64], F[0:64, 0:32], H[0:64, 0:32], "mul", "max", [1])
+        Tx.binary_chain(G[0:64, 0:32], F[0:64, 0:32], G[0:64, 0:32], T.float32(2), "sub", "mul", True)
+        Tx.reduce_negate(n[0:64], F[0:64, 0:32], "min", [1], False)
+        Tx.copy(B[0:64, 0:32], G[0:64, 0:32])
+        Tx.copy(G2[0:64, 0:32], H[0:64, 0:32])
+        Tx.copy(C[0:64], r[0:64])
+        Tx.copy(D[0:64], q[0:64])
+        Tx.copy(E[0:64], n[0:64])
+    return comp
+
+
+def select_op():
+    @T.prim_func
+    def kernel(A: T.Buffer((16, 16), "float32"), B: T.Buffer((16, 16), "float32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", 32)
+        F = T.alloc_buffer((16, 16), "float32", scope="local.fragment")
+        G = T.alloc_buffer((16, 16), "float32", scope="local.fragment")
+        Tx.copy(F[0:16, 0:16], A[0:16, 0:16])
+        Tx.select(G[0:16, 0:16], F[0:16, 0:16], T.float32(0), lambda i, j: i >= j)
+        Tx.copy(B[0:16, 0:16], G[0:16, 0:16])
+    return kernel
+
+
+def reduce_negate_accum():
+    @T.prim_func
+    def kernel(A: T.Buffer((16, 16), "float32"), B: T.Buffer((16,), "float32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", 32)
+        F = T.alloc_buffer((16, 16), "float32", scope="local.fragment")
+        r = T.alloc_buffer((16,), "float32", scope="local.fragment")
+        Tx.copy(F[0:16, 0:16], A[0:16, 0:16])
+        Tx.fill(r[0:16], T.float32(0))
+        Tx.reduce_negate(r[0:16], F[0:16, 0:16], "max", [1], True)
+        Tx.copy(B[0:16], r[0:16])
+    return kernel
+
+
+def row_reductions_by_serial_loop():
+    """TileLang's reduce_absmax / reduce_abssum / reduce_bitor spelled with a serial loop inside a parallel
+    nest (each row in one thread)."""
+    @T.prim_func
+    def kernel(A: T.Buffer((32, 16), "float32"), Bits: T.Buffer((32, 16), "int32"), Mx: T.Buffer((32,), "float32"),
+               Sm: T.Buffer((32,), "float32"), Or: T.Buffer((32,), "int32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", 32)
+        F = T.alloc_buffer((32, 16), "float32", scope="local.fragment")
+        I = T.alloc_buffer((32, 16), "int32", scope="local.fragment")
+        mx = T.alloc_buffer((32,), "float32", scope="local.fragment")
+        sm = T.alloc_buffer((32,), "float32", scope="local.fragment")
+        bo = T.alloc_buffer((32,), "int32", scope="local.fragment")
+        Tx.copy(F[0:32, 0:16], A[0:32, 0:16])
+        Tx.copy(I[0:32, 0:16], Bits[0:32, 0:16])
+        for i in T.parallel(32):
+            mx[i] = T.float32(0)
+            sm[i] = T.float32(0)
+            bo[i] = 0
+            for j in T.serial(16):
+                mx[i] = T.max(mx[i], T.abs(F[i, j]))
+                sm[i] = sm[i] + T.abs(F[i, j])
+                bo[i] = bo[i] | I[i, j]
+        Tx.copy(Mx[0:32], mx[0:32])
+        Tx.copy(Sm[0:32], sm[0:32])
+        Tx.copy(Or[0:32], bo[0:32])
+    return kernel
+
+
+def dynamic_scale():
+    """Static 64x64 tiles over a symbolic number of rows m (grid ceildiv(m, 64))."""
+    @T.prim_func
+    def kernel(a: T.handle, b: T.handle):
+        m = T.int32()
+        A = T.match_buffer(a, (m, 64), "float32")
+        B = T.match_buffer(b, (m, 64), "float32")
+        bx = T.launch_thread("blockIdx.x", T.ceildiv(m, 64))
+        tx = T.launch_thread("threadIdx.x", 128)
+        F = T.alloc_buffer((64, 64), "float32", scope="local.fragment")
+        Tx.copy(F[0:64, 0:64], A[bx * 64:bx * 64 + 64, 0:64])
+        for i in T.parallel(64):
+            for j in T.parallel(64):
+                F[i, j] = F[i, j] * T.float32(2)
+        Tx.copy(B[bx * 64:bx * 64 + 64, 0:64], F[0:64, 0:64])
+    return kernel
+
+
+def dynamic_column_sums():
+    """Column sums of an (m, 32) matrix: each block reduces its 64-row tile (rows past m must read as 0) and
+    adds the partial sums atomically."""
+    @T.prim_func
+    def kernel(a: T.handle, o: T.handle):
+        m = T.int32()
+        A = T.match_buffer(a, (m, 32), "float32")
+        Out = T.match_buffer(o, (32,), "float32")
+        bx = T.launch_thread("blockIdx.x", T.ceildiv(m, 64))
+        tx = T.launch_thread("threadIdx.x", 128)
+        F = T.alloc_buffer((64, 32), "float32", scope="local.fragment")
+        s = T.alloc_buffer((32,), "float32", scope="local.fragment")
+        Tx.copy(F[0:64, 0:32], A[bx * 64:bx * 64 + 64, 0:32])
+        Tx.sum(s[0:32], F[0:64, 0:32], axes=[0])
+        for j in T.parallel(32):
+            lang.atomic_add(Out[j], s[j])
+    return kernel
+
+
+def dynamic_both():
+    """Symbolic rows and columns: (m, n) with 32x32 tiles on a 2-D grid; shared staging."""
+    @T.prim_func
+    def kernel(a: T.handle, b: T.handle):
+        m = T.int32()
+        n = T.int32()
+        A = T.match_buffer(a, (m, n), "float16")
+        B = T.match_buffer(b, (m, n), "float16")
+        bx = T.launch_thread("blockIdx.x", T.ceildiv(n, 32))
+        by = T.launch_thread("blockIdx.y", T.ceildiv(m, 32))
+        tx = T.launch_thread("threadIdx.x", 64)
+        S = T.alloc_shared((32, 32), "float16")
+        F = T.alloc_buffer((32, 32), "float16", scope="local.fragment")
+        Tx.copy(S[0:32, 0:32], A[by * 32:by * 32 + 32, bx * 32:bx * 32 + 32])
+        Tx.copy(F[0:32, 0:32], S[0:32, 0:32])
+        for i in T.parallel(32):
+            for j in T.parallel(32):
+                F[i, j] = F[i, j] + T.float16(1)
+        Tx.copy(B[by * 32:by * 32 + 32, bx * 32:bx * 32 + 32], F[0:32, 0:32])
+    return kernel
+
+
+def reversed_atomic(m: int, k: int, threads: int):
+    """Row sums added atomically in reversed row order: the loop reads the 16-times replicated ``s`` at
+    ``m - 1 - i``, so its layout is a rotation of ``s``'s; only replica 0 may add."""
+    @T.prim_func
+    def kernel(A: T.Buffer((m, k), "float32"), Out: T.Buffer((m,), "float32")):
+        bx = T.launch_thread("blockIdx.x", 2)
+        tx = T.launch_thread("threadIdx.x", threads)
+        F = T.alloc_buffer((m, k), "float32", scope="local.fragment")
+        s = T.alloc_buffer((m,), "float32", scope="local.fragment")
+        Tx.copy(F[0:m, 0:k], A[0:m, 0:k])
+        Tx.sum(s[0:m], F[0:m, 0:k], axes=[1])
+        for i in T.parallel(m):
+            lang.atomic_add(Out[i], s[m - 1 - i])
+    return kernel
