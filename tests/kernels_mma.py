@@ -29,7 +29,7 @@ def one_warp_mma(A: T.Buffer((16, 16), "float16"), B: T.Buffer((16, 8), "float16
 
 
 def gemm(m, n, k, threads=128, a_dtype="float16", b_dtype="float16", acc="float32", trans_a=False, trans_b=False,
-         a_scope="shared", bk=None, alpha=1.0, beta=0.0, bias=False, a_from_global=False):
+         a_scope="shared", bk=None, alpha=1.0, beta=0.0, bias=False, a_from_global=False, stages=0):
     """C = alpha * A @ B (+ beta * D when ``bias``): operands staged in ``a_scope`` / shared. With ``bk < k`` the
     accumulator is filled with 0 and a serial K loop accumulates (beta = 1) into it."""
     bk = bk or k
@@ -38,6 +38,7 @@ def gemm(m, n, k, threads=128, a_dtype="float16", b_dtype="float16", acc="float3
     as_shape = (bk, m) if trans_a else (m, bk)
     bs_shape = (n, bk) if trans_b else (bk, n)
     steps = k // bk
+    loop_notes = {"num_stages": stages} if stages else {}
 
     @T.prim_func
     def kernel(A: T.Buffer(a_shape, a_dtype), B: T.Buffer(b_shape, b_dtype), D: T.Buffer((m, n), acc),
@@ -49,7 +50,7 @@ def gemm(m, n, k, threads=128, a_dtype="float16", b_dtype="float16", acc="float3
         acc_f = T.alloc_buffer((m, n), acc, scope="local.fragment")
         if steps > 1:
             Tx.fill(acc_f[0:m, 0:n], T.cast(0, acc))
-        for ko in T.serial(steps):
+        for ko in T.serial(steps, annotations=loop_notes):
             if trans_a:
                 Tx.copy(A_s[0:bk, 0:m], A[ko * bk:ko * bk + bk, 0:m])
             else:

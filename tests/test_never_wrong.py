@@ -514,11 +514,11 @@ def test_parallel_nest_reading_the_thread_index_is_refused():
 
 GEMM_UNDER_IF = '''
 @T.prim_func
-def main(A: T.Buffer((32, 16), "float32"), B: T.Buffer((16, 32), "float32"), C: T.Buffer((32, 32), "float32")):
+def main(A: T.Buffer((32, 16), "float16"), B: T.Buffer((16, 32), "float16"), C: T.Buffer((32, 32), "float32")):
     bx = T.launch_thread("blockIdx.x", 1)
     tx = T.launch_thread("threadIdx.x", 128)
-    As = T.alloc_buffer((32, 16), "float32", scope="shared")
-    Bs = T.alloc_buffer((16, 32), "float32", scope="shared")
+    As = T.alloc_buffer((32, 16), "float16", scope="shared")
+    Bs = T.alloc_buffer((16, 32), "float16", scope="shared")
     acc = T.alloc_buffer((32, 32), "float32", scope="local.fragment")
     if tx >= 64:
         Tx.copy(As[0:32, 0:16], A[0:32, 0:16])
@@ -530,9 +530,25 @@ def main(A: T.Buffer((32, 16), "float32"), B: T.Buffer((16, 32), "float32"), C: 
 '''
 
 
-def test_gemm_under_a_thread_condition():
+def test_tensor_core_gemm_under_a_thread_condition():
     res = tl.infer_layouts(_parse(GEMM_UNDER_IF))
     assert res.buffers["acc"].thread_range == (64, 64)
-    A, B = _rand(32, 16), _rand(16, 32, seed=1)
+    # fp16 operands, fp32 accumulator: the mma.sync instruction runs on the two warps of threads 64..127
+    A, B = _rand(32, 16).astype("float16"), _rand(16, 32, seed=1).astype("float16")
     _, _, C = _run(GEMM_UNDER_IF, A, B, np.zeros((32, 32), "float32"))
-    np.testing.assert_allclose(C, A @ B, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(C, A.astype("float32") @ B.astype("float32"), rtol=1e-3, atol=1e-3)
+    # on the GPU only threads 64..127 reach the gemm's barrier: a named barrier over them, not __syncthreads
+    src = tl.cuda_source(_parse(GEMM_UNDER_IF), target={"kind": "cuda", "arch": "sm_80"})
+    assert 'bar.sync %0, %1;' in src and src.count("__syncthreads()") == 1     # the user's own barrier
+
+
+def test_scalar_gemm_under_a_thread_condition():
+    func = _parse(GEMM_UNDER_IF).with_attr("tilelayout.gemm_fallback", "scalar")
+    res = tl.infer_layouts(func)
+    assert res.buffers["acc"].thread_range == (64, 64)
+    A, B = _rand(32, 16).astype("float16"), _rand(16, 32, seed=1).astype("float16")
+    out = [A, B, np.zeros((32, 32), "float32")]
+    with pytest.warns(UserWarning, match="scalar"):
+        tl.build_cpu(func)(*out)
+    C = out[2]
+    np.testing.assert_allclose(C, A.astype("float32") @ B.astype("float32"), rtol=1e-3, atol=1e-3)

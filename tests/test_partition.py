@@ -181,7 +181,8 @@ def test_fragment_without_a_layout_is_refused():
 def test_shared_tiles_with_a_layout_are_stored_at_their_physical_address():
     func = partition_function(_lowered("gemm_tile", "m64n64k64_t128"))
     text = _script(func)
-    assert 'A_s = T.alloc_shared((4096,), "float16")' in text     # swizzled: one flat array of 64 x 64
+    # swizzled: one flat array of 64 x 64, aligned to 1024 bytes (where wgmma's swizzle patterns start)
+    assert 'A_s = T.alloc_shared((4096,), "float16", align=1024)' in text
 
 
 def test_a_shared_layout_mapping_two_elements_to_one_address_is_refused():

@@ -160,8 +160,7 @@ def match_tiling(acc: Fragment, m: int, n: int, threads: int, inst: MmaInst,
     puts every element in the lane PTX's C fragment gives it."""
     if threads % WARP or acc.replicate_size != 1:
         return None
-    lo = (acc.thread_range or (0, threads))[0]
-    have = acc.thread_table()[..., 0] + lo
+    have = acc.thread_table()[..., 0]          # counted from the fragment's thread range, as warps are
     for tiling in candidates if candidates is not None else _candidates(m, n, threads // WARP):
         if np.array_equal(tiling.owner_table(inst), have):
             return tiling
@@ -179,6 +178,12 @@ class GemmContext:
     target: object
     layouts: dict          # buffer name -> Layout | Fragment (annotated)
     fresh: object          # fresh(base) -> unique name
+    thread_base: int = 0   # first thread of the range running the gemm (``if tx >= 64``: 64), a warp multiple
+
+    @property
+    def rel_tx(self):
+        """The thread index counted from the gemm's thread range: warps and lanes are numbered from it."""
+        return self.tx - self.thread_base if self.thread_base else self.tx
 
 
 def _region_index(region, coords: list) -> list:
@@ -225,18 +230,13 @@ class _Operand:
         self.buf = region.buffer
         self.dtype = str(self.buf.dtype)
 
-    def load(self, r, c):
-        """Element (r, c) of the logical operand (A: r = m, c = k; B: r = k, c = n)."""
-        if self.which == "A":
-            idx = [c, r] if self.transposed else [r, c]
-        else:
-            idx = [c, r] if self.transposed else [r, c]
-        return tirx.BufferLoad(self.buf.var, _region_index(self.region, idx))
-
     def storage_index(self, r, c) -> list:
-        if self.which == "A":
-            return [c, r] if self.transposed else [r, c]
+        """Stored (buffer-order) coordinates of logical element (r, c) (A: r = m, c = k; B: r = k, c = n)."""
         return [c, r] if self.transposed else [r, c]
+
+    def load(self, r, c):
+        """Element (r, c) of the logical operand."""
+        return tirx.BufferLoad(self.buf.var, _region_index(self.region, self.storage_index(r, c)))
 
     @property
     def k_contiguous(self) -> bool:
@@ -291,7 +291,7 @@ def lower_gemm_mma(op, acc: Fragment, tiling: WarpTiling, inst: MmaInst, ctx: Ge
         raise LoweringError(f"{op.describe()}: K = {k} is not a multiple of the {inst.name} K step {inst.k}; "
                             f"pad K to a multiple of {inst.k}")
     ksteps = k // inst.k
-    tx = ctx.tx
+    tx = ctx.rel_tx
     warp = tirx.floordiv(tx, WARP)
     lane = tirx.floormod(tx, WARP)
     A = _Operand(op, op.a, "A", op.transpose_a, ctx)
@@ -446,8 +446,8 @@ def lower_gemm_mma(op, acc: Fragment, tiling: WarpTiling, inst: MmaInst, ctx: Ge
 
 def accumulator_cells(tiling: WarpTiling, inst: MmaInst, op, ctx: GemmContext, body_fn) -> tirx.Stmt:
     """``body_fn(index)`` for every accumulator element this thread holds (index: buffer indices)."""
-    warp = tirx.floordiv(ctx.tx, WARP)
-    lane = tirx.floormod(ctx.tx, WARP)
+    warp = tirx.floordiv(ctx.rel_tx, WARP)
+    lane = tirx.floormod(ctx.rel_tx, WARP)
     a = tirx.Var(ctx.fresh("ca"), "int32")
     b = tirx.Var(ctx.fresh("cb"), "int32")
     e = tirx.Var(ctx.fresh("ce"), "int32")

@@ -36,7 +36,7 @@ from ..inference.frontend import CopyOp, ElementwiseOp, FillOp, GemmOp, ReduceOp
 from ..hardware import normalize_target, warp_size
 from ..inference.all_reduce import _cell_elements, _reduced, _split_basis, _xor_basis  # noqa: F401 (tests use them)
 from ..inference.loop_nest import nest_of
-from ..ir_utils import int_value, make_analyzer, mutate, thread_launch
+from ..ir_utils import int_value, make_analyzer, mutate, thread_launch, walk
 from . import lower_gemm as _gemm
 from .loop_partition import LoweringError, buffer_layouts, check_thread_fit, per_thread_cells
 
@@ -82,6 +82,7 @@ def element_loop(op, node, nest, kind):
 def lower_tile_ops(func, target=None):
     """``func`` with every tile op replaced by loops (see the module docstring)."""
     target = normalize_target(target)
+    from .lower_conversion import is_conversion, lower_conversion_call
     graph = build_op_graph(func)
     tx, threads = thread_launch(func)
     layouts = buffer_layouts(func)
@@ -95,6 +96,8 @@ def lower_tile_ops(func, target=None):
     ops = [op for op in graph.ops if isinstance(op, (CopyOp, FillOp, ElementwiseOp, ReduceOp, GemmOp))]
 
     def on_tile(node, mutator):
+        if is_conversion(node):     # a layout conversion: the way inference decided (lower_conversion.py)
+            return lower_conversion_call(node, layouts, tx, threads, target)
         for op in ops:
             if op.stmt.same_as(node):
                 return lowering.lower(op, node)
@@ -336,7 +339,11 @@ class _Lowering:
         m, n = (int(s) for s in d.shape)
         plan = self.gemm_plan(op)
         wanted = [_gemm.tiling_of_plan(plan)] if plan is not None else None
-        tiling = _gemm.match_tiling(work, m, n, self.threads, inst, wanted)
+        base, running = work.thread_range or (0, self.threads)
+        if base % warp_size(self.target):
+            raise LoweringError(f"{op.describe()}: it runs on threads [{base}, {base + running}), which do not start "
+                                f"at a warp boundary; tensor-core instructions need whole warps")
+        tiling = _gemm.match_tiling(work, m, n, running, inst, wanted)
         if tiling is None:
             what = f"the recorded gemm plan ({plan.describe()})" if plan is not None else \
                 f"any warp tiling of {inst.name} over {self.threads} threads"
@@ -344,9 +351,15 @@ class _Lowering:
                 f"buffer {d.name}: {op.describe()}: its layout {work!r} is not an accumulator layout of {inst.name} "
                 f"under {what} (each warp must hold whole 16x8 blocks in the lanes PTX assigns); let inference "
                 f"choose it, or make M a multiple of 16 per warp and N of 8")
-        ctx = _gemm.GemmContext(self.tx, self.threads, self.target, self.layouts, self.fresh)
+        ctx = _gemm.GemmContext(self.tx, self.threads, self.target, self.layouts, self.fresh, base)
         shared = [r.buffer for r in (op.a, op.b) if r.buffer.is_shared]
-        sync = [tirx.Evaluate(tirx.op.tvm_storage_sync("shared"))] if shared else []
+        if running < self.threads:
+            # a gemm under ``if tx >= 64``: only its threads reach the barrier, so it must be a named barrier
+            # over exactly them (``__syncthreads`` there would hang the block); ids 1..15 by warp offset
+            sync = [_gemm.ptx_call("bar.sync", tirx.const(1 + (base // 32) % 15, "uint32"),
+                                   tirx.const(running, "uint32"))] if shared else []
+        else:
+            sync = [tirx.Evaluate(tirx.op.tvm_storage_sync("shared"))] if shared else []
         before = list(sync)
         note = ""
         if tiling.kind == "strips":
@@ -362,7 +375,12 @@ class _Lowering:
             core, text = _gemm.lower_gemm_mma(op, work, tiling, inst, ctx)
         self.report(op, text + note)
         pre, post, allocs = self.gemm_epilogue(op, tiling, inst, ctx)
-        return tirx.SeqStmt(allocs + pre + before + [core] + sync + post)
+        out = tirx.SeqStmt(allocs + pre + before + [core] + sync + post)
+        if running < self.threads and _has_block_barrier(out):
+            raise LoweringError(f"{op.describe()}: it runs on threads [{base}, {base + running}) only, but its lowering "
+                                f"needs a block-wide barrier there (the other threads never reach it); move the gemm "
+                                f"out of the thread condition")
+        return out
 
     def gemm_plan(self, op: GemmOp):
         """The plan inference recorded for ``op`` (None when the function carries no plans)."""
@@ -478,6 +496,14 @@ class _Lowering:
 
 
 # --------------------------------------------------------------------------------------- helpers
+
+def _has_block_barrier(stmt) -> bool:
+    """Whether ``stmt`` contains ``__syncthreads`` (``tvm_storage_sync``), which every thread must reach."""
+    hits: list = []
+    walk(stmt, [(tvm.ir.Call, lambda c: hits.append(1) if isinstance(c.op, tvm.ir.Op)
+                 and str(c.op.name) == "tirx.tvm_storage_sync" else None)])
+    return bool(hits)
+
 
 class _ForCells:
     """Per-thread iteration over the cells of a fragment (see ``per_thread_cells``)."""

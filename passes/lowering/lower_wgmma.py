@@ -109,7 +109,7 @@ def lower_gemm_wgmma(op, tiling: WarpTiling, inst: WgmmaInst, ctx: GemmContext,
     a_sq = op.a.squeezed_extents()
     k = int(a_sq[0] if op.transpose_a else a_sq[1])
     ksteps = k // inst.k
-    tx = ctx.tx
+    tx = ctx.rel_tx
     warp = tirx.floordiv(tx, WARP)
     t_in_group = tirx.floormod(tx, 128)
     A = _Operand(op, op.a, "A", op.transpose_a, ctx)

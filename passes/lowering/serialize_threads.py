@@ -29,7 +29,7 @@ from .loop_partition import LoweringError
 __all__ = ["SerializeThreads", "serialize_threads", "SequentialSemantics", "sequential_semantics", "LOCAL_SCOPES"]
 
 LOCAL_SCOPES = ("local", "local.var", "local.fragment", "warp")
-_SHUFFLES = ("tirx.tvm_warp_shuffle_xor",)
+_SHUFFLES = ("tirx.tvm_warp_shuffle_xor", "tirx.tvm_warp_shuffle")
 
 
 # --------------------------------------------------------------------------------------- shared parts
@@ -119,7 +119,17 @@ def _has(stmt, pred) -> bool:
 
 
 def _is_sync(c) -> bool:
+    """A barrier: ``__syncthreads`` or a named barrier over part of the block (``bar.sync id, n``)."""
+    return isinstance(c.op, tvm.ir.Op) and str(c.op.name) in ("tirx.tvm_storage_sync", _NAMED_BARRIER)
+
+
+def _is_block_sync(c) -> bool:
+    """A barrier every thread of the block must reach."""
     return isinstance(c.op, tvm.ir.Op) and str(c.op.name) == "tirx.tvm_storage_sync"
+
+
+#: ``bar.sync id, count``: synchronises the ``count`` threads that execute it (a warp-specialised region)
+_NAMED_BARRIER = "tirx.ptx.bar_sync_count"
 
 
 def _is_shuffle(c) -> bool:
@@ -218,12 +228,13 @@ class _Phases:
                             None, stmt.annotations, stmt.step)
         if isinstance(stmt, tirx.IfThenElse):
             if _uses_any(stmt.condition, self.tvars):
-                if _has(stmt, _is_sync) or _has(stmt, is_collective):
-                    raise LoweringError("cannot run on the CPU: a barrier or tensor-core collective under a "
-                                        "thread-dependent condition (on a GPU only part of the block would reach it)")
-                if not _has(stmt, _is_shuffle):
+                if _has(stmt, _is_block_sync):
+                    raise LoweringError("cannot run on the CPU: a block-wide barrier under a thread-dependent "
+                                        "condition (on a GPU only part of the block would reach it)")
+                if not (_has(stmt, _is_shuffle) or _has(stmt, _is_sync) or _has(stmt, is_collective)):
                     return self.thread_loop(stmt)
-                # shuffles inside a warp-specialised region: every phase runs in the threads the condition selects
+                # shuffles, named barriers and warp collectives inside a warp-specialised region: every phase
+                # runs in the threads the condition selects (the lowering only emits them over whole warps)
                 parts = []
                 for cond, case in ((stmt.condition, stmt.then_case), (tirx.Not(stmt.condition), stmt.else_case)):
                     if case is not None:
@@ -245,17 +256,22 @@ class _Phases:
         walk(store, [(tvm.ir.Call, lambda c: calls.append(c) if _is_shuffle(c) else None)], order="post")
         phases, table = [], []
         for c in calls:
+            indexed = str(c.op.name) == "tirx.tvm_warp_shuffle"     # read lane c.args[2] of the segment
             value, lane_mask, width = c.args[1], int_value(c.args[2]), int_value(c.args[3])
-            if lane_mask is None or width is None or lane_mask >= width:
+            if width is None or (not indexed and (lane_mask is None or lane_mask >= width)):
                 raise LoweringError(f"cannot emulate shuffle {c}: lane mask and width must be constants")
             ex = tirx.decl_buffer([self.nthreads], str(value.ty), name="shfl_xchg")
             self.extra.append(tirx.AllocBuffer(ex))
             phases.append(self._publish(ex, value))
-            table.append((c, ex, lane_mask))
+            table.append((c, ex, (c.args[2], width) if indexed else lane_mask))
 
         def on_call(c):
             for call, ex, m in table:
                 if call.same_as(c):
+                    if isinstance(m, tuple):
+                        lane, width = m
+                        base = tirx.floordiv(self._flat_thread(), width) * width
+                        return tirx.BufferLoad(ex, [base + tirx.floormod(lane, width)])
                     return tirx.BufferLoad(ex, [tirx.bitwise_xor(self._flat_thread(), m)])
             return c
 
@@ -287,7 +303,7 @@ def SequentialSemantics():
 
 def sequential_semantics(func):
     """The unlowered tile program run once, by one thread, op by op over whole regions (the reference)."""
-    from ..inference.frontend import CopyOp, ElementwiseOp, FillOp, GemmOp, ReduceOp, build_op_graph
+    from ..inference.frontend import ConvertOp, CopyOp, ElementwiseOp, FillOp, GemmOp, ReduceOp, build_op_graph
     graph = build_op_graph(func)
     blocks, threads, body = _launches(func)
     if threads and _uses_any(body, [v for v, _ in threads]):
@@ -299,11 +315,13 @@ def sequential_semantics(func):
         nb = tirx.decl_buffer(list(b.shape), b.dtype, name=f"{b.name}_ref")
         remap[b] = (nb, False)
         decls.append(tirx.AllocBuffer(nb))
-    ops = [op for op in graph.ops if isinstance(op, (CopyOp, FillOp, ElementwiseOp, ReduceOp, GemmOp))]
+    ops = [op for op in graph.ops if isinstance(op, (CopyOp, FillOp, ElementwiseOp, ReduceOp, GemmOp, ConvertOp))]
 
     def on_tile(node, mutator):
         for op in ops:
             if op.stmt.same_as(node):
+                if isinstance(op, ConvertOp):       # a layout conversion means a plain copy here
+                    op = CopyOp(index=op.index, stmt=op.stmt, dst=op.dst, src=op.src)
                 return _reference_op(op, node)
         raise LoweringError(f"tile op {node.op.name} has no reference semantics")
 
