@@ -772,7 +772,59 @@ class Gen:
              "partial": 6, "step_fill": 4, "step_copy_frag": 3, "serial_inner": 1, "partial_copy": 3,
              "tile_elementwise": 3, "transposed_frag": 2, "guarded_store": 2, "step_store": 2,
              "thread_region": 5, "offset_visit": 5, "sub_region_copy": 4, "reversed_read": 5,
-             "multi_index_read": 3, "reduce_permuted": 4}
+             "multi_index_read": 3, "reduce_permuted": 4, "gemm": 3}
+
+    def gemm(self) -> None:
+        """A tensor-core gemm (shared fp16 operands, fp32 accumulator), sometimes chained attention-style: the
+        accumulator cast to an fp16 fragment that is the register A operand of a second gemm, or a register A
+        loaded from global. Random warp policy; shapes the instruction fits (others are refused cleanly,
+        which the fuzzer accepts as a refusal). Bug class: chained gemms planned apart (instruction or warp
+        partition mismatch between S, P and O)."""
+        rng = self.rng
+        if self.threads % 32 or self.threads > 256:
+            return self.elementwise()
+        warps = self.threads // 32
+        m = 16 * warps * rng.choice((1, 1, 2)) if rng.random() < 0.8 else rng.choice((16, 32, 64))
+        n, k = rng.choice((8, 16, 32, 64)), rng.choice((16, 32))
+        policy = rng.choice((None, None, "full_row", "square", "full_col"))
+        kw = f', warp_policy="{policy}"' if policy else ""
+        chained, reg_a = rng.random() < 0.5, rng.random() < 0.25
+        if reg_a:
+            a = self.new_frag((m, k), "float16")
+            self.load(a)
+        else:
+            a = Buf(self.fresh("s"), (m, k), "float16", "shared")
+            self.allocs.append(a)
+            g, reg = self.global_region((m, k), "float16", "in")
+            self.body.append(f"Tx.copy({a.name}[{_region(a.shape)}], {g}[{reg}])")
+        trans_b = rng.random() < 0.5
+        b = Buf(self.fresh("s"), (n, k) if trans_b else (k, n), "float16", "shared")
+        self.allocs.append(b)
+        g, reg = self.global_region(b.shape, "float16", "in")
+        self.body.append(f"Tx.copy({b.name}[{_region(b.shape)}], {g}[{reg}])")
+        acc = self.new_frag((m, n), "float32")
+        self.body.append(f"Tx.gemm({acc.name}[{_region(acc.shape)}], {a.name}[{_region(a.shape)}], "
+                         f"{b.name}[{_region(b.shape)}], {acc.name}[{_region(acc.shape)}], False, {trans_b}, "
+                         f"T.float32(1), T.float32(0){kw})")
+        self.defined.add(acc.name)
+        self.has_sum = True
+        self.sum_extent = max(self.sum_extent, k)
+        self.notes.append("gemm-register-a" if reg_a else "gemm")
+        if chained and n % 16 == 0:
+            p = self.new_frag((m, n), "float16")
+            self.body.append(f"Tx.copy({p.name}[{_region(p.shape)}], {acc.name}[{_region(acc.shape)}])")
+            d = rng.choice((8, 16, 32))
+            c = Buf(self.fresh("s"), (n, d), "float16", "shared")
+            self.allocs.append(c)
+            g, reg = self.global_region(c.shape, "float16", "in")
+            self.body.append(f"Tx.copy({c.name}[{_region(c.shape)}], {g}[{reg}])")
+            o = self.new_frag((m, d), "float32")
+            self.body.append(f"Tx.gemm({o.name}[{_region(o.shape)}], {p.name}[{_region(p.shape)}], "
+                             f"{c.name}[{_region(c.shape)}], {o.name}[{_region(o.shape)}], False, False, "
+                             f"T.float32(1), T.float32(0){kw})")
+            self.defined.update((p.name, o.name))
+            self.sum_extent = max(self.sum_extent, n)
+            self.notes.append("gemm-chain")
 
     def step_reduce(self) -> None:
         cands = [b for b in self.frags() if b.shape != (1,)]
