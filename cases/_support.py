@@ -111,6 +111,23 @@ def assert_owned(loop_key: str, loop: dict, frag_name: str, frag: dict,
                                  f"{np.nonzero(stale.any(0))[0][:8].tolist()} stale")
 
 
+def conversion_kind(src: dict, dst: dict, threads: int | None = None, warp: int = 32) -> str:
+    """The least general way a conversion between two recorded fragment layouts can be done, by enumeration
+    of both: ``noop`` when every holder in ``dst`` already holds the element in ``src``, ``shuffle`` when
+    every needed element is held in the reader's warp (and ``src`` is not replicated), else ``shared``."""
+    threads = threads or max(thread_count(src), thread_count(dst))
+    s, d = thread_table(src), thread_table(dst)                      # (*shape, R) each
+    size = int(np.prod(s.shape[:-1]))
+    s, d = s.reshape(size, -1), d.reshape(size, -1)
+    holds = np.zeros((size, threads), dtype=bool)
+    holds[np.arange(size)[:, None], s] = True
+    if holds[np.arange(size)[:, None], d].all():
+        return "noop"
+    if s.shape[1] == 1 and (s // warp == d // warp).all():
+        return "shuffle"
+    return "shared"
+
+
 def row_holders(d: dict) -> list[frozenset]:
     """For each index of the first axis, the set of threads holding any element of that row."""
     threads = thread_table(d)

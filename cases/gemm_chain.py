@@ -63,7 +63,9 @@ for _tag, _arch in (("sm80", "sm_80"), ("sm90", "sm_90")):
         # P is rounded to fp16 between the gemms, as the kernel does
         REFERENCE[_v] = lambda dd: {"D": (dd["A"].astype(np.float32) @ dd["B"].astype(np.float32).T).astype(np.float16)
                                     .astype(np.float64) @ dd["C"].astype(np.float64)}
-        TOLERANCE[_v] = (1e-2, 1e-2)
+        # S summed in another order (f32 on the tensor cores, f64 in the interpreter) can round one P element to
+        # the neighbouring fp16 value: one ulp of P (~5e-4 near 1) times a row of C moves D by up to ~2e-2
+        TOLERANCE[_v] = (2e-2, 2e-2)
 
 
 def check(variant, model, result):

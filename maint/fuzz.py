@@ -52,6 +52,7 @@ Exit status 0 when every kernel is ok or unsupported, 1 otherwise.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import sys
 import time
@@ -1092,7 +1093,11 @@ def main(argv=None) -> int:
     ap.add_argument("--in-process", action="store_true", help="check in this process (for debugging)")
     ap.add_argument("--progress", action="store_true", help="print each kernel index before checking it")
     ap.add_argument("-v", "--verbose", action="store_true", help="print unsupported messages in full")
+    ap.add_argument("--register-budget", type=int,
+                    help="plan for this many registers per thread: whole-tile replicas become layout conversions")
     args = ap.parse_args(argv)
+    if args.register_budget:       # the environment reaches the forked checking processes
+        os.environ["TILELAYOUT_REGISTER_BUDGET"] = str(args.register_budget)
     models = (args.model,) if args.model else COST_MODELS
     numeric, cross = not args.no_numeric, args.cross_check
     seeds = _seeds(args.seeds) if args.seeds else [args.seed]

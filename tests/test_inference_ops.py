@@ -249,7 +249,7 @@ def test_ownership_conflict_names_the_buffer_both_ops_and_both_layouts(infer):
     px = tl.Fragment([64, 64], lambda i, j: i * 2 + j // 32, lambda i, j: j % 32)
     py = tl.Fragment([64, 64], lambda i, j: j * 2 + i // 32, lambda i, j: i % 32)
     with pytest.raises(LayoutConflictError) as err:
-        tl.infer_layouts(annotate_layouts(func, {"x": px, "y": py}))
+        tl.infer_layouts(annotate_layouts(func, {"x": px, "y": py}), conflicts="strict")
     text = str(err.value)
     assert text.startswith("buffer x:")
     assert "parallel i,j[64x64] (op #1)" in text and "derived from y" in text and "pinned" in text

@@ -235,6 +235,82 @@ def _scale_columns(m, n, threads):
     return main
 
 
+def _conversion_gemm_sym(n, threads):
+    @T.prim_func
+    def main(A: T.Tensor((n, n), T.float16), B: T.Tensor((n, n), T.float16), C: T.Tensor((n, n), T.float32)):
+        with T.Kernel(1, threads=threads):
+            A_s = T.alloc_shared((n, n), T.float16)
+            B_s = T.alloc_shared((n, n), T.float16)
+            acc = T.alloc_fragment((n, n), T.float32)
+            T.copy(A, A_s)
+            T.copy(B, B_s)
+            T.gemm(A_s, B_s, acc, clear_accum=True)
+            for i, j in T.Parallel(n, n):
+                C[i, j] = acc[i, j] + acc[j, i]
+    return main
+
+
+def _conversion_register_sym(n, threads):
+    @T.prim_func
+    def main(A: T.Tensor((n, n), T.float32), B: T.Tensor((n, n), T.float32)):
+        with T.Kernel(1, threads=threads):
+            F = T.alloc_fragment((n, n), T.float32)
+            T.copy(A, F)
+            for i, j in T.Parallel(n, n):
+                B[i, j] = F[i, j] * F[j, i]
+    return main
+
+
+def _conversion_transposed(n, threads):
+    @T.prim_func
+    def main(A: T.Tensor((n, n), T.float32), B: T.Tensor((n, n), T.float32)):
+        with T.Kernel(1, threads=threads):
+            F = T.alloc_fragment((n, n), T.float32)
+            G = T.alloc_fragment((n, n), T.float32)
+            H = T.alloc_fragment((n, n), T.float32)
+            T.copy(A, F)
+            for i, j in T.Parallel(n, n):
+                G[i, j] = F[i, j] + 1.0
+            for i, j in T.Parallel(n, n):
+                H[i, j] = F[j, i] * G[i, j]
+            T.copy(H, B)
+    return main
+
+
+def _conversion_two_consumers(y_thread, y_index):
+    x_pin = T.Fragment([64, 64], forward_thread_fn=lambda i, j: i * 2 + j // 32, forward_index_fn=lambda i, j: j % 32)
+    y_pin = T.Fragment([64, 64], forward_thread_fn=y_thread, forward_index_fn=y_index)
+
+    @T.prim_func
+    def main(A: T.Tensor((64, 64), T.float32), B1: T.Tensor((64, 64), T.float32), B2: T.Tensor((64, 64), T.float32)):
+        with T.Kernel(1, threads=128):
+            F = T.alloc_fragment((64, 64), T.float32)
+            X = T.alloc_fragment((64, 64), T.float32)
+            Y = T.alloc_fragment((64, 64), T.float32)
+            T.annotate_layout({X: x_pin, Y: y_pin})
+            T.copy(A, F)
+            for i, j in T.Parallel(64, 64):
+                X[i, j] = F[i, j] * 2.0
+            for i, j in T.Parallel(64, 64):
+                Y[i, j] = F[i, j] + 1.0
+            T.copy(X, B1)
+            T.copy(Y, B2)
+    return main
+
+
+def _conversion_accumulate_rows(m, n, threads):
+    @T.prim_func
+    def main(A: T.Tensor((m, n), T.float32), R: T.Tensor((m,), T.float32)):
+        with T.Kernel(1, threads=threads):
+            x = T.alloc_fragment((m, n), T.float32)
+            r = T.alloc_fragment((m,), T.float32)
+            T.fill(r, 0.0)
+            T.copy(A, x)
+            T.reduce_sum(x, r, dim=1, clear=False)
+            T.copy(r, R)
+    return main
+
+
 def _flash(dim, bm, bn, threads, causal, policy=True, batch=1, heads=1):
     """examples/flash_attention/example_mha_fwd_bhsd.py, serial K/V loop (TileLang's T.Pipelined with one
     stage infers the same layouts)."""
@@ -364,6 +440,14 @@ KERNELS = {
     "broadcast_column/m64_n128_t128": lambda: _scale_columns(64, 128, 128),
     "register_spill/m64_n128_t128": lambda: _register_spill(64, 128, 128),
     "pinned_layout/mma_pin_128x128_t128": _pinned_mma,
+    "conversion_symmetric/gemm_acc_m64n64k64_t128": lambda: _conversion_gemm_sym(64, 128),
+    "conversion_symmetric/register_tile_64x64_t128": lambda: _conversion_register_sym(64, 128),
+    "conversion_transposed/fp32_64x64_t128": lambda: _conversion_transposed(64, 128),
+    "conversion_two_consumers/rows_vs_columns_64x64_t128": lambda: _conversion_two_consumers(
+        lambda i, j: j * 2 + i // 32, lambda i, j: i % 32),
+    "conversion_two_consumers/lane_permutation_64x64_t128": lambda: _conversion_two_consumers(
+        lambda i, j: i // 16 * 32 + j // 32 * 16 + i % 16, lambda i, j: j % 32),
+    "conversion_avoided/accumulate_rows_64x128_t128": lambda: _conversion_accumulate_rows(64, 128, 128),
 }
 
 

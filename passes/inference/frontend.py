@@ -35,7 +35,7 @@ from ..ir_utils import walk
 
 __all__ = [
     "FrontendError", "BufferInfo", "Region", "Access", "Loop", "TileOp", "CopyOp", "FillOp",
-    "ReduceOp", "GemmOp", "ElementwiseOp", "ParallelOp", "OpGraph", "build_op_graph",
+    "ReduceOp", "GemmOp", "ElementwiseOp", "ParallelOp", "ConvertOp", "OpGraph", "build_op_graph",
 ]
 
 
@@ -286,6 +286,23 @@ class CopyOp(TileOp):
 
     def _describe(self) -> str:
         return f"{'copy_async' if self.is_async else 'copy'} {self.dst} <- {self.src}"
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ConvertOp(TileOp):
+    """A layout conversion inference inserted (``T.tile.copy`` carrying a ``tilelayout_conversion`` config):
+    ``dst`` is a second version of the fragment ``src`` with its own layout; no layout rule links the two."""
+
+    kind: ClassVar[str] = "convert"
+    dst: Region
+    src: Region
+    plan: dict = field(default_factory=dict)
+
+    def regions(self) -> list[Region]:
+        return [self.dst, self.src]
+
+    def _describe(self) -> str:
+        return f"convert {self.dst} <- {self.src}"
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -765,7 +782,11 @@ class _Builder:
             self._arity(call, args, 2)
             dst, src = self.region(args[0], call, "destination"), self.region(args[1], call, "source")
             _match(call, "copy", [dst, src])
-            self.add(CopyOp, call, dst=dst, src=src, is_async=short == "copy_async")
+            plan = _conversion_plan(call)
+            if plan is not None:
+                self.add(ConvertOp, call, dst=dst, src=src, plan=plan)
+            else:
+                self.add(CopyOp, call, dst=dst, src=src, is_async=short == "copy_async")
         elif name == "tirx.tile.fill":
             self._arity(call, args, 2)
             dst = self.region(args[0], call, "destination")
@@ -823,6 +844,16 @@ class _Builder:
                 order.append(r)
             groups[r].append(info)
         return [groups[r] for r in order if len(groups[r]) > 1]
+
+
+def _conversion_plan(call: Any) -> dict | None:
+    """The decision dict of a conversion copy, None for an ordinary copy."""
+    from .conversion import CONFIG_KEY
+    config = call.config
+    if config is None or CONFIG_KEY not in config:
+        return None
+    from tilelayout.annotate import _plain
+    return _plain(config[CONFIG_KEY])
 
 
 def _conjuncts(cond: Any) -> list:

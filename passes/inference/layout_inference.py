@@ -18,9 +18,11 @@ from tilelayout.errors import InferenceError, LayoutConflictError, LayoutError
 from tilelayout.fragment import Fragment, fully_replicated
 from tilelayout.layout import Layout
 
+from .conversion import register_count32
+from .conversion_plan import conversion_costs
 from .cost_models import ScoringContext, get_cost_model
 from .fragment_rules import ownership_error
-from .frontend import build_op_graph
+from .frontend import ConvertOp, build_op_graph
 from .gemm_plan import plan_gemms
 from ..hardware import check_block_threads, func_target, normalize_target
 from .loop_nest import nest_of
@@ -60,6 +62,8 @@ class Attempt:
     layouts: dict = field(default_factory=dict)      # buffer name -> Layout | Fragment (component buffers)
     loops: dict = field(default_factory=dict)        # op description -> loop Fragment
     details: tuple = ()                              # per-statement costs from the cost model
+    conversions: list = field(default_factory=list)  # conversions of the attempt (see conversion_plan)
+    note: str | None = None                          # e.g. over the register budget
 
     def to_dict(self) -> dict:
         """JSON-ready form: cost, verdict, error and the attempt's layouts as dicts."""
@@ -90,6 +94,8 @@ class InferenceResult:
     graph: Any = None
     op_loops: dict = field(default_factory=dict)     # op index -> LoopDecision (every loop-shaped op)
     gemm_plans: dict = field(default_factory=dict)   # op index -> GemmPlan (every gemm)
+    conversions: list = field(default_factory=list)  # inserted conversions: dicts with src, dst, kind, cost, ...
+    notes: list = field(default_factory=list)        # conflicts met and how they were resolved, in words
 
     def summary(self) -> str:
         """One line per buffer and loop layout (``tilelayout show`` prints more)."""
@@ -227,8 +233,9 @@ def _merge_swizzles(a, b, buf):
 
 
 class _Engine:
-    def __init__(self, func, target, cost_model):
+    def __init__(self, func, target, cost_model, budget: int | None = None):
         self.func = func
+        self.budget = budget            # per-thread 32-bit registers; attempts over it lose (None: no limit)
         self.target = normalize_target(func_target(func, target))
         self.model = get_cost_model(cost_model)
         self.graph = build_op_graph(func)
@@ -352,11 +359,14 @@ class _Engine:
                 continue
             best, best_state, tried, certified = None, None, [], None
             for n, root in enumerate(members):
+                if isinstance(self.ops[root], ConvertOp):
+                    continue        # a conversion has no rule: rooting there repeats another attempt
                 attempt = Attempt(cid, root, self.describe(root))
                 if certified is not None:
                     # every attempt from this component's starting state ends in the certified one (see _certify):
                     # the same layouts and cost, so it ties and the earlier root keeps the win
                     _copy_outcome(attempt, certified)
+                    attempt.note, attempt.conversions = certified.note, list(certified.conversions)
                     tried.append(attempt)
                     continue
                 trial = state.copy()
@@ -371,16 +381,24 @@ class _Engine:
                     cost = self.model.score([self.ops[m] for m in members], dict(trial.layouts),
                                             ScoringContext(self.graph, self.target,
                                                            {i: d.layout for i, d in trial.loops.items()}))
+                    converts = conversion_costs([self.ops[m] for m in members], trial.layouts, self.graph, self.target)
                 except _SEARCH_ERRORS as err:
                     attempt.error = str(err)
                     tried.append(attempt)
                     continue
                 attempt.mem, attempt.regs, attempt.details = cost.mem, cost.regs, tuple(cost.details)
+                attempt.mem += sum(c.mem for _, c in converts)
+                attempt.conversions = [{"src": op.src.buffer.name, "dst": op.dst.buffer.name, "op": op.describe(),
+                                        "kind": c.kind, "cost": c} for op, c in converts]
                 attempt.layouts = {b.name: trial.layouts[b.name] for m in members
                                    for b in self.ops[m].buffers() if b.name in trial.layouts}
                 attempt.loops = {self.describe(m): trial.loops[m].layout for m in members if m in trial.loops}
+                over = self._over_budget(attempt.layouts)
+                if over is not None:
+                    attempt.note = over
                 tried.append(attempt)
-                if best is None or (cost.mem, cost.regs) < (best.mem, best.regs):
+                rank = (attempt.note is not None, attempt.mem, attempt.regs)
+                if best is None or rank < (best.note is not None, best.mem, best.regs):
                     best, best_state = attempt, trial
                 remaining = len(members) - n - 1
                 if remaining and _certify(self, state, trial, members, budget=2 * remaining * len(members)):
@@ -395,6 +413,16 @@ class _Engine:
             state.queue.clear()
             state.queued.clear()
         return state
+
+    def _over_budget(self, layouts: dict) -> str | None:
+        """Why an attempt's fragments exceed the register budget (it then loses to any attempt within it)."""
+        if self.budget is None:
+            return None
+        regs = register_count32({n: l for n, l in layouts.items() if self.graph.buffer(n).is_fragment},
+                                lambda n: self.graph.buffer(n).bits)
+        if regs <= self.budget:
+            return None
+        return f"over the register budget: {regs} registers per thread > {self.budget}"
 
     def _check_component(self, state: _State, members: list) -> None:
         for i in members:
@@ -484,10 +512,19 @@ def clear_caches() -> None:
     statement_score.clear_caches()
 
 
-def infer_layouts(func, target=None, cost_model=None) -> InferenceResult:
-    """Infer layouts of every fragment, shared tile and parallel loop of ``func`` (a TIRx PrimFunc)."""
-    engine = _Engine(func, target, cost_model)
-    state = engine.run()
+def infer_layouts(func, target=None, cost_model=None, conflicts=None) -> InferenceResult:
+    """Infer layouts of every fragment, shared tile and parallel loop of ``func`` (a TIRx PrimFunc).
+
+    ``conflicts``: ``"convert"`` (default) resolves a layout conflict, or a plan over the register budget,
+    by inserting the cheapest layout conversion (see ``conversion_plan``); ``"strict"`` keeps the behaviour
+    without conversions (a conflict raises ``LayoutConflictError``). Also ``layout_config(conflicts=...)``
+    and $TILELAYOUT_CONFLICTS."""
+    from .conversion_plan import infer_with_conversions
+    return infer_with_conversions(func, target, cost_model, conflicts, _Engine, _SEARCH_ERRORS, _result)
+
+
+def _result(engine: _Engine, state: _State) -> InferenceResult:
+    func = engine.func
     buffers = {b.name: state.layouts[b.name] for b in engine.graph.buffers if b.name in state.layouts}
     loops, info, op_loops = {}, {}, {}
     for i, nest in engine.nests.items():
@@ -506,7 +543,7 @@ def infer_layouts(func, target=None, cost_model=None) -> InferenceResult:
     return result
 
 
-def LayoutInference(cost_model=None, target=None):
+def LayoutInference(cost_model=None, target=None, conflicts=None):
     """A PrimFunc pass that annotates every function with its inferred layouts (see ``infer_layouts``)."""
 
     @tvm.tirx.transform.prim_func_pass(opt_level=0, name="tilelayout.LayoutInference")
@@ -514,6 +551,6 @@ def LayoutInference(cost_model=None, target=None):
         func_target = target
         if func_target is None and func.attrs is not None and "target" in func.attrs:
             func_target = func.attrs["target"]
-        return infer_layouts(func, func_target, cost_model).func
+        return infer_layouts(func, func_target, cost_model, conflicts).func
 
     return _pass

@@ -573,15 +573,6 @@ def _infer_gemm(op: GemmOp, level: int, state) -> None:
             state.propose(buf, swizzle.make_swizzled_layout(list(buf.shape), buf.dtype, None), op, level)
 
 
-def _gemm_fallback(state) -> str | None:
-    engine = getattr(state, "engine", None)
-    func = getattr(engine, "func", None)
-    attrs = getattr(func, "attrs", None)
-    if attrs is None or "tilelayout.gemm_fallback" not in attrs:
-        return None
-    return str(attrs["tilelayout.gemm_fallback"])
-
-
 def _propose_operand(op: GemmOp, role: str, buf, layout: Fragment, plan, level: int, state) -> None:
     """Propose the instruction's register layout for a gemm fragment; a clash names the gemm, the operand, the
     layout the instruction needs and what would work instead."""

@@ -82,6 +82,7 @@ def element_loop(op, node, nest, kind):
 def lower_tile_ops(func, target=None):
     """``func`` with every tile op replaced by loops (see the module docstring)."""
     target = normalize_target(target)
+    from .lower_conversion import is_conversion, lower_conversion_call
     graph = build_op_graph(func)
     tx, threads = thread_launch(func)
     layouts = buffer_layouts(func)
@@ -95,6 +96,8 @@ def lower_tile_ops(func, target=None):
     ops = [op for op in graph.ops if isinstance(op, (CopyOp, FillOp, ElementwiseOp, ReduceOp, GemmOp))]
 
     def on_tile(node, mutator):
+        if is_conversion(node):     # a layout conversion: the way inference decided (lower_conversion.py)
+            return lower_conversion_call(node, layouts, tx, threads, target)
         for op in ops:
             if op.stmt.same_as(node):
                 return lowering.lower(op, node)

@@ -29,7 +29,7 @@ from .loop_partition import LoweringError
 __all__ = ["SerializeThreads", "serialize_threads", "SequentialSemantics", "sequential_semantics", "LOCAL_SCOPES"]
 
 LOCAL_SCOPES = ("local", "local.var", "local.fragment", "warp")
-_SHUFFLES = ("tirx.tvm_warp_shuffle_xor",)
+_SHUFFLES = ("tirx.tvm_warp_shuffle_xor", "tirx.tvm_warp_shuffle")
 
 
 # --------------------------------------------------------------------------------------- shared parts
@@ -256,17 +256,22 @@ class _Phases:
         walk(store, [(tvm.ir.Call, lambda c: calls.append(c) if _is_shuffle(c) else None)], order="post")
         phases, table = [], []
         for c in calls:
+            indexed = str(c.op.name) == "tirx.tvm_warp_shuffle"     # read lane c.args[2] of the segment
             value, lane_mask, width = c.args[1], int_value(c.args[2]), int_value(c.args[3])
-            if lane_mask is None or width is None or lane_mask >= width:
+            if width is None or (not indexed and (lane_mask is None or lane_mask >= width)):
                 raise LoweringError(f"cannot emulate shuffle {c}: lane mask and width must be constants")
             ex = tirx.decl_buffer([self.nthreads], str(value.ty), name="shfl_xchg")
             self.extra.append(tirx.AllocBuffer(ex))
             phases.append(self._publish(ex, value))
-            table.append((c, ex, lane_mask))
+            table.append((c, ex, (c.args[2], width) if indexed else lane_mask))
 
         def on_call(c):
             for call, ex, m in table:
                 if call.same_as(c):
+                    if isinstance(m, tuple):
+                        lane, width = m
+                        base = tirx.floordiv(self._flat_thread(), width) * width
+                        return tirx.BufferLoad(ex, [base + tirx.floormod(lane, width)])
                     return tirx.BufferLoad(ex, [tirx.bitwise_xor(self._flat_thread(), m)])
             return c
 
@@ -298,7 +303,7 @@ def SequentialSemantics():
 
 def sequential_semantics(func):
     """The unlowered tile program run once, by one thread, op by op over whole regions (the reference)."""
-    from ..inference.frontend import CopyOp, ElementwiseOp, FillOp, GemmOp, ReduceOp, build_op_graph
+    from ..inference.frontend import ConvertOp, CopyOp, ElementwiseOp, FillOp, GemmOp, ReduceOp, build_op_graph
     graph = build_op_graph(func)
     blocks, threads, body = _launches(func)
     if threads and _uses_any(body, [v for v, _ in threads]):
@@ -310,11 +315,13 @@ def sequential_semantics(func):
         nb = tirx.decl_buffer(list(b.shape), b.dtype, name=f"{b.name}_ref")
         remap[b] = (nb, False)
         decls.append(tirx.AllocBuffer(nb))
-    ops = [op for op in graph.ops if isinstance(op, (CopyOp, FillOp, ElementwiseOp, ReduceOp, GemmOp))]
+    ops = [op for op in graph.ops if isinstance(op, (CopyOp, FillOp, ElementwiseOp, ReduceOp, GemmOp, ConvertOp))]
 
     def on_tile(node, mutator):
         for op in ops:
             if op.stmt.same_as(node):
+                if isinstance(op, ConvertOp):       # a layout conversion means a plain copy here
+                    op = CopyOp(index=op.index, stmt=op.stmt, dst=op.dst, src=op.src)
                 return _reference_op(op, node)
         raise LoweringError(f"tile op {node.op.name} has no reference semantics")
 

@@ -23,6 +23,7 @@ from .plot import PlotError, plot_layout
 from . import passes  # noqa: E402  (passes build on the core objects above)
 from .passes import (AttemptCost, InferenceResult, available_cost_models, build_cpu, cuda_source, infer_layouts,
                      layout_config, lower, register_cost_model)
+from .passes.inference.conversion import ConversionWarning
 
 
 def get_layouts(func):
@@ -45,5 +46,5 @@ __all__ = [
     "make_wgmma_accumulator_fragment", "make_volta_swizzled_layout",
     "from_tile_layout", "to_tile_layout", "annotate_layouts", "get_pinned_layouts", "read_layout_annotations",
     "cute", "tla", "passes", "infer_layouts", "get_layouts", "InferenceResult", "AttemptCost", "layout_config",
-    "register_cost_model", "available_cost_models", "plot_layout", "PlotError",
+    "register_cost_model", "available_cost_models", "plot_layout", "PlotError", "ConversionWarning",
 ]

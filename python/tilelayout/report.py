@@ -44,6 +44,8 @@ class AttemptGroup:
     layouts: dict = field(default_factory=dict)
     loops: dict = field(default_factory=dict)
     details: tuple = ()
+    note: str | None = None                          # e.g. over the register budget
+    conversions: list = field(default_factory=list)  # layout conversions the attempt inserted
 
     @property
     def count(self) -> int:
@@ -56,7 +58,16 @@ class AttemptGroup:
                "layouts": {k: v.to_dict() for k, v in self.layouts.items()},
                "loops": {k: v.to_dict() for k, v in self.loops.items()}}
         out["statements"] = [_statement_dict(c) for c in self.details if hasattr(c, "statement")]
+        out["note"] = self.note
+        out["conversions"] = [_conversion_dict(c) for c in self.conversions]
         return out
+
+
+def _conversion_dict(conv: dict) -> dict:
+    cost = conv.get("cost")
+    return {"src": conv.get("src"), "dst": conv.get("dst"), "op": conv.get("op"), "kind": conv.get("kind"),
+            "cost": cost.to_dict() if cost is not None else None,
+            "hand_staged_mem": conv["hand_staged"].mem if "hand_staged" in conv else None}
 
 
 def _outcome_key(att) -> tuple:
@@ -78,7 +89,8 @@ def attempt_groups(result) -> list[AttemptGroup]:
         group = index.get(key)
         if group is None:
             group = AttemptGroup(att.component, [], att.mem, att.regs, False, att.error, dict(att.layouts),
-                                 dict(att.loops), tuple(att.details))
+                                 dict(att.loops), tuple(att.details), getattr(att, "note", None),
+                                 list(getattr(att, "conversions", ())))
             index[key] = group
             groups.append(group)
         group.roots.append(att.root_description)
@@ -123,9 +135,17 @@ def explain_lines(result, layouts: bool = True) -> list[str]:
         by_component.setdefault(g.component, []).append(g)
     for comp, comp_groups in sorted(by_component.items()):
         tried = sum(g.count for g in comp_groups)
-        lines.append(f"  component {comp}: {tried} root(s) tried, {len(comp_groups)} distinct outcome(s)")
+        if comp < 0:        # conflict resolution: each "root" is a split of a fragment with a conversion
+            lines.append(f"  layout conflict: {tried} split(s) tried, each inserting a layout conversion")
+        else:
+            lines.append(f"  component {comp}: {tried} root(s) tried, {len(comp_groups)} distinct outcome(s)")
         for g in comp_groups:
             lines += _head(g)
+            if g.error is None:
+                for conv in g.conversions:
+                    cost = conv.get("cost")
+                    lines.append(f"      conversion {conv.get('op')}: "
+                                 f"{cost.describe() if cost is not None else conv.get('kind')}")
             if g.error is not None or not layouts:
                 continue
             for name, layout in g.layouts.items():
@@ -135,13 +155,17 @@ def explain_lines(result, layouts: bool = True) -> list[str]:
             for cost in g.details:
                 if hasattr(cost, "statement"):
                     lines.append(f"      statement {_statement_line(cost)}")
+    for note in getattr(result, "notes", ()):     # conflicts met and the conversions that resolved them
+        lines.append(f"  {note}")
     return lines
 
 
 def explain_dict(result) -> dict:
     """JSON-ready form of ``explain_lines``."""
     return {"cost_model": result.cost_model, "tie_break": TIE_BREAK,
-            "attempts": [g.to_dict() for g in attempt_groups(result)]}
+            "attempts": [g.to_dict() for g in attempt_groups(result)],
+            "notes": list(getattr(result, "notes", ())),
+            "conversions": [_conversion_dict(c) for c in getattr(result, "conversions", ())]}
 
 
 # --------------------------------------------------------------------------- io bandwidth

@@ -59,11 +59,19 @@ def get_cost_model(name: str | None = None):
 
 
 @contextlib.contextmanager
-def layout_config(cost_model: str | None = None):
-    """``with layout_config(cost_model="io-aware"):`` selects the model for inference inside the block."""
+def layout_config(cost_model: str | None = None, conflicts: str | None = None, register_budget: int | None = None):
+    """``with layout_config(cost_model="io-aware"):`` selects the model for inference inside the block;
+    ``conflicts="strict"`` turns automatic layout conversions off there (``"convert"``: the default);
+    ``register_budget=N`` plans for N 32-bit registers per thread instead of the 255 of CUDA targets."""
     if cost_model is not None:
         resolve_cost_model_name(cost_model)
-    token = _CONFIG.set({**_CONFIG.get(), **({"cost_model": cost_model} if cost_model else {})})
+    if conflicts is not None and conflicts not in ("convert", "strict"):
+        raise ValueError(f"unknown conflict mode {conflicts!r}; valid: convert, strict")
+    if register_budget is not None and (not isinstance(register_budget, int) or register_budget < 1):
+        raise ValueError(f"register_budget must be a positive int, got {register_budget!r}")
+    settings = {**({"cost_model": cost_model} if cost_model else {}), **({"conflicts": conflicts} if conflicts else {}),
+                **({"register_budget": register_budget} if register_budget else {})}
+    token = _CONFIG.set({**_CONFIG.get(), **settings})
     try:
         yield
     finally:

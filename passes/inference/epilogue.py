@@ -1,0 +1,57 @@
+"""Which fragment stores to global memory a layout conversion could coalesce (the epilogue of a gemm).
+
+An MMA accumulator stored straight to global memory moves whole 128-byte segments for a few bytes each
+(the io-aware ratio against the minimum is 4.00 for mma.sync's m16n8 tiles). Converting the fragment to a
+layout the store coalesces costs a shared-memory round trip; ``conversion_plan`` tries the split for every
+store this module names and keeps it only when the io-aware total (conversion included) is lower.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..hardware import SEGMENT_BYTES
+from .cost_models.io_aware import op_statement, score_statement
+from .frontend import ConvertOp, CopyOp
+from .loop_nest import nest_of
+
+__all__ = ["epilogue_splits", "minimum_bytes"]
+
+
+def minimum_bytes(st, access) -> int:
+    """Bytes of the distinct 128-byte segments the access's region covers: what a perfect store moves."""
+    shape = [int(s) for s in st.frag.input_shape]
+    grids = np.meshgrid(*[np.arange(s) for s in shape], indexing="ij")
+    addr = access.base + sum(g * d for g, d in zip(grids, access.strides))
+    seg = np.unique(np.asarray(addr).reshape(-1) * access.elem_bytes // SEGMENT_BYTES)
+    return int(seg.size) * SEGMENT_BYTES * (st.repeat or 1)
+
+
+def epilogue_splits(engine, state) -> list:
+    """Splits "convert F before the store" for every whole-fragment store to global memory that moves more
+    than the minimum under the io-aware model (only that model prices memory traffic), for fragments whose
+    layout was fixed before any search (an MMA accumulator, a user pin)."""
+    from .conversion_plan import Split
+    if getattr(engine.model, "name", None) != "io-aware":
+        return []
+    converted = {op.dst.buffer.name for op in engine.ops if isinstance(op, ConvertOp)}
+    loops = {i: d.layout for i, d in state.loops.items()}
+    out = []
+    for op in engine.ops:
+        if not isinstance(op, CopyOp) or not (op.src.buffer.is_fragment and op.dst.buffer.is_global):
+            continue
+        if op.conditions:
+            continue    # no barrier under a (possibly thread-dependent) condition
+        if not op.src.is_full or op.src.buffer.name in converted or op.src.buffer.name not in state.strict:
+            continue    # a layout the free level chose already weighed this store; only fixed ones are staged
+        st = op_statement(op, nest_of(op), state.layouts, loops, engine.graph)
+        if st is None or st.unscorable is not None or len(st.accesses) != 1:
+            continue
+        cost = score_statement(st, engine.target)
+        if not cost.scores:
+            continue
+        moved, least = cost.scores[0].bandwidth, minimum_bytes(st, st.accesses[0])
+        if moved > least:
+            out.append(Split(op.src.buffer.name, op.index, None,
+                             f"stage {op.src.buffer.name} for {op.describe()}: its store moves {moved} B, "
+                             f"{moved / least:.2f}x the minimum {least} B"))
+    return out
