@@ -746,7 +746,7 @@ class Gen:
         cands = [b for b in self.allocs if b.scope == "local.fragment"]
         b = rng.choice(cands)
         kind = rng.choice(VALID_PINS * 2 + INVALID_PINS)
-        if kind == "not-injective" and int(np.prod(b.shape)) < 2:
+        if kind in ("not-injective", "pinned-twice") and int(np.prod(b.shape)) < 2:
             kind = "cyclic"
         self.pins.append((b.name, kind, tuple(b.shape)))
         self.notes.append(f"pin-{kind}")
@@ -980,7 +980,7 @@ def pin_layout(kind: str, shape: tuple, threads: int):
     if kind == "blocked":
         return tl.Fragment(dims, lambda *c: flat(*c) // per, lambda *c: flat(*c) % per)
     if kind == "thread-out-of-range":
-        return tl.Fragment(dims, lambda *c: flat(*c) % threads + max(1, threads // 2), lambda *c: flat(*c) // threads)
+        return tl.Fragment(dims, lambda *c: flat(*c) % threads + threads, lambda *c: flat(*c) // threads)
     if kind == "negative-thread":
         return tl.Fragment(dims, lambda *c: flat(*c) % threads - 1, lambda *c: flat(*c) // threads)
     if kind == "not-injective":
@@ -989,6 +989,8 @@ def pin_layout(kind: str, shape: tuple, threads: int):
         return pin_layout("cyclic", (shape[0] + 1,) + tuple(shape[1:]), threads)
     if kind == "plain-layout":
         return tl.Layout(dims, lambda *c: flat(*c))
+    if kind == "reversed":          # cyclic over the reversed order: differs from cyclic whenever size > 1
+        return tl.Fragment(dims, lambda *c: (size - 1 - flat(*c)) % threads, lambda *c: (size - 1 - flat(*c)) // threads)
     return tl.Fragment(dims, lambda *c: flat(*c) % threads, lambda *c: flat(*c) // threads)     # cyclic
 
 
@@ -1002,7 +1004,7 @@ def apply_pins(func, pins: list, threads: int):
             from tilelayout.annotate import function_buffers
             buf = next(b for b in function_buffers(func) if str(b.name) == name)
             func = tl.annotate_layouts(func, {buf: pin_layout("cyclic", shape, threads),
-                                              name: pin_layout("blocked", shape, threads)})
+                                              name: pin_layout("reversed", shape, threads)})
         else:
             func = tl.annotate_layouts(func, {name: pin_layout(kind, shape, threads)})
     return func
