@@ -615,4 +615,48 @@ def build_op_graph(func: Any) -> OpGraph:
             b.info(p)
     b.stmt(func.body)
     b.graph.aliases = b.alias_groups()
+    _check_region_handoffs(b.graph)
     return b.graph
+
+
+def _region_key(op: TileOp) -> tuple:
+    """Identity of the ``if`` block an op sits in: its condition nodes (an else branch by its negated ``if``)."""
+    out = []
+    for c in op.conditions:
+        node = c.a if isinstance(c, tirx.Not) else c
+        out.append((isinstance(c, tirx.Not), node.__chandle__()))     # the node itself, not its value
+    return tuple(out)
+
+
+def _written_and_read(op: TileOp) -> tuple[list, list]:
+    if isinstance(op, ParallelOp):
+        return ([a.buffer for a in op.accesses if a.is_write], [a.buffer for a in op.accesses if not a.is_write])
+    regions = op.regions()
+    return [regions[0].buffer], [r.buffer for r in regions[1:]]
+
+
+def _check_region_handoffs(graph: OpGraph) -> None:
+    """Refuse a shared buffer written and then read inside one thread-conditioned region (``if tx < 88``):
+    other threads of the region may produce what a thread reads, which needs a barrier between the two ops,
+    and ``__syncthreads`` cannot run where only part of the block is (a named barrier needs whole warps and
+    is not inserted here). Ending the region, synchronising outside it and starting a new one is the fix."""
+    writers: dict = {}
+    for op in graph.ops:
+        if op.thread_range is None:
+            writers.clear()            # whole-block code between regions: the user's barrier can sit there
+            continue
+        key = _region_key(op)
+        written, read = _written_and_read(op)
+        for buf in read:
+            hit = writers.get((key, buf.name))
+            if buf.is_shared and hit is not None:
+                lo, ext = op.thread_range
+                raise FrontendError(
+                    f"{op.describe()} reads shared buffer {buf.name} that {hit.describe()} wrote in the same "
+                    f"thread-conditioned region (threads [{lo}, {lo + ext})): another thread of the region may have "
+                    f"written what it reads, which needs a barrier between them, and __syncthreads cannot run inside "
+                    f"the condition; end the region after the write, call T.tvm_storage_sync(\"shared\") outside it, "
+                    f"and read in a new region")
+        for buf in written:
+            if buf.is_shared:
+                writers[(key, buf.name)] = op
