@@ -91,7 +91,10 @@ def _unpack(word, part, dtype: str):
 
 
 def _pack(values: list, dtype: str):
-    """A uint32 register holding ``values`` (low bits first), each of ``dtype``."""
+    """A uint32 register holding ``values`` (low bits first), each of ``dtype``.
+
+    Kept apart from ``lower_gemm.pack_elements`` on purpose: the emulation is the check of the lowering, so it
+    must not share the lowering's reading of PTX's register format (a shared mistake would cancel out)."""
     bits = dtype_bits(dtype)
     out = None
     for p, v in enumerate(values):
