@@ -137,7 +137,7 @@ for i in T.parallel(64):
     O[i] = A[i] * T.float16(3.3) + T.float16(0.1)''')
     inp, out, exact = run(func)
     a = inp["A"]
-    assert exact
+    assert not exact          # float arithmetic is compared with a tolerance (compilers may contract or fold)
     np.testing.assert_array_equal(out["O"], (a * np.float16(3.3)) + np.float16(0.1))
     wide = (a.astype(np.float32) * np.float32(np.float16(3.3)) + np.float32(np.float16(0.1))).astype(np.float16)
     assert (wide != out["O"]).any()                    # one rounding at the end would differ
@@ -233,7 +233,7 @@ Tx.copy(S[0:16], s[0:16])''', allocs=f'''
 f = T.alloc_buffer((16, 24), "float16", {F})
 s = T.alloc_buffer((16,), "float16", {F})''')
     ours, theirs = reference_outputs(func, seed=4), sequential_outputs(func, seed=4)
-    assert ours.exact
+    # float arithmetic is flagged inexact (a compiler may contract or fold it), but here the two agree bit for bit
     problems, _ = compare_outputs(ours, theirs, exact=True)
     assert problems == []
 
