@@ -106,7 +106,9 @@ def test_console_kernel_error_exits_2_without_a_traceback(tmp_path):
 
 def test_check_against_semantics_and_reference_passes():
     code, out, _ = invoke("check", SHIFT)
-    assert code == 0 and out.startswith("ok: match (exact) against the numpy interpreter of the program")
+    # float arithmetic is compared within a tolerance (a compiler may contract or fold it); here it is exact anyway
+    assert code == 0 and out.startswith("ok: match (within tolerance) against the numpy interpreter of the program")
+    assert "max abs error 0" in out
     code, out, _ = invoke("check", SHIFT, "--reference", f"{KERNELS}:reference_shift", "--json")
     assert code == 0 and json.loads(out)["ok"] is True
 
