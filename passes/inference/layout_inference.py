@@ -4,6 +4,9 @@ Three levels, as in TileLang: STRICT takes what is forced (user pins, MMA layout
 floating fragment uses), COMMON propagates from known layouts breadth-first in program order, FREE
 searches each connected component (ops sharing a fragment) by trying every member as the root on a
 copy of the state and keeps the cheapest attempt by the cost model (ties: earliest root).
+
+Size (about 580 lines): the engine (attempt state, levels, free-level search, result); the search
+certificate, conversions and cost models live in their own modules.
 """
 from __future__ import annotations
 

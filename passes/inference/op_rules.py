@@ -3,6 +3,9 @@
 A rule reads the attempt's state and proposes layouts through ``state.propose``; it never decides
 conflicts itself. Levels: STRICT (pinned/forced facts only), COMMON (propagate from known layouts),
 FREE (may invent a layout when nothing constrains it).
+
+Size (about 590 lines): one rule per op kind, kept together because they share the loop-decision helpers;
+fragment helpers are in fragment_rules.py, gemm plans in gemm_plan.py.
 """
 from __future__ import annotations
 

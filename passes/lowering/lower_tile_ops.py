@@ -16,6 +16,9 @@
   ``tilelayout.gemm_instructions`` attribute.
 
 Fragment accesses stay logical (``frag[i, j]``); partition turns them into local-array slots.
+
+Size (about 650 lines): the pass and the reduction lowering (warp butterfly, shared-memory exchange); gemm
+lowering and conversions live in their own modules.
 """
 from __future__ import annotations
 

@@ -8,6 +8,8 @@ canonical inverse packs ``rep`` as the *last* input. Here nothing is ever zipped
 function receives the replica as a keyword-free trailing argument only when replicate > 1, ``thread_of``
 takes ``rep=`` by name, tables put the replica on the last axis, and ``inverse()`` always answers
 ``(slot..., thread) -> (coords..., rep)`` with ``rep`` last.
+
+Size (about 510 lines): the Fragment class and its methods only.
 """
 from __future__ import annotations
 from .expr import mentions as _uses

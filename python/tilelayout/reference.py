@@ -22,6 +22,9 @@ misreading in lowering. Semantics, written from the ops' definitions:
 
 Anything else is refused with ``UnsupportedByReference`` naming the construct: the oracle never
 guesses. An index outside its buffer raises ``ReferenceOutOfBounds``.
+
+Size (about 680 lines): one interpreter whose parts (expressions, statements, tile ops) share one evaluation
+context; it may import nothing from the passes, so it cannot lean on their helpers.
 """
 from __future__ import annotations
 

@@ -11,6 +11,8 @@ Ascend fractal formats (constants as in catlass): a C0 is 32 bytes of one row, a
 (512 bytes). The first letter is the order inside a fractal, the second the order of fractals:
 z/Z = row-major, n/N = column-major. zN is the common L1 format; L0C holds 16x16 fractals whatever
 the dtype (accumulator tiles).
+
+Size (about 560 lines): the whole catlass TLA algebra as free functions over one small class, like cute/.
 """
 from __future__ import annotations
 
