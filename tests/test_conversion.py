@@ -337,3 +337,25 @@ def test_no_split_under_a_thread_dependent_condition():
 
     with pytest.raises(tl.LayoutError, match="acc"):
         tl.infer_layouts(kernel)
+
+
+def test_a_conversion_writes_its_new_version_for_the_uninitialized_read_check():
+    """The `_cv` version a conversion creates is written by the conversion: strict mode must not call its
+    readers uninitialized (found by the fuzzer when the reader was a copy to global memory)."""
+    import importlib
+    import tilelayout as tl
+    from tilelayout.passes.inference.ops import ConvertOp
+    from tilelayout.passes.inference.uninitialized import uninitialized_reads
+    seen = 0
+    for name in ("conversion_symmetric", "conversion_transposed", "conversion_two_consumers"):
+        for build in importlib.import_module(f"cases.{name}").VARIANTS.values():
+            for model in ("register-count", "io-aware"):
+                with tl.layout_config(strict=True):
+                    result = tl.infer_layouts(build(), cost_model=model)
+                if result.conversions:
+                    from tilelayout.passes.inference.frontend import build_op_graph
+                    graph = build_op_graph(result.func)
+                    assert any(isinstance(op, ConvertOp) for op in graph.ops)
+                    assert uninitialized_reads(graph) == []
+                    seen += 1
+    assert seen > 0

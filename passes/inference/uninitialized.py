@@ -17,14 +17,14 @@ import warnings
 
 from tilelayout.errors import UninitializedReadError, UninitializedReadWarning
 
-from .ops import CopyOp, ElementwiseOp, FillOp, GemmOp, OpGraph, ParallelOp, ReduceOp
+from .ops import ConvertOp, CopyOp, ElementwiseOp, FillOp, GemmOp, OpGraph, ParallelOp, ReduceOp
 
 __all__ = ["uninitialized_reads", "check_uninitialized_reads"]
 
 
 def _writes_reads(op) -> tuple[list, list]:
     """(fragments written, fragments read before the op's own write) of one op."""
-    if isinstance(op, CopyOp):
+    if isinstance(op, (CopyOp, ConvertOp)):      # a conversion inference inserted writes the new version
         return [op.dst.buffer], [op.src.buffer]
     if isinstance(op, FillOp):
         return [op.dst.buffer], []
