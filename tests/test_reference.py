@@ -261,3 +261,17 @@ s = T.alloc_buffer((8,), "float32", {F})''')
     assert good.ok and not good.exact
     bad = check_numeric(func, reference=lambda d: {"S": np.full(8, np.nan, np.float32)})
     assert not bad.ok and "S: 8 of 8 elements differ" in bad.message
+
+
+def test_grouped_accumulation_means_the_updates_in_iteration_order():
+    # TileLang's #1374: several parallel iterations update one element; the lowering keeps each group in one
+    # thread, and the interpreter gives the same meaning (it used to see 0 + last value when all values agreed)
+    func = kernel('A: T.Buffer((8, 12), "float32"), O: T.Buffer((8, 3), "float32")', '''
+for i in T.parallel(8):
+    for j in T.parallel(3):
+        O[i, j] = T.float32(0)
+for i in T.parallel(8):
+    for j in T.parallel(12):
+        O[i, j // 4] = O[i, j // 4] + A[i, j]''')
+    inp, out, _ = run(func)
+    np.testing.assert_allclose(out["O"], inp["A"].reshape(8, 3, 4).sum(axis=2), rtol=1e-6)

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import tvm
+import tvm_ffi
 from tvm import tirx
 from tvm.ir import TensorLoad, TensorRegion
 from tvm.tirx.tile_primitive import TilePrimitiveCall
@@ -456,8 +457,16 @@ class _Interpreter:
         if ctx.n == 1 and self.uses_thread(s):
             ctx = self.thread_lanes(ctx)     # a per-thread statement: once per thread
         arr = self.array(s.buffer, s)
-        value = self.convert(self.ev(s.value, ctx), arr.dtype)
         idx = self.indices(s.buffer, list(s.indices), ctx, s)
+        if ctx.n > 1 and self._accumulates(s) and \
+                len(np.unique(np.ravel_multi_index(idx, arr.shape))) < ctx.n:
+            # ``f[i, j // 4] = f[i, j // 4] + g[i, j]``: several iterations update one element (TileLang's
+            # #1374); it means the updates in iteration order, which is what the lowering keeps in one thread
+            for k in range(ctx.n):
+                lane = ctx.restrict(np.arange(ctx.n) == k)
+                arr[self.indices(s.buffer, list(s.indices), lane, s)] = self.convert(self.ev(s.value, lane), arr.dtype)
+            return
+        value = self.convert(self.ev(s.value, ctx), arr.dtype)
         if ctx.n > 1:
             flat = np.ravel_multi_index(idx, arr.shape)
             order = np.argsort(flat, kind="stable")
@@ -469,6 +478,17 @@ class _Interpreter:
                     self.refuse(f"a race: several parallel iterations (or threads) store different values to one "
                                 f"element of {self.names[s.buffer]}", s)
         arr[idx] = value
+
+    def _accumulates(self, s) -> bool:
+        """Whether the store's value reads the very element it writes (a read-modify-write update)."""
+        hits: list = []
+
+        def visit(e):
+            if isinstance(e, TensorLoad) and e.source.same_as(s.buffer) and len(e.indices) == len(s.indices) \
+                    and all(tvm_ffi.structural_equal(a, b) for a, b in zip(e.indices, s.indices)):
+                hits.append(1)
+        tvm_ffi.structural_walk(s.value, (TensorLoad, visit))
+        return bool(hits)
 
     # ------------------------------------------------------------------ tile ops
     def region(self, arg, ctx, call) -> tuple:
