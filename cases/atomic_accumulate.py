@@ -22,7 +22,7 @@ fused loop i_j_fused[4096] thread _i % 128, slot _i // 128 (our (i, j) loop, equ
 _i. (The peer prints layouts only; TileLang's generated code was not compared.)"""
 
 
-def _split_k(m: int, k: int, splits: int, threads: int):
+def split_k(m: int, k: int, splits: int, threads: int):
     kt = k // splits
 
     @T.prim_func
@@ -55,7 +55,7 @@ def _histogram(m: int, n: int, bins: int, threads: int):
 
 
 VARIANTS = {
-    "split_k_rowsum_64x256_k4_t128": lambda: _split_k(64, 256, 4, 128),
+    "split_k_rowsum_64x256_k4_t128": lambda: split_k(64, 256, 4, 128),
     "shared_histogram_64x64_b16_t128": lambda: _histogram(64, 64, 16, 128),
 }
 

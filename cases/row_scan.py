@@ -21,7 +21,7 @@ _i % 8 * 8 + _j // 4, slot _i // 8 * 4 + _j % 4) and the scan goes through a 64x
 (a round trip through shared memory); here the row stays in one thread and the scan runs in registers."""
 
 
-def _manual(m: int, n: int, threads: int):
+def manual_scan(m: int, n: int, threads: int):
     @T.prim_func
     def kernel(A: T.Buffer((m, n), "float32"), B: T.Buffer((m, n), "float32")):
         bx = T.launch_thread("blockIdx.x", 1)
@@ -61,7 +61,7 @@ def _cumsum_shared(m: int, n: int, threads: int):
 
 
 VARIANTS = {
-    "manual_f32_128x128_t128": lambda: _manual(128, 128, 128),
+    "manual_f32_128x128_t128": lambda: manual_scan(128, 128, 128),
     "cumsum_f32_64x32_t64": lambda: _cumsum(64, 32, 64, False),
     "cumsum_reverse_f32_64x32_t128": lambda: _cumsum(64, 32, 128, True),
     "cumsum_shared_dim0_f32_32x64_t64": lambda: _cumsum_shared(32, 64, 64),
