@@ -17,14 +17,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tilelayout.errors import EvaluationError
-
-from tilelayout.evaluate import evaluate, grid_env
-
 from ..fragment_rules import dynamic_slot_accesses
 from ..ops import CopyOp, ParallelOp
 from ...hardware import max_vector_load_bits, vector_lanes_limit, warp_size
 from ..loop_nest import nest_of
+from .affine_address import affine_address
 from .base import AttemptCost, ScoringContext, count_register_slots
 from .statement_score import SEGMENT_BYTES, GlobalAccess, Unconvertible, score_cute
 
@@ -54,40 +51,6 @@ class StatementCost:
     cost: int
     scores: tuple = ()
     note: str = ""
-
-
-def _affine_address(access, nest, graph) -> tuple | None:
-    """(strides per loop dim, base) of the access's row-major element offset, proven on the whole domain;
-    block indices and the variables of enclosing serial loops (charged through ``repeat``) count as 0.
-    None when not affine."""
-    buf = access.buffer
-    if not all(isinstance(s, int) for s in buf.shape):
-        return None
-    env = grid_env(nest.loop_vars, nest.extents)
-    for var in graph.block_vars.values():
-        env[var] = np.int64(0)
-    for loop in getattr(nest.op, "serial_loops", ()):
-        if loop.var is not None:
-            env[loop.var] = np.int64(0)
-    shape = tuple(nest.extents)
-    try:
-        flat = np.zeros(shape, dtype=np.int64)
-        for idx, ext in zip(access.indices, buf.shape):
-            flat = flat * ext + np.broadcast_to(evaluate(idx, env), shape)
-    except EvaluationError:  # an index the model cannot enumerate (a data-dependent load, a free variable)
-        return None
-    origin = (0,) * len(shape)
-    base = int(flat[origin])
-    strides = []
-    for d in range(len(shape)):
-        unit = list(origin)
-        unit[d] = 1 if shape[d] > 1 else 0
-        strides.append(int(flat[tuple(unit)]) - base if shape[d] > 1 else 0)
-    grids = np.meshgrid(*[np.arange(s) for s in shape], indexing="ij")
-    predicted = base + sum(g * st for g, st in zip(grids, strides))
-    if not np.array_equal(predicted, flat):
-        return None
-    return tuple(strides), base
 
 
 def component_statements(ops, layouts: dict, loops: dict, graph) -> list:
@@ -152,7 +115,7 @@ def op_statement(op, nest, layouts: dict, loops: dict, graph) -> Statement | Non
         if bits < 8 or bits % 8:
             unscorable = unscorable or f"sub-byte element type of {a.buffer.name}"
             continue
-        affine = _affine_address(a, nest, graph)
+        affine = affine_address(a, nest, graph)
         if affine is None:
             unscorable = unscorable or f"non-affine address of {a}"
             continue

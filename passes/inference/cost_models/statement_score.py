@@ -250,32 +250,97 @@ def vector_width(slots: int, modes: list, accesses, vector_bits: int, max_lanes:
 def score_cute(frag, accesses, repeat: int = 1, vector_bits: int = 128, warp_size: int = 32,
                segment_bytes: int = SEGMENT_BYTES, max_lanes: int | None = None):
     """[StatementScore per access] or Unconvertible(reason)."""
-    from tilelayout.cute.algebra import values
     prep = prepare_cute(frag, accesses)
     if isinstance(prep, Unconvertible):
         return prep
     T, S = prep.threads, prep.slots
     V = vector_width(S, prep.addresses, accesses, vector_bits, max_lanes)
     steps = S // V
-    cells = (np.arange(T, dtype=np.int64)[:, None] * S + np.arange(steps, dtype=np.int64)[None, :] * V)
-    replica = values(prep.inverse, cells.reshape(-1)).reshape(T, steps) % prep.replicate
+    step_slots = np.arange(steps, dtype=np.int64) * V
+    thread_ids = np.arange(T, dtype=np.int64)
+    replica = None
     out = []
     for (slot_modes, thread_modes, addr), acc in zip(prep.addresses, accesses):
         issue = steps * repeat * T * (vector_bits // 8)
-        first = values(addr, cells.reshape(-1)).reshape(T, steps) + acc.base
-        active = (replica == 0) if (acc.is_store and prep.replicate > 1) else np.ones_like(first, dtype=bool)
-        segments = count_segments(first, V, acc.elem_bytes, active, warp_size, segment_bytes)
+        # the cell -> address layout split as (slots, threads) is a sum of a slot part and a thread part
+        by_thread = mode_values(thread_modes, thread_ids)
+        by_step = mode_values(slot_modes, step_slots) + acc.base
+        if acc.is_store and prep.replicate > 1:
+            if replica is None:
+                replica = _replica_parts(prep.inverse, T, S, step_slots, prep.replicate)
+            segments = count_segments_split(by_thread, by_step, V, acc.elem_bytes, replica, warp_size, segment_bytes)
+        else:
+            segments = count_segments_split(by_thread, by_step, V, acc.elem_bytes, None, warp_size, segment_bytes)
         out.append(StatementScore(V, issue, repeat * segments * segment_bytes, segments))
     return out
+
+
+def mode_values(modes: list, idx: np.ndarray) -> np.ndarray:
+    """A flat (extent, stride) mode list evaluated at ``idx`` (colexicographic digits, as CuTe reads them)."""
+    out = np.zeros(len(idx), dtype=np.int64)
+    pre = 1
+    for k, (ext, stride) in enumerate(modes):
+        if stride:
+            digit = idx // pre if k == len(modes) - 1 else (idx // pre) % ext
+            out += digit * stride
+        pre *= ext
+    return out
+
+
+def _replica_parts(inverse, T: int, S: int, step_slots: np.ndarray, replicate: int):
+    """The replica of each vector's first cell (the inverse's point n has replica n % R): as a pair
+    (thread part, step part) with replica = (a[t] + b[s]) % R when the inverse splits into a slot and a
+    thread layout, else the (threads, steps) table itself."""
+    from tilelayout.cute import CuteError, with_shape
+    from tilelayout.cute.algebra import values
+    try:
+        split = with_shape(inverse, (S, T))
+        return (mode_values(_flat_modes(split[1]), np.arange(T, dtype=np.int64)) % replicate,
+                mode_values(_flat_modes(split[0]), step_slots) % replicate, replicate)
+    except CuteError:
+        cells = np.arange(T, dtype=np.int64)[:, None] * S + step_slots[None, :]
+        return values(inverse, cells.reshape(-1)).reshape(T, len(step_slots)) % replicate
+
+
+def count_segments_split(by_thread: np.ndarray, by_step: np.ndarray, vector: int, elem_bytes: int, replica,
+                         warp_size: int, segment_bytes: int) -> int:
+    """``count_segments`` of ``first[t, s] = by_thread[t] + by_step[s]``, only replica-0 lanes active when
+    ``replica`` is given (see ``_replica_parts``), counting each kind of step once: shifting a step's
+    addresses by whole segments shifts every lane's segments alike, so steps with the same ``by_step``
+    residue modulo the segment and the same active lanes touch equally many segments."""
+    seg_elems = max(1, segment_bytes // elem_bytes)
+    key = by_step % seg_elems
+    if isinstance(replica, tuple):                   # active lanes of step s depend on b[s] only
+        key = key * replica[2] + replica[1]
+    elif replica is not None:                        # a full table: the step's whole active column
+        cols = np.ascontiguousarray(np.concatenate([key[:, None], replica.T], axis=1))
+        key = np.unique(cols.view(np.dtype((np.void, cols.dtype.itemsize * cols.shape[1]))).ravel(),
+                        return_inverse=True)[1].reshape(-1)
+    _, first_of, counts = np.unique(key, return_index=True, return_counts=True)
+    first = by_thread[:, None] + by_step[None, first_of]
+    if replica is None:
+        active = np.ones_like(first, dtype=bool)
+    elif isinstance(replica, tuple):
+        active = (replica[0][:, None] + replica[1][None, first_of]) % replica[2] == 0
+    else:
+        active = replica[:, first_of] == 0
+    per_step = segments_per_step(first, vector, elem_bytes, active, warp_size, segment_bytes)
+    return int((per_step * counts).sum())
 
 
 def count_segments(first: np.ndarray, vector: int, elem_bytes: int, active: np.ndarray, warp_size: int,
                    segment_bytes: int) -> int:
     """Distinct segments per (step, warp), summed: ``first`` is (threads, steps) element addresses."""
+    return int(segments_per_step(first, vector, elem_bytes, active, warp_size, segment_bytes).sum())
+
+
+def segments_per_step(first: np.ndarray, vector: int, elem_bytes: int, active: np.ndarray, warp_size: int,
+                      segment_bytes: int) -> np.ndarray:
+    """Per step (column of ``first``), the distinct segments of the active lanes, summed over warps."""
     seg_elems = max(1, segment_bytes // elem_bytes)
     T, steps = first.shape
     if T == 0 or steps == 0 or not active.any():
-        return 0
+        return np.zeros(steps, dtype=np.int64)
     lo, hi = first // seg_elems, (first + vector - 1) // seg_elems
     span = int((hi - lo).max(initial=0))
     none = int(lo.min()) - 1                     # below every real segment: marks inactive cells
@@ -287,4 +352,4 @@ def count_segments(first: np.ndarray, vector: int, elem_bytes: int, active: np.n
     # each (warp, step) group: its lanes' segments along one axis; sorted, a new value starts a distinct segment
     group = np.sort(segs.reshape(warps, warp_size * (span + 1), steps), axis=1)
     distinct = (group[:, 1:, :] != group[:, :-1, :]).sum(axis=1) + 1
-    return int(distinct.sum() - (group[:, 0, :] == none).sum())
+    return distinct.sum(axis=0) - (group[:, 0, :] == none).sum(axis=0)
