@@ -169,7 +169,36 @@ def _wavefronts(lanes: np.ndarray, steps: np.ndarray, byte_addr: np.ndarray, acc
     """Shared-memory wavefronts of one warp-wide access per (warp, step), each lane moving ``access_bytes``
     from ``byte_addr``: the hardware serves 128 bytes per phase (32 lanes of 4 bytes, 8 lanes of 16 bytes),
     and within a phase the distinct 4-byte words one bank holds take one wavefront each (a word read by
-    several lanes is a broadcast)."""
+    several lanes is a broadcast).
+
+    Each (phase, step) is one row of at most 128 bytes' worth of words, so the distinct words are found by
+    sorting those short rows, not the whole access; when some lane has two accesses in one step (never for
+    an injective fragment) the rows are not well defined and every (group, word) pair is sorted instead."""
+    if byte_addr.size == 0:
+        return 0
+    words_per = max(1, access_bytes // _BANK_BYTES)
+    per_phase = max(1, min(warp, _WAVEFRONT // max(access_bytes, _BANK_BYTES)))
+    phase = (lanes // warp) * (warp // per_phase) + (lanes % warp) // per_phase
+    group = phase * (int(steps.max()) + 1) + steps
+    seat = group * per_phase + (lanes % warp) % per_phase
+    width = per_phase * words_per
+    rows = int(group.max()) + 1
+    if rows * per_phase > 4 * seat.size + 4096 or np.bincount(seat).max() > 1:
+        return _wavefronts_sorted(lanes, steps, byte_addr, access_bytes, warp)
+    table = np.full((rows * per_phase, words_per), -1, dtype=np.int64)
+    table[seat] = (byte_addr // _BANK_BYTES)[:, None] + np.arange(words_per)[None, :]
+    table = np.sort(table.reshape(rows, width), axis=1)
+    new = np.empty(table.shape, dtype=bool)           # a word not seen earlier in its (sorted) row
+    new[:, 0] = table[:, 0] >= 0
+    new[:, 1:] = table[:, 1:] != table[:, :-1]
+    row, col = np.nonzero(new)
+    per_bank = np.bincount(row * _BANKS + table[row, col] % _BANKS, minlength=rows * _BANKS).reshape(rows, _BANKS)
+    return int(per_bank.max(axis=1).sum())
+
+
+def _wavefronts_sorted(lanes: np.ndarray, steps: np.ndarray, byte_addr: np.ndarray, access_bytes: int,
+                       warp: int) -> int:
+    """``_wavefronts`` over every distinct (group, word) pair at once (any input; the reference)."""
     if byte_addr.size == 0:
         return 0
     words_per = max(1, access_bytes // _BANK_BYTES)
@@ -189,7 +218,8 @@ def _ideal(lanes: np.ndarray, steps: np.ndarray, access_bytes: int, warp: int) -
     """Wavefronts of the same accesses without any bank conflict: bytes per (warp, step) over 128."""
     if lanes.size == 0:
         return 0
-    _, count = np.unique((lanes // warp) * (int(steps.max()) + 1) + steps, return_counts=True)
+    count = np.bincount((lanes // warp) * (int(steps.max()) + 1) + steps)
+    count = count[count > 0]
     return int((-(-count * access_bytes // _WAVEFRONT)).sum())
 
 
@@ -198,7 +228,9 @@ def _vector(thread, slot, addr, slots_inner: int, elem_bytes: int) -> int:
     group of that many slots of one thread holds consecutive, aligned staging addresses; the lowering's
     slot loop is vectorised by the same rule (contiguous and aligned along the slot)."""
     width = max(1, 16 // elem_bytes)
-    order = np.lexsort((slot, thread))
+    if width == 1:
+        return 1
+    order = _thread_slot_order(thread, slot)
     t, s, e = thread[order], slot[order], addr[order] // elem_bytes
     while width > 1:
         if slots_inner % width == 0 and t.size % width == 0:
@@ -209,6 +241,22 @@ def _vector(thread, slot, addr, slots_inner: int, elem_bytes: int) -> int:
                 return width
         width //= 2
     return 1
+
+
+def _thread_slot_order(thread: np.ndarray, slot: np.ndarray) -> np.ndarray:
+    """The permutation sorting cells by (thread, slot): by one bucket pass when no (thread, slot) repeats
+    (every injective fragment), else by a stable lexicographic sort."""
+    if thread.size == 0 or thread.min() < 0 or slot.min() < 0:
+        return np.lexsort((slot, thread))
+    key = thread * (int(slot.max()) + 1) + slot
+    if int(key.max()) + 1 > 4 * key.size + 4096:
+        return np.lexsort((slot, thread))
+    where = np.full(int(key.max()) + 1, -1, dtype=np.int64)
+    where[key] = np.arange(key.size)
+    order = where[where >= 0]
+    if order.size != key.size:           # a repeated (thread, slot): ties need the stable sort's order
+        return np.lexsort((slot, thread))
+    return order
 
 
 def _access(thread, slot, addr, chunk, slots_inner: int, elem_bytes: int, warp: int):
@@ -231,7 +279,23 @@ def chunk_rows(rows: int, stride: int, elem_bytes: int, limit: int = SHARED_STAG
 
 
 def shared_cost(src: Fragment, dst: Fragment, threads: int, warp: int, elem_bytes: int, pad: int) -> ConversionCost:
-    """The shared-memory round trip with the staging tile's last dimension padded by ``pad`` elements."""
+    """The shared-memory round trip with the staging tile's last dimension padded by ``pad`` elements;
+    computed once per (mappings, geometry): choosing the conversion, recording the chosen split and reporting
+    the hand-staged alternative all ask for the same round trips."""
+    key = (src.key, dst.key, threads, warp, elem_bytes, pad)
+    hit = _SHARED.get(key)
+    if hit is None:
+        if len(_SHARED) > 2048:
+            _SHARED.clear()
+        hit = _SHARED[key] = _shared_cost(src, dst, threads, warp, elem_bytes, pad)
+    return hit
+
+
+#: shared round trips by (source key, destination key, threads, warp, element bytes, pad)
+_SHARED: dict = {}
+
+
+def _shared_cost(src: Fragment, dst: Fragment, threads: int, warp: int, elem_bytes: int, pad: int) -> ConversionCost:
     shape = [int(s) for s in src.input_shape]
     rows, cols = int(np.prod(shape[:-1])), shape[-1]
     stride = cols + pad
@@ -265,6 +329,12 @@ def hand_staged_cost(src: Fragment, dst: Fragment, threads: int, warp: int, elem
 
 
 _MEMO: dict = {}
+
+
+def clear_caches() -> None:
+    """Forget memoised conversion costs (the next inference run is cold)."""
+    _MEMO.clear()
+    _SHARED.clear()
 
 
 def conversion_cost(src: Fragment, dst: Fragment, threads: int, warp: int, elem_bytes: int,

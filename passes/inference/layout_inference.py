@@ -510,8 +510,9 @@ def validate_pin(buf, layout, threads: int) -> None:
 def clear_caches() -> None:
     """Forget every process-wide memo inference keeps (shared plans, containment answers): the next run is cold."""
     from tilelayout import fragment
-    from . import loop_plan
+    from . import conversion, loop_plan
     from .cost_models import statement_score
+    conversion.clear_caches()
     fragment.clear_caches()
     loop_plan.clear_caches()
     statement_score.clear_caches()
