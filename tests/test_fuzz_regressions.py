@@ -722,3 +722,19 @@ def test_fragment_written_in_a_thread_region_and_read_by_the_block(worker):
         "        Tx.copy(f1[0:128, 0:16], s0[0:128, 0:16])\n        Tx.copy(f2[0:128], s1[0:128])\n")
     assert fixed != THREAD_REGION_SHARED_FRAGMENT
     _assert_runs_correctly(_outcomes(worker, fixed, models=COST_MODELS))
+
+
+# seeds 1120-1166: one gemm chain differed in 1 of 8,704 elements by one float16 step. The first product is
+# rounded to float16 before the second gemm, and the instruction-level summation order may round an element
+# to the neighbouring value; the fuzzer's tolerance for chains must cover that step, and only that.
+def test_gemm_chain_tolerance_covers_one_float16_step_and_no_more():
+    from maint.fuzz import Kernel, _tolerance
+    for k in (16, 64, 128):
+        chain = Kernel("", 128, ["gemm", "gemm-chain"], True, k)
+        plain = Kernel("", 128, ["gemm"], True, k)
+        rtol, atol = _tolerance(chain, None)
+        one_step = 2.0 ** -10 * (4 * k ** 0.5) * 4          # a 4-sigma product element times a 4-sigma operand
+        assert atol >= one_step
+        # a wrong layout moves an output by about its own size, sqrt(K * N) with N >= 16 here
+        assert atol < 0.05 * (16 * k) ** 0.5
+        assert _tolerance(plain, None)[1] < atol
