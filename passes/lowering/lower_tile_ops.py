@@ -22,7 +22,6 @@ lowering and conversions live in their own modules.
 """
 from __future__ import annotations
 
-import warnings
 
 import numpy as np
 import tvm
@@ -30,6 +29,7 @@ from tvm import tirx
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from tilelayout.annotate import TILE_LOOPS_ATTR, annotate_loop, read_tile_loops
+from tilelayout.errors import warn_user
 from tilelayout.expr import row_major_offset as _flat
 from tilelayout.fragment import Fragment
 from tilelayout.layout import substitute
@@ -324,8 +324,8 @@ class _Lowering:
     # ------------------------------------------------------------------ gemm
     def gemm(self, op: GemmOp):
         if self.gemm_fallback == "scalar":
-            warnings.warn(f"{op.describe()}: lowered to the scalar per-thread k-loop ({_gemm.GEMM_FALLBACK_ATTR}="
-                          f"\"scalar\"), not to tensor-core instructions", stacklevel=2)
+            warn_user(f"{op.describe()}: lowered to the scalar per-thread k-loop ({_gemm.GEMM_FALLBACK_ATTR}="
+                      f"\"scalar\"), not to tensor-core instructions", UserWarning)
             self.report(op, "scalar per-thread k-loop (opted in with tilelayout.gemm_fallback=\"scalar\")")
             return self.scalar_gemm(op)
         return self.tensor_core_gemm(op)
