@@ -317,3 +317,24 @@ def test_static_buffers_still_refuse_regions_past_their_end():
                   blocks=2, allocs=f"f = T.alloc_buffer((64,), \"float32\", {F})")
     with pytest.raises(ReferenceOutOfBounds, match="outside buffer A"):
         run(func)
+
+
+# ------------------------------------------------------------------------------------------- atomics
+
+def test_atomics_apply_every_lanes_update_where_a_plain_store_would_race():
+    """A histogram: 64 iterations add 1 to 4 bins; a shared row max per block with atomicMax; atomics over
+    blocks accumulate. Written in both spellings the front end accepts."""
+    func = kernel('A: T.Buffer((64,), "int32"), H: T.Buffer((4,), "int32"), M: T.Buffer((4,), "int32"), '
+                  'S: T.Buffer((4,), "float32"), X: T.Buffer((64,), "float32")', '''
+for i in T.parallel(64):
+    T.evaluate(T.call_extern("int32", "atomicAdd", T.address_of(H[(A[i] % 4 + 4) % 4]), 1))
+for i in T.parallel(64):
+    T.evaluate(T.call_extern("int32", "atomicMax", T.address_of(M[i % 4]), A[i]))
+for i in T.parallel(64):
+    T.evaluate(T.cuda.atomic_add(T.address_of(S[i // 16]), X[i]))''', blocks=2)
+    inp, out, exact = run(func)
+    a = inp["A"]
+    np.testing.assert_array_equal(out["H"], inp["H"] + 2 * np.bincount(np.mod(a, 4), minlength=4))
+    np.testing.assert_array_equal(out["M"], np.maximum(inp["M"], a.reshape(16, 4).max(axis=0)))
+    np.testing.assert_allclose(out["S"], inp["S"] + 2 * inp["X"].reshape(4, 16).sum(axis=1), rtol=1e-5)
+    assert not exact        # float atomics add in an order the hardware chooses

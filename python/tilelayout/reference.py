@@ -118,6 +118,29 @@ _UNARY = {"exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "sqrt"
 _EXACT_UNARY = ("fabs", "floor", "ceil")
 
 
+#: CUDA's atomic functions as TIR spells them (``call_extern``) and the update each performs
+_ATOMIC_EXTERNS = {"atomicAdd": "add", "atomicMax": "max", "atomicMin": "min"}
+
+
+def _atomic_update(call):
+    """(kind, element load, value) of an atomic call (``T.call_extern(t, "atomicAdd", T.address_of(B[i]), v)``
+    or ``T.cuda.atomic_add(T.address_of(B[i]), v)``), or None."""
+    if not isinstance(call, tvm.ir.Call) or not isinstance(call.op, tvm.ir.Op):
+        return None
+    name, args = str(call.op.name), list(call.args)
+    if name == "tirx.cuda.atomic_add" and len(args) == 2:
+        kind, addr, value = "add", args[0], args[1]
+    elif name == "tirx.call_extern" and len(args) == 3 and isinstance(args[0], tvm.ir.StringImm) \
+            and str(args[0].value) in _ATOMIC_EXTERNS:
+        kind, addr, value = _ATOMIC_EXTERNS[str(args[0].value)], args[1], args[2]
+    else:
+        return None
+    if isinstance(addr, tvm.ir.Call) and isinstance(addr.op, tvm.ir.Op) and str(addr.op.name) == "tirx.address_of" \
+            and len(addr.args) == 1 and isinstance(addr.args[0], TensorLoad):
+        return kind, addr.args[0], value
+    return None
+
+
 @dataclass(frozen=True)
 class _Box:
     """A region as two matching slice tuples: ``inside`` the buffer, ``within`` the region's own extents."""
@@ -362,7 +385,36 @@ class _Interpreter:
             return
         if isinstance(v, tvm.ir.Call) and isinstance(v.op, tvm.ir.Op) and str(v.op.name) == "tirx.tvm_storage_sync":
             return                       # a barrier: statements already run in program order
+        atomic = _atomic_update(v)
+        if atomic is not None:
+            self.atomic(*atomic, s, ctx)
+            return
         self.refuse("an evaluated call with side effects", s)
+
+    def atomic(self, kind: str, target, value, node, ctx) -> None:
+        """An atomic read-modify-write by every lane (iteration or thread) reaching it, lanes in order: the
+        updates of lanes that hit one element all land (unlike a plain store, where that is a race)."""
+        if len(ctx.threads) == 0 or ctx.n == 0:
+            return
+        if ctx.n == 1 and self.uses_thread(node):
+            ctx = self.thread_lanes(ctx)
+        buf = target.source
+        arr = self.array(buf, node)
+        if buf in self.symbolic:
+            *_, keep = self.indices(buf, list(target.indices), ctx, node, partial=True)
+            ctx = ctx.restrict(keep)
+            if ctx.n == 0:
+                return
+        idx = self.indices(buf, list(target.indices), ctx, node)
+        vals = self.convert(self.ev(value, ctx), arr.dtype)
+        if kind == "add":
+            if _is_float(arr.dtype):
+                self.exact = False       # the hardware's order of the additions is not the lanes' order
+            wide = arr.astype(_wide(arr.dtype))
+            np.add.at(wide, idx, vals.astype(wide.dtype))
+            arr[...] = self.convert(wide, arr.dtype)
+        else:
+            (np.maximum if kind == "max" else np.minimum).at(arr, idx, vals)
 
     def allocate(self, buf) -> None:
         dt = numpy_dtype(buf.dtype)
