@@ -20,7 +20,8 @@ if str(ROOT) not in sys.path:
 from tilelayout.errors import TileLayoutError  # noqa: E402
 from tilelayout.expr import row_major_strides  # noqa: E402
 from tilelayout.passes.inference.cost_models.statement_score import (SEGMENT_BYTES, GlobalAccess,  # noqa: E402
-                                                           Unconvertible, prepare_cute, score_cute)
+                                                                     Unconvertible, address_layout,
+                                                                     prepare_cute, score_cute)
 from tilelayout.passes.hardware import max_vector_load_bits, warp_size  # noqa: E402
 
 __all__ = ["CuteScore", "Unconvertible", "score_fragment", "row_major_strides"]
@@ -58,6 +59,7 @@ def score_fragment(frag, global_shape, elem_bytes: int, is_store: bool, target=N
     if isinstance(scores, Unconvertible):
         return scores
     (score,) = scores
-    slot_modes, thread_modes, addr = prep.addresses[0]
+    slot_modes, thread_modes, _ = prep.addresses[0]
+    addr = address_layout(frag, prep.inverse, access.strides, prep.slots, prep.threads)
     notes = f"cell->address {addr}; slot modes {slot_modes}; thread modes {thread_modes}"
     return CuteScore(score.vector, score.issue, score.bandwidth, score.segments, notes)

@@ -128,3 +128,43 @@ def test_segment_counts_by_kind_of_step_equal_the_full_table(data):
     active = np.ones_like(first, dtype=bool) if replica is None else table == 0
     expected = count_segments(first, vector, elem_bytes, active, warp, 128)
     assert count_segments_split(by_thread, by_step, vector, elem_bytes, replica, warp, 128) == expected
+
+
+def _as_layout(modes):
+    from tilelayout import cute
+    if len(modes) == 1:
+        return cute.Layout(modes[0][0], modes[0][1])
+    return cute.Layout(tuple(e for e, _ in modes), tuple(d for _, d in modes))
+
+
+def _modes_of(layout):
+    from tilelayout import cute
+    return [(int(e), int(d)) for e, d in zip(cute.flatten(layout.shape), cute.flatten(layout.stride))]
+
+
+_MODES = st.lists(st.tuples(st.sampled_from([1, 2, 3, 4, 8, 16]), st.sampled_from([0, 1, 2, 3, 4, 8, 16, 32, 64, 128])),
+                  min_size=1, max_size=5)
+
+
+@settings(max_examples=500, deadline=None)
+@given(a=_MODES, b=st.lists(st.tuples(st.sampled_from([1, 2, 4, 8, 16]), st.sampled_from([0, 1, 2, 4, 8, -1, -2])),
+                           min_size=1, max_size=3))
+def test_mode_list_composition_equals_layout_composition(a, b):
+    from tilelayout import cute
+    from tilelayout.cute.algebra import coalesce_modes, compose_modes
+    try:
+        expected = _modes_of(cute.composition(_as_layout(a), _as_layout(b)))
+    except cute.CuteError:
+        with pytest.raises(cute.CuteError):
+            compose_modes(a, b)
+        return
+    assert compose_modes(a, b) == expected
+    assert coalesce_modes(expected) == _modes_of(cute.coalesce(_as_layout(expected)))
+
+
+@settings(max_examples=500, deadline=None)
+@given(a=_MODES)
+def test_mode_list_right_inverse_equals_layout_right_inverse(a):
+    from tilelayout import cute
+    from tilelayout.cute.algebra import right_inverse_modes
+    assert right_inverse_modes(a) == _modes_of(cute.right_inverse(_as_layout(a)))

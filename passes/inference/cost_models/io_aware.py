@@ -23,7 +23,7 @@ from ...hardware import max_vector_load_bits, vector_lanes_limit, warp_size
 from ..loop_nest import nest_of
 from .affine_address import affine_address
 from .base import AttemptCost, ScoringContext, count_register_slots
-from .statement_score import SEGMENT_BYTES, GlobalAccess, Unconvertible, score_cute
+from .statement_score import SEGMENT_BYTES, STATEMENT_COSTS, GlobalAccess, Unconvertible, score_cute
 
 __all__ = ["IOAwareModel", "Statement", "component_statements", "score_statement"]
 
@@ -152,19 +152,34 @@ def spill_bytes(st: Statement, warp: int) -> int:
 
 
 def score_statement(st: Statement, target) -> StatementCost:
-    """Cost of one statement: sum over its global accesses of max(issue, bandwidth), plus spill traffic."""
+    """Cost of one statement: sum over its global accesses of max(issue, bandwidth), plus spill traffic.
+    Scored once per content (layout, accesses, geometry): the same statement recurs across attempts, across
+    the trial runs of conversion planning and across ops (a fragment loaded and stored through equal strides)."""
     warp = warp_size(target)
+    vector_bits = max_vector_load_bits(target, st.global_only)
+    lanes = vector_lanes_limit(target, st.element_bits, st.global_only) if st.element_bits else None
+    key = (st.frag.key, tuple((a.strides, a.base, a.elem_bytes, a.is_store) for a in st.accesses), st.repeat,
+           st.unscorable, tuple(st.spill_accesses), st.global_count, st.worst_elements, warp, vector_bits, lanes)
+    hit = STATEMENT_COSTS.get(key)
+    if hit is None:
+        if len(STATEMENT_COSTS) > 4096:
+            STATEMENT_COSTS.clear()
+        hit = STATEMENT_COSTS[key] = _score(st, warp, vector_bits, lanes)
+    return StatementCost(st.description, *hit)
+
+
+def _score(st: Statement, warp: int, vector_bits: int, lanes) -> tuple:
+    """(cost, scores, note) of ``score_statement``."""
     spill = spill_bytes(st, warp)
     if not st.global_count:
-        return StatementCost(st.description, spill, (), f"spill {spill}")
+        return spill, (), f"spill {spill}"
     if st.unscorable is not None:
-        return StatementCost(st.description, worst_case_bytes(st) + spill, (), f"worst case: {st.unscorable}")
-    scores = score_cute(st.frag, st.accesses, st.repeat or 1, max_vector_load_bits(target, st.global_only), warp,
-                        max_lanes=vector_lanes_limit(target, st.element_bits, st.global_only) if st.element_bits else None)
+        return worst_case_bytes(st) + spill, (), f"worst case: {st.unscorable}"
+    scores = score_cute(st.frag, st.accesses, st.repeat or 1, vector_bits, warp, max_lanes=lanes)
     if isinstance(scores, Unconvertible):
-        return StatementCost(st.description, worst_case_bytes(st) + spill, (), f"worst case: {scores.reason}")
+        return worst_case_bytes(st) + spill, (), f"worst case: {scores.reason}"
     note = f"spill {spill}" if spill else ""
-    return StatementCost(st.description, sum(s.cost for s in scores) + spill, tuple(scores), note)
+    return sum(s.cost for s in scores) + spill, tuple(scores), note
 
 
 class IOAwareModel:

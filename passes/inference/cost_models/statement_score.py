@@ -84,9 +84,16 @@ def symbolic_flat_layout(frag):
     domain) into splits ``(n // lower) % extent * scale`` of the flat index; splits that tile the domain are
     the modes, merged where a stride continues the previous mode (as the table fit merges linear runs).
     None when the rewrite leaves anything unexplained (then the caller enumerates)."""
+    from tilelayout.cute.convert import _assemble
+    merged = symbolic_flat_modes(frag)
+    return None if merged is None else _assemble([merged], int)
+
+
+def symbolic_flat_modes(frag) -> list | None:
+    """``symbolic_flat_layout`` as its flat (extent, stride) mode list ([(1, 0)] for a constant map); None
+    when the rewrite leaves anything unexplained or the domain has a single cell."""
     from tvm import sym, tirx
     from tvm.ir import Range
-    from tilelayout.cute.convert import _assemble
     from tilelayout.layout import rep_placeholder, substitute
     try:
         shape = [int(s) for s in frag.input_shape]
@@ -141,16 +148,21 @@ def symbolic_flat_layout(frag):
             merged[-1] = (merged[-1][0] * ext, merged[-1][1])
         else:
             merged.append((ext, scale))
-    return _assemble([merged or [(1, 0)]], int) if total > 1 else None
+    return (merged or [(1, 0)]) if total > 1 else None
 
 
 #: cell -> point inverses by fragment key (a key identifies the mapping, so entries never go stale)
 _INVERSES: dict = {}
 
 
+#: io-aware statement costs by content (filled and read by ``io_aware.score_statement``)
+STATEMENT_COSTS: dict = {}
+
+
 def clear_caches() -> None:
     _INVERSES.clear()
     _ADDRESSES.clear()
+    STATEMENT_COSTS.clear()
 
 
 def _packed_inverse(frag, cells: int):
@@ -160,18 +172,20 @@ def _packed_inverse(frag, cells: int):
     hit = _INVERSES.get(frag.key)
     if hit is not None:
         return hit
-    flat = symbolic_flat_layout(frag)
-    if flat is None:
+    from tilelayout.cute.algebra import _from_lists, right_inverse_modes
+    modes = symbolic_flat_modes(frag)
+    if modes is None:
         flat = cute.layout_from_table(flat_packed_table(frag))
-    if flat is None:
+        if flat is not None:
+            modes = [(int(e), int(d)) for e, d in zip(cute.flatten(flat.shape), cute.flatten(flat.stride))]
+    if modes is None:
         out = Unconvertible("packed fragment is not a strided CuTe layout")
     else:
-        try:
-            out = cute.right_inverse(flat)
-            if cute.size(out) != cells:
-                out = Unconvertible("packed fragment is not injective (right inverse is partial)")
-        except cute.CuteError as err:
-            out = Unconvertible(f"right_inverse failed: {err}")
+        inv = right_inverse_modes(modes)
+        if int(np.prod([e for e, _ in inv])) != cells:
+            out = Unconvertible("packed fragment is not injective (right inverse is partial)")
+        else:
+            out = _from_lists([e for e, _ in inv], [d for _, d in inv])
     if len(_INVERSES) > 4096:
         _INVERSES.clear()
         _ADDRESSES.clear()
@@ -212,15 +226,36 @@ _ADDRESSES: dict = {}
 
 
 def _address_modes(frag, inv, strides, S: int, T: int):
+    """(slot modes, thread modes, cell -> address layout) of one access, or Unconvertible(reason). The
+    composition runs on plain (extent, stride) lists (``cute.compose_modes``); the Layout-object path
+    (``address_layout``) is only taken to word a failure, so the reason reads the same either way."""
+    from tilelayout import cute
+    from tilelayout.cute.algebra import coalesce_modes, compose_modes
+    shape = (frag.replicate_size,) + tuple(int(s) for s in reversed(frag.input_shape))
+    gmodes = list(zip(shape, (0,) + tuple(int(d) for d in reversed(strides))))
+    inv_modes = [(int(e), int(d)) for e, d in zip(cute.flatten(inv.shape), cute.flatten(inv.stride))]
+    try:
+        addr = compose_modes(gmodes, inv_modes)
+        if int(np.prod([e for e, _ in addr])) != S * T:
+            raise cute.CuteError("size mismatch")
+        slot = coalesce_modes(compose_modes(addr, [(S, 1)]))
+        thread = coalesce_modes(compose_modes(addr, [(T, S)]))
+    except cute.CuteError:
+        try:
+            full = address_layout(frag, inv, strides, S, T)
+            split = cute.with_shape(full, (S, T))
+            return _flat_modes(split[0]), _flat_modes(split[1]), full
+        except cute.CuteError as err:
+            return Unconvertible(f"address composition failed: {err}")
+    return slot, thread, addr
+
+
+def address_layout(frag, inv, strides, S: int, T: int):
+    """The cell -> element address CuTe Layout: the global layout composed with the packed inverse."""
     from tilelayout import cute
     shape = (frag.replicate_size,) + tuple(int(s) for s in reversed(frag.input_shape))
     glayout = cute.Layout(shape, (0,) + tuple(int(d) for d in reversed(strides)))
-    try:
-        addr = cute.composition(glayout, inv)
-        split = cute.with_shape(addr, (S, T))
-        return _flat_modes(split[0]), _flat_modes(split[1]), addr
-    except cute.CuteError as err:
-        return Unconvertible(f"address composition failed: {err}")
+    return cute.composition(glayout, inv)
 
 
 def vector_width(slots: int, modes: list, accesses, vector_bits: int, max_lanes: int | None = None) -> int:
@@ -291,12 +326,14 @@ def _replica_parts(inverse, T: int, S: int, step_slots: np.ndarray, replicate: i
     """The replica of each vector's first cell (the inverse's point n has replica n % R): as a pair
     (thread part, step part) with replica = (a[t] + b[s]) % R when the inverse splits into a slot and a
     thread layout, else the (threads, steps) table itself."""
-    from tilelayout.cute import CuteError, with_shape
-    from tilelayout.cute.algebra import values
+    from tilelayout.cute import CuteError, flatten
+    from tilelayout.cute.algebra import coalesce_modes, compose_modes, values
+    modes = [(int(e), int(d)) for e, d in zip(flatten(inverse.shape), flatten(inverse.stride))]
     try:
-        split = with_shape(inverse, (S, T))
-        return (mode_values(_flat_modes(split[1]), np.arange(T, dtype=np.int64)) % replicate,
-                mode_values(_flat_modes(split[0]), step_slots) % replicate, replicate)
+        by_slot = coalesce_modes(compose_modes(modes, [(S, 1)]))
+        by_thread = coalesce_modes(compose_modes(modes, [(T, S)]))
+        return (mode_values(by_thread, np.arange(T, dtype=np.int64)) % replicate,
+                mode_values(by_slot, step_slots) % replicate, replicate)
     except CuteError:
         cells = np.arange(T, dtype=np.int64)[:, None] * S + step_slots[None, :]
         return values(inverse, cells.reshape(-1)).reshape(T, len(step_slots)) % replicate

@@ -113,6 +113,69 @@ def _compose_flat(a: Layout, s: int, d) -> Layout:
     return _from_lists(res_s, res_d)
 
 
+# The same composition for flat integer layouts held as (extent, stride) lists, without Layout objects: the
+# mode list of flatten(composition(Layout(a), Layout(b))) (a scorer's inner loop composes thousands of these).
+# Raises CuteError exactly where composition() does; the message is composition()'s own only via that path.
+def coalesce_modes(modes: list) -> list:
+    out = []
+    for s, d in modes:
+        if s == 1:
+            continue
+        if out and out[-1][0] * out[-1][1] == d:
+            out[-1] = (out[-1][0] * s, out[-1][1])
+        else:
+            out.append((s, d))
+    return out or [(1, 0)]
+
+
+def compose_modes(a: list, b: list) -> list:
+    flat = coalesce_modes(a)
+    out = []
+    for s, d in b:
+        out += _compose_one(flat, s, d)
+    return out
+
+
+def right_inverse_modes(modes: list) -> list:
+    """right_inverse of a flat integer layout held as (extent, stride) modes, as a coalesced mode list."""
+    flat = coalesce_modes(modes)
+    rstrides, acc = [], 1
+    for s, _ in flat:
+        rstrides.append(acc)
+        acc *= s
+    res, cur, used = [], 1, set()
+    while True:
+        hit = next((i for i, (s, d) in enumerate(flat) if i not in used and d == cur), None)
+        if hit is None:
+            break
+        used.add(hit)
+        res.append((flat[hit][0], rstrides[hit]))
+        cur = flat[hit][0] * flat[hit][1]
+    return coalesce_modes(res) if res else [(1, 0)]
+
+
+def _compose_one(flat: list, s: int, d: int) -> list:
+    if d == 0:
+        return [(s, 0)]
+    sign = 1 if d > 0 else -1
+    res = []
+    rest_s, rest_d = s, abs(d)
+    for cs, cd in flat[:-1]:
+        if rest_s != 1:
+            if cs % rest_d and rest_d % cs:
+                raise CuteError("composition: stride divisibility fails")
+            new = min(max(1, cs // rest_d), rest_s)
+            if new != 1:
+                if rest_s % new:
+                    raise CuteError("composition: shape divisibility fails")
+                res.append((new, sign * rest_d * cd))
+            rest_s //= new
+        rest_d = ceil_div(rest_d, cs)
+    if rest_s != 1 or not res:
+        res.append((rest_s, sign * rest_d * flat[-1][1]))
+    return res
+
+
 # The layout of the "holes" of an injective layout, ordered by stride, extended up to cotarget.
 def complement(layout, cotarget=None) -> Layout:
     if is_int(layout):
