@@ -222,24 +222,64 @@ def _ideal(lanes: np.ndarray, steps: np.ndarray, access_bytes: int, warp: int) -
     return int((-(-count * access_bytes // _WAVEFRONT)).sum())
 
 
-def _vector(thread, slot, addr, slots_inner: int, elem_bytes: int) -> int:
+def _vector(side: "_Side", addr, slots_inner: int, elem_bytes: int) -> int:
     """Widest vector (elements, at most 16 bytes, dividing the innermost slot extent) such that every aligned
     group of that many slots of one thread holds consecutive, aligned staging addresses; the lowering's
-    slot loop is vectorised by the same rule (contiguous and aligned along the slot)."""
+    slot loop is vectorised by the same rule (contiguous and aligned along the slot). The thread and slot
+    half of the test does not depend on the staging tile, so each side answers it once per width."""
     width = max(1, 16 // elem_bytes)
     if width == 1:
         return 1
-    order = _thread_slot_order(thread, slot)
-    t, s, e = thread[order], slot[order], addr[order] // elem_bytes
+    e = addr[side.order] // elem_bytes
     while width > 1:
-        if slots_inner % width == 0 and t.size % width == 0:
-            tt, ss, ee = t.reshape(-1, width), s.reshape(-1, width), e.reshape(-1, width)
-            lane = np.arange(width)
-            if ((tt == tt[:, :1]).all() and (ss == ss[:, :1] + lane).all() and (ss[:, 0] % width == 0).all()
-                    and (ee == ee[:, :1] + lane).all() and (ee[:, 0] % width == 0).all()):
+        if slots_inner % width == 0 and side.thread.size % width == 0 and side.slot_groups(width):
+            ee = e.reshape(-1, width)
+            if (ee == ee[:, :1] + np.arange(width)).all() and (ee[:, 0] % width == 0).all():
                 return width
         width //= 2
     return 1
+
+
+@dataclass
+class _Side:
+    """The (element, thread, slot) cells one side of a round trip moves (the source: replica 0 of each
+    element; the destination: every replica), with their (thread, slot) order; fixed per fragment, shared
+    by every padding tried."""
+
+    elem: np.ndarray
+    thread: np.ndarray
+    slot: np.ndarray
+    order: np.ndarray
+    _groups: dict = field(default_factory=dict)
+
+    def slot_groups(self, width: int) -> bool:
+        """In (thread, slot) order, every run of ``width`` cells is one thread's aligned consecutive slots."""
+        hit = self._groups.get(width)
+        if hit is None:
+            tt = self.thread[self.order].reshape(-1, width)
+            ss = self.slot[self.order].reshape(-1, width)
+            hit = self._groups[width] = bool((tt == tt[:, :1]).all() and (ss == ss[:, :1] + np.arange(width)).all()
+                                             and (ss[:, 0] % width == 0).all())
+        return hit
+
+
+def _side(frag: Fragment, threads: int, stores: bool) -> _Side:
+    key = (frag.key, threads, stores)
+    hit = _SIDES.get(key)
+    if hit is None:
+        elem, thread, slot, reps = _cells(frag, threads)
+        if stores:
+            first = np.zeros(elem.shape, dtype=bool)
+            first[::reps] = True                         # replica 0 of each element stores it once
+            elem, thread, slot = elem[first], thread[first], slot[first]
+        if len(_SIDES) > 1024:
+            _SIDES.clear()
+        hit = _SIDES[key] = _Side(elem, thread, slot, _thread_slot_order(thread, slot))
+    return hit
+
+
+#: round-trip sides by (fragment key, threads, storing side)
+_SIDES: dict = {}
 
 
 def _thread_slot_order(thread: np.ndarray, slot: np.ndarray) -> np.ndarray:
@@ -258,10 +298,11 @@ def _thread_slot_order(thread: np.ndarray, slot: np.ndarray) -> np.ndarray:
     return order
 
 
-def _access(thread, slot, addr, chunk, slots_inner: int, elem_bytes: int, warp: int):
+def _access(side: _Side, addr, chunk, slots_inner: int, elem_bytes: int, warp: int):
     """(wavefronts, ideal wavefronts, vector width) of one side of the round trip; each round (``chunk``)
     issues the slot loop again with only the lanes whose element it stages."""
-    v = _vector(thread, slot, addr, slots_inner, elem_bytes)
+    thread, slot = side.thread, side.slot
+    v = _vector(side, addr, slots_inner, elem_bytes)
     first = slot % v == 0
     steps = slot[first] // v
     steps = chunk[first] * (int(steps.max()) + 1) + steps
@@ -300,17 +341,13 @@ def _shared_cost(src: Fragment, dst: Fragment, threads: int, warp: int, elem_byt
     stride = cols + pad
     per = chunk_rows(rows, stride, elem_bytes) or rows
     stage = per * stride * elem_bytes
-    se, st, ss, reps = _cells(src, threads)
-    first = np.zeros(se.shape, dtype=bool)
-    first[::reps] = True                         # replica 0 of each element stores it once
-    de, dt, ds, _ = _cells(dst, threads)
+    put, get = _side(src, threads, True), _side(dst, threads, False)
 
     def addr(e):
         return (((e // cols) % per) * stride + e % cols) * elem_bytes
 
-    store = _access(st[first], ss[first], addr(se[first]), se[first] // cols // per, int(src.output_shape[-1]),
-                    elem_bytes, warp)
-    load = _access(dt, ds, addr(de), de // cols // per, int(dst.output_shape[-1]), elem_bytes, warp)
+    store = _access(put, addr(put.elem), put.elem // cols // per, int(src.output_shape[-1]), elem_bytes, warp)
+    load = _access(get, addr(get.elem), get.elem // cols // per, int(dst.output_shape[-1]), elem_bytes, warp)
     chunks = rows // per
     return ConversionCost("shared", (store[0] + load[0]) * _WAVEFRONT, stage_bytes=stage, pad=pad,
                           chunk_rows=per, chunks=chunks, wavefronts=store[0] + load[0],
@@ -334,6 +371,7 @@ def clear_caches() -> None:
     """Forget memoised conversion costs (the next inference run is cold)."""
     _MEMO.clear()
     _SHARED.clear()
+    _SIDES.clear()
 
 
 def conversion_cost(src: Fragment, dst: Fragment, threads: int, warp: int, elem_bytes: int,
