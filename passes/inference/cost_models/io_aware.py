@@ -13,6 +13,7 @@ traffic (one load or store of the element per executed access, at segment granul
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -144,7 +145,7 @@ def spill_bytes(st: Statement, warp: int) -> int:
     if not st.spill_accesses:
         return 0
     frag = st.frag
-    executed = int(frag.thread_extent) * int(np.prod(frag.output_shape))
+    executed = int(frag.thread_extent) * int(math.prod(frag.output_shape))
     total = 0
     for _, elem_bytes in st.spill_accesses:
         total += (st.repeat or 1) * executed * max(elem_bytes, SEGMENT_BYTES // warp)

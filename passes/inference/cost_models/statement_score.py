@@ -8,6 +8,7 @@ warp touches per vector step. ``maint/oracle.py`` computes the same four numbers
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -74,7 +75,7 @@ def flat_packed_table(frag) -> np.ndarray:
     slot = np.zeros(slots.shape[:-1], dtype=np.int64)
     for k, ext in enumerate(frag.output_shape):
         slot = slot * int(ext) + slots[..., k]
-    cells = threads * int(np.prod(frag.output_shape)) + slot[..., None]
+    cells = threads * int(math.prod(frag.output_shape)) + slot[..., None]
     return cells.reshape(-1)
 
 
@@ -101,7 +102,7 @@ def symbolic_flat_modes(frag) -> list | None:
     except (TypeError, ValueError):
         return None
     reps = int(frag.replicate_size)
-    total = int(np.prod(shape)) * reps
+    total = int(math.prod(shape)) * reps
     n = tirx.Var("n", "int32")
     coords, stride = [], reps
     for ext in reversed(shape):
@@ -112,7 +113,7 @@ def symbolic_flat_modes(frag) -> list | None:
     slot = tirx.const(0, "int32")
     for e, ext in zip(frag.forward_index, outs):
         slot = slot * ext + substitute(e, vmap)
-    cell = substitute(frag.forward_thread, vmap) * int(np.prod(outs)) + slot
+    cell = substitute(frag.forward_thread, vmap) * int(math.prod(outs)) + slot
     try:
         norm = sym.normalize_to_iter_sum(cell, {n: Range(0, total)})
     except Exception:  # noqa: BLE001 - no rewrite: enumerate instead
@@ -182,7 +183,7 @@ def _packed_inverse(frag, cells: int):
         out = Unconvertible("packed fragment is not a strided CuTe layout")
     else:
         inv = right_inverse_modes(modes)
-        if int(np.prod([e for e, _ in inv])) != cells:
+        if int(math.prod([e for e, _ in inv])) != cells:
             out = Unconvertible("packed fragment is not injective (right inverse is partial)")
         else:
             out = _from_lists([e for e, _ in inv], [d for _, d in inv])
@@ -198,9 +199,9 @@ def prepare_cute(frag, accesses) -> CuteStatement | Unconvertible:
     from tilelayout import cute
     if not frag.is_static or not all(isinstance(s, int) for s in frag.output_shape):
         return Unconvertible("symbolic extents")
-    points = int(np.prod(frag.input_shape))
+    points = int(math.prod(frag.input_shape))
     R, T = frag.replicate_size, int(frag.thread_extent)
-    S = int(np.prod(frag.output_shape))
+    S = int(math.prod(frag.output_shape))
     if points * R != T * S:
         return Unconvertible(f"points x replication {points}x{R} != threads x slots {T}x{S}")
     inv = _packed_inverse(frag, T * S)
@@ -236,7 +237,7 @@ def _address_modes(frag, inv, strides, S: int, T: int):
     inv_modes = [(int(e), int(d)) for e, d in zip(cute.flatten(inv.shape), cute.flatten(inv.stride))]
     try:
         addr = compose_modes(gmodes, inv_modes)
-        if int(np.prod([e for e, _ in addr])) != S * T:
+        if int(math.prod([e for e, _ in addr])) != S * T:
             raise cute.CuteError("size mismatch")
         slot = coalesce_modes(compose_modes(addr, [(S, 1)]))
         thread = coalesce_modes(compose_modes(addr, [(T, S)]))
