@@ -168,3 +168,19 @@ def test_mode_list_right_inverse_equals_layout_right_inverse(a):
     from tilelayout import cute
     from tilelayout.cute.algebra import right_inverse_modes
     assert right_inverse_modes(a) == _modes_of(cute.right_inverse(_as_layout(a)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_functional_dependence_check_equals_distinct_pairs(data):
+    from tilelayout.passes.inference.fragment_rules import varies_within
+    n = data.draw(st.integers(0, 300))
+    keys = np.asarray(data.draw(st.lists(st.integers(0, 40), min_size=n, max_size=n)), dtype=np.int64)
+    if data.draw(st.booleans()):            # a function of the key, maybe perturbed at one entry
+        values = (keys * data.draw(st.integers(0, 7))) % 11
+        if n and data.draw(st.booleans()):
+            values[data.draw(st.integers(0, n - 1))] += 1
+    else:
+        values = np.asarray(data.draw(st.lists(st.integers(0, 5), min_size=n, max_size=n)), dtype=np.int64)
+    pairs = {(int(k), int(v)) for k, v in zip(keys, values)}
+    assert varies_within(keys, values) == (len({k for k, _ in pairs}) != len(pairs))

@@ -168,8 +168,17 @@ def _slot_varies_by_enumeration(nest: LoopNest, loop: Fragment, access, frag: Fr
         read = fslot[access_points(nest, access).reshape(-1)]
     except (LayoutError, InferenceError, TypeError, ValueError):
         return None
-    pairs = np.unique(lslot * (int(fslot.max()) + 1) + read)
-    return bool(np.unique(pairs // (int(fslot.max()) + 1)).size != pairs.size)
+    return varies_within(lslot, read)
+
+
+def varies_within(keys: np.ndarray, values: np.ndarray) -> bool:
+    """Is ``values`` not a function of ``keys`` (some key seen with two values)? One representative value per
+    key, then every entry compared with its key's: O(n), no sort."""
+    if keys.size == 0:
+        return False
+    rep = np.zeros(int(keys.max()) + 1, dtype=values.dtype)
+    rep[keys] = values
+    return bool((rep[keys] != values).any())
 
 
 def _mentions_any(exprs, variables) -> bool:
