@@ -338,3 +338,17 @@ for i in T.parallel(64):
     np.testing.assert_array_equal(out["M"], np.maximum(inp["M"], a.reshape(16, 4).max(axis=0)))
     np.testing.assert_allclose(out["S"], inp["S"] + 2 * inp["X"].reshape(4, 16).sum(axis=1), rtol=1e-5)
     assert not exact        # float atomics add in an order the hardware chooses
+
+
+# ------------------------------------------------------------------------------------------- thread dimensions
+
+def test_several_thread_dimensions_use_the_linear_thread_id_x_fastest():
+    """threads=(32, 4): each thread writes its own (ty, tx); a row max over the block; both against numpy."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import kernels_coverage as K
+    func = K.row_softmax_2d_block(64, 128, 32, 4)
+    inputs = random_inputs(func)
+    out = run_reference(func, inputs).outputs
+    np.testing.assert_array_equal(out["C"], np.add.outer(np.arange(4) * 1000, np.arange(32)))
+    a = inputs["A"]
+    np.testing.assert_array_equal(out["B"], a - a.max(axis=1, keepdims=True))

@@ -153,8 +153,7 @@ class _Interpreter:
         self.func = func
         self.arrays: dict = {}           # buffer Var -> numpy array
         self.names: dict = {}            # buffer Var -> name
-        self.thread_var = None
-        self.thread_extent = 1
+        self.thread_dims: dict = {}      # "x"/"y"/"z" -> (threadIdx Var, extent); thread ids are linear, x fastest
         self.exact = True
         self.symbolic: set = set()       # parameters with a symbolic extent (bound from their input arrays)
 
@@ -169,13 +168,16 @@ class _Interpreter:
             self.refuse(f"buffer {getattr(buf, 'name', buf)} (not a parameter or allocation it has seen)", node)
         return arr
 
+    def is_thread_var(self, v) -> bool:
+        return any(v.same_as(var) for var, _ in self.thread_dims.values())
+
     def uses_thread(self, node) -> bool:
-        if self.thread_var is None:
+        if not self.thread_dims:
             return False
         hits = []
 
         def on_var(v):
-            if v.same_as(self.thread_var):
+            if self.is_thread_var(v):
                 hits.append(v)
         import tvm_ffi
         tvm_ffi.structural_walk(node, [(tirx.Var, on_var)])
@@ -197,7 +199,7 @@ class _Interpreter:
         if isinstance(e, tirx.Var):
             val = ctx.env.get(e)
             if val is None:
-                if self.thread_var is not None and e.same_as(self.thread_var):
+                if self.is_thread_var(e):
                     self.refuse("threadIdx read inside a parallel nest or a tile op", e)
                 self.refuse(f"the free variable {e.name}", e)
             return val
@@ -454,26 +456,33 @@ class _Interpreter:
             for b in range(ext):
                 self.run(body, ctx.bind(var, np.full(1, b, dtype=np.int32)))
             return
-        if tag.startswith("threadIdx."):
-            if tag != "threadIdx.x":
-                if ext == 1:
-                    self.run(body, ctx.bind(var, np.zeros(1, dtype=np.int32)))
-                    return
-                self.refuse(f"{tag} = {ext} (one thread dimension, threadIdx.x, is modelled)")
-            if self.thread_var is not None and not (self.thread_var.same_as(var) and self.thread_extent == ext):
-                self.refuse("threadIdx.x launched twice")      # (relaunched per block is fine)
-            self.thread_var, self.thread_extent = var, ext
-            self.run(body, _Ctx(ctx.n, ctx.env, np.arange(ext)))
+        if tag in ("threadIdx.x", "threadIdx.y", "threadIdx.z"):
+            dim = tag[-1]
+            known = self.thread_dims.get(dim)
+            if known is not None and not (known[0].same_as(var) and known[1] == ext):
+                self.refuse(f"{tag} launched twice")           # (relaunched per block is fine)
+            self.thread_dims[dim] = (var, ext)
+            # a block of X*Y*Z threads, linear id t = x + X * (y + Y * z) (the fragment thread index)
+            self.run(body, _Ctx(ctx.n, ctx.env, np.arange(self.thread_count())))
             return
         self.refuse(f"the launch of {tag}")
 
+    def thread_count(self) -> int:
+        return int(np.prod([ext for _, ext in self.thread_dims.values()], dtype=np.int64)) if self.thread_dims else 1
+
     def thread_lanes(self, ctx: _Ctx) -> _Ctx:
-        """One lane per thread reaching this point (for statements that read threadIdx)."""
+        """One lane per thread reaching this point (for statements that read threadIdx); each thread
+        dimension's variable takes its component of the linear thread id."""
         if ctx.n != 1:
             self.refuse("threadIdx read inside a parallel loop")
         k = len(ctx.threads)
         env = {v: np.repeat(a, k) for v, a in ctx.env.items()}
-        env[self.thread_var] = ctx.threads.astype(np.int32)
+        stride = 1
+        for dim in ("x", "y", "z"):
+            if dim in self.thread_dims:
+                var, ext = self.thread_dims[dim]
+                env[var] = ((ctx.threads // stride) % ext).astype(np.int32)
+                stride *= ext
         return _Ctx(k, env, ctx.threads)
 
     def branch(self, s, ctx) -> None:
