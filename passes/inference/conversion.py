@@ -177,9 +177,12 @@ def _wavefronts(lanes: np.ndarray, steps: np.ndarray, byte_addr: np.ndarray, acc
         return 0
     words_per = max(1, access_bytes // _BANK_BYTES)
     per_phase = max(1, min(warp, _WAVEFRONT // max(access_bytes, _BANK_BYTES)))
-    phase = (lanes // warp) * (warp // per_phase) + (lanes % warp) // per_phase
+    if lanes.min() < 0:
+        return _wavefronts_sorted(lanes, steps, byte_addr, access_bytes, warp)
+    ids = np.arange(int(lanes.max()) + 1, dtype=np.int64)     # per thread id, then gathered: no per-cell division
+    phase = ((ids // warp) * (warp // per_phase) + (ids % warp) // per_phase)[lanes]
     group = phase * (int(steps.max()) + 1) + steps
-    seat = group * per_phase + (lanes % warp) % per_phase
+    seat = group * per_phase + ((ids % warp) % per_phase)[lanes]
     width = per_phase * words_per
     rows = int(group.max()) + 1
     if rows * per_phase > 4 * seat.size + 4096 or np.bincount(seat).max() > 1:
@@ -190,8 +193,9 @@ def _wavefronts(lanes: np.ndarray, steps: np.ndarray, byte_addr: np.ndarray, acc
     new = np.empty(table.shape, dtype=bool)           # a word not seen earlier in its (sorted) row
     new[:, 0] = table[:, 0] >= 0
     new[:, 1:] = table[:, 1:] != table[:, :-1]
-    row, col = np.nonzero(new)
-    per_bank = np.bincount(row * _BANKS + table[row, col] % _BANKS, minlength=rows * _BANKS).reshape(rows, _BANKS)
+    # new words counted per (row, bank); every other entry goes to one extra bin past the end
+    bins = np.where(new, np.arange(rows, dtype=np.int64)[:, None] * _BANKS + table % _BANKS, rows * _BANKS)
+    per_bank = np.bincount(bins.reshape(-1), minlength=rows * _BANKS + 1)[:-1].reshape(rows, _BANKS)
     return int(per_bank.max(axis=1).sum())
 
 
@@ -251,6 +255,23 @@ class _Side:
     slot: np.ndarray
     order: np.ndarray
     _groups: dict = field(default_factory=dict)
+    _firsts: dict = field(default_factory=dict)
+    _rows: dict = field(default_factory=dict)
+
+    def firsts(self, v: int) -> tuple:
+        """(mask, thread, step) of the cells that start a ``v``-wide vector of their thread's slots."""
+        hit = self._firsts.get(v)
+        if hit is None:
+            mask = self.slot % v == 0
+            hit = self._firsts[v] = (mask, self.thread[mask], self.slot[mask] // v)
+        return hit
+
+    def row_col(self, cols: int) -> tuple:
+        """(row, column) of each cell's element in a row-major tile ``cols`` wide."""
+        hit = self._rows.get(cols)
+        if hit is None:
+            hit = self._rows[cols] = (self.elem // cols, self.elem % cols)
+        return hit
 
     def slot_groups(self, width: int) -> bool:
         """In (thread, slot) order, every run of ``width`` cells is one thread's aligned consecutive slots."""
@@ -301,12 +322,10 @@ def _thread_slot_order(thread: np.ndarray, slot: np.ndarray) -> np.ndarray:
 def _access(side: _Side, addr, chunk, slots_inner: int, elem_bytes: int, warp: int):
     """(wavefronts, ideal wavefronts, vector width) of one side of the round trip; each round (``chunk``)
     issues the slot loop again with only the lanes whose element it stages."""
-    thread, slot = side.thread, side.slot
     v = _vector(side, addr, slots_inner, elem_bytes)
-    first = slot % v == 0
-    steps = slot[first] // v
+    first, thread, steps = side.firsts(v)
     steps = chunk[first] * (int(steps.max()) + 1) + steps
-    args = (thread[first], steps)
+    args = (thread, steps)
     return (_wavefronts(*args, addr[first], v * elem_bytes, warp), _ideal(*args, v * elem_bytes, warp), v)
 
 
@@ -343,11 +362,12 @@ def _shared_cost(src: Fragment, dst: Fragment, threads: int, warp: int, elem_byt
     stage = per * stride * elem_bytes
     put, get = _side(src, threads, True), _side(dst, threads, False)
 
-    def addr(e):
-        return (((e // cols) % per) * stride + e % cols) * elem_bytes
+    def addr_chunk(side):
+        row, col = side.row_col(cols)
+        return ((row % per) * stride + col) * elem_bytes, row // per
 
-    store = _access(put, addr(put.elem), put.elem // cols // per, int(src.output_shape[-1]), elem_bytes, warp)
-    load = _access(get, addr(get.elem), get.elem // cols // per, int(dst.output_shape[-1]), elem_bytes, warp)
+    store = _access(put, *addr_chunk(put), int(src.output_shape[-1]), elem_bytes, warp)
+    load = _access(get, *addr_chunk(get), int(dst.output_shape[-1]), elem_bytes, warp)
     chunks = rows // per
     return ConversionCost("shared", (store[0] + load[0]) * _WAVEFRONT, stage_bytes=stage, pad=pad,
                           chunk_rows=per, chunks=chunks, wavefronts=store[0] + load[0],
