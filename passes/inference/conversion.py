@@ -387,8 +387,29 @@ def hand_staged_cost(src: Fragment, dst: Fragment, threads: int, warp: int, elem
 _MEMO: dict = {}
 
 
+def register_walk_error(lay: Fragment) -> str | None:
+    """Why ``lay`` has no closed-form inverse (which walking its registers needs), or None; memoised by
+    mapping, since conversion planning asks again for every split and every epilogue round."""
+    from tilelayout.errors import LayoutError
+    key = lay.key
+    if key not in _WALK:
+        if len(_WALK) > 2048:
+            _WALK.clear()
+        try:
+            lay.inverse_with_info(allow_padding=True)
+            _WALK[key] = None
+        except LayoutError as err:
+            _WALK[key] = str(err)
+    return _WALK[key]
+
+
+#: closed-form inverse refusals by fragment key (None: it has one)
+_WALK: dict = {}
+
+
 def clear_caches() -> None:
     """Forget memoised conversion costs (the next inference run is cold)."""
+    _WALK.clear()
     _MEMO.clear()
     _SHARED.clear()
     _SIDES.clear()

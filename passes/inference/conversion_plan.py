@@ -26,7 +26,7 @@ from tvm import tirx
 from tvm.ir import Range, TensorLoad, TensorRegion
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
-from tilelayout.errors import InferenceError, LayoutConflictError, LayoutError
+from tilelayout.errors import InferenceError, LayoutConflictError
 from tilelayout.fragment import Fragment
 
 from ..hardware import warp_size
@@ -34,7 +34,8 @@ from .cost_models import _CONFIG
 from .epilogue import epilogue_splits
 from .resources import MAX_REGISTERS_PER_THREAD
 from .conversion import (CONFIG_KEY, STRICT, ConversionCost, conversion_cost,
-                         hand_staged_cost, register_count32, resolve_conflict_mode, warn_shared)
+                         hand_staged_cost, register_count32, register_walk_error, resolve_conflict_mode,
+                         warn_shared)
 from .frontend import ConvertOp, CopyOp, ElementwiseOp, ParallelOp, ReduceOp
 
 __all__ = ["infer_with_conversions", "Split", "split_candidates", "split_fragment", "conversion_costs",
@@ -219,9 +220,8 @@ def _require_register_walk(op, src, dst) -> None:
     form; a side without one (e.g. a rotated row ``(i + 1) % 48``) cannot be converted, so the split that
     needs it is refused here rather than after inference has chosen it."""
     for side, lay in (("source", src), ("destination", dst)):
-        try:
-            lay.inverse_with_info(allow_padding=True)
-        except LayoutError as err:
+        err = register_walk_error(lay)
+        if err is not None:
             raise LayoutConflictError(f"{op.describe()}: no conversion applies: the {side} layout {lay!r} has no "
                                       f"closed-form inverse, which walking its registers needs ({err})") from None
 
