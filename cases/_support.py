@@ -7,6 +7,7 @@ compares numpy tables: ownership, coverage and validity are properties of the ma
 """
 from __future__ import annotations
 
+import json
 import re
 from typing import Callable
 
@@ -28,16 +29,30 @@ def loops_with_extents(result: dict, extents: list[int]) -> list[str]:
     return sorted(k for k in result["loops"] if loop_extents(k) == list(extents))
 
 
+def _layout(d: dict):
+    """``layout_from_dict(d)``, rebuilt once per distinct dict: checks ask for the same layout's tables
+    many times (a flash-attention check asks for five row statistics in every loop)."""
+    from tilelayout import layout_from_dict
+    key = json.dumps(d, sort_keys=True)
+    hit = _LAYOUTS.get(key)
+    if hit is None:
+        if len(_LAYOUTS) > 256:
+            _LAYOUTS.clear()
+        hit = _LAYOUTS[key] = layout_from_dict(d)
+    return hit
+
+
+_LAYOUTS: dict = {}
+
+
 def thread_table(d: dict) -> np.ndarray:
     """Threads holding each coordinate: shape (*input_shape, replicate), counted from the range minimum."""
-    from tilelayout import layout_from_dict
-    return np.asarray(layout_from_dict(d).thread_table(), dtype=np.int64)
+    return np.array(_layout(d).thread_table(), dtype=np.int64)
 
 
 def index_table(d: dict) -> np.ndarray:
     """Flattened register slot of each coordinate (and replica): shape (*input_shape, replicate)."""
-    from tilelayout import layout_from_dict
-    lay = layout_from_dict(d)
+    lay = _layout(d)
     table = np.asarray(lay.table(), dtype=np.int64)
     shape = [int(s) for s in d["input_shape"]]
     out = [int(s) for s in lay.output_shape]
