@@ -146,14 +146,30 @@ def conversion_kind(src: dict, dst: dict, threads: int | None = None, warp: int 
 def row_holders(d: dict) -> list[frozenset]:
     """For each index of the first axis, the set of threads holding any element of that row."""
     threads = thread_table(d)
+    if threads.size and threads.min() < 0:
+        return [frozenset(int(t) for t in r) for r in threads.reshape(threads.shape[0], -1)]
+    return [frozenset(np.nonzero(r)[0].tolist()) for r in _row_threads(d, 0)]
+
+
+def _row_threads(d: dict, width: int) -> np.ndarray:
+    """(rows, threads) membership: does thread t hold any element of row i (at least ``width`` columns)."""
+    threads = thread_table(d)
     rows = threads.reshape(threads.shape[0], -1)
-    return [frozenset(int(t) for t in r) for r in rows]
+    holds = np.zeros((rows.shape[0], max(width, int(rows.max(initial=-1)) + 1)), dtype=bool)
+    holds[np.arange(rows.shape[0])[:, None], rows] = True
+    return holds
 
 
 def assert_same_rows(name_a: str, a: dict, name_b: str, b: dict) -> None:
     """Row i of ``a`` and row i of ``b`` live in exactly the same threads (attention's S, P, O and row
     vectors: a row statistic is usable wherever its row is, and nowhere else is it needed)."""
-    ra, rb = row_holders(a), row_holders(b)
+    if min(int(thread_table(x).min(initial=0)) for x in (a, b)) < 0:
+        ra, rb = row_holders(a), row_holders(b)
+        assert ra == rb, f"{name_a} and {name_b} do not live in the same threads row by row"
+        return
+    width = max(int(thread_table(x).max(initial=-1)) + 1 for x in (a, b))
+    ra, rb = _row_threads(a, width), _row_threads(b, width)
     assert len(ra) == len(rb), f"{name_a} has {len(ra)} rows, {name_b} has {len(rb)}"
-    for i, (x, y) in enumerate(zip(ra, rb)):
-        assert x == y, (f"row {i}: {name_a} lives in threads {sorted(x)[:8]} but {name_b} in {sorted(y)[:8]}")
+    for i in np.nonzero((ra != rb).any(axis=1))[0][:1]:
+        x, y = np.nonzero(ra[i])[0].tolist(), np.nonzero(rb[i])[0].tolist()
+        raise AssertionError(f"row {i}: {name_a} lives in threads {x[:8]} but {name_b} in {y[:8]}")
