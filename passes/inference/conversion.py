@@ -168,28 +168,45 @@ def _wavefronts(lanes: np.ndarray, steps: np.ndarray, byte_addr: np.ndarray, acc
     """Shared-memory wavefronts of one warp-wide access per (warp, step), each lane moving ``access_bytes``
     from ``byte_addr``: the hardware serves 128 bytes per phase (32 lanes of 4 bytes, 8 lanes of 16 bytes),
     and within a phase the distinct 4-byte words one bank holds take one wavefront each (a word read by
-    several lanes is a broadcast).
-
-    Each (phase, step) is one row of at most 128 bytes' worth of words, so the distinct words are found by
-    sorting those short rows, not the whole access; when some lane has two accesses in one step (never for
-    an injective fragment) the rows are not well defined and every (group, word) pair is sorted instead."""
+    several lanes is a broadcast)."""
     if byte_addr.size == 0:
         return 0
-    words_per = max(1, access_bytes // _BANK_BYTES)
+    return _seated_wavefronts(_seats(lanes, steps, access_bytes, warp), lanes, steps, byte_addr, access_bytes, warp)
+
+
+def _seats(lanes: np.ndarray, steps: np.ndarray, access_bytes: int, warp: int):
+    """Where each access sits in a (phase, step) row of at most 128 bytes' worth of words: (seat, rows), or
+    None when some lane has two accesses in one step (never for an injective fragment), a thread id is
+    negative, or the rows would be mostly empty. Depends on who accesses when, not on the addresses."""
+    if lanes.size == 0 or lanes.min() < 0:
+        return None
     per_phase = max(1, min(warp, _WAVEFRONT // max(access_bytes, _BANK_BYTES)))
-    if lanes.min() < 0:
-        return _wavefronts_sorted(lanes, steps, byte_addr, access_bytes, warp)
     ids = np.arange(int(lanes.max()) + 1, dtype=np.int64)     # per thread id, then gathered: no per-cell division
     phase = ((ids // warp) * (warp // per_phase) + (ids % warp) // per_phase)[lanes]
     group = phase * (int(steps.max()) + 1) + steps
     seat = group * per_phase + ((ids % warp) % per_phase)[lanes]
-    width = per_phase * words_per
     rows = int(group.max()) + 1
     if rows * per_phase > 4 * seat.size + 4096 or np.bincount(seat).max() > 1:
+        return None
+    return seat, rows
+
+
+def _seated_wavefronts(seats, lanes, steps, byte_addr: np.ndarray, access_bytes: int, warp: int) -> int:
+    """``_wavefronts`` given ``_seats``: the distinct words are found by sorting each short row rather than
+    every (group, word) pair of the access (that whole-array count is the fallback without seats)."""
+    if byte_addr.size == 0:
+        return 0
+    if seats is None:
         return _wavefronts_sorted(lanes, steps, byte_addr, access_bytes, warp)
-    table = np.full((rows * per_phase, words_per), -1, dtype=np.int64)
-    table[seat] = (byte_addr // _BANK_BYTES)[:, None] + np.arange(words_per)[None, :]
-    table = np.sort(table.reshape(rows, width), axis=1)
+    seat, rows = seats
+    words_per = max(1, access_bytes // _BANK_BYTES)
+    per_phase = max(1, min(warp, _WAVEFRONT // max(access_bytes, _BANK_BYTES)))
+    words = byte_addr // _BANK_BYTES
+    # int32 rows sort faster; addresses of a shared tile are far below 2^31
+    kind = np.int32 if int(words.max()) + words_per < 2 ** 31 else np.int64
+    table = np.full((rows * per_phase, words_per), -1, dtype=kind)
+    table[seat] = words[:, None] + np.arange(words_per)[None, :]
+    table = np.sort(table.reshape(rows, per_phase * words_per), axis=1)
     new = np.empty(table.shape, dtype=bool)           # a word not seen earlier in its (sorted) row
     new[:, 0] = table[:, 0] >= 0
     new[:, 1:] = table[:, 1:] != table[:, :-1]
@@ -257,6 +274,7 @@ class _Side:
     _groups: dict = field(default_factory=dict)
     _firsts: dict = field(default_factory=dict)
     _rows: dict = field(default_factory=dict)
+    _seated: dict = field(default_factory=dict)
 
     def firsts(self, v: int) -> tuple:
         """(mask, thread, step) of the cells that start a ``v``-wide vector of their thread's slots."""
@@ -319,14 +337,22 @@ def _thread_slot_order(thread: np.ndarray, slot: np.ndarray) -> np.ndarray:
     return order
 
 
-def _access(side: _Side, addr, chunk, slots_inner: int, elem_bytes: int, warp: int):
-    """(wavefronts, ideal wavefronts, vector width) of one side of the round trip; each round (``chunk``)
-    issues the slot loop again with only the lanes whose element it stages."""
+def _access(side: _Side, addr, row, per: int, slots_inner: int, elem_bytes: int, warp: int):
+    """(wavefronts, ideal wavefronts, vector width) of one side of the round trip (``row``: each cell's tile
+    row); each round of ``per`` rows issues the slot loop again with only the lanes whose element it stages.
+    Who accesses in which step depends on the vector width and the round size, not on the padding: the
+    accesses are seated once per (width, round size) of a side."""
     v = _vector(side, addr, slots_inner, elem_bytes)
     first, thread, steps = side.firsts(v)
-    steps = chunk[first] * (int(steps.max()) + 1) + steps
-    args = (thread, steps)
-    return (_wavefronts(*args, addr[first], v * elem_bytes, warp), _ideal(*args, v * elem_bytes, warp), v)
+    key = (v, per, elem_bytes, warp)
+    hit = side._seated.get(key)
+    if hit is None:
+        chunk = row // per
+        steps = chunk[first] * (int(steps.max()) + 1) + steps
+        hit = side._seated[key] = (steps, _seats(thread, steps, v * elem_bytes, warp),
+                                   _ideal(thread, steps, v * elem_bytes, warp))
+    steps, seats, ideal = hit
+    return (_seated_wavefronts(seats, thread, steps, addr[first], v * elem_bytes, warp), ideal, v)
 
 
 def chunk_rows(rows: int, stride: int, elem_bytes: int, limit: int = SHARED_STAGE_LIMIT) -> int:
@@ -362,12 +388,12 @@ def _shared_cost(src: Fragment, dst: Fragment, threads: int, warp: int, elem_byt
     stage = per * stride * elem_bytes
     put, get = _side(src, threads, True), _side(dst, threads, False)
 
-    def addr_chunk(side):
+    def addr(side):
         row, col = side.row_col(cols)
-        return ((row % per) * stride + col) * elem_bytes, row // per
+        return ((row % per) * stride + col) * elem_bytes, row
 
-    store = _access(put, *addr_chunk(put), int(src.output_shape[-1]), elem_bytes, warp)
-    load = _access(get, *addr_chunk(get), int(dst.output_shape[-1]), elem_bytes, warp)
+    store = _access(put, *addr(put), per, int(src.output_shape[-1]), elem_bytes, warp)
+    load = _access(get, *addr(get), per, int(dst.output_shape[-1]), elem_bytes, warp)
     chunks = rows // per
     return ConversionCost("shared", (store[0] + load[0]) * _WAVEFRONT, stage_bytes=stage, pad=pad,
                           chunk_rows=per, chunks=chunks, wavefronts=store[0] + load[0],
