@@ -59,3 +59,36 @@ def test_bucket_order_is_the_lexicographic_order(data):
     perm = np.random.default_rng(data.draw(st.integers(0, 999))).permutation(lanes.size)
     lanes, steps = lanes[perm], steps[perm]
     assert np.array_equal(cv._thread_slot_order(lanes, steps), np.lexsort((steps, lanes)))
+
+
+def _golden_fragments():
+    import json
+    from pathlib import Path
+    from tilelayout import Fragment, layout_from_dict
+    out = {}
+    for path in sorted((Path(__file__).resolve().parent.parent / "expected").glob("*.json")):
+        for variant in json.loads(path.read_text()).values():
+            for model in variant.values():
+                for d in list(model.get("buffers", {}).values()) + list(model.get("loops", {}).values()):
+                    if d.get("kind") == "Fragment":
+                        lay = layout_from_dict(d)
+                        if isinstance(lay, Fragment) and lay.is_static:
+                            out.setdefault(repr(lay), lay)
+    return list(out.values())
+
+
+def test_noop_lookup_equals_the_holder_table_on_golden_fragment_pairs():
+    frags = _golden_fragments()
+    pairs = 0
+    for a in frags:
+        for b in frags:
+            if list(a.input_shape) != list(b.input_shape) or a.thread_extent != b.thread_extent:
+                continue
+            threads = int(a.thread_extent)
+            se, st, _, _ = cv._cells(a, threads)
+            de, dt, _, _ = cv._cells(b, threads)
+            have = np.zeros((int(np.prod(a.input_shape)), int(max(st.max(), dt.max())) + 1), dtype=bool)
+            have[se, st] = True
+            assert cv.is_noop(a, b, threads) == bool(have[de, dt].all()), (a, b)
+            pairs += 1
+    assert pairs > 50

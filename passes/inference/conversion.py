@@ -126,8 +126,12 @@ def _check(src: Fragment, dst: Fragment, what: str) -> None:
 
 def is_noop(src: Fragment, dst: Fragment, threads: int) -> bool:
     """Every thread holding an element in ``dst`` holds it in ``src``."""
-    se, st, _, _ = _cells(src, threads)
+    se, st, _, reps = _cells(src, threads)
     de, dt, _, _ = _cells(dst, threads)
+    if reps == 1:           # one holder per element: a lookup, not an (elements x threads) table
+        holder = np.full(int(np.prod(src.input_shape)), -1, dtype=np.int64)
+        holder[se] = st
+        return bool((holder[de] == dt).all())
     width = int(max(st.max(), dt.max())) + 1
     have = np.zeros((int(np.prod(src.input_shape)), width), dtype=bool)
     have[se, st] = True
