@@ -25,12 +25,12 @@ from ..ir_utils import int_value
 from .loop_partition import LoweringError
 from .mma_ptx import PTX_TYPE, MmaInst, WgmmaInst, dtype_bits
 
-__all__ = ["is_collective", "emulate_collective", "COLLECTIVE_OPS"]
+__all__ = ["is_collective", "emulate_collective", "COLLECTIVE_OPS", "fp8_to_f32"]
 
 _PTX_DTYPE = {v: k for k, v in PTX_TYPE.items()}
 _MMA_OPS = ("tirx.ptx.mma", "tirx.ptx.mma_f16acc", "tirx.ptx.mma_int")
 _LDMATRIX_OPS = ("tirx.ptx.ldmatrix",)
-_WGMMA_MMA = re.compile(r"tirx\.ptx\.wgmma_(f16|bf16|f16_f16acc)_(ss|rs)$")
+_WGMMA_MMA = re.compile(r"tirx\.ptx\.wgmma_(f16|bf16|f16_f16acc|fp8|fp8_f16acc)_(ss|rs)$")
 _WGMMA_SYNC = ("tirx.ptx.wgmma_fence", "tirx.ptx.wgmma_commit_group", "tirx.ptx.wgmma_wait_group",
                "tirx.ptx.fence_proxy")
 COLLECTIVE_OPS = _MMA_OPS + _LDMATRIX_OPS
@@ -86,8 +86,40 @@ def _unpack(word, part, dtype: str):
     w = word if str(word.ty) == "uint32" else tirx.reinterpret("uint32", word)
     shifted = tirx.shift_right(w, tirx.Cast("uint32", part * bits)) if not (isinstance(part, int) and part == 0) \
         else w
+    if dtype in _FP8_FORMAT:
+        return fp8_to_f32(tirx.bitwise_and(shifted, tirx.const(0xFF, "uint32")), dtype)
     raw = tirx.Cast(f"uint{bits}", tirx.bitwise_and(shifted, tirx.const((1 << bits) - 1, "uint32")))
     return raw if dtype == f"uint{bits}" else tirx.reinterpret(dtype, raw)
+
+
+#: fp8 formats as the PTX ISA defines .e4m3 and .e5m2: (exponent bits, mantissa bits, bias)
+_FP8_FORMAT = {"float8_e4m3fn": (4, 3, 7), "float8_e5m2": (5, 2, 15)}
+
+
+def fp8_to_f32(bits, dtype: str):
+    """The f32 value of the fp8 code in the low 8 bits of the uint32 ``bits``, decoded from the bit fields.
+
+    Written out rather than a TIR cast: apache-tvm 0.27's LLVM legalisation of fp8 -> f32 maps the code 0 to
+    2^-7 (it ignores zero and subnormals), and a tensor core takes the bits as PTX defines them. e4m3 has no
+    infinities (exponent 15 with mantissa 7 is NaN); e5m2 is IEEE-like (exponent 31: infinity or NaN)."""
+    ebits, mbits, bias = _FP8_FORMAT[dtype]
+    u32 = lambda v: tirx.const(v, "uint32")        # noqa: E731
+    sign = tirx.bitwise_and(tirx.shift_right(bits, u32(7)), u32(1))
+    exp = tirx.bitwise_and(tirx.shift_right(bits, u32(mbits)), u32((1 << ebits) - 1))
+    man = tirx.bitwise_and(bits, u32((1 << mbits) - 1))
+    signbit = tirx.shift_left(sign, u32(31))
+    normal = tirx.reinterpret("float32", tirx.bitwise_or(tirx.bitwise_or(
+        signbit, tirx.shift_left(exp + u32(127 - bias), u32(23))), tirx.shift_left(man, u32(23 - mbits))))
+    tiny = tirx.Cast("float32", man) * tirx.const(2.0 ** (1 - bias - mbits), "float32")   # exact in f32
+    subnormal = tirx.Select(sign == u32(1), tirx.const(0.0, "float32") - tiny, tiny)
+    nan = tirx.reinterpret("float32", u32(0x7FC00000))
+    top = u32((1 << ebits) - 1)
+    if dtype == "float8_e4m3fn":
+        special = tirx.Select(tirx.And(exp == top, man == u32(7)), nan, normal)
+    else:
+        inf = tirx.reinterpret("float32", tirx.bitwise_or(signbit, u32(0x7F800000)))
+        special = tirx.Select(exp == top, tirx.Select(man == u32(0), inf, nan), normal)
+    return tirx.Select(exp == u32(0), subnormal, special)
 
 
 def _pack(values: list, dtype: str):

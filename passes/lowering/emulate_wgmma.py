@@ -16,10 +16,10 @@ import tvm
 from tvm import tirx
 from tvm.ir import TensorLoad
 
-from .emulate_mma import _PTX_DTYPE, _as, _exchange, _op_name, _pack, _split_args, _store_to, _unpack
+from .emulate_mma import _PTX_DTYPE, _as, _exchange, _op_name, _pack, _split_args, _store_to, _unpack, fp8_to_f32
 from ..ir_utils import mapped
 from .loop_partition import LoweringError
-from .mma_ptx import WgmmaInst, dtype_bits
+from .mma_ptx import FP8, WgmmaInst, dtype_bits
 
 __all__ = ["emulate_wgmma"]
 
@@ -74,7 +74,10 @@ def _element(buf, scratch, at: int, k_major, x, y, dtype: str):
     addr = tirx.Select(width > 0, swz, inter)
     mask = (wide // 16 - 1) * 16       # 0 when unswizzled (wide = 16)
     addr = tirx.bitwise_xor(addr, tirx.bitwise_and(tirx.shift_right(addr, 3), mask))
-    return tirx.BufferLoad(buf, [addr // nbytes])
+    value = tirx.BufferLoad(buf, [addr // nbytes])
+    if dtype in FP8:        # decoded from its bits, as the tensor core reads them
+        return fp8_to_f32(tirx.Cast("uint32", tirx.reinterpret("uint8", value)), dtype)
+    return value
 
 
 def emulate_wgmma(call, phases) -> tirx.Stmt:
@@ -90,12 +93,13 @@ def emulate_wgmma(call, phases) -> tirx.Stmt:
     nd = inst.c_elems // inst.c_pack
     d, rest = operands[:nd], operands[nd:]
     imm = [int(x.value) for x in rest if isinstance(x, tirx.IntImm) and str(x.ty) != "bool"]
+    trans = inst.transposable           # 8-bit lines have no transpose immediates: K-major operands
     if form == "ss":
         a_desc, b_desc, scale_d = rest[0], rest[1], rest[2]
-        scale_a, scale_b, trans_a, trans_b = imm[-4:]
+        scale_a, scale_b, trans_a, trans_b = imm[-4:] if trans else imm[-2:] + [0, 0]
     else:
         a_regs, b_desc, scale_d = rest[0:4], rest[4], rest[5]
-        scale_a, scale_b, trans_b = imm[-3:]
+        scale_a, scale_b, trans_b = imm[-3:] if trans else imm[-2:] + [0]
         trans_a = 0
     t = phases.flat_thread()
     tg = tirx.floormod(t, 128)

@@ -33,7 +33,7 @@ from tilelayout.fragment import Fragment
 
 from ..hardware import sm_version
 from .loop_partition import LoweringError
-from .mma_ptx import MMA_SIGNATURES, MmaInst, dtype_bits, mma_instruction
+from .mma_ptx import MMA_MIN_SM, MMA_SIGNATURES, MmaInst, dtype_bits, mma_instruction
 
 __all__ = ["GEMM_FALLBACK_ATTR", "GEMM_REPORT_ATTR", "WarpTiling", "match_tiling", "lower_gemm_mma",
            "GemmContext", "pack_elements", "ptx_call"]
@@ -471,4 +471,8 @@ def choose_instruction(op, target) -> MmaInst:
     if sm_version(target) < 80:
         raise LoweringError(f"{op.describe()}: tensor-core lowering needs sm_80 or newer (target {target}); opt in to "
                             f"the scalar gemm with the function attribute {GEMM_FALLBACK_ATTR}=\"scalar\"")
+    need = max(MMA_MIN_SM.get(sig[0], 80), MMA_MIN_SM.get(sig[1], 80))
+    if sm_version(target) < need:
+        raise LoweringError(f"{op.describe()}: mma.sync with {sig[0]} x {sig[1]} operands needs sm_{need} or newer "
+                            f"(target {target}); target sm_{need}+ or cast the operands to float16")
     return inst

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = ["MmaInst", "WgmmaInst", "mma_instruction", "wgmma_instruction", "MMA_SIGNATURES",
-           "WGMMA_SIGNATURES", "PTX_TYPE", "dtype_bits", "ldmatrix_lane_row", "ldmatrix_element"]
+           "WGMMA_SIGNATURES", "MMA_MIN_SM", "FP8", "PTX_TYPE", "dtype_bits", "ldmatrix_lane_row", "ldmatrix_element"]
 
 #: TVM dtype -> PTX element type name
 PTX_TYPE = {"float16": "f16", "bfloat16": "bf16", "float32": "f32", "int8": "s8", "uint8": "u8", "int32": "s32",
@@ -102,6 +102,8 @@ class MmaInst:
         return (row % 8) * 4 + col // 2, 2 * (row // 8) + col % 2
 
 
+FP8 = ("float8_e4m3fn", "float8_e5m2")
+
 #: (A, B, accumulator) dtype signatures mma.sync supports here, with their K
 MMA_SIGNATURES = {
     ("float16", "float16", "float32"): 16,
@@ -111,7 +113,12 @@ MMA_SIGNATURES = {
     ("uint8", "uint8", "int32"): 32,
     ("int8", "uint8", "int32"): 32,
     ("uint8", "int8", "int32"): 32,
+    # fp8 (sm_89+): the .f8type line quantifies A and B independently, f32 or f16 accumulators
+    **{(a, b, acc): 32 for a in FP8 for b in FP8 for acc in ("float32", "float16")},
 }
+
+#: the oldest architecture of each operand dtype's mma.sync line (sm_80 otherwise)
+MMA_MIN_SM = {"float8_e4m3fn": 89, "float8_e5m2": 89}
 
 
 def mma_instruction(a_dtype: str, b_dtype: str, acc_dtype: str) -> MmaInst | None:
@@ -137,6 +144,12 @@ class WgmmaInst:
     @property
     def c_elems(self) -> int:
         return self.n // 2
+
+    @property
+    def transposable(self) -> bool:
+        """Whether the instruction takes the transpose immediates (16-bit types only; 8-bit operands are
+        K-major)."""
+        return dtype_bits(self.a_dtype) == 16
 
     @property
     def c_pack(self) -> int:
@@ -176,11 +189,13 @@ class WgmmaInst:
                 k % kp)
 
 
-#: (A, B, accumulator) dtype signatures lowered to wgmma, with their K
+#: (A, B, accumulator) dtype signatures lowered to wgmma, with their K. 8-bit operands must be K-major in
+#: shared memory (the fp8 lines have no transpose immediates)
 WGMMA_SIGNATURES = {
     ("float16", "float16", "float32"): 16,
     ("bfloat16", "bfloat16", "float32"): 16,
     ("float16", "float16", "float16"): 16,
+    **{(a, b, acc): 32 for a in FP8 for b in FP8 for acc in ("float32", "float16")},
 }
 
 
