@@ -200,6 +200,8 @@ def _kind(dtype: str) -> str:
 _MMA_FORMS = {"f16": (("float16", "float32"), 16, 80), "bf16": (("float32",), 16, 80),
               "tf32": (("float32",), 8, 80), "i8": (("int32",), 32, 80), "f8": (("float16", "float32"), 32, 89),
               "f64": (("float64",), 4, 80)}
+#: operand kinds wgmma reads K-major only (A [M, K], B [N, K] with transpose_B), as PTX and TileLang require
+_K_MAJOR_ONLY = ("tf32", "i8", "f8")
 _WGMMA_FORMS = {"f16": ("float16", "float32"), "bf16": ("float32",), "tf32": ("float32",), "i8": ("int32",),
                 "f8": ("float16", "float32")}
 
@@ -246,8 +248,9 @@ def _check_operands(op) -> None:
 
 def uses_wgmma(op, threads: int, target, kind: str | None = None, thread_offset: int = 0) -> bool:
     """TileLang's rule: Hopper (sm_90) issues wgmma when B is in shared memory, A is in shared memory or
-    K-major in registers, the threads running it are whole warpgroups, the dtypes have a wgmma form and the
-    tile has a warpgroup partition (each warp 16-row slabs, every warpgroup whole 64-row blocks)."""
+    K-major in registers, the threads running it are whole warpgroups, the dtypes have a wgmma form (8-bit and
+    tf32 operands only K-major: A not transposed, B transposed) and the tile has a warpgroup partition (each
+    warp 16-row slabs, every warpgroup whole 64-row blocks)."""
     target = normalize_target(target)
     if not 90 <= sm_version(target) < 100:
         return False
@@ -264,6 +267,8 @@ def uses_wgmma(op, threads: int, target, kind: str | None = None, thread_offset:
         return False
     if kind not in _WGMMA_FORMS or _dtype(op.c.buffer) not in _WGMMA_FORMS[kind]:
         return False
+    if kind in _K_MAJOR_ONLY and (op.transpose_a or not op.transpose_b):
+        return False            # wgmma transposes 16-bit operands only: 8-bit and tf32 ones must be K-major
     try:
         gemm_layouts.compute_warp_partition(m, n, threads // 32, "square", "wgmma")
     except LayoutError:

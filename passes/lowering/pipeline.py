@@ -180,8 +180,8 @@ def _cpu_compile(func, name: str, target="llvm") -> CpuKernel:
     attrs = func.attrs
     if attrs is not None and "target" in attrs:
         func = func.without_attr("target") if hasattr(func, "without_attr") else func.with_attr("target", None)
-    from .cpu_byte_storage import byte_storage
-    mod = tvm.IRModule({name: byte_storage(func)})
+    from .cpu_fp8 import cpu_fp8
+    mod = tvm.IRModule({name: cpu_fp8(func)})
     # TVM's LLVM backend cannot vectorise sub-byte/fp8 legalisation; vector semantics equal scalar ones
     scalar = any(str(b.dtype).startswith(("float8", "float6", "float4")) for b in _buffers(func))
     with tvm.transform.PassContext(config={"tirx.disable_vectorize": scalar}):
