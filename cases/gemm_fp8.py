@@ -14,12 +14,14 @@ from tvm.tirx.script import tile as Tx
 
 from cases import _support
 
-TILELANG = """TileLang 0.1.15 (maint/peer, both cost models; twins `gemm_fp8/*` in cases_tilelang.py, each compared
-on its own target: sm_89 as sm_80, whose mma fragments it shares; sm_90a as sm_90). C_frag and A_f equal ours as
-mappings on every variant (sm_89: square 2x2 warps, mma.sync accumulator; sm_90a: wgmma accumulator, warp w of
-the warpgroup owns rows 16w..16w+15; A_f the RS A registers, four fp8 codes per lane and register). The shared
-tiles differ in form only: TileLang prints the 64-byte-row fp8 tiles as [row groups, offset] with the same 64B
-swizzle. TileLang picks wgmma for fp8 only when A is K-major and B is transposed (N x K), as we do."""
+TILELANG = """TileLang 0.1.15 (maint/peer, both cost models; twins `gemm_fp8/*` in cases_tilelang.py, each run on
+its own target, --arch sm_89 / sm_90a; maint/peer/compare.py). Where TileLang infers, it equals ours as mappings:
+C_frag (sm_89: square 2x2 warps, mma.sync accumulator; sm_90a: wgmma, warp w of the warpgroup owns rows
+16w..16w+15), A_s (sm_90a RS: the A registers, four fp8 codes per lane and register) and the shared tiles (64B
+swizzle of the 64-byte rows; TileLang prints them as [1, row groups, offset]). Where we differ:
+sm89_e5m2xe4m3_f16acc (A e5m2, B e4m3) -- TileLang refuses it ("Mixed-dtype GEMM only supports f8f6f4 family
+operands currently"); PTX's .f8type line takes any e4m3/e5m2 pair, and we lower it. Like TileLang, we plan wgmma
+for fp8 only when A is K-major and B is [N, K] (transpose_B)."""
 
 E4M3, E5M2 = "float8_e4m3fn", "float8_e5m2"
 
