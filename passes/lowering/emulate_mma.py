@@ -111,8 +111,8 @@ def fp8_to_f32(bits, dtype: str):
     normal = tirx.reinterpret("float32", tirx.bitwise_or(tirx.bitwise_or(
         signbit, tirx.shift_left(exp + u32(127 - bias), u32(23))), tirx.shift_left(man, u32(23 - mbits))))
     tiny = tirx.Cast("float32", man) * tirx.const(2.0 ** (1 - bias - mbits), "float32")   # exact in f32
-    subnormal = tirx.Select(sign == u32(1), tirx.const(0.0, "float32") - tiny, tiny)
-    nan = tirx.reinterpret("float32", u32(0x7FC00000))
+    subnormal = tirx.reinterpret("float32", tirx.bitwise_or(tirx.reinterpret("uint32", tiny), signbit))  # -0 too
+    nan = tirx.reinterpret("float32", tirx.bitwise_or(signbit, u32(0x7FC00000)))
     top = u32((1 << ebits) - 1)
     if dtype == "float8_e4m3fn":
         special = tirx.Select(tirx.And(exp == top, man == u32(7)), nan, normal)
