@@ -59,7 +59,7 @@ from tilelayout.fragment import Fragment
 
 from ..hardware import normalize_target, sm_version
 
-__all__ = ["GemmPlan", "GemmPlanError", "GEMM_PLANS_ATTR", "POLICIES", "plan_gemm", "plan_gemms",
+__all__ = ["GemmPlan", "GemmPlanError", "GEMM_PLANS_ATTR", "POLICIES", "plan_gemm", "plan_gemms", "chains",
            "annotate_gemm_plans", "read_gemm_plans", "gemm_ordinal", "gemm_plan_of", "gemm_calls",
            "policy_of", "uses_wgmma"]
 
@@ -331,6 +331,13 @@ def plan_gemm(op, threads: int, target, policy: str | None = None, instruction: 
                     transpose_b=bool(op.transpose_b), thread_offset=thread_offset)
 
 
+def chains(ops) -> list[list]:
+    """The gemms of ``ops`` grouped into chains (linked through fragments), each in program order."""
+    from .frontend import GemmOp
+    ops = list(ops)
+    return _chains(ops, [op for op in ops if isinstance(op, GemmOp)])
+
+
 def _chains(ops, gemms) -> list[list]:
     """Gemms linked through fragments (union-find over ops sharing a fragment), in program order."""
     parent = {op.index: op.index for op in ops}
@@ -357,17 +364,24 @@ def _chains(ops, gemms) -> list[list]:
     return [chains[k] for k in sorted(chains)]
 
 
-def plan_gemms(ops, threads: int, target, thread_range_of=None) -> dict:
+def plan_gemms(ops, threads: int, target, thread_range_of=None, policy_override: dict | None = None) -> dict:
     """``{op index: GemmPlan}`` for every gemm among ``ops``, chained gemms decided jointly (module doc).
     ``thread_range_of(op) -> (first thread, count)`` gives the threads running a gemm (default: the whole
-    block of ``threads``)."""
+    block of ``threads``). ``policy_override``: ``{op index: policy}`` taking the place of those gemms' own
+    ``warp_policy`` (how a refusal checks which policy would infer)."""
     from .frontend import GemmOp
     ops = list(ops)
     gemms = [op for op in ops if isinstance(op, GemmOp)]
     ranges = {g.index: tuple(thread_range_of(g)) if thread_range_of is not None else (0, threads) for g in gemms}
+    override = dict(policy_override or {})
+
+    def user(g):
+        return override.get(g.index) or policy_of(g)
 
     def plan(g, *args):
         lo, count = ranges[g.index]
+        if not args and g.index in override:
+            args = (override[g.index], None, "user")
         return plan_gemm(g, count, target, *args, thread_offset=lo)
 
     plans: dict = {}
@@ -379,9 +393,9 @@ def plan_gemms(ops, threads: int, target, thread_range_of=None) -> dict:
             continue
         trial = {}
         for g in chain:
-            policy = policy_of(g) or "full_row"
-            trial[g.index] = plan(g, policy, instruction, "user" if policy_of(g) else "chain")
-        free = [g for g in chain if policy_of(g) is None]
+            policy = user(g) or "full_row"
+            trial[g.index] = plan(g, policy, instruction, "user" if user(g) else "chain")
+        free = [g for g in chain if user(g) is None]
         if free and any(trial[g.index].warp_n != 1 for g in free):
             # full_row cannot give every row to one warp here: keep the default for the free gemms
             for g in free:
