@@ -16,7 +16,7 @@ import tvm
 from tvm import tirx
 from tvm.ir import TensorLoad
 
-from .emulate_mma import _PTX_DTYPE, _as, _exchange, _op_name, _pack, _split_args, _store_to, _unpack, fp8_to_f32
+from .emulate_mma import _PTX_DTYPE, _as, _exchange, _op_name, _pack, _split_args, _store_to, _unpack, fp8_to_f32, tf32_input
 from ..ir_utils import mapped
 from .loop_partition import LoweringError
 from .mma_ptx import FP8, WgmmaInst, dtype_bits
@@ -124,7 +124,8 @@ def emulate_wgmma(call, phases) -> tirx.Stmt:
         else:
             owner, reg, part = inst.a_owner(row, kk)
             av = _unpack(tirx.BufferLoad(xa, [base + owner, reg]), part, inst.a_dtype)
-        bv = _element(b_buf, scratch, 4, trans_b == 0, col, kk, inst.b_dtype)
+        av = tf32_input(av, inst.a_dtype)
+        bv = tf32_input(_element(b_buf, scratch, 4, trans_b == 0, col, kk, inst.b_dtype), inst.b_dtype)
         if inst.c_pack == 1:
             old = _as(acc_t, d[e])
         else:
