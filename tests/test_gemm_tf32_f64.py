@@ -133,7 +133,8 @@ def test_f64_accumulator_in_the_wrong_registers_gives_a_wrong_cpu_result(monkeyp
 
 
 def test_f64_register_a_is_refused_with_advice():
-    with pytest.raises(tl.TileLayoutError, match=r"float64"):
+    with pytest.raises(tl.TileLayoutError, match=r"gemm .*operand A \(A_s\) is a register fragment, but float64 gemms "
+                                                 r"\(mma.sync m8n8k4\) read A from shared memory here; stage A_s"):
         tl.lower(K.gemm(64, 64, 32, a_dtype="float64", b_dtype="float64", acc="float64", a_scope="local.fragment"),
                  SM80)
 

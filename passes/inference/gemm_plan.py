@@ -295,6 +295,10 @@ def plan_gemm(op, threads: int, target, policy: str | None = None, instruction: 
     if sm < 80:
         raise GemmPlanError(f"{op.describe()}: tensor-core gemms need sm_80 or newer, the target is "
                             f"{target.attrs.get('arch', target.kind.name)}")
+    if kind == "f64" and op.a.buffer.is_fragment:
+        raise GemmPlanError(f"{op.describe()}: operand A ({op.a.buffer.name}) is a register fragment, but float64 gemms "
+                            f"(mma.sync m8n8k4) read A from shared memory here; stage {op.a.buffer.name} in a shared "
+                            f"buffer")
     accs, k_step, min_sm = _MMA_FORMS[kind]
     if sm < min_sm:
         raise GemmPlanError(f"{op.describe()}: {_dtype(op.a.buffer)} operands need sm_{min_sm} or newer")
