@@ -10,8 +10,9 @@ PTX puts it (``mma_ptx``). Then, per k-step of the instruction:
   and aligned under the buffer's (swizzled) layout, else one load per element and lane; an A operand in
   registers (``local.fragment``) is read from the fragment, whose layout must hold each element in the
   lane that feeds it;
-- ``mma.sync.aligned.m16n8k16`` (``k32`` for 8-bit inputs) accumulates into the accumulator fragment's
-  own registers (f16 accumulators through packed f16x2 temporaries).
+- ``mma.sync.aligned.m16n8k16`` (``k32`` for 8-bit inputs, int8 and fp8; ``k8`` for tf32, i.e. f32 operands;
+  ``m8n8k4`` for f64) accumulates into the accumulator fragment's own registers (f16 accumulators through
+  packed f16x2 temporaries).
 
 On sm_90 a gemm whose accumulator has the wgmma layout and whose operands fit the wgmma shared-memory
 canonical layouts issues ``wgmma.mma_async`` (see ``lower_wgmma``); otherwise mma.sync realises the same

@@ -1,7 +1,9 @@
 """Lower a gemm planned as wgmma (sm_90a) to ``wgmma.mma_async`` instructions.
 
 Each warpgroup owns a contiguous tile of the accumulator (the ``strips`` warp tiling); per 64-row block
-and k-step of 16 it issues one ``wgmma.mma_async.sync.aligned.m64nNk16`` with N the warpgroup's columns:
+and k-step it issues one ``wgmma.mma_async.sync.aligned.m64nNkK`` with N the warpgroup's columns (K = 16 for
+f16/bf16, 32 for fp8, 8 for tf32; fp8 and tf32 operands must be K-major, the instruction has no transpose
+immediates for them):
 
 - SS form: A and B named by shared-memory descriptors (``wgmma_desc``), whose mode and strides are solved
   against the buffers' annotated (swizzled) layouts and checked at every element of every tile;

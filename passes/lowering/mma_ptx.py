@@ -1,8 +1,8 @@
 """Tensor-core instructions as PTX defines them: shapes, dtype signatures and register fragments.
 
 This module is the single statement of *who holds what* for the instructions the gemm lowering
-emits, written from the PTX ISA's "Matrix Fragments" tables (mma.m16n8k16 / m16n8k32, ldmatrix,
-wgmma .m64nNk16/.m64nNk32). The lowering uses it to decide which logical element goes into which
+emits, written from the PTX ISA's "Matrix Fragments" tables (mma.m16n8k16 / m16n8k32 / m16n8k8 .tf32 / m8n8k4 .f64,
+ldmatrix, wgmma .m64nNk16/.m64nNk32/.m64nNk8). The 8-bit tables serve int8 and fp8 (e4m3/e5m2) alike. The lowering uses it to decide which logical element goes into which
 register of which lane; the CPU emulation (``emulate_mma``) uses it to compute what the hardware
 would compute from those registers. It deliberately shares no code with the inference-side
 fragment builders (``tilelayout.gemm_layouts``): a disagreement between the layouts inference
