@@ -116,24 +116,27 @@ def emulate_wgmma(call, phases) -> tirx.Stmt:
     scratch = tirx.decl_buffer([8], "int32", name="wgmma_desc")
     phases.extra += [tirx.AllocBuffer(tmp), tirx.AllocBuffer(scratch)]
     steps = _decode(b_desc, scratch, 4) + (_decode(a_desc, scratch, 0) if form == "ss" else [])
-    for e in range(inst.c_elems):
-        kk = tirx.Var("kk", "int32")
-        row, col = inst.c_element(tg, e)
-        if form == "ss":
-            av = _element(a_buf, scratch, 0, trans_a == 0, row, kk, inst.a_dtype)
-        else:
-            owner, reg, part = inst.a_owner(row, kk)
-            av = _unpack(tirx.BufferLoad(xa, [base + owner, reg]), part, inst.a_dtype)
-        av = tf32_input(av, inst.a_dtype)
-        bv = tf32_input(_element(b_buf, scratch, 4, trans_b == 0, col, kk, inst.b_dtype), inst.b_dtype)
+    for e in range(inst.c_elems):           # the accumulator registers in (zero when scale-d is false)
         if inst.c_pack == 1:
             old = _as(acc_t, d[e])
         else:
             old = tirx.Cast(acc_t, _unpack(d[e // 2], e % 2, "float16"))
         steps.append(tirx.BufferStore(tmp, tirx.Select(scale_d, old, tirx.const(0, acc_t)), [e]))
-        prod = tirx.Cast(acc_t, av) * tirx.Cast(acc_t, bv) * tirx.const(scale_a * scale_b, acc_t)
-        steps.append(tirx.For(kk, 0, inst.k, tirx.ForKind.SERIAL,
-                              tirx.BufferStore(tmp, tirx.BufferLoad(tmp, [e]) + prod, [e])))
+    # one loop over the thread's accumulator elements (not unrolled: the operand addressing, with its swizzle
+    # and fp8 decoding, is emitted once instead of once per element)
+    ev = tirx.Var("ev", "int32")
+    kk = tirx.Var("kk", "int32")
+    row, col = inst.c_element(tg, ev)
+    if form == "ss":
+        av = _element(a_buf, scratch, 0, trans_a == 0, row, kk, inst.a_dtype)
+    else:
+        owner, reg, part = inst.a_owner(row, kk)
+        av = _unpack(tirx.BufferLoad(xa, [base + owner, reg]), part, inst.a_dtype)
+    av = tf32_input(av, inst.a_dtype)
+    bv = tf32_input(_element(b_buf, scratch, 4, trans_b == 0, col, kk, inst.b_dtype), inst.b_dtype)
+    prod = tirx.Cast(acc_t, av) * tirx.Cast(acc_t, bv) * tirx.const(scale_a * scale_b, acc_t)
+    mac = tirx.For(kk, 0, inst.k, tirx.ForKind.SERIAL, tirx.BufferStore(tmp, tirx.BufferLoad(tmp, [ev]) + prod, [ev]))
+    steps.append(tirx.For(ev, 0, inst.c_elems, tirx.ForKind.SERIAL, mac))
     if inst.c_pack == 1:
         steps += [_store_to(d[e], _as(str(d[e].ty), tirx.BufferLoad(tmp, [e]))) for e in range(inst.c_elems)]
     else:
