@@ -16,8 +16,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from ..fragment_rules import dynamic_slot_accesses
 from ..ops import CopyOp, ParallelOp
 from ...hardware import max_vector_load_bits, vector_lanes_limit, warp_size

@@ -196,7 +196,6 @@ def _packed_inverse(frag, cells: int):
 
 def prepare_cute(frag, accesses) -> CuteStatement | Unconvertible:
     """Pack, convert, invert and compose; Unconvertible(reason) whenever any step is not exact."""
-    from tilelayout import cute
     if not frag.is_static or not all(isinstance(s, int) for s in frag.output_shape):
         return Unconvertible("symbolic extents")
     points = int(math.prod(frag.input_shape))
