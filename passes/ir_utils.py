@@ -53,6 +53,26 @@ def mapped(node, entries: list):
     return out
 
 
+#: callback type -> FFI type index (the public ``structural_walk`` recomputes it through typing on every call,
+#: which made the walk's set-up cost more than the walk itself for the short expressions the front end scans)
+_TYPE_INDEX: dict = {}
+
+
+def _type_index(t) -> int:
+    index = _TYPE_INDEX.get(t)
+    if index is None:
+        index = _TYPE_INDEX[t] = _structural._callback_type_to_type_index(t, api_name="structural_walk")
+    return index
+
+
+try:    # the registered walk itself; the public wrapper only normalises callbacks before calling it
+    from tvm_ffi import structural as _structural
+    _STRUCTURAL_WALK = _structural._ffi_api.StructuralWalk
+    _WALK_ORDER = {"pre": int(_structural.WalkOrder.PREORDER), "post": int(_structural.WalkOrder.POSTORDER)}
+except (ImportError, AttributeError):  # another tvm_ffi: take the public path
+    _STRUCTURAL_WALK = None
+
+
 def walk(node, entries: list, order: str = "pre") -> None:
     """``tvm_ffi.structural_walk`` that lets a callback's exception through (the walk stops at the first)."""
     failure: list = []
@@ -67,7 +87,12 @@ def walk(node, entries: list, order: str = "pre") -> None:
             return None
         return run
 
-    tvm_ffi.structural_walk(node, [(t, wrap(fn)) for t, fn in entries], order=order)
+    if _STRUCTURAL_WALK is not None:
+        flat = [(_type_index(t), wrap(fn)) for types, fn in entries
+                for t in (types if isinstance(types, tuple) else (types,))]
+        _STRUCTURAL_WALK(node, flat, [], _WALK_ORDER[order])
+    else:
+        tvm_ffi.structural_walk(node, [(t, wrap(fn)) for t, fn in entries], order=order)
     if failure:
         raise failure[0]
 
