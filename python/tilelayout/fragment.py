@@ -28,6 +28,7 @@ from .evaluate import evaluate, grid_env
 from .expr import (ExprKey, _as_expr, _fmt_shape, call_user_fn, make_analyzer, normalize_shape, placeholder, simplifier,
                    rep_placeholder, shape_size, shape_vars, substitute)
 from .inverse import _bound_extent
+from . import layout as layout_module
 from .layout import Layout, _exprs_equal, _jsonable, _shapes_equal
 
 __all__ = ["Fragment", "fully_replicated", "infer_fragment_index", "clear_caches"]
@@ -406,6 +407,7 @@ def clear_caches() -> None:
     to time a cold run, as a compiler sees each kernel once."""
     _CONTAINS_MEMO.clear()
     _fully_replicated_static.cache_clear()
+    layout_module.clear_caches()
 
 
 def fully_replicated(shape, threads: int) -> Fragment:
