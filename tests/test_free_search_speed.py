@@ -151,7 +151,9 @@ def test_reduced_grid_ownership_agrees_with_full_enumeration():
                     continue
                 for access in nest.fragment_accesses():
                     frag = result.buffers[access.buffer.name]
-                    candidates = [frag, fully_replicated(list(access.buffer.shape), result.graph.thread_extent)]
+                    # one holder, everyone, and several holders per element (the binary-search path)
+                    candidates = [frag, fully_replicated(list(access.buffer.shape), result.graph.thread_extent),
+                                  frag.replicate(2)]
                     for f in candidates:
                         for loop in (decision.layout, decision.layout.replicate(2)):
                             if not loop.is_injective():

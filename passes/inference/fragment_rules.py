@@ -363,17 +363,14 @@ def ownership_error(nest: LoopNest, loop: Fragment, access, frag: Fragment) -> s
         return _first_point_error(nest, loop, access, frag, loop_lo, frag_lo)
     runs, elem, grid, axes = _point_tables(nest, loop, access)
     runs = runs + loop_lo
-    owners = frag.thread_table().reshape(-1, frag.replicate_size) + frag_lo
-    width = int(max(runs.max(), owners.max())) + 1
-    holds = np.zeros((owners.shape[0], width), dtype=bool)
-    holds[np.arange(owners.shape[0])[:, None], owners] = True
-    not_held = ~holds[elem[:, None], runs]
+    not_held = _not_held(frag, elem, runs)
     point = thread = None
     if not_held.any():
         point, k = (int(x) for x in np.argwhere(not_held)[0])
         thread, reading = int(runs[point, k]), True
-    elif access.is_write and not access.is_constant and runs.shape[1] != owners.shape[1]:
+    elif access.is_write and not access.is_constant and runs.shape[1] != frag.replicate_size:
         # runners are a subset of holders and both are duplicate-free per point: equal iff equally many
+        owners = frag.thread_table().reshape(-1, frag.replicate_size) + frag_lo
         held = owners[elem]
         point = 0
         k = next(k for k in range(held.shape[1]) if held[0, k] not in set(runs[0].tolist()))
@@ -390,6 +387,25 @@ def ownership_error(nest: LoopNest, loop: Fragment, access, frag: Fragment) -> s
         what = f"thread {thread} holds the element of {access.buffer.name} written at iteration {coord} but does not " \
                f"run that iteration, so its copy would go stale"
     return f"{what} (access {access}; loop layout {loop!r}; fragment layout {frag!r})"
+
+
+def _not_held(frag: Fragment, elem: np.ndarray, runs: np.ndarray) -> np.ndarray:
+    """(points, replicas) mask: runner thread ``runs[p, k]`` does not hold element ``elem[p]`` of ``frag``. Looked
+    up in the fragment's row-sorted holder table (one holder: compared; everyone: a range test; else a binary
+    search over (element, thread) keys), never through an (elements x threads) table."""
+    holders = frag.holder_table()
+    if holders.shape[1] == 1:
+        return runs != holders[elem]
+    if frag.is_fully_replicated:
+        lo = (frag.thread_range or (0, 0))[0]
+        return (runs < lo) | (runs >= lo + frag.replicate_size)
+    width = int(max(runs.max(), holders.max())) + 1
+    if int(min(runs.min(), holders.min())) < 0:     # keys need non-negative threads: compare row by row
+        return ~(runs[:, :, None] == holders[elem][:, None, :]).any(axis=2)
+    have = (np.arange(holders.shape[0], dtype=np.int64)[:, None] * width + holders).reshape(-1)
+    want = elem[:, None] * width + runs
+    pos = np.minimum(np.searchsorted(have, want.reshape(-1)), have.size - 1).reshape(want.shape)
+    return have[pos] != want
 
 
 def _point_tables(nest: LoopNest, loop: Fragment, access):

@@ -347,6 +347,11 @@ class Fragment(Layout):
             _CONTAINS_MEMO[key] = hit
         return hit
 
+    def holder_table(self) -> np.ndarray:
+        """Holder threads of every element, row-major, each row sorted ascending and counted from thread 0 of
+        the block (the thread range's start added): shape (size, replicate), read-only, computed once."""
+        return self._holders
+
     @cached_property
     def _holders(self) -> np.ndarray:
         """Holder threads of every element (row-major), each row sorted: shape (size, replicate), read-only."""
