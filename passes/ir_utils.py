@@ -10,6 +10,7 @@ from tvm import sym, tirx
 from tvm.ir import Range
 
 from tilelayout.errors import LoweringError
+from tilelayout.ir_walk import map_typed, walk_typed
 
 def _guarded(entries: list, failure: list, arity: int) -> list:
     """Wrap callbacks so a Python exception survives the FFI (re-raised by the caller)."""
@@ -47,30 +48,10 @@ def mutate(node, entries: list):
 def mapped(node, entries: list):
     """``tvm_ffi.structural_map`` (bottom-up rewrite) that lets exceptions through."""
     failure: list = []
-    out = tvm_ffi.structural_map(node, _guarded(entries, failure, 1))
+    out = map_typed(node, _guarded(entries, failure, 1))
     if failure:
         raise failure[0]
     return out
-
-
-#: callback type -> FFI type index (the public ``structural_walk`` recomputes it through typing on every call,
-#: which made the walk's set-up cost more than the walk itself for the short expressions the front end scans)
-_TYPE_INDEX: dict = {}
-
-
-def _type_index(t) -> int:
-    index = _TYPE_INDEX.get(t)
-    if index is None:
-        index = _TYPE_INDEX[t] = _structural._callback_type_to_type_index(t, api_name="structural_walk")
-    return index
-
-
-try:    # the registered walk itself; the public wrapper only normalises callbacks before calling it
-    from tvm_ffi import structural as _structural
-    _STRUCTURAL_WALK = _structural._ffi_api.StructuralWalk
-    _WALK_ORDER = {"pre": int(_structural.WalkOrder.PREORDER), "post": int(_structural.WalkOrder.POSTORDER)}
-except (ImportError, AttributeError):  # another tvm_ffi: take the public path
-    _STRUCTURAL_WALK = None
 
 
 def walk(node, entries: list, order: str = "pre") -> None:
@@ -87,12 +68,7 @@ def walk(node, entries: list, order: str = "pre") -> None:
             return None
         return run
 
-    if _STRUCTURAL_WALK is not None:
-        flat = [(_type_index(t), wrap(fn)) for types, fn in entries
-                for t in (types if isinstance(types, tuple) else (types,))]
-        _STRUCTURAL_WALK(node, flat, [], _WALK_ORDER[order])
-    else:
-        tvm_ffi.structural_walk(node, [(t, wrap(fn)) for t, fn in entries], order=order)
+    walk_typed(node, [(t, wrap(fn)) for t, fn in entries], order=order)
     if failure:
         raise failure[0]
 

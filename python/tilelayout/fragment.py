@@ -125,7 +125,12 @@ class Fragment(Layout):
     def thread_extent(self) -> int:
         """max+1 of the thread map over coords and replicas (independent of ``thread_range``)."""
         if self._enumerable(1 << 22) and self.size * self._replicate <= 1 << 22:
-            return int(self.thread_table().max()) + 1
+            if "_thread_table" in self.__dict__:
+                return int(self._thread_table.max()) + 1
+            # the thread map evaluated over the axes it depends on only: the same values as the whole table
+            # (a replicated 2x2560 fragment over 256 threads would tabulate 1.3M cells for one maximum)
+            env = grid_env(self.forward_vars + [rep_placeholder()], self._input_shape + [self._replicate])
+            return int(np.asarray(evaluate(self._forward_thread, env)).max()) + 1
         ana = make_analyzer(self.forward_vars + [rep_placeholder()], self._input_shape + [self._replicate])
         return _bound_extent(ana, self._forward_thread, [], 0)
 
