@@ -210,6 +210,21 @@ def test_contains_is_ownership():
     assert lanes.bind_thread_range(32, 32).contains(lanes.bind_thread_range(32, 32))
 
 
+def test_rebinding_after_a_containment_check_recomputes_the_holders():
+    """A copy rebound to another thread range must not keep the holder table computed for the old range (it
+    did: the copy shifted no owner, so two equal fragments on threads [32, 64) were said not to contain each
+    other, and one on [32, 64) was said to contain one on [0, 32))."""
+    lanes = Fragment([64], lambda i: i % 32, lambda i: i // 32)
+    fresh = lanes.bind_thread_range(32, 32)
+    assert lanes.contains(lanes)                        # computes (and caches) lanes' holders on [0, 32)
+    lanes.holder_table()
+    moved = lanes.bind_thread_range(32, 32)
+    np.testing.assert_array_equal(moved.holder_table(), fresh.holder_table())
+    assert int(moved.holder_table().min()) == 32
+    assert moved.contains(fresh) and fresh.contains(moved)
+    assert not moved.contains(lanes.bind_thread_range(0, 32))
+
+
 # ------------------------------------------------------------------ canonical inverse
 
 def test_inverse_puts_rep_last():

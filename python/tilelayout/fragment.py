@@ -134,9 +134,13 @@ class Fragment(Layout):
         ana = make_analyzer(self.forward_vars + [rep_placeholder()], self._input_shape + [self._replicate])
         return _bound_extent(ana, self._forward_thread, [], 0)
 
+    #: cached values that depend on the thread range (a copy rebound to another range recomputes them)
+    _RANGE_DEPENDENT = frozenset({"_holders"})
+
     def _copy(self) -> "Fragment":
         obj = Fragment.__new__(Fragment)
-        obj.__dict__.update({k: v for k, v in self.__dict__.items() if k.startswith("_") and not k.startswith("__")})
+        obj.__dict__.update({k: v for k, v in self.__dict__.items() if k.startswith("_") and not k.startswith("__")
+                             and k not in self._RANGE_DEPENDENT})
         return obj
 
     def bind_thread_range(self, min_thread: int, extent: int) -> "Fragment":
