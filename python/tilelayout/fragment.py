@@ -16,6 +16,7 @@ from .expr import mentions as _uses
 
 import functools
 import math
+import weakref
 from functools import cached_property
 from typing import Callable, Sequence
 
@@ -37,6 +38,24 @@ __all__ = ["Fragment", "fully_replicated", "infer_fragment_index", "clear_caches
 _CONTAINS_MEMO: dict = {}
 _CONTAINS_MEMO_LIMIT = 1 << 14
 _MISS = object()
+
+#: static fragments by key, while something still holds them: an equal fragment built again (every attempt of
+#: the free level rebuilds the same candidates) is the same object, so its tables, holders, injectivity and
+#: thread extent are computed once. Weak values: the table lives only as long as the inference using it.
+_INTERNED: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
+
+
+def _interned(frag: "Fragment") -> "Fragment":
+    """The live fragment equal to ``frag`` (same key), or ``frag`` itself; symbolic shapes are not shared (the
+    key prints a shape variable, and two variables may share a name)."""
+    if not all(isinstance(s, int) for s in frag._input_shape):
+        return frag
+    key = frag.key
+    hit = _INTERNED.get(key)
+    if hit is not None:
+        return hit
+    _INTERNED[key] = frag
+    return frag
 
 
 def _check_replicate(replicate, what: str = "fragment") -> int:
@@ -82,7 +101,7 @@ class Fragment(Layout):
         obj = cls.__new__(cls)
         obj._init_fragment(normalize_shape(shape, "fragment"), _as_expr(thread),
                            None if index is None else list(index), _check_replicate(replicate))
-        return obj
+        return _interned(obj) if cls is Fragment else obj
 
     def _init_fragment(self, shape, thread, index, replicate) -> None:
         self._replicate = replicate
@@ -152,7 +171,7 @@ class Fragment(Layout):
             raise LayoutError(f"invalid thread range ({min_thread}, {extent}) for {self!r}")
         out = self._copy()
         out._thread_range = (int(min_thread), int(extent))
-        return out
+        return _interned(out)
 
     # ----------------------------------------------------------------- evaluation
     def thread_of(self, *coords, rep: int = 0) -> int:
@@ -420,6 +439,7 @@ def clear_caches() -> None:
     """Forget process-wide memos (containment answers, shared fully replicated layouts); benchmarks call it
     to time a cold run, as a compiler sees each kernel once."""
     _CONTAINS_MEMO.clear()
+    _INTERNED.clear()
     _fully_replicated_static.cache_clear()
     layout_module.clear_caches()
 

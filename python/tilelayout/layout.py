@@ -30,7 +30,7 @@ __all__ = ["Layout", "placeholder", "rep_placeholder", "substitute", "simplify",
 
 #: (layout key, allow_padding, preset output shape) -> (ok, (inverse, exact) or the LayoutError)
 _INVERSE_MEMO: dict = {}
-_INVERSE_MEMO_LIMIT = 1 << 12
+_INVERSE_MEMO_LIMIT = 1 << 9      # inverses keep their tables: a few kernels' worth
 
 
 def clear_caches() -> None:
