@@ -217,3 +217,26 @@ def test_reduction_destination_keeps_the_consumers_owner_subset():
     b = np.zeros(128, dtype=np.float32)
     build_cpu(func, cost_model="register-count")(a, b)
     np.testing.assert_allclose(b, a.astype(np.float64).sum(axis=1), rtol=1e-5, atol=1e-4)
+
+
+def test_register_lower_bound_never_exceeds_a_complete_plan():
+    """A split whose program cannot fit the register budget by this bound is refused without running its search;
+    the bound must never exceed what a complete plan holds (else a split that fits would be refused)."""
+    from tilelayout.passes.inference.conversion import register_count32
+    from tilelayout.passes.inference.conversion_plan import register_lower_bound
+    checked = 0
+    for name, build in _golden() + _bench():
+        func = build()
+        for model in MODELS:
+            result = infer_layouts(func, None, model)
+            graph = result.graph
+            regs = register_count32({n: lay for n, lay in result.buffers.items() if graph.buffer(n).is_fragment},
+                                    lambda n: graph.buffer(n).bits)
+            assert register_lower_bound(graph) <= regs, f"{name}/{model}"
+            checked += 1
+    assert checked > 100
+    # rmsnorm's plan is over the budget; its one split (a second version of the row sums) cannot fit either
+    from maint import bench_kernels
+    result = infer_layouts(bench_kernels.KERNELS["rmsnorm_32x2048_fp16_t128"](), None, "register-count")
+    splits = [a for a in result.attempts if a.component < 0]
+    assert splits and all(a.error.startswith("at least ") for a in splits)

@@ -17,9 +17,11 @@ shared round trip) into the conversion's config, which lowering reads.
 from __future__ import annotations
 
 import functools
+import math
 import re
 from dataclasses import dataclass
 
+import numpy as np
 import tvm
 import tvm_ffi
 from tvm import tirx
@@ -327,6 +329,13 @@ def _try_splits(func, graph, splits, target, cost_model, budget, engine_cls, err
     tried, best, best_cost = [], None, base
     for split in splits:
         attempt = Attempt(-1, split.op_index, split.description)
+        least = register_lower_bound(graph, split.buffer)
+        if least > budget:
+            # no layout of the split program fits: running its search would only confirm it
+            attempt.error = (f"at least {least} registers per thread (every fragment spread over all "
+                             f"{graph.thread_extent} threads), over the budget of {budget}")
+            tried.append(attempt)
+            continue
         try:
             rewritten, _ = split_fragment(func, graph, split)
             trial = engine_cls(rewritten, target, cost_model, budget)
@@ -353,6 +362,24 @@ def _try_splits(func, graph, splits, target, cost_model, budget, engine_cls, err
         return None, tried
     best[0].chosen = True
     return best[1], tried
+
+
+def register_lower_bound(graph, extra: str | None = None) -> int:
+    """32-bit registers per thread that any complete plan of ``graph`` needs (with a second version of fragment
+    ``extra``, as a split adds): every fragment an op uses gets a layout, which spreads its elements over at most
+    the block's threads, so it holds at least ceil(size / threads) slots in some thread. Counted as
+    ``register_count32`` counts (fragments of static shape only)."""
+    threads = max(1, int(graph.thread_extent))
+    used = {b.name: b for op in graph.ops for b in op.buffers() if b.is_fragment}
+    names = sorted(used) + ([extra] if extra in used else [])
+    total = 0
+    for name in names:
+        buf = used[name]
+        if not all(isinstance(s, int) for s in buf.shape):
+            continue
+        slots = -(-int(np.prod(buf.shape, dtype=np.int64)) // threads)
+        total += math.ceil(slots * buf.bits / 32)
+    return total
 
 
 def _is_conflict(err) -> bool:
