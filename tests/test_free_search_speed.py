@@ -240,3 +240,25 @@ def test_register_lower_bound_never_exceeds_a_complete_plan():
     result = infer_layouts(bench_kernels.KERNELS["rmsnorm_32x2048_fp16_t128"](), None, "register-count")
     splits = [a for a in result.attempts if a.component < 0]
     assert splits and all(a.error.startswith("at least ") for a in splits)
+
+
+def test_not_held_paths_agree_with_holder_sets():
+    """Every way ``_not_held`` looks runners up (one holder, everyone, a small element table, a binary search over
+    many elements) against plain set membership, on runners that sometimes hold and sometimes do not."""
+    from tilelayout.fragment import fully_replicated
+    from tilelayout.passes.inference.fragment_rules import _not_held
+    rng = np.random.default_rng(7)
+    frags = [
+        Fragment([256, 64], lambda i, j: (i * 64 + j) % 128),                                  # one holder
+        fully_replicated([16, 8], 128).bind_thread_range(0, 128),                              # everyone
+        Fragment([64], lambda i, r: i % 2 + 2 * r, replicate=64),                              # few elements
+        Fragment([256, 64], lambda i, j, r: (i * 64 + j) % 64 + 64 * r, replicate=2).bind_thread_range(32, 128),
+    ]
+    for frag in frags:
+        holders = np.asarray(frag.thread_table()).reshape(frag.size, -1) + (frag.thread_range or (0, 0))[0]
+        for reps in (1, 3):
+            elem = rng.integers(0, frag.size, size=5000)
+            runs = np.where(rng.random((5000, reps)) < 0.5, holders[elem][:, :1],
+                            rng.integers(0, 200, size=(5000, reps)))
+            want = np.array([[int(t) not in set(holders[e].tolist()) for t in row] for e, row in zip(elem, runs)])
+            np.testing.assert_array_equal(_not_held(frag, elem, runs), want)

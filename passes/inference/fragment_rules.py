@@ -391,8 +391,8 @@ def ownership_error(nest: LoopNest, loop: Fragment, access, frag: Fragment) -> s
 
 def _not_held(frag: Fragment, elem: np.ndarray, runs: np.ndarray) -> np.ndarray:
     """(points, replicas) mask: runner thread ``runs[p, k]`` does not hold element ``elem[p]`` of ``frag``. Looked
-    up in the fragment's row-sorted holder table (one holder: compared; everyone: a range test; else a binary
-    search over (element, thread) keys), never through an (elements x threads) table."""
+    up in the fragment's row-sorted holder table (one holder: compared; everyone: a range test; few elements: an
+    (elements x threads) table; else a binary search over (element, thread) keys)."""
     holders = frag.holder_table()
     if holders.shape[1] == 1:
         return runs != holders[elem]
@@ -402,6 +402,11 @@ def _not_held(frag: Fragment, elem: np.ndarray, runs: np.ndarray) -> np.ndarray:
     width = int(max(runs.max(), holders.max())) + 1
     if int(min(runs.min(), holders.min())) < 0:     # keys need non-negative threads: compare row by row
         return ~(runs[:, :, None] == holders[elem][:, None, :]).any(axis=2)
+    if holders.shape[0] * width <= max(1 << 16, 4 * runs.size):
+        # few elements (a reduction's row results held by many threads): an (elements x threads) table is small
+        holds = np.zeros((holders.shape[0], width), dtype=bool)
+        holds[np.arange(holders.shape[0])[:, None], holders] = True
+        return ~holds[elem[:, None], runs]
     have = (np.arange(holders.shape[0], dtype=np.int64)[:, None] * width + holders).reshape(-1)
     want = elem[:, None] * width + runs
     pos = np.minimum(np.searchsorted(have, want.reshape(-1)), have.size - 1).reshape(want.shape)
