@@ -406,7 +406,9 @@ class _Engine:
                 if best is None or rank < (best.note is not None, best.mem, best.regs):
                     best, best_state = attempt, trial
                 remaining = len(members) - n - 1
-                if remaining and _certify(self, state, trial, members, budget=2 * remaining * len(members)):
+                # a certificate step meets new partial states (memo misses) while the remaining roots mostly
+                # repeat memoised rule results: certify only when its steps are fewer than those roots' steps
+                if remaining and _certify(self, state, trial, members, budget=remaining * len(members)):
                     certified = attempt
             self.attempts.extend(tried)
             if best is None:
