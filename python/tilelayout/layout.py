@@ -19,7 +19,7 @@ import tvm
 from tvm import sym, tirx
 
 from .errors import EvaluationError, LayoutError, TileLayoutError
-from .evaluate import evaluate, evaluate_grid
+from .evaluate import evaluate, evaluate_grid, grid_env
 from .expr import (_PLACEHOLDERS, ENUMERATION_LIMIT, INJECTIVE_ENUMERATION_LIMIT, ExprKey, _as_expr,  # noqa: F401
                    _fmt_shape, call_user_fn, free_vars, is_static, make_analyzer, normalize_shape, placeholder, rep_placeholder,
                    shape_size, shape_vars, simplify, substitute)
@@ -130,6 +130,13 @@ class Layout:
 
     @cached_property
     def _output_shape(self) -> list:
+        if self._enumerable() and "_table" not in self.__dict__ and self.size:
+            # each output over the axes it depends on only (the same values as the full table, without
+            # materialising it); a negative output is reported from the table below
+            env = grid_env(self.forward_vars, self._input_shape)
+            values = [np.asarray(evaluate(e, env)) for e in self._forward_index]
+            if all(int(v.min()) >= 0 for v in values):
+                return [int(v.max()) + 1 for v in values]
         if self._enumerable():
             tab = self.table()
             low = [int(tab[..., k].min()) for k in range(self.output_dim)] if tab.size else []
