@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import tvm
 import tvm_ffi
+from tilelayout.ir_walk import walk_typed
 from tvm import tirx
 from tvm.ir import Range, TensorLoad, TensorRegion
 from tvm.tirx.tile_primitive import TilePrimitiveCall
@@ -142,7 +143,7 @@ def _region_type():
     def probe(A: T.Buffer((1,), "float32")):
         T.tile.copy(A[0:1], A[0:1])
     found = []
-    tvm_ffi.structural_walk(probe.body, (TilePrimitiveCall, lambda n: found.append(n.args[0].ty)))
+    walk_typed(probe.body, [(TilePrimitiveCall, lambda n: found.append(n.args[0].ty))])
     return found[0]
 
 
@@ -423,8 +424,8 @@ def read_conversions(func) -> list:
     kind and the cost fields inference wrote)."""
     from tilelayout.annotate import _plain
     found = []
-    tvm_ffi.structural_walk(func.body, (TilePrimitiveCall, lambda n: found.append(_plain(n.config[CONFIG_KEY]))
-                                        if n.config is not None and CONFIG_KEY in n.config else None))
+    walk_typed(func.body, [(TilePrimitiveCall, lambda n: found.append(_plain(n.config[CONFIG_KEY]))
+                                 if n.config is not None and CONFIG_KEY in n.config else None)])
     return found
 
 

@@ -11,7 +11,7 @@ from typing import Any, Callable, Sequence
 
 import tvm_ffi
 
-__all__ = ["walk_typed", "map_typed"]
+__all__ = ["walk_typed", "map_typed", "mutate_typed"]
 
 _TYPE_INDEX: dict = {}
 
@@ -19,10 +19,11 @@ try:
     from tvm_ffi import structural as _structural
     _WALK = _structural._ffi_api.StructuralWalk
     _MAP = _structural._ffi_api.StructuralMap
+    _MUTATE = _structural._ffi_api.StructuralMutate
     _ORDER = {"pre": int(_structural.WalkOrder.PREORDER), "post": int(_structural.WalkOrder.POSTORDER)}
     _type_index_of = _structural._callback_type_to_type_index
 except (ImportError, AttributeError):  # pragma: no cover - another tvm_ffi: the public path
-    _WALK = _MAP = None
+    _WALK = _MAP = _MUTATE = None
 
 
 def _entries(entries: Sequence[tuple], api: str) -> list:
@@ -48,3 +49,11 @@ def map_typed(root: Any, entries: Sequence[tuple[Any, Callable]], order: str = "
     if _MAP is None:
         return tvm_ffi.structural_map(root, list(entries), order=order)
     return _MAP(root, _entries(entries, "structural_map"), [], _ORDER[order])
+
+
+def mutate_typed(root: Any, entries: Sequence[tuple[Any, Callable]]):
+    """``tvm_ffi.structural_mutate(root, entries)`` for callbacks taking ``(value, mutator)`` (the public wrapper
+    also inspects every callback's signature, on every call, for an optional third argument)."""
+    if _MUTATE is None:
+        return tvm_ffi.structural_mutate(root, list(entries))
+    return _MUTATE(root, [(index, fn, False) for index, fn in _entries(entries, "structural_mutate")])
