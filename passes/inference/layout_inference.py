@@ -511,10 +511,11 @@ def validate_pin(buf, layout, threads: int) -> None:
 
 def clear_caches() -> None:
     """Forget every process-wide memo inference keeps (shared plans, containment answers): the next run is cold."""
-    from tilelayout import fragment
+    from tilelayout import fragment, tile_layout_interop
     from . import loop_plan
     from .cost_models import statement_score
     fragment.clear_caches()
+    tile_layout_interop.clear_caches()
     loop_plan.clear_caches()
     statement_score.clear_caches()
 

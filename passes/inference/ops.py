@@ -243,7 +243,12 @@ class TileOp:
         return self.kind
 
     def describe(self) -> str:
-        return f"{self._describe()} (op #{self.index})"
+        # formatted once per op (printing regions calls TVM's script printer); ops are immutable
+        text = self.__dict__.get("_description")
+        if text is None:
+            text = f"{self._describe()} (op #{self.index})"
+            object.__setattr__(self, "_description", text)
+        return text
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.describe()}>"
