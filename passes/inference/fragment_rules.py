@@ -345,9 +345,9 @@ def _broadcast_completion(nest: LoopNest, loop: Fragment, idx: list, buf) -> Fra
         return None
 
 
-def ownership_error(nest: LoopNest, loop: Fragment, access, frag: Fragment) -> str | None:
+def ownership_error(nest: LoopNest, loop: Fragment, access, frag: Fragment) -> "Violation | None":
     """None when the threads running each iteration hold the element read (reads) or are exactly its
-    holders (writes); otherwise the first violation, in words."""
+    holders (writes); otherwise the first violation (a ``Violation``: ``str()`` gives it in words)."""
     wide = widened(nest, access)
     if wide is not None:
         return ownership_error(wide[0], lift(loop, wide[0]), wide[1], frag)
@@ -386,7 +386,29 @@ def ownership_error(nest: LoopNest, loop: Fragment, access, frag: Fragment) -> s
     else:
         what = f"thread {thread} holds the element of {access.buffer.name} written at iteration {coord} but does not " \
                f"run that iteration, so its copy would go stale"
-    return f"{what} (access {access}; loop layout {loop!r}; fragment layout {frag!r})"
+    return Violation(what, access, loop, frag)
+
+
+class Violation:
+    """An ownership violation, as ``ownership_error`` reports it: a sentence naming the thread, the iteration,
+    the access and both layouts, formatted only when read (the search mostly needs only that one exists, and
+    printing two layouts goes through TVM's script printer)."""
+
+    __slots__ = ("what", "access", "loop", "frag", "_text")
+
+    def __init__(self, what: str, access, loop, frag):
+        self.what, self.access, self.loop, self.frag, self._text = what, access, loop, frag, None
+
+    def __str__(self) -> str:
+        if self._text is None:
+            self._text = f"{self.what} (access {self.access}; loop layout {self.loop!r}; fragment layout {self.frag!r})"
+        return self._text
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+    def __repr__(self) -> str:
+        return repr(str(self))
 
 
 def _not_held(frag: Fragment, elem: np.ndarray, runs: np.ndarray) -> np.ndarray:
@@ -446,4 +468,4 @@ def _first_point_error(nest: LoopNest, loop: Fragment, access, frag: Fragment, l
     coord = [0] * len(nest.extents)
     what = f"thread {thread} runs iteration {coord} but does not hold the element of {access.buffer.name} it " \
            f"{'writes' if access.is_write else 'reads'}"
-    return f"{what} (access {access}; loop layout {loop!r}; fragment layout {frag!r})"
+    return Violation(what, access, loop, frag)

@@ -359,17 +359,28 @@ class Fragment(Layout):
 
     def contains(self, other: "Fragment") -> bool:
         """Does every thread hold (at least) every element ``other`` gives it? (Ownership check.)"""
-        return self.containment_error(other) is None
+        return other is self or self._containment_failure(other) is None
 
     def containment_error(self, other: "Fragment") -> str | None:
         """``None`` when every thread holding an element in ``other`` also holds it here (this fragment may
         have more holders; slots are not compared), else a sentence naming the first element that breaks it."""
         if other is self:
             return None
+        failure = self._containment_failure(other)
+        if failure is None:
+            return None
+        if failure == "shape":
+            return f"{other!r} and {self!r} have different shapes"
+        coord, thread = failure
+        return f"element {coord} is held by thread {thread} in {other!r} but not in {self!r}"
+
+    def _containment_failure(self, other: "Fragment"):
+        """None, "shape", or (coordinate, thread) of the first element held in ``other`` but not here; memoised
+        by both keys (the sentence is formatted only when asked for: the search mostly wants the yes/no)."""
         key = (self.key, other.key)
         hit = _CONTAINS_MEMO.get(key, _MISS)
         if hit is _MISS:
-            hit = self._containment_error(other)
+            hit = self._first_uncontained(other)
             if len(_CONTAINS_MEMO) >= _CONTAINS_MEMO_LIMIT:
                 _CONTAINS_MEMO.clear()
             _CONTAINS_MEMO[key] = hit
@@ -390,9 +401,9 @@ class Fragment(Layout):
         out.setflags(write=False)
         return out
 
-    def _containment_error(self, other: "Fragment") -> str | None:
+    def _first_uncontained(self, other: "Fragment"):
         if not _shapes_equal(self._input_shape, other._input_shape):
-            return f"{other!r} and {self!r} have different shapes"
+            return "shape"
         mine, theirs = self._holders, other._holders
         if mine.shape[1] == 1:
             missing = theirs != mine
@@ -412,7 +423,7 @@ class Fragment(Layout):
         elem, k = (int(x) for x in np.argwhere(missing)[0])
         thread = int(theirs[elem, k])
         coord = [int(x) for x in np.unravel_index(elem, tuple(self._input_shape))]
-        return f"element {coord} is held by thread {thread} in {other!r} but not in {self!r}"
+        return coord, thread
 
     # ----------------------------------------------------------------- printing
     def __repr__(self) -> str:
