@@ -262,3 +262,21 @@ def test_not_held_paths_agree_with_holder_sets():
                             rng.integers(0, 200, size=(5000, reps)))
             want = np.array([[int(t) not in set(holders[e].tolist()) for t in row] for e, row in zip(elem, runs)])
             np.testing.assert_array_equal(_not_held(frag, elem, runs), want)
+
+
+def test_planned_thread_extent_in_closed_form_equals_the_table():
+    """``_plan`` states the thread extent of its round-robin map in exact arithmetic; enumeration agrees."""
+    from tilelayout import fragment
+    from tilelayout.passes.inference import loop_plan
+    checked = 0
+    for ext in ([7], [100], [128], [1, 229], [3, 5], [64, 128], [2, 2560], [33, 17]):
+        for threads in (32, 128, 256):
+            for width in (1, 2, 4, 8):
+                for touches in (False, True):
+                    loop_plan.clear_caches()
+                    fragment.clear_caches()
+                    plan = loop_plan._plan(list(ext), threads, width, touches)
+                    stated = plan.thread_extent
+                    assert stated == int(np.asarray(plan.thread_table()).max()) + 1, (ext, threads, width, touches)
+                    checked += 1
+    assert checked == 192

@@ -143,6 +143,10 @@ def _plan(extents: Sequence[int], threads: int, width: int, touches_fragment: bo
     thread = tirx.floormod(group, threads)
     slot = tirx.floordiv(group, threads) * width + tirx.floormod(flat, width)
     layout = Fragment.from_exprs(list(extents), thread, [slot])
+    if isinstance(total, int) and "thread_extent" not in layout.__dict__:
+        # groups 0..G-1 (G = ceil(total / width)) land on threads g % threads: the extent in exact arithmetic,
+        # without tabulating the thread map
+        layout.__dict__["thread_extent"] = min(threads, -(-total // width))
     if touches_fragment and layout.thread_extent < threads:
         layout = layout.replicate(threads // layout.thread_extent)
     return layout.bind_thread_range(0, threads)

@@ -155,11 +155,14 @@ class Fragment(Layout):
 
     #: cached values that depend on the thread range (a copy rebound to another range recomputes them)
     _RANGE_DEPENDENT = frozenset({"_holders"})
+    #: public cached values that do not (a rebound copy keeps them)
+    _RANGE_FREE = frozenset({"thread_extent", "linearized_forward_index"})
 
     def _copy(self) -> "Fragment":
         obj = Fragment.__new__(Fragment)
-        obj.__dict__.update({k: v for k, v in self.__dict__.items() if k.startswith("_") and not k.startswith("__")
-                             and k not in self._RANGE_DEPENDENT})
+        obj.__dict__.update({k: v for k, v in self.__dict__.items()
+                             if (k.startswith("_") and not k.startswith("__") and k not in self._RANGE_DEPENDENT)
+                             or k in self._RANGE_FREE})
         return obj
 
     def bind_thread_range(self, min_thread: int, extent: int) -> "Fragment":
