@@ -265,7 +265,8 @@ def test_not_held_paths_agree_with_holder_sets():
 
 
 def test_planned_thread_extent_in_closed_form_equals_the_table():
-    """``_plan`` states the thread extent of its round-robin map in exact arithmetic; enumeration agrees."""
+    """``_plan`` states the thread extent and slot count of its round-robin map in exact arithmetic; enumeration
+    agrees."""
     from tilelayout import fragment
     from tilelayout.passes.inference import loop_plan
     checked = 0
@@ -276,7 +277,8 @@ def test_planned_thread_extent_in_closed_form_equals_the_table():
                     loop_plan.clear_caches()
                     fragment.clear_caches()
                     plan = loop_plan._plan(list(ext), threads, width, touches)
-                    stated = plan.thread_extent
+                    stated, slots = plan.thread_extent, plan.output_shape
                     assert stated == int(np.asarray(plan.thread_table()).max()) + 1, (ext, threads, width, touches)
+                    assert slots == [int(np.asarray(plan.table()).max()) + 1], (ext, threads, width, touches)
                     checked += 1
     assert checked == 192
