@@ -368,3 +368,21 @@ def test_condense_keeps_replicas_of_a_thread_map_tvm_cannot_split():
     condensed = frag.condense_rep_var()
     assert condensed.replicate_size == 256
     assert np.array_equal(condensed.thread_table(), frag.thread_table())
+
+
+def test_containment_of_everyone_agrees_with_holder_sets():
+    """``contains(everyone)`` answers without tabulating everyone's holders when this fragment has fewer replicas;
+    the first failing element and thread are the ones the holder sets give."""
+    frags = [Fragment([16, 8], lambda i, j: i), Fragment([16, 8], lambda i, j, r: i // 2 * 2 + r, replicate=2),
+             Fragment([32], lambda i, r: (i + 5 * r) % 32, replicate=4), Fragment([4, 4], lambda i, j: 3)]
+    for frag in frags:
+        mine = np.asarray(frag.thread_table()).reshape(frag.size, -1)
+        for threads, lo in ((16, 0), (32, 0), (8, 4), (64, 0)):
+            everyone = fully_replicated(frag.input_shape, threads).bind_thread_range(lo, threads)
+            first = next(((e, t) for e in range(frag.size) for t in range(lo, lo + threads)
+                          if t not in set(mine[e].tolist())), None)
+            err = frag.containment_error(everyone)
+            assert (err is None) == (first is None) == frag.contains(everyone)
+            if first is not None:
+                coord = [int(x) for x in np.unravel_index(first[0], tuple(frag.input_shape))]
+                assert err.startswith(f"element {coord} is held by thread {first[1]} ")

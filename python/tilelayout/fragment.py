@@ -407,6 +407,14 @@ class Fragment(Layout):
     def _first_uncontained(self, other: "Fragment"):
         if not _shapes_equal(self._input_shape, other._input_shape):
             return "shape"
+        if other.is_fully_replicated and not self.is_fully_replicated and self._replicate < other._replicate \
+                and self.size:
+            # every element of ``other`` is held by its whole thread range, more threads than any element has
+            # here: the first element already fails, at the first of those threads it lacks (as the table says)
+            lo = (other._thread_range or (0, 0))[0]
+            held = set(self._holders[0].tolist())
+            thread = next(t for t in range(lo, lo + other._replicate) if t not in held)
+            return [0] * len(self._input_shape), thread
         mine, theirs = self._holders, other._holders
         if mine.shape[1] == 1:
             missing = theirs != mine
