@@ -76,8 +76,13 @@ class Layout:
     def _check_free_vars(self, exprs, allowed: set) -> None:
         bad = []
         allowed = list(allowed)
+        by_hash = {a.__hash__(): a for a in allowed}       # Vars hash by handle: one lookup, then confirmed
         for e in exprs:
-            bad += [v.name for v in free_vars(e) if not any(v.same_as(a) for a in allowed)]
+            for v in free_vars(e):
+                hit = by_hash.get(v.__hash__())
+                if (hit is not None and v.same_as(hit)) or any(v.same_as(a) for a in allowed):
+                    continue
+                bad.append(v.name)
         if bad:
             names = ", ".join(sorted(set(bad)))
             raise LayoutError(f"layout over {_fmt_shape(self._input_shape)} uses variables that are not its "
