@@ -386,3 +386,19 @@ def test_containment_of_everyone_agrees_with_holder_sets():
             if first is not None:
                 coord = [int(x) for x in np.unravel_index(first[0], tuple(frag.input_shape))]
                 assert err.startswith(f"element {coord} is held by thread {first[1]} ")
+
+
+def test_same_holders_is_containment_both_ways():
+    """``same_holders`` (one pass over sorted holder rows, duplicates ignored) answers as two containments do."""
+    frags = [Fragment([16, 8], lambda i, j: i), Fragment([16, 8], lambda i, j: i, replicate=1),
+             Fragment([16, 8], lambda i, j, r: i // 2 * 2 + r, replicate=2),
+             Fragment([16, 8], lambda i, j, r: i // 2 * 2 + r % 2, replicate=4),      # each holder twice
+             Fragment([16, 8], lambda i, j, r: (i // 2 * 2 + r * 3) % 16, replicate=2),
+             fully_replicated([16, 8], 16), Fragment([16, 8], lambda i, j, r: r, replicate=16),
+             Fragment([16, 8], lambda i, j, r: r // 2, replicate=32), Fragment([8, 16], lambda i, j: i)]
+    pairs = 0
+    for a in frags:
+        for b in frags:
+            assert a.same_holders(b) == (a.contains(b) and b.contains(a)), (a, b)
+            pairs += 1
+    assert pairs == 81

@@ -272,7 +272,7 @@ def _condensed(frag: Fragment) -> Fragment:
     enumeration); ``frag`` itself otherwise (the symbolic condensing can misread wrapped thread maps such
     as ``(_i * 640 + _rep) % 256``)."""
     condensed = frag.condense_rep_var()
-    if condensed is frag or (condensed.contains(frag) and frag.contains(condensed)):
+    if condensed is frag or condensed.same_holders(frag):
         return condensed
     return frag
 

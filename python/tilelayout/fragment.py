@@ -377,6 +377,22 @@ class Fragment(Layout):
         coord, thread = failure
         return f"element {coord} is held by thread {thread} in {other!r} but not in {self!r}"
 
+    def same_holders(self, other: "Fragment") -> bool:
+        """Every element has the same set of holder threads in both (``self.contains(other) and
+        other.contains(self)``), decided in one pass over the two row-sorted holder tables."""
+        if other is self:
+            return True
+        if not _shapes_equal(self._input_shape, other._input_shape):
+            return False
+        mine, theirs = self._holders, other._holders
+        keep_mine = np.ones(mine.shape, dtype=bool)
+        keep_mine[:, 1:] = mine[:, 1:] != mine[:, :-1]          # first of each run of equal threads in a row
+        keep_theirs = np.ones(theirs.shape, dtype=bool)
+        keep_theirs[:, 1:] = theirs[:, 1:] != theirs[:, :-1]
+        if not np.array_equal(keep_mine.sum(axis=1), keep_theirs.sum(axis=1)):
+            return False
+        return bool(np.array_equal(mine[keep_mine], theirs[keep_theirs]))
+
     def _containment_failure(self, other: "Fragment"):
         """None, "shape", or (coordinate, thread) of the first element held in ``other`` but not here; memoised
         by both keys (the sentence is formatted only when asked for: the search mostly wants the yes/no)."""
