@@ -926,6 +926,28 @@ def _index_fn(nest, access):
     return index
 
 
+def _cached_facts_problems(name: str, lay) -> list[str]:
+    """Facts a Fragment caches (holders, thread extent, slot count) against a fresh copy rebuilt from its dict:
+    a copy rebound to another thread range once kept the holder table of the old range."""
+    import tilelayout as tl
+    from tilelayout import fragment as fragment_module
+    if not lay.is_static or lay.size * lay.replicate_size > 1 << 20:
+        return []
+    fragment_module.clear_caches()          # the rebuilt copy must not be served from the interning table
+    fresh = tl.layout_from_dict(lay.to_dict())
+    lo = (lay.thread_range or (0, 0))[0]
+    holders = np.sort(np.asarray(lay.thread_table()).reshape(lay.size, -1) + lo, axis=1)
+    out = []
+    if not np.array_equal(lay.holder_table(), holders):
+        out.append(f"fragment {name}: its cached holder table is not its threads (+{lo}) ({lay!r})")
+    if (lay.thread_extent, lay.output_shape) != (fresh.thread_extent, fresh.output_shape):
+        out.append(f"fragment {name}: cached thread extent / slots {lay.thread_extent}, {lay.output_shape} differ from "
+                   f"a fresh copy's {fresh.thread_extent}, {fresh.output_shape}")
+    if not (lay.contains(fresh) and fresh.contains(lay)):
+        out.append(f"fragment {name}: does not contain a fresh copy of itself (stale cached holders)")
+    return out
+
+
 def validate(result) -> list[str]:
     """Every violated invariant of an inference result, judged by exact enumeration (empty: valid)."""
     from cases import _support
@@ -950,6 +972,7 @@ def validate(result) -> list[str]:
             _support.assert_valid_fragment(buf.name, d)
         except AssertionError as err:
             problems.append(str(err))
+        problems += _cached_facts_problems(buf.name, lay)
     for op in graph.ops:
         nest = nest_of(op)
         if nest is None:

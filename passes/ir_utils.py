@@ -10,6 +10,7 @@ from tvm import sym, tirx
 from tvm.ir import Range
 
 from tilelayout.errors import LoweringError
+from tilelayout.ir_walk import map_typed, mutate_typed, walk_typed
 
 def _guarded(entries: list, failure: list, arity: int) -> list:
     """Wrap callbacks so a Python exception survives the FFI (re-raised by the caller)."""
@@ -38,7 +39,7 @@ def _guarded(entries: list, failure: list, arity: int) -> list:
 def mutate(node, entries: list):
     """``tvm_ffi.structural_mutate`` (top-down, callbacks own the descent) that lets exceptions through."""
     failure: list = []
-    out = tvm_ffi.structural_mutate(node, _guarded(entries, failure, 2))
+    out = mutate_typed(node, _guarded(entries, failure, 2))
     if failure:
         raise failure[0]
     return out
@@ -47,7 +48,7 @@ def mutate(node, entries: list):
 def mapped(node, entries: list):
     """``tvm_ffi.structural_map`` (bottom-up rewrite) that lets exceptions through."""
     failure: list = []
-    out = tvm_ffi.structural_map(node, _guarded(entries, failure, 1))
+    out = map_typed(node, _guarded(entries, failure, 1))
     if failure:
         raise failure[0]
     return out
@@ -67,7 +68,7 @@ def walk(node, entries: list, order: str = "pre") -> None:
             return None
         return run
 
-    tvm_ffi.structural_walk(node, [(t, wrap(fn)) for t, fn in entries], order=order)
+    walk_typed(node, [(t, wrap(fn)) for t, fn in entries], order=order)
     if failure:
         raise failure[0]
 

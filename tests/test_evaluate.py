@@ -115,3 +115,16 @@ def test_errors_are_typed_and_informative():
 def test_bool_valued_nodes_come_back_as_booleans_usable_in_select():
     cond = evaluate(I < 3, {I: np.arange(5)})
     assert cond.tolist() == [True, True, True, False, False]
+
+
+@pytest.mark.parametrize("divisor", [1, 2, 4, 8, 64, 1 << 20, 3, 6, 12, -1, -4, -8])
+def test_floor_division_by_constants_including_powers_of_two(divisor):
+    """A constant power-of-two divisor is evaluated with shifts and masks: still floor semantics on negatives."""
+    a = np.arange(-300, 300, dtype=np.int64).reshape(-1, 1)
+    env = {I: a, J: np.zeros((1, 1), dtype=np.int64)}
+    full = lambda e: np.broadcast_to(evaluate(e + J, env), a.shape)     # noqa: E731  (TVM folds x % 1 to 0)
+    np.testing.assert_array_equal(full(tirx.floordiv(I, divisor)), a // divisor)
+    np.testing.assert_array_equal(full(tirx.floormod(I, divisor)), a % divisor)
+    np.testing.assert_array_equal(full(tirx.floordiv(I * 3 + 1, divisor)), (a * 3 + 1) // divisor)
+    assert int(evaluate(tirx.floormod(I, divisor), {I: np.int64(-7)})) == -7 % divisor
+

@@ -210,6 +210,21 @@ def test_contains_is_ownership():
     assert lanes.bind_thread_range(32, 32).contains(lanes.bind_thread_range(32, 32))
 
 
+def test_rebinding_after_a_containment_check_recomputes_the_holders():
+    """A copy rebound to another thread range must not keep the holder table computed for the old range (it
+    did: the copy shifted no owner, so two equal fragments on threads [32, 64) were said not to contain each
+    other, and one on [32, 64) was said to contain one on [0, 32))."""
+    lanes = Fragment([64], lambda i: i % 32, lambda i: i // 32)
+    fresh = lanes.bind_thread_range(32, 32)
+    assert lanes.contains(lanes)                        # computes (and caches) lanes' holders on [0, 32)
+    lanes.holder_table()
+    moved = lanes.bind_thread_range(32, 32)
+    np.testing.assert_array_equal(moved.holder_table(), fresh.holder_table())
+    assert int(moved.holder_table().min()) == 32
+    assert moved.contains(fresh) and fresh.contains(moved)
+    assert not moved.contains(lanes.bind_thread_range(0, 32))
+
+
 # ------------------------------------------------------------------ canonical inverse
 
 def test_inverse_puts_rep_last():
@@ -353,3 +368,37 @@ def test_condense_keeps_replicas_of_a_thread_map_tvm_cannot_split():
     condensed = frag.condense_rep_var()
     assert condensed.replicate_size == 256
     assert np.array_equal(condensed.thread_table(), frag.thread_table())
+
+
+def test_containment_of_everyone_agrees_with_holder_sets():
+    """``contains(everyone)`` answers without tabulating everyone's holders when this fragment has fewer replicas;
+    the first failing element and thread are the ones the holder sets give."""
+    frags = [Fragment([16, 8], lambda i, j: i), Fragment([16, 8], lambda i, j, r: i // 2 * 2 + r, replicate=2),
+             Fragment([32], lambda i, r: (i + 5 * r) % 32, replicate=4), Fragment([4, 4], lambda i, j: 3)]
+    for frag in frags:
+        mine = np.asarray(frag.thread_table()).reshape(frag.size, -1)
+        for threads, lo in ((16, 0), (32, 0), (8, 4), (64, 0)):
+            everyone = fully_replicated(frag.input_shape, threads).bind_thread_range(lo, threads)
+            first = next(((e, t) for e in range(frag.size) for t in range(lo, lo + threads)
+                          if t not in set(mine[e].tolist())), None)
+            err = frag.containment_error(everyone)
+            assert (err is None) == (first is None) == frag.contains(everyone)
+            if first is not None:
+                coord = [int(x) for x in np.unravel_index(first[0], tuple(frag.input_shape))]
+                assert err.startswith(f"element {coord} is held by thread {first[1]} ")
+
+
+def test_same_holders_is_containment_both_ways():
+    """``same_holders`` (one pass over sorted holder rows, duplicates ignored) answers as two containments do."""
+    frags = [Fragment([16, 8], lambda i, j: i), Fragment([16, 8], lambda i, j: i, replicate=1),
+             Fragment([16, 8], lambda i, j, r: i // 2 * 2 + r, replicate=2),
+             Fragment([16, 8], lambda i, j, r: i // 2 * 2 + r % 2, replicate=4),      # each holder twice
+             Fragment([16, 8], lambda i, j, r: (i // 2 * 2 + r * 3) % 16, replicate=2),
+             fully_replicated([16, 8], 16), Fragment([16, 8], lambda i, j, r: r, replicate=16),
+             Fragment([16, 8], lambda i, j, r: r // 2, replicate=32), Fragment([8, 16], lambda i, j: i)]
+    pairs = 0
+    for a in frags:
+        for b in frags:
+            assert a.same_holders(b) == (a.contains(b) and b.contains(a)), (a, b)
+            pairs += 1
+    assert pairs == 81

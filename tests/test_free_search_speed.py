@@ -151,7 +151,9 @@ def test_reduced_grid_ownership_agrees_with_full_enumeration():
                     continue
                 for access in nest.fragment_accesses():
                     frag = result.buffers[access.buffer.name]
-                    candidates = [frag, fully_replicated(list(access.buffer.shape), result.graph.thread_extent)]
+                    # one holder, everyone, and several holders per element (the binary-search path)
+                    candidates = [frag, fully_replicated(list(access.buffer.shape), result.graph.thread_extent),
+                                  frag.replicate(2)]
                     for f in candidates:
                         for loop in (decision.layout, decision.layout.replicate(2)):
                             if not loop.is_injective():
@@ -215,3 +217,68 @@ def test_reduction_destination_keeps_the_consumers_owner_subset():
     b = np.zeros(128, dtype=np.float32)
     build_cpu(func, cost_model="register-count")(a, b)
     np.testing.assert_allclose(b, a.astype(np.float64).sum(axis=1), rtol=1e-5, atol=1e-4)
+
+
+def test_register_lower_bound_never_exceeds_a_complete_plan():
+    """A split whose program cannot fit the register budget by this bound is refused without running its search;
+    the bound must never exceed what a complete plan holds (else a split that fits would be refused)."""
+    from tilelayout.passes.inference.conversion import register_count32
+    from tilelayout.passes.inference.conversion_plan import register_lower_bound
+    checked = 0
+    for name, build in _golden() + _bench():
+        func = build()
+        for model in MODELS:
+            result = infer_layouts(func, None, model)
+            graph = result.graph
+            regs = register_count32({n: lay for n, lay in result.buffers.items() if graph.buffer(n).is_fragment},
+                                    lambda n: graph.buffer(n).bits)
+            assert register_lower_bound(graph) <= regs, f"{name}/{model}"
+            checked += 1
+    assert checked > 100
+    # rmsnorm's plan is over the budget; its one split (a second version of the row sums) cannot fit either
+    from maint import bench_kernels
+    result = infer_layouts(bench_kernels.KERNELS["rmsnorm_32x2048_fp16_t128"](), None, "register-count")
+    splits = [a for a in result.attempts if a.component < 0]
+    assert splits and all(a.error.startswith("at least ") for a in splits)
+
+
+def test_not_held_paths_agree_with_holder_sets():
+    """Every way ``_not_held`` looks runners up (one holder, everyone, a small element table, a binary search over
+    many elements) against plain set membership, on runners that sometimes hold and sometimes do not."""
+    from tilelayout.fragment import fully_replicated
+    from tilelayout.passes.inference.fragment_rules import _not_held
+    rng = np.random.default_rng(7)
+    frags = [
+        Fragment([256, 64], lambda i, j: (i * 64 + j) % 128),                                  # one holder
+        fully_replicated([16, 8], 128).bind_thread_range(0, 128),                              # everyone
+        Fragment([64], lambda i, r: i % 2 + 2 * r, replicate=64),                              # few elements
+        Fragment([256, 64], lambda i, j, r: (i * 64 + j) % 64 + 64 * r, replicate=2).bind_thread_range(32, 128),
+    ]
+    for frag in frags:
+        holders = np.asarray(frag.thread_table()).reshape(frag.size, -1) + (frag.thread_range or (0, 0))[0]
+        for reps in (1, 3):
+            elem = rng.integers(0, frag.size, size=5000)
+            runs = np.where(rng.random((5000, reps)) < 0.5, holders[elem][:, :1],
+                            rng.integers(0, 200, size=(5000, reps)))
+            want = np.array([[int(t) not in set(holders[e].tolist()) for t in row] for e, row in zip(elem, runs)])
+            np.testing.assert_array_equal(_not_held(frag, elem, runs), want)
+
+
+def test_planned_thread_extent_in_closed_form_equals_the_table():
+    """``_plan`` states the thread extent and slot count of its round-robin map in exact arithmetic; enumeration
+    agrees."""
+    from tilelayout import fragment
+    from tilelayout.passes.inference import loop_plan
+    checked = 0
+    for ext in ([7], [100], [128], [1, 229], [3, 5], [64, 128], [2, 2560], [33, 17]):
+        for threads in (32, 128, 256):
+            for width in (1, 2, 4, 8):
+                for touches in (False, True):
+                    loop_plan.clear_caches()
+                    fragment.clear_caches()
+                    plan = loop_plan._plan(list(ext), threads, width, touches)
+                    stated, slots = plan.thread_extent, plan.output_shape
+                    assert stated == int(np.asarray(plan.thread_table()).max()) + 1, (ext, threads, width, touches)
+                    assert slots == [int(np.asarray(plan.table()).max()) + 1], (ext, threads, width, touches)
+                    checked += 1
+    assert checked == 192

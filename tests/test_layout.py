@@ -435,3 +435,25 @@ def test_property_is_equal_is_an_equivalence(s1, s2):
     same_table = (a.input_shape == b.input_shape and a.output_shape == b.output_shape
                   and np.array_equal(a.table(), b.table()))
     assert a.is_equal(b) == same_table
+
+
+def test_inverse_memo_serves_equal_layouts_and_is_cleared():
+    """Inverses are memoised by structure: an equal but distinct Layout gets an inverse that enumerates like the
+    first (and takes the same output shape); a refusal is memoised as a refusal; ``clear_caches`` forgets."""
+    from tilelayout import layout as layout_module
+    layout_module.clear_caches()
+    make = lambda: Layout([16, 8], lambda i, j: [j * 2 + i // 8, i % 8])    # noqa: E731
+    a, b = make(), make()
+    inv_a, exact_a = a.inverse_with_info()
+    inv_b, exact_b = b.inverse_with_info()
+    assert exact_a and exact_b and a.output_shape == b.output_shape == [16, 8]
+    tab = np.asarray(b.table()).reshape(-1, 2)
+    back = np.asarray(inv_b.table())[tuple(tab.T)]
+    np.testing.assert_array_equal(back, np.stack(np.unravel_index(np.arange(128), (16, 8)), axis=1))
+    assert layout_module._INVERSE_MEMO
+    collide = lambda: Layout([4, 4], lambda i, j: [i // 2, j])              # noqa: E731  (not injective)
+    for _ in range(2):
+        with pytest.raises(LayoutError):
+            collide().inverse()
+    layout_module.clear_caches()
+    assert not layout_module._INVERSE_MEMO

@@ -1,7 +1,7 @@
 """Write inference results into the PrimFunc (and read them back): passes talk only through the IR."""
 from __future__ import annotations
 
-import tvm_ffi
+from tilelayout.ir_walk import mutate_typed
 from tvm import tirx
 
 from tilelayout.annotate import TILE_LOOPS_ATTR, annotate_layouts, annotate_loop, encode_tile_loop, read_layout_annotations
@@ -32,7 +32,7 @@ def annotate_result(func, result):
                                      replica_guard=decision.replica_guard)
         return new
 
-    body = tvm_ffi.structural_mutate(func.body, (tirx.For, on_for)) if roots else func.body
+    body = mutate_typed(func.body, [(tirx.For, on_for)]) if roots else func.body
     out = annotate_layouts(func.with_body(body), dict(result.buffers))
     out = out.with_attr(TILE_LOOPS_ATTR, tile_loops) if tile_loops else out
     plans = getattr(result, "gemm_plans", None) or {}

@@ -17,11 +17,14 @@ shared round trip) into the conversion's config, which lowering reads.
 from __future__ import annotations
 
 import functools
+import math
 import re
 from dataclasses import dataclass
 
+import numpy as np
 import tvm
 import tvm_ffi
+from tilelayout.ir_walk import walk_typed
 from tvm import tirx
 from tvm.ir import Range, TensorLoad, TensorRegion
 from tvm.tirx.tile_primitive import TilePrimitiveCall
@@ -141,7 +144,7 @@ def _region_type():
     def probe(A: T.Buffer((1,), "float32")):
         T.tile.copy(A[0:1], A[0:1])
     found = []
-    tvm_ffi.structural_walk(probe.body, (TilePrimitiveCall, lambda n: found.append(n.args[0].ty)))
+    walk_typed(probe.body, [(TilePrimitiveCall, lambda n: found.append(n.args[0].ty))])
     return found[0]
 
 
@@ -327,6 +330,13 @@ def _try_splits(func, graph, splits, target, cost_model, budget, engine_cls, err
     tried, best, best_cost = [], None, base
     for split in splits:
         attempt = Attempt(-1, split.op_index, split.description)
+        least = register_lower_bound(graph, split.buffer)
+        if least > budget:
+            # no layout of the split program fits: running its search would only confirm it
+            attempt.error = (f"at least {least} registers per thread (every fragment spread over all "
+                             f"{graph.thread_extent} threads), over the budget of {budget}")
+            tried.append(attempt)
+            continue
         try:
             rewritten, _ = split_fragment(func, graph, split)
             trial = engine_cls(rewritten, target, cost_model, budget)
@@ -353,6 +363,24 @@ def _try_splits(func, graph, splits, target, cost_model, budget, engine_cls, err
         return None, tried
     best[0].chosen = True
     return best[1], tried
+
+
+def register_lower_bound(graph, extra: str | None = None) -> int:
+    """32-bit registers per thread that any complete plan of ``graph`` needs (with a second version of fragment
+    ``extra``, as a split adds): every fragment an op uses gets a layout, which spreads its elements over at most
+    the block's threads, so it holds at least ceil(size / threads) slots in some thread. Counted as
+    ``register_count32`` counts (fragments of static shape only)."""
+    threads = max(1, int(graph.thread_extent))
+    used = {b.name: b for op in graph.ops for b in op.buffers() if b.is_fragment}
+    names = sorted(used) + ([extra] if extra in used else [])
+    total = 0
+    for name in names:
+        buf = used[name]
+        if not all(isinstance(s, int) for s in buf.shape):
+            continue
+        slots = -(-int(np.prod(buf.shape, dtype=np.int64)) // threads)
+        total += math.ceil(slots * buf.bits / 32)
+    return total
 
 
 def _is_conflict(err) -> bool:
@@ -396,8 +424,8 @@ def read_conversions(func) -> list:
     kind and the cost fields inference wrote)."""
     from tilelayout.annotate import _plain
     found = []
-    tvm_ffi.structural_walk(func.body, (TilePrimitiveCall, lambda n: found.append(_plain(n.config[CONFIG_KEY]))
-                                        if n.config is not None and CONFIG_KEY in n.config else None))
+    walk_typed(func.body, [(TilePrimitiveCall, lambda n: found.append(_plain(n.config[CONFIG_KEY]))
+                                 if n.config is not None and CONFIG_KEY in n.config else None)])
     return found
 
 

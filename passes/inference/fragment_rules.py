@@ -281,7 +281,7 @@ def _condensed(frag: Fragment) -> Fragment:
     enumeration); ``frag`` itself otherwise (the symbolic condensing can misread wrapped thread maps such
     as ``(_i * 640 + _rep) % 256``)."""
     condensed = frag.condense_rep_var()
-    if condensed is frag or (condensed.contains(frag) and frag.contains(condensed)):
+    if condensed is frag or condensed.same_holders(frag):
         return condensed
     return frag
 
@@ -354,9 +354,9 @@ def _broadcast_completion(nest: LoopNest, loop: Fragment, idx: list, buf) -> Fra
         return None
 
 
-def ownership_error(nest: LoopNest, loop: Fragment, access, frag: Fragment) -> str | None:
+def ownership_error(nest: LoopNest, loop: Fragment, access, frag: Fragment) -> "Violation | None":
     """None when the threads running each iteration hold the element read (reads) or are exactly its
-    holders (writes); otherwise the first violation, in words."""
+    holders (writes); otherwise the first violation (a ``Violation``: ``str()`` gives it in words)."""
     wide = widened(nest, access)
     if wide is not None:
         return ownership_error(wide[0], lift(loop, wide[0]), wide[1], frag)
@@ -372,17 +372,14 @@ def ownership_error(nest: LoopNest, loop: Fragment, access, frag: Fragment) -> s
         return _first_point_error(nest, loop, access, frag, loop_lo, frag_lo)
     runs, elem, grid, axes = _point_tables(nest, loop, access)
     runs = runs + loop_lo
-    owners = frag.thread_table().reshape(-1, frag.replicate_size) + frag_lo
-    width = int(max(runs.max(), owners.max())) + 1
-    holds = np.zeros((owners.shape[0], width), dtype=bool)
-    holds[np.arange(owners.shape[0])[:, None], owners] = True
-    not_held = ~holds[elem[:, None], runs]
+    not_held = _not_held(frag, elem, runs)
     point = thread = None
     if not_held.any():
         point, k = (int(x) for x in np.argwhere(not_held)[0])
         thread, reading = int(runs[point, k]), True
-    elif access.is_write and not access.is_constant and runs.shape[1] != owners.shape[1]:
+    elif access.is_write and not access.is_constant and runs.shape[1] != frag.replicate_size:
         # runners are a subset of holders and both are duplicate-free per point: equal iff equally many
+        owners = frag.thread_table().reshape(-1, frag.replicate_size) + frag_lo
         held = owners[elem]
         point = 0
         k = next(k for k in range(held.shape[1]) if held[0, k] not in set(runs[0].tolist()))
@@ -398,7 +395,53 @@ def ownership_error(nest: LoopNest, loop: Fragment, access, frag: Fragment) -> s
     else:
         what = f"thread {thread} holds the element of {access.buffer.name} written at iteration {coord} but does not " \
                f"run that iteration, so its copy would go stale"
-    return f"{what} (access {access}; loop layout {loop!r}; fragment layout {frag!r})"
+    return Violation(what, access, loop, frag)
+
+
+class Violation:
+    """An ownership violation, as ``ownership_error`` reports it: a sentence naming the thread, the iteration,
+    the access and both layouts, formatted only when read (the search mostly needs only that one exists, and
+    printing two layouts goes through TVM's script printer)."""
+
+    __slots__ = ("what", "access", "loop", "frag", "_text")
+
+    def __init__(self, what: str, access, loop, frag):
+        self.what, self.access, self.loop, self.frag, self._text = what, access, loop, frag, None
+
+    def __str__(self) -> str:
+        if self._text is None:
+            self._text = f"{self.what} (access {self.access}; loop layout {self.loop!r}; fragment layout {self.frag!r})"
+        return self._text
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+    def __repr__(self) -> str:
+        return repr(str(self))
+
+
+def _not_held(frag: Fragment, elem: np.ndarray, runs: np.ndarray) -> np.ndarray:
+    """(points, replicas) mask: runner thread ``runs[p, k]`` does not hold element ``elem[p]`` of ``frag``. Looked
+    up in the fragment's row-sorted holder table (one holder: compared; everyone: a range test; few elements: an
+    (elements x threads) table; else a binary search over (element, thread) keys)."""
+    holders = frag.holder_table()
+    if holders.shape[1] == 1:
+        return runs != holders[elem]
+    if frag.is_fully_replicated:
+        lo = (frag.thread_range or (0, 0))[0]
+        return (runs < lo) | (runs >= lo + frag.replicate_size)
+    width = int(max(runs.max(), holders.max())) + 1
+    if int(min(runs.min(), holders.min())) < 0:     # keys need non-negative threads: compare row by row
+        return ~(runs[:, :, None] == holders[elem][:, None, :]).any(axis=2)
+    if holders.shape[0] * width <= max(1 << 16, 4 * runs.size):
+        # few elements (a reduction's row results held by many threads): an (elements x threads) table is small
+        holds = np.zeros((holders.shape[0], width), dtype=bool)
+        holds[np.arange(holders.shape[0])[:, None], holders] = True
+        return ~holds[elem[:, None], runs]
+    have = (np.arange(holders.shape[0], dtype=np.int64)[:, None] * width + holders).reshape(-1)
+    want = elem[:, None] * width + runs
+    pos = np.minimum(np.searchsorted(have, want.reshape(-1)), have.size - 1).reshape(want.shape)
+    return have[pos] != want
 
 
 def _point_tables(nest: LoopNest, loop: Fragment, access):
@@ -434,4 +477,4 @@ def _first_point_error(nest: LoopNest, loop: Fragment, access, frag: Fragment, l
     coord = [0] * len(nest.extents)
     what = f"thread {thread} runs iteration {coord} but does not hold the element of {access.buffer.name} it " \
            f"{'writes' if access.is_write else 'reads'}"
-    return f"{what} (access {access}; loop layout {loop!r}; fragment layout {frag!r})"
+    return Violation(what, access, loop, frag)

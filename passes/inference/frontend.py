@@ -68,6 +68,10 @@ _ELEMENTWISE = {
 }
 
 
+#: expressions that contain no load: a scan of them would find nothing
+_LEAVES = (int, float, str, bool, tirx.IntImm, tirx.FloatImm, tvm.ir.StringImm, tirx.Var)
+
+
 class _Builder:
     """One pass over the statement tree in program order, with the loop/if context at hand."""
 
@@ -137,8 +141,8 @@ class _Builder:
     def float_scan(self, *nodes: Any) -> None:
         """Record fragment accesses made outside any op."""
         for node in nodes:
-            if node is None or isinstance(node, (int, float, str, bool)):
-                continue
+            if node is None or isinstance(node, _LEAVES):
+                continue        # nothing to load inside (region bounds and extents are mostly these)
             for acc in self.accesses(node):
                 if acc.buffer.is_fragment:
                     self.graph.floating.append((acc.buffer, acc))

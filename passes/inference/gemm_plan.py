@@ -50,7 +50,7 @@ import re
 from dataclasses import MISSING, asdict, dataclass, fields
 
 import tvm
-import tvm_ffi
+from tilelayout.ir_walk import walk_typed
 from tvm import tirx
 
 from tilelayout import gemm_layouts
@@ -433,7 +433,7 @@ def gemm_calls(func) -> list:
         if str(node.op.name) == "tirx.tile.gemm":
             found.append(node)
 
-    tvm_ffi.structural_walk(func.body, [(TilePrimitiveCall, on_call)], order="pre")
+    walk_typed(func.body, [(TilePrimitiveCall, on_call)], order="pre")
     return found
 
 

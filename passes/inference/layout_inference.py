@@ -407,7 +407,9 @@ class _Engine:
                 if best is None or rank < (best.note is not None, best.mem, best.regs):
                     best, best_state = attempt, trial
                 remaining = len(members) - n - 1
-                if remaining and _certify(self, state, trial, members, budget=2 * remaining * len(members)):
+                # a certificate step meets new partial states (memo misses) while the remaining roots mostly
+                # repeat memoised rule results: certify only when its steps are fewer than those roots' steps
+                if remaining and _certify(self, state, trial, members, budget=remaining * len(members)):
                     certified = attempt
             self.attempts.extend(tried)
             if best is None:
@@ -476,7 +478,7 @@ class _Engine:
 def validate_pin(buf, layout, threads: int) -> None:
     """A pinned layout must fit its buffer: the same shape, a Fragment for a register fragment (a Layout for a
     shared tile), thread ids inside the launched block, and no two elements in one (thread, slot) register."""
-    what = f"the layout pinned to {buf.scope} buffer {buf.name} ({layout!r})"
+    what = _PinText(buf, layout)        # printed only for an error (printing a layout costs more than checking it)
     if not isinstance(layout, Layout):
         raise InferenceError(f"{what} is a {type(layout).__name__}, not a tilelayout Layout or Fragment")
     shape = [int(s) if isinstance(s, int) else s for s in layout.input_shape]
@@ -499,22 +501,38 @@ def validate_pin(buf, layout, threads: int) -> None:
             raise InferenceError(f"{what} gives threads {lo + low}..{lo + high}, outside the {threads} threads the "
                                  f"kernel launches (threadIdx.x in [0, {threads}))"
                                  + (f" or its thread range [{lo}, {lo + ext})" if layout.thread_range else ""))
-        if any(int(v) < 0 for v in np.asarray(layout.table()).reshape(-1)):
+        if _has_negative(layout):
             raise InferenceError(f"{what} gives negative register slots")
-    elif any(int(v) < 0 for v in np.asarray(layout.table()).reshape(-1)):
+    elif _has_negative(layout):
         raise InferenceError(f"{what} gives negative addresses")
     err = layout.injectivity_error()
     if err is not None:
         raise InferenceError(f"{what} puts two elements in one place: {err}")
 
 
+class _PinText:
+    """How pin errors name the pin: formatted when an error message is built."""
+
+    def __init__(self, buf, layout):
+        self.buf, self.layout = buf, layout
+
+    def __format__(self, spec: str) -> str:
+        return format(f"the layout pinned to {self.buf.scope} buffer {self.buf.name} ({self.layout!r})", spec)
+
+
+def _has_negative(layout) -> bool:
+    table = np.asarray(layout.table())
+    return bool(table.size) and int(table.min()) < 0
+
+
 def clear_caches() -> None:
     """Forget every process-wide memo inference keeps (shared plans, containment answers): the next run is cold."""
-    from tilelayout import fragment
+    from tilelayout import fragment, tile_layout_interop
     from . import conversion, loop_plan
     from .cost_models import statement_score
     conversion.clear_caches()
     fragment.clear_caches()
+    tile_layout_interop.clear_caches()
     loop_plan.clear_caches()
     statement_score.clear_caches()
 

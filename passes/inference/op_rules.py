@@ -265,7 +265,7 @@ def _checked_decision(nest: LoopNest, layout: Fragment, source: str, state, leve
     err = None if layout.is_injective() else layout.injectivity_error()
     if err is not None:
         raise InferenceError(f"{nest.describe()}: loop layout is not injective: {err}")
-    check_runs_in_range(nest.op, layout, f"its loop layout ({source})", state)
+    check_runs_in_range(nest.op, layout, lambda: f"its loop layout ({source})", state)
     for a in nest.fragment_accesses():
         frag = state.layout(a.buffer)
         if frag is not None:
@@ -378,13 +378,15 @@ def _complete_fragments(nest: LoopNest, layout: Fragment, level: int, state) -> 
         state.propose(buf, frag, nest.op, level)
 
 
-def check_runs_in_range(op, layout: Fragment, what: str, state) -> None:
+def check_runs_in_range(op, layout: Fragment, what, state) -> None:
     """Refuse a layout that puts work of ``op`` on threads its enclosing conditions do not let run it (a loop
-    derived from a fragment held by all 128 threads, inside ``if tx < 64``: half of it would never run)."""
+    derived from a fragment held by all 128 threads, inside ``if tx < 64``: half of it would never run).
+    ``what`` names the layout: a string, or a callable giving it (formatted only for the error)."""
     lo, ext = state.thread_range
     first = (layout.thread_range or (lo, ext))[0]
     last = first + min((layout.thread_range or (lo, ext))[1], int(layout.thread_extent))
     if first < lo or last > lo + ext:
+        what = what() if callable(what) else what
         raise LayoutConflictError(
             f"{op.describe()} runs on threads [{lo}, {lo + ext}) (its enclosing conditions), but {what} puts work "
             f"on threads [{first}, {last}): {layout!r}; give the fragments it touches layouts bound to that thread "

@@ -184,7 +184,11 @@ class Access:
     @property
     def is_constant(self) -> bool:
         """All indices are integer constants (e.g. `s[0]`)."""
-        return all(_is_int(_const(i)) for i in self.indices)
+        hit = self.__dict__.get("_is_constant")
+        if hit is None:        # the rules ask on every step; an access never changes
+            hit = all(_is_int(_const(i)) for i in self.indices)
+            object.__setattr__(self, "_is_constant", hit)
+        return hit
 
     def __str__(self) -> str:
         rw = ("r" if self.is_read else "") + ("w" if self.is_write else "")
@@ -237,13 +241,22 @@ class TileOp:
         return []
 
     def buffers(self) -> list[BufferInfo]:
-        return _unique(r.buffer for r in self.regions())
+        found = self.__dict__.get("_buffers")
+        if found is None:      # asked on every step and every propose; an op never changes
+            found = _unique(r.buffer for r in self.regions())
+            object.__setattr__(self, "_buffers", found)
+        return list(found)
 
     def _describe(self) -> str:
         return self.kind
 
     def describe(self) -> str:
-        return f"{self._describe()} (op #{self.index})"
+        # formatted once per op (printing regions calls TVM's script printer); ops are immutable
+        text = self.__dict__.get("_description")
+        if text is None:
+            text = f"{self._describe()} (op #{self.index})"
+            object.__setattr__(self, "_description", text)
+        return text
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.describe()}>"
@@ -398,7 +411,11 @@ class ParallelOp(TileOp):
     annotations: dict = field(default_factory=dict)
 
     def buffers(self) -> list[BufferInfo]:
-        return _unique(a.buffer for a in self.accesses)
+        found = self.__dict__.get("_buffers")
+        if found is None:
+            found = _unique(a.buffer for a in self.accesses)
+            object.__setattr__(self, "_buffers", found)
+        return list(found)
 
     def accesses_of(self, buffer: BufferInfo) -> list[Access]:
         return [a for a in self.accesses if a.buffer is buffer]

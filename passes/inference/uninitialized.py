@@ -51,7 +51,7 @@ def _writes_reads(op) -> tuple[list, list]:
 def _first_events(op) -> dict:
     """{id(buffer var): "read" | "write"}: the first access of each buffer in the nest's evaluation order (a
     store's value is read before the store happens)."""
-    import tvm_ffi
+    from tilelayout.ir_walk import walk_typed
     from tvm import tirx
     from tvm.ir import TensorLoad
     first: dict = {}
@@ -64,7 +64,7 @@ def _first_events(op) -> dict:
         first.setdefault(key, kind)
 
     vars_: dict = {}
-    tvm_ffi.structural_walk(op.root.body, [
+    walk_typed(op.root.body, [
         (TensorLoad, lambda n: note(n.source, "read") if tirx.is_buffer_var(n.source) else None),
         (tirx.BufferStore, lambda n: note(n.buffer, "write")),
     ], order="post")

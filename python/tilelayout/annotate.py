@@ -24,6 +24,7 @@ from typing import Any
 
 import tvm
 import tvm_ffi
+from .ir_walk import mutate_typed, walk_typed
 from tvm import tirx
 
 from .errors import LayoutConflictError, LayoutError, TileLayoutError
@@ -119,7 +120,7 @@ def function_buffers(func) -> list:
         handlers.append((s_tir.SBlock, on_block))
     except (ImportError, AttributeError):  # pragma: no cover - s_tir is part of apache-tvm 0.27
         pass
-    tvm_ffi.structural_walk(func.body, handlers, order="pre")
+    walk_typed(func.body, handlers, order="pre")
     return out
 
 
@@ -273,7 +274,7 @@ def annotate_loops(func, loops: Mapping) -> "tirx.PrimFunc":
                 return annotate_loop(new, *spec)
         return new
 
-    return func.with_body(tvm_ffi.structural_mutate(func.body, (tirx.For, on_for)))
+    return func.with_body(mutate_typed(func.body, [(tirx.For, on_for)]))
 
 
 # --------------------------------------------------------------------------- reading

@@ -17,6 +17,7 @@ from tvm import sym, tirx
 from tvm.ir import Range
 
 from .errors import LayoutError, TileLayoutError
+from .ir_walk import map_typed, walk_typed
 
 _NAMES = "ijklmnopqrstuvwxyzabcdefgh"
 _PLACEHOLDERS = [tirx.Var("_" + c, "int32") for c in _NAMES]
@@ -45,7 +46,7 @@ def substitute(expr, vmap: dict):
     """Replace variables in ``expr`` (Vars hash by identity)."""
     if not vmap or isinstance(expr, int):
         return expr
-    return tvm_ffi.structural_map(expr, (tvm.ir.Var, lambda v: vmap.get(v, v)))
+    return map_typed(expr, [(tvm.ir.Var, lambda v: vmap.get(v, v))])
 
 
 def call_user_fn(fn, args, what: str, role: str):
@@ -177,7 +178,7 @@ def mentions(expr, variables) -> bool:
             return tvm_ffi.VisitInterrupt(None)
         return None
 
-    tvm_ffi.structural_walk(expr, (tvm.ir.Var, visit))
+    walk_typed(expr, [(tvm.ir.Var, visit)])
     return bool(hits)
 
 

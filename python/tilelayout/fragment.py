@@ -16,6 +16,7 @@ from .expr import mentions as _uses
 
 import functools
 import math
+import weakref
 from functools import cached_property
 from typing import Callable, Sequence
 
@@ -28,6 +29,7 @@ from .evaluate import evaluate, grid_env
 from .expr import (ExprKey, _as_expr, _fmt_shape, call_user_fn, make_analyzer, normalize_shape, placeholder, simplifier,
                    rep_placeholder, shape_size, shape_vars, substitute)
 from .inverse import _bound_extent
+from . import layout as layout_module
 from .layout import Layout, _exprs_equal, _jsonable, _shapes_equal
 
 __all__ = ["Fragment", "fully_replicated", "infer_fragment_index", "clear_caches"]
@@ -36,6 +38,24 @@ __all__ = ["Fragment", "fully_replicated", "infer_fragment_index", "clear_caches
 _CONTAINS_MEMO: dict = {}
 _CONTAINS_MEMO_LIMIT = 1 << 14
 _MISS = object()
+
+#: static fragments by key, while something still holds them: an equal fragment built again (every attempt of
+#: the free level rebuilds the same candidates) is the same object, so its tables, holders, injectivity and
+#: thread extent are computed once. Weak values: the table lives only as long as the inference using it.
+_INTERNED: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
+
+
+def _interned(frag: "Fragment") -> "Fragment":
+    """The live fragment equal to ``frag`` (same key), or ``frag`` itself; symbolic shapes are not shared (the
+    key prints a shape variable, and two variables may share a name)."""
+    if not all(isinstance(s, int) for s in frag._input_shape):
+        return frag
+    key = frag.key
+    hit = _INTERNED.get(key)
+    if hit is not None:
+        return hit
+    _INTERNED[key] = frag
+    return frag
 
 
 def _check_replicate(replicate, what: str = "fragment") -> int:
@@ -81,7 +101,7 @@ class Fragment(Layout):
         obj = cls.__new__(cls)
         obj._init_fragment(normalize_shape(shape, "fragment"), _as_expr(thread),
                            None if index is None else list(index), _check_replicate(replicate))
-        return obj
+        return _interned(obj) if cls is Fragment else obj
 
     def _init_fragment(self, shape, thread, index, replicate) -> None:
         self._replicate = replicate
@@ -124,13 +144,25 @@ class Fragment(Layout):
     def thread_extent(self) -> int:
         """max+1 of the thread map over coords and replicas (independent of ``thread_range``)."""
         if self._enumerable(1 << 22) and self.size * self._replicate <= 1 << 22:
-            return int(self.thread_table().max()) + 1
+            if "_thread_table" in self.__dict__:
+                return int(self._thread_table.max()) + 1
+            # the thread map evaluated over the axes it depends on only: the same values as the whole table
+            # (a replicated 2x2560 fragment over 256 threads would tabulate 1.3M cells for one maximum)
+            env = grid_env(self.forward_vars + [rep_placeholder()], self._input_shape + [self._replicate])
+            return int(np.asarray(evaluate(self._forward_thread, env)).max()) + 1
         ana = make_analyzer(self.forward_vars + [rep_placeholder()], self._input_shape + [self._replicate])
         return _bound_extent(ana, self._forward_thread, [], 0)
 
+    #: cached values that depend on the thread range (a copy rebound to another range recomputes them)
+    _RANGE_DEPENDENT = frozenset({"_holders"})
+    #: public cached values that do not (a rebound copy keeps them)
+    _RANGE_FREE = frozenset({"thread_extent", "linearized_forward_index"})
+
     def _copy(self) -> "Fragment":
         obj = Fragment.__new__(Fragment)
-        obj.__dict__.update({k: v for k, v in self.__dict__.items() if k.startswith("_") and not k.startswith("__")})
+        obj.__dict__.update({k: v for k, v in self.__dict__.items()
+                             if (k.startswith("_") and not k.startswith("__") and k not in self._RANGE_DEPENDENT)
+                             or k in self._RANGE_FREE})
         return obj
 
     def bind_thread_range(self, min_thread: int, extent: int) -> "Fragment":
@@ -142,7 +174,7 @@ class Fragment(Layout):
             raise LayoutError(f"invalid thread range ({min_thread}, {extent}) for {self!r}")
         out = self._copy()
         out._thread_range = (int(min_thread), int(extent))
-        return out
+        return _interned(out)
 
     # ----------------------------------------------------------------- evaluation
     def thread_of(self, *coords, rep: int = 0) -> int:
@@ -330,21 +362,53 @@ class Fragment(Layout):
 
     def contains(self, other: "Fragment") -> bool:
         """Does every thread hold (at least) every element ``other`` gives it? (Ownership check.)"""
-        return self.containment_error(other) is None
+        return other is self or self._containment_failure(other) is None
 
     def containment_error(self, other: "Fragment") -> str | None:
         """``None`` when every thread holding an element in ``other`` also holds it here (this fragment may
         have more holders; slots are not compared), else a sentence naming the first element that breaks it."""
         if other is self:
             return None
+        failure = self._containment_failure(other)
+        if failure is None:
+            return None
+        if failure == "shape":
+            return f"{other!r} and {self!r} have different shapes"
+        coord, thread = failure
+        return f"element {coord} is held by thread {thread} in {other!r} but not in {self!r}"
+
+    def same_holders(self, other: "Fragment") -> bool:
+        """Every element has the same set of holder threads in both (``self.contains(other) and
+        other.contains(self)``), decided in one pass over the two row-sorted holder tables."""
+        if other is self:
+            return True
+        if not _shapes_equal(self._input_shape, other._input_shape):
+            return False
+        mine, theirs = self._holders, other._holders
+        keep_mine = np.ones(mine.shape, dtype=bool)
+        keep_mine[:, 1:] = mine[:, 1:] != mine[:, :-1]          # first of each run of equal threads in a row
+        keep_theirs = np.ones(theirs.shape, dtype=bool)
+        keep_theirs[:, 1:] = theirs[:, 1:] != theirs[:, :-1]
+        if not np.array_equal(keep_mine.sum(axis=1), keep_theirs.sum(axis=1)):
+            return False
+        return bool(np.array_equal(mine[keep_mine], theirs[keep_theirs]))
+
+    def _containment_failure(self, other: "Fragment"):
+        """None, "shape", or (coordinate, thread) of the first element held in ``other`` but not here; memoised
+        by both keys (the sentence is formatted only when asked for: the search mostly wants the yes/no)."""
         key = (self.key, other.key)
         hit = _CONTAINS_MEMO.get(key, _MISS)
         if hit is _MISS:
-            hit = self._containment_error(other)
+            hit = self._first_uncontained(other)
             if len(_CONTAINS_MEMO) >= _CONTAINS_MEMO_LIMIT:
                 _CONTAINS_MEMO.clear()
             _CONTAINS_MEMO[key] = hit
         return hit
+
+    def holder_table(self) -> np.ndarray:
+        """Holder threads of every element, row-major, each row sorted ascending and counted from thread 0 of
+        the block (the thread range's start added): shape (size, replicate), read-only, computed once."""
+        return self._holders
 
     @cached_property
     def _holders(self) -> np.ndarray:
@@ -356,9 +420,17 @@ class Fragment(Layout):
         out.setflags(write=False)
         return out
 
-    def _containment_error(self, other: "Fragment") -> str | None:
+    def _first_uncontained(self, other: "Fragment"):
         if not _shapes_equal(self._input_shape, other._input_shape):
-            return f"{other!r} and {self!r} have different shapes"
+            return "shape"
+        if other.is_fully_replicated and not self.is_fully_replicated and self._replicate < other._replicate \
+                and self.size:
+            # every element of ``other`` is held by its whole thread range, more threads than any element has
+            # here: the first element already fails, at the first of those threads it lacks (as the table says)
+            lo = (other._thread_range or (0, 0))[0]
+            held = set(self._holders[0].tolist())
+            thread = next(t for t in range(lo, lo + other._replicate) if t not in held)
+            return [0] * len(self._input_shape), thread
         mine, theirs = self._holders, other._holders
         if mine.shape[1] == 1:
             missing = theirs != mine
@@ -378,7 +450,7 @@ class Fragment(Layout):
         elem, k = (int(x) for x in np.argwhere(missing)[0])
         thread = int(theirs[elem, k])
         coord = [int(x) for x in np.unravel_index(elem, tuple(self._input_shape))]
-        return f"element {coord} is held by thread {thread} in {other!r} but not in {self!r}"
+        return coord, thread
 
     # ----------------------------------------------------------------- printing
     def __repr__(self) -> str:
@@ -405,7 +477,9 @@ def clear_caches() -> None:
     """Forget process-wide memos (containment answers, shared fully replicated layouts); benchmarks call it
     to time a cold run, as a compiler sees each kernel once."""
     _CONTAINS_MEMO.clear()
+    _INTERNED.clear()
     _fully_replicated_static.cache_clear()
+    layout_module.clear_caches()
 
 
 def fully_replicated(shape, threads: int) -> Fragment:

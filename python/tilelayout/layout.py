@@ -19,14 +19,23 @@ import tvm
 from tvm import sym, tirx
 
 from .errors import EvaluationError, LayoutError, TileLayoutError
-from .evaluate import evaluate, evaluate_grid
+from .evaluate import evaluate, evaluate_grid, grid_env
 from .expr import (_PLACEHOLDERS, ENUMERATION_LIMIT, INJECTIVE_ENUMERATION_LIMIT, ExprKey, _as_expr,  # noqa: F401
                    _fmt_shape, call_user_fn, free_vars, is_static, make_analyzer, normalize_shape, placeholder, rep_placeholder,
                    shape_size, shape_vars, simplify, substitute)
 from .inverse import (_bound_extent, _detect, _detect_bijective, _gf2_inverse, _digit_inverse,  # noqa: F401
                       _iter_sum_extents, _lookup_inverse, _prove_injective_symbolically, _stride_inverse)
 
-__all__ = ["Layout", "placeholder", "rep_placeholder", "substitute", "simplify"]
+__all__ = ["Layout", "placeholder", "rep_placeholder", "substitute", "simplify", "clear_caches"]
+
+#: (layout key, allow_padding, preset output shape) -> (ok, (inverse, exact) or the LayoutError)
+_INVERSE_MEMO: dict = {}
+_INVERSE_MEMO_LIMIT = 1 << 9      # inverses keep their tables: a few kernels' worth
+
+
+def clear_caches() -> None:
+    """Forget the process-wide inverse memo (benchmarks time cold runs)."""
+    _INVERSE_MEMO.clear()
 
 class Layout:
     """``input_shape`` -> ``forward_index`` over placeholders; output shape derived as max+1 per output."""
@@ -67,8 +76,13 @@ class Layout:
     def _check_free_vars(self, exprs, allowed: set) -> None:
         bad = []
         allowed = list(allowed)
+        by_hash = {a.__hash__(): a for a in allowed}       # Vars hash by handle: one lookup, then confirmed
         for e in exprs:
-            bad += [v.name for v in free_vars(e) if not any(v.same_as(a) for a in allowed)]
+            for v in free_vars(e):
+                hit = by_hash.get(v.__hash__())
+                if (hit is not None and v.same_as(hit)) or any(v.same_as(a) for a in allowed):
+                    continue
+                bad.append(v.name)
         if bad:
             names = ", ".join(sorted(set(bad)))
             raise LayoutError(f"layout over {_fmt_shape(self._input_shape)} uses variables that are not its "
@@ -121,6 +135,13 @@ class Layout:
 
     @cached_property
     def _output_shape(self) -> list:
+        if self._enumerable() and "_table" not in self.__dict__ and self.size:
+            # each output over the axes it depends on only (the same values as the full table, without
+            # materialising it); a negative output is reported from the table below
+            env = grid_env(self.forward_vars, self._input_shape)
+            values = [np.asarray(evaluate(e, env)) for e in self._forward_index]
+            if all(int(v.min()) >= 0 for v in values):
+                return [int(v.max()) + 1 for v in values]
         if self._enumerable():
             tab = self.table()
             low = [int(tab[..., k].min()) for k in range(self.output_dim)] if tab.size else []
@@ -267,6 +288,31 @@ class Layout:
 
     def inverse_with_info(self, allow_padding: bool = False):
         """(inverse, exact): ``exact`` is False when the layout is not onto its output box (padding)."""
+        # memoised process-wide by structure: inference asks for the same inverse in every attempt and every
+        # engine of one kernel, each time on a new but equal Layout (a refusal is remembered too); an output
+        # shape given in advance changes the answer, so it is part of the key
+        preset = self.__dict__.get("_output_shape")
+        key = (self.key, bool(allow_padding), None if preset is None else tuple(preset))
+        hit = _INVERSE_MEMO.get(key)
+        if hit is None:
+            try:
+                hit = (True, self._inverse_with_info(allow_padding))
+            except LayoutError as err:
+                hit = (False, err)
+            # the output shape the computation settled on for this layout (it derives one from the iter sums
+            # when it can); an equal layout served from the memo takes the same
+            shape = self.__dict__.get("_output_shape")
+            hit += (None if shape is None else list(shape),)
+            if len(_INVERSE_MEMO) >= _INVERSE_MEMO_LIMIT:
+                _INVERSE_MEMO.clear()
+            _INVERSE_MEMO[key] = hit
+        elif hit[2] is not None and "_output_shape" not in self.__dict__:
+            self.__dict__["_output_shape"] = list(hit[2])
+        if not hit[0]:
+            raise hit[1]
+        return hit[1]
+
+    def _inverse_with_info(self, allow_padding: bool):
         out_vars = _PLACEHOLDERS[: self.output_dim]
         res = _detect_bijective(self._forward_index, self.forward_vars, self._input_shape)
         if res is not None and "_output_shape" not in self.__dict__:
@@ -318,14 +364,22 @@ class Layout:
         return result, shape_size(out_shape) == self.size
 
     def _verify_inverse(self, inv: "Layout", exact: bool) -> bool:
-        """Enumeration check inv(fwd(x)) == x where the domain is small enough; trusted otherwise."""
+        """Enumeration check inv(fwd(x)) == x where the domain is small enough; trusted otherwise. Each output
+        of the inverse is compared, as it is evaluated, with its input axis broadcast over the grid (no
+        stacked coordinate tables)."""
         if not self._enumerable(1 << 18):
             return True
         tab = self.table().reshape(-1, self.output_dim)
         env = {v: tab[:, k] for k, v in enumerate(inv.forward_vars)}
-        back = np.stack([np.broadcast_to(evaluate(e, env), tab.shape[:1]) for e in inv._forward_index], axis=1)
-        coords = np.stack(np.unravel_index(np.arange(tab.shape[0]), tuple(self._input_shape)), axis=1)
-        return bool((back == coords).all())
+        shape = tuple(int(s) for s in self._input_shape)
+        if len(inv._forward_index) != len(shape):
+            return False
+        for d, e in enumerate(inv._forward_index):
+            back = np.broadcast_to(evaluate(e, env), tab.shape[:1]).reshape(shape)
+            axis = np.arange(shape[d], dtype=np.int64).reshape([-1 if k == d else 1 for k in range(len(shape))])
+            if not (back == axis).all():
+                return False
+        return True
 
     # ----------------------------------------------------------------- transformations
     def repeat(self, dim: int, factor: int) -> "Layout":

@@ -751,6 +751,17 @@ def _find_swizzle(layout: Layout, expr):
 
 # --------------------------------------------------------------------------- defaults on buffers
 
+#: (structural hash, static shape) -> [(layout, answer)]: the front end and the pin reader ask about every
+#: buffer of every kernel, and the answer is a pure function of the layout's structure and the shape
+_DEFAULT_MEMO: dict = {}
+_DEFAULT_MEMO_LIMIT = 1 << 12
+
+
+def clear_caches() -> None:
+    """Forget the default-layout answers (benchmarks time cold runs)."""
+    _DEFAULT_MEMO.clear()
+
+
 def is_default_tile_layout(layout, shape) -> bool:
     """True for None and for the row-major identity TIRx gives every buffer (``TileLayout(S[shape])``).
 
@@ -761,6 +772,21 @@ def is_default_tile_layout(layout, shape) -> bool:
         return True
     if not isinstance(layout, TileLayout):
         return False
+    sizes = tuple(_int(s) for s in shape)
+    if not all(isinstance(s, int) for s in sizes):
+        return _is_default(layout, shape)
+    key = (tvm_ffi.structural_hash(layout), sizes)
+    for seen, answer in _DEFAULT_MEMO.get(key, ()):
+        if seen.same_as(layout) or tvm_ffi.structural_equal(seen, layout):
+            return answer
+    answer = _is_default(layout, shape)
+    if len(_DEFAULT_MEMO) >= _DEFAULT_MEMO_LIMIT:
+        _DEFAULT_MEMO.clear()
+    _DEFAULT_MEMO.setdefault(key, []).append((layout, answer))
+    return answer
+
+
+def _is_default(layout, shape) -> bool:
     if _is_row_major_identity(layout, shape):       # decided in Python ints: TVM's size() wraps past 2^31
         return True
     try:
