@@ -105,7 +105,8 @@ def emulate_async_copies(func):
         count = nbytes * 8 // tvm.DataType(dtype).bits
         e = tirx.Var("e", "int32")
         slot = tirx.floormod(tirx.BufferLoad(committed, one), RING)
-        at = dst.indices[0] + e
+        base = dst.indices[0].base if isinstance(dst.indices[0], tirx.Ramp) else dst.indices[0]
+        at = base + e
         src_idx = list(src.indices[:-1]) + [src.indices[-1] + e]
         body = tirx.SeqStmt([
             tirx.AssertStmt(tirx.BufferLoad(owner, [slot, at]) == 0, tvm.ir.StringImm("RuntimeError"),

@@ -3,8 +3,9 @@
 Runs after vectorisation, on the per-thread program, and reads only the ``tilelayout.pipeline`` decision. For
 a loop ``for k in [lo, lo + n)`` with ``s`` stages and pipelined tiles ``T``:
 
-- every tile of ``T`` becomes ``T[s, stride]``: stage first, the stage's elements in the layout's physical
-  order (the layout is the same in every stage); ``stride`` keeps each stage on the tile's 1024-byte alignment.
+- every tile of ``T`` becomes ``T[s * stride]``, stage-major: stage ``q`` holds the tile at ``q * stride`` in
+  the layout's physical order (the layout is the same in every stage); ``stride`` keeps each stage on the
+  tile's 1024-byte alignment, so a swizzle keeps its phase.
 - the body splits into the producer (the lowered global -> shared copies of ``T``) and the consumer (the rest,
   in its order). Producer stores become ``cp.async`` of 16, 8 or 4 bytes where both addresses are provably
   contiguous and aligned for that size (the widest that holds); what is left stays a synchronous store, which
@@ -118,7 +119,7 @@ def _thread_bounds(func) -> dict:
 
 
 def _staged_buffer(old, stages: int):
-    """(new buffer [stages, stride], old buffer, old shape, stride)."""
+    """(new buffer [stages * stride], old buffer, old shape, stride)."""
     shape = [int_value(s) for s in old.shape]
     if any(s is None for s in shape):
         raise PipelineError(f"buffer {old.name}: a pipelined shared tile needs a constant shape, got {list(old.shape)}")
@@ -127,7 +128,9 @@ def _staged_buffer(old, stages: int):
         n *= s
     align = int(old.data_alignment) if int(old.data_alignment) > 0 else 1024
     stride = stage_stride(n, str(old.dtype), max(align, 16))
-    new = tirx.decl_buffer([stages, stride], old.dtype, name=str(old.name), scope=old.scope(),
+    # one flat dimension, stage-major: TVM's buffer compaction may trim the unused tail of the last stage but
+    # never a stage's padding, so every stage keeps its alignment (a 2-D [stages, stride] could lose it)
+    new = tirx.decl_buffer([stages * stride], old.dtype, name=str(old.name), scope=old.scope(),
                            data_alignment=max(align, 16))
     return new, old, shape, stride
 
@@ -142,20 +145,28 @@ def _items(body) -> list:
 
 
 def _restage(stmt, staged: dict, stage):
-    """Accesses of the pipelined tiles in ``stmt`` go to stage ``stage``."""
+    """Accesses of the pipelined tiles in ``stmt`` go to stage ``stage`` (element ``stage * stride + i`` of the
+    flat staged buffer; a vector (Ramp) last index, as cp.async addresses carry, stays a vector)."""
     def find(buf):
-        for new, old, shape, _ in staged.values():
+        for new, old, shape, stride in staged.values():
             if buf.same_as(old):
-                return new, shape
-        return None, None
+                return new, shape, stride
+        return None, None, None
+
+    def index(indices, shape, stride):
+        last = indices[-1]
+        if isinstance(last, tirx.Ramp):
+            base = row_major_offset(list(indices[:-1]) + [last.base], shape) + stage * stride
+            return [tirx.Ramp(base, last.stride, last.lanes)]
+        return [row_major_offset(indices, shape) + stage * stride]
 
     def on_store(s):
-        new, shape = find(s.buffer)
-        return s if new is None else tirx.BufferStore(new, s.value, [stage, row_major_offset(s.indices, shape)])
+        new, shape, stride = find(s.buffer)
+        return s if new is None else tirx.BufferStore(new, s.value, index(s.indices, shape, stride))
 
     def on_load(e):
-        new, shape = find(e.source)
-        return e if new is None else tirx.BufferLoad(new, [stage, row_major_offset(e.indices, shape)])
+        new, shape, stride = find(e.source)
+        return e if new is None else tirx.BufferLoad(new, index(e.indices, shape, stride))
 
     return mapped(stmt, [(tirx.BufferStore, on_store), (TensorLoad, on_load)])
 
@@ -323,6 +334,8 @@ def _as_cp_async(store, lane, width, scope: dict, olds: list, sizes: dict):
         if count == 1:
             at = {lane: tirx.const(0, "int32")} if lane is not None else {}
         dst_idx = [ana.simplify(substitute(x, at)) for x in store.indices]
+        # the destination as a vector: TVM's region analysis then sees all bytes the copy writes
+        dst_idx[-1] = tirx.Ramp(dst_idx[-1], 1, chunk) if chunk > 1 else dst_idx[-1]
         src_idx = [ana.simplify(substitute(x, at)) for x in value.indices]
         call = ptx_call(op, tirx.address_of(tirx.BufferLoad(store.buffer, dst_idx)),
                         tirx.address_of(tirx.BufferLoad(src, src_idx)), nbytes)
