@@ -165,13 +165,14 @@ def _decide(loop, stages: int, graph, target, shared_sizes: dict) -> dict:
         for k, it in enumerate(items):
             if any(it.same_as(op.stmt) for op in mine):
                 continue
+            what = next((op.describe() for op in inner if item_of(op.stmt) == k), f"statement {k} of the body")
             if _stores_to(it, buf.var):
-                raise PipelineError(f"buffer {buf.name}: {label} multi-buffers it for its global copy, but a "
-                                    f"statement of the loop body (item {k}) stores to it; only global -> shared "
-                                    f"copies may write a pipelined tile")
+                raise PipelineError(f"buffer {buf.name}: {label} multi-buffers it for its global copy, but {what} "
+                                    f"stores to it inside the loop; only global -> shared copies may write a "
+                                    f"pipelined tile")
             if k < last_copy and mentions(it, [buf.var]):
-                raise PipelineError(f"buffer {buf.name}: {label} reads it (item {k} of the body) before its copy "
-                                    f"in the same iteration; move the copies to the top of the loop body")
+                raise PipelineError(f"buffer {buf.name}: {label}: {what} reads it before its copy in the same "
+                                    f"iteration; move the copies to the top of the loop body")
         outside = [op for op in graph.ops if not _inside(op, loop) and any(b is buf for b in op.buffers())]
         if outside or any(b is buf for b, _ in graph.floating):
             what = outside[0].describe() if outside else "an access outside any op"
