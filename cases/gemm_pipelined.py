@@ -16,14 +16,15 @@ from tvm.tirx.script import tile as Tx
 
 from cases import _support
 
-TILELANG = """TileLang 0.1.15, both cost models (maint/peer, twins written with T.Pipelined(n, num_stages=s)):
-layout inference runs before TileLang's pipelining passes, so the stage count changes none of its layouts;
-acc_f, A_s and B_s equal ours as mappings on sm_80 (mma.sync accumulator, 2x2 warps; 64B swizzle for A_s
-[64, 32], 128B for B_s [32, 128] in two 64-column panels) and A_s / B_s on sm_90; on sm_90/sm_90a T.gemm takes
-wgmma and its acc_f is the wgmma accumulator, as in gemm_tile. Rowsum: acc and the elementwise loop equal ours.
-Difference: TileLang multi-buffers through its own MultiVersionBuffer / InjectSoftwarePipeline passes (stage as
-the outermost dimension as here) and emits cp.async through its LowerAsyncCopy; here pipeline_plan and
-software_pipeline do it on the lowered per-thread code, and the schedule is checked on the CPU."""
+TILELANG = """TileLang 0.1.15, both cost models, sm_80 and sm_90 (maint/peer twins with T.Pipelined(n,
+num_stages=s)). TileLang multi-buffers before its layout inference, so its A_s / B_s / X_s carry the stage as
+the outermost input dimension ([s, 64, 32]); stage by stage they equal ours as flat offsets in every variant
+(64B swizzle for A_s [64, 32], 128B for B_s [32, 128] in two 64-column panels, X_s row-major, which we record as
+no layout). Fragments and loops: on sm_80 acc_f (mma.sync, 2x2 warps), acc, row and the row-sum loop equal ours
+as mappings. On sm_90 TileLang warp-specialises the pipelined loop (a producer warpgroup in front of the
+consumers), so its fragments have thread_range [128, 256); shifted to [0, 128) they equal ours as mappings
+(acc_f is the wgmma accumulator in both). TileLang also lists its T.clear loops, which we lower as fills.
+Difference: we keep one thread group that issues cp.async from every thread (no TMA producer warps)."""
 
 
 def _gemm(m: int, n: int, k: int, bk: int, stages: int, arch: str, threads: int = 128):
