@@ -108,6 +108,16 @@ def test_cuda_source_issues_cp_async_with_commit_and_wait(arch, stages):
     assert body.index("wait_group") < body.index("__syncthreads()") < body.index("cp_async_cg")
 
 
+@pytest.mark.parametrize("arch,barriers", [("sm_80", 2), ("sm_90a", 3)])
+def test_barriers_per_iteration(arch, barriers):
+    """One barrier after the wait; mma.sync keeps the gemm's trailing one, wgmma also the one after its
+    fence.proxy.async (generic-proxy writes must reach the async proxy); the gemm's leading barrier goes."""
+    src = cuda_source(KP.gemm(64, 128, 128, 32, 3, arch))
+    loop = src[src.index("for (int ko = 0;"):]
+    loop = loop[:loop.index("wait_group_0();")]
+    assert loop.count("__syncthreads()") == barriers
+
+
 @needs_nvcc
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 @pytest.mark.parametrize("variant", ["gemm_s3", "rowsum_s2", "narrow_s2"])

@@ -209,6 +209,8 @@ def _pipeline_loop(loop, plan: dict, staged: dict, params: list, thread_bounds: 
         if isinstance(it, (tirx.AllocBuffer, tirx.Bind)) or mentions(it, bound):
             raise PipelineError(f"{label}: the copy into a pipelined tile depends on a value the loop body computes")
 
+    if consumer and _is_block_barrier(consumer[0]):
+        consumer = consumer[1:]     # the schedule's barrier right before C(k) already orders what this one did
     sizes: dict = {}
     producer = [_async_copies(it, olds, {**thread_bounds, loop.loop_var: (loop.min, loop.extent)}, sizes)
                 for it in producer]
@@ -246,6 +248,11 @@ def _pipeline_loop(loop, plan: dict, staged: dict, params: list, thread_bounds: 
     if sync:
         text += f"; {sync} copy statement(s) stay synchronous (no provably aligned 4-byte chunk)"
     return out, text
+
+
+def _is_block_barrier(stmt) -> bool:
+    return isinstance(stmt, tirx.Evaluate) and isinstance(stmt.value, tvm.ir.Call) and \
+        isinstance(stmt.value.op, tvm.ir.Op) and str(stmt.value.op.name) == "tirx.tvm_storage_sync"
 
 
 def _async_copies(stmt, olds: list, bounds: dict, sizes: dict):
