@@ -13,6 +13,7 @@ Refused (``PipelineError`` naming the loop and the buffer or op):
 - a pipelined copy that is not a direct statement of the loop body (under a nested loop or condition), or that
   comes after a read of its tile in the same iteration (the overlap would change what that read sees);
 - a copy source written inside the loop;
+- a loop under a thread-dependent condition (its barrier must be reached by the whole block);
 - a loop that is not serial, an annotation that is not a constant integer, a loop with no global -> shared
   copy, or multi-buffered tiles over the target's shared-memory limit.
 
@@ -151,6 +152,10 @@ def _decide(loop, stages: int, graph, target, shared_sizes: dict) -> dict:
         if not any(b is op.dst.buffer for b in buffers):
             buffers.append(op.dst.buffer)
     for op in copies:
+        if op.thread_range is not None:
+            lo, ext = op.thread_range
+            raise PipelineError(f"{label}: {op.describe()} runs on threads [{lo}, {lo + ext}) only; the pipeline's "
+                                f"block-wide barrier needs every thread (keep the loop out of thread conditions)")
         if not any(it.same_as(op.stmt) for it in items):
             raise PipelineError(f"{label}: {op.describe()} sits under a nested loop or condition of the pipelined "
                                 f"loop; a pipelined copy must be a statement of the loop body itself")
