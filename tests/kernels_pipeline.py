@@ -87,3 +87,26 @@ def narrow_rows(stages: int = 2):
         Tx.copy(R[0:128, 0:2], acc[0:128, 0:2])
     return _on(kernel, "sm_80")
 
+
+
+def rowsum_symbolic(stages: int = 3):
+    """The row sum of a symbolic number n of columns (n = T.int32()) in ceildiv(n, 32) tiles, the last partial."""
+    @T.prim_func
+    def kernel(x: T.handle, r: T.handle):
+        n = T.int32()
+        X = T.match_buffer(x, (64, n), "float32")
+        R = T.match_buffer(r, (64,), "float32")
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", 128)
+        X_s = T.alloc_buffer((64, 32), "float32", scope="shared")
+        acc = T.alloc_buffer((64, 32), "float32", scope="local.fragment")
+        row = T.alloc_buffer((64,), "float32", scope="local.fragment")
+        Tx.fill(acc[0:64, 0:32], T.float32(0))
+        for ko in T.serial(T.ceildiv(n, 32), annotations={"num_stages": stages}):
+            Tx.copy(X_s[0:64, 0:32], X[0:64, ko * 32:ko * 32 + 32])
+            for i in T.parallel(64):
+                for j in T.parallel(32):
+                    acc[i, j] = acc[i, j] + X_s[i, j]
+        Tx.sum(row[0:64], acc[0:64, 0:32], axes=[1])
+        Tx.copy(R[0:64], row[0:64])
+    return _on(kernel, "sm_80")

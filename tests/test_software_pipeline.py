@@ -120,11 +120,12 @@ def test_barriers_per_iteration(arch, barriers):
 
 @needs_nvcc
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
-@pytest.mark.parametrize("variant", ["gemm_s3", "rowsum_s2", "narrow_s2"])
+@pytest.mark.parametrize("variant", ["gemm_s3", "rowsum_s2", "narrow_s2", "symbolic_s3"])
 def test_pipelined_kernels_compile_with_nvcc(arch, variant):
     target = {"kind": "cuda", "arch": arch}
     func = {"gemm_s3": lambda: KP.gemm(64, 128, 128, 32, 3, arch), "rowsum_s2": lambda: KP.rowsum(64, 256, 32, 2, arch),
-            "narrow_s2": lambda: KP.narrow_rows(2).with_attr("target", tvm.target.Target(target))}[variant]()
+            "narrow_s2": lambda: KP.narrow_rows(2).with_attr("target", tvm.target.Target(target)),
+            "symbolic_s3": lambda: KP.rowsum_symbolic(3).with_attr("target", tvm.target.Target(target))}[variant]()
     ptx = compile_ptx(cuda_source(func, target), target).decode()
     assert re.search(r"cp\.async\.c[ag]\.shared\.global", ptx) and "cp.async.commit_group" in ptx
     assert "cp.async.wait_group" in ptx
@@ -148,6 +149,24 @@ def test_pipelined_gemm_matches_numpy(stages, k):
 def test_pipelined_row_sum_matches_numpy(stages, n):
     res = check_numeric(KP.rowsum(64, n, 32, stages, "sm_90"), _rowsum_ref, tolerance=(1e-4, 1e-4))
     assert res.ok, res.message
+
+
+@pytest.mark.parametrize("n", [1, 31, 32, 70, 96, 97, 200])
+def test_symbolic_loop_extent_with_a_partial_last_tile(n):
+    """ceildiv(n, 32) iterations (also fewer than the 3 stages): the bounds guard's predicated load becomes
+    cp.async's src-size form, which zero-fills the columns past n."""
+    func = KP.rowsum_symbolic(3)
+    lowered = lower_func(func)
+    assert "4 B x1" in _report(lowered) and 'T.Cast("uint32", T.if_then_else(' in lowered.script()
+    X = np.random.default_rng(n).standard_normal((64, n)).astype("float32")
+    R = np.full(64, np.nan, "float32")
+    build_cpu_lowered(lowered)(X, R)
+    np.testing.assert_allclose(R, X.astype(np.float64).sum(axis=1), rtol=1e-5, atol=1e-5)
+
+
+def test_predicated_copies_use_the_src_size_form():
+    src = cuda_source(KP.rowsum_symbolic(2))
+    assert "cp.async.ca.shared.global [%0], [%1], 4, %2;" in src
 
 
 def test_narrow_cp_async_matches_numpy():

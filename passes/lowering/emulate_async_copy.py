@@ -34,7 +34,8 @@ RING = 16
 #: AttrStmt key: the body is one per-thread phase for ``serialize_threads``
 PER_THREAD_KEY = "tilelayout.per_thread"
 
-_COPY = ("tirx.ptx.cp_async_cg", "tirx.ptx.cp_async_ca")
+_COPY = ("tirx.ptx.cp_async_cg", "tirx.ptx.cp_async_ca", "tirx.ptx.cp_async_cg_src_size",
+         "tirx.ptx.cp_async_ca_src_size")
 _COMMIT = "tirx.ptx.cp_async_commit_group"
 _WAIT = "tirx.ptx.cp_async_wait_group"
 
@@ -94,9 +95,11 @@ def emulate_async_copies(func):
 
     def issue(c):
         nbytes = int_value(c.args[2])
-        if len(c.args) != 10 or nbytes is None:
-            raise LoweringError(f"cannot emulate {c}: only the plain cp.async form (no predicate or src-size) is "
-                                f"emulated")
+        sized = _name(c).endswith("_src_size")
+        if len(c.args) != (11 if sized else 10) or nbytes is None:
+            raise LoweringError(f"cannot emulate {c}: only the plain and the src-size cp.async forms (no @p "
+                                f"predicate) are emulated")
+        src_size = c.args[3] if sized else None
         dst, src = _pointee(c.args[0], "cp.async"), _pointee(c.args[1], "cp.async")
         buf, inflight, owner = shadow(dst.source)
         dtype = str(buf.dtype)
@@ -111,7 +114,10 @@ def emulate_async_copies(func):
         body = tirx.SeqStmt([
             tirx.AssertStmt(tirx.BufferLoad(owner, [slot, at]) == 0, tvm.ir.StringImm("RuntimeError"),
                             [tvm.ir.StringImm(f"cp.async emulation: more than {RING} groups in flight")]),
-            tirx.BufferStore(inflight, tirx.BufferLoad(src.source, src_idx), [slot, at]),
+            # src-size form: bytes past src_size are zero-filled and never read
+            tirx.BufferStore(inflight, tirx.BufferLoad(src.source, src_idx) if src_size is None else tirx.if_then_else(
+                tirx.Cast("int32", src_size) > e * (tvm.DataType(dtype).bits // 8), tirx.BufferLoad(src.source, src_idx),
+                tirx.const(0, dtype)), [slot, at]),
             tirx.BufferStore(owner, tid + 1, [slot, at]),
             tirx.BufferStore(buf, _poison(dtype), [at]),
         ])

@@ -246,7 +246,8 @@ def _pipeline_loop(loop, plan: dict, staged: dict, params: list, thread_bounds: 
     text = (f"cp.async, {s} stages of {', '.join(staged)} (cp.async statements: {copies}); "
             f"wait_group {s - 2} + one barrier per iteration")
     if sync:
-        text += f"; {sync} copy statement(s) stay synchronous (no provably aligned 4-byte chunk)"
+        text += (f"; {sync} copy statement(s) stay synchronous (a conversion, a predicate varying inside the chunk, or "
+                 f"no provably aligned 4-byte chunk)")
     return out, text
 
 
@@ -281,6 +282,16 @@ def _async_copies(stmt, olds: list, bounds: dict, sizes: dict):
     return rewrite(stmt, dict(bounds))
 
 
+def _is_zero_fill(value) -> bool:
+    """``if_then_else(cond, load, 0)``: the predicated load ``bounds_guards`` writes."""
+    if not (isinstance(value, tvm.ir.Call) and isinstance(value.op, tvm.ir.Op)
+            and str(value.op.name) in ("tirx.if_then_else", "prim.if_then_else")):
+        return False
+    other = value.args[2]
+    return isinstance(value.args[1], TensorLoad) and isinstance(other, (tirx.IntImm, tirx.FloatImm)) and \
+        float(other.value) == 0.0
+
+
 def _flat_index(buf, indices):
     shape = [int_value(x) if int_value(x) is not None else x for x in buf.shape]
     return row_major_offset(indices, shape)
@@ -292,6 +303,11 @@ def _as_cp_async(store, lane, width, scope: dict, olds: list, sizes: dict):
     value = store.value
     if not any(store.buffer.same_as(o) for o in olds):
         return None
+    pred = None
+    if _is_zero_fill(value) and (lane is None or not mentions(value.args[0], [lane])):
+        # a predicated load reading 0 outside the buffer (symbolic extents): cp.async's src-size form reads
+        # nothing and zero-fills when the predicate fails (the predicate must hold for the whole chunk)
+        pred, value = value.args[0], value.args[1]
     if not isinstance(value, TensorLoad) or str(value.source.dtype) != str(store.buffer.dtype) or width is None:
         sizes["sync"] = sizes.get("sync", 0) + 1
         return None
@@ -344,8 +360,11 @@ def _as_cp_async(store, lane, width, scope: dict, olds: list, sizes: dict):
         # the destination as a vector: TVM's region analysis then sees all bytes the copy writes
         dst_idx[-1] = tirx.Ramp(dst_idx[-1], 1, chunk) if chunk > 1 else dst_idx[-1]
         src_idx = [ana.simplify(substitute(x, at)) for x in value.indices]
-        call = ptx_call(op, tirx.address_of(tirx.BufferLoad(store.buffer, dst_idx)),
-                        tirx.address_of(tirx.BufferLoad(src, src_idx)), nbytes)
+        operands = [tirx.address_of(tirx.BufferLoad(store.buffer, dst_idx)),
+                    tirx.address_of(tirx.BufferLoad(src, src_idx)), nbytes]
+        if pred is not None:
+            operands.append(tirx.Cast("uint32", tirx.if_then_else(substitute(pred, at), nbytes, 0)))
+        call = ptx_call(op, *operands)
         sizes[nbytes] = sizes.get(nbytes, 0) + 1
         if count == 1:
             return call
