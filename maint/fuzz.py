@@ -997,7 +997,14 @@ def _tolerance(kernel: Kernel, func):
     if not kernel.has_sum:
         return None
     # float sums in a different association order: error grows with the summed extent
-    return (1e-3, 2e-5 * max(16.0, float(kernel.sum_extent)))
+    atol = 2e-5 * max(16.0, float(kernel.sum_extent))
+    if "gemm-chain" in kernel.notes:
+        # the first product is rounded to float16 before the second gemm: a different summation order may
+        # round one element to the neighbouring float16 value (2^-10 relative), and the second gemm carries
+        # that step times an operand; with standard-normal inputs a product element stays below
+        # 4 sqrt(K) and an operand below 4, so one such step moves an output by at most 2^-6 sqrt(K)
+        atol = max(atol, 2.0 ** -6 * float(kernel.sum_extent) ** 0.5)
+    return (1e-3, atol)
 
 
 def pin_layout(kind: str, shape: tuple, threads: int):

@@ -78,58 +78,70 @@ def numeric(modules: dict, case_filter: str | None, models: list) -> tuple:
     cross-checked against the TVM-compiled sequential semantics and against the case's hand-written numpy
     ``REFERENCE`` when it has one; then, per model, the lowered kernel is compared with the case's
     ``REFERENCE`` (or the interpreter when it has none)."""
-    from tilelayout.passes.lowering.pipeline import check_numeric, compare_outputs, reference_outputs, \
-        sequential_outputs
     lines, total, passed = [], 0, 0
     for case, module in modules.items():
         pending = getattr(module, "NUMERIC_PENDING", {}) or {}
         for variant in module.VARIANTS:
             if case_filter and case_filter not in f"{case}/{variant}":
                 continue
-            try:
-                func = module.VARIANTS[variant]()
-                oracle = reference_outputs(func)
-            except (Exception, SystemExit) as exc:  # noqa: BLE001 -- report, keep going
-                total += 1 + len(models)
-                lines.append(f"{case}/{variant}: FAIL: the numpy interpreter: {_short(exc)}")
-                continue
-            hand = getattr(module, "REFERENCE", {}).get(variant)
-            tolerance = getattr(module, "TOLERANCE", {}).get(variant)
-            crosses = [("sequential semantics", lambda: sequential_outputs(func))]
-            if hand is not None:
-                crosses.append(("numpy REFERENCE", lambda: reference_outputs(func, hand)))
-            for label, other in crosses:
-                total += 1
-                try:
-                    want = other()
-                    exact = tolerance is None and oracle.exact and want.exact
-                    problems, _ = compare_outputs(oracle, want, exact, tolerance)
-                except (Exception, SystemExit) as exc:  # noqa: BLE001
-                    problems = [_short(exc)]
-                passed += not problems
-                status = "ok" if not problems else f"FAIL: {'; '.join(problems)}"
-                lines.append(f"{case}/{variant}: interpreter vs {label}: {status}")
-            expected = reference_outputs(func, hand) if hand is not None else oracle
-            for model in models:
-                total += 1
-                start = time.perf_counter()
-                try:
-                    res = check_numeric(func, cost_model=model, expected=expected, tolerance=tolerance)
-                    ok, text = bool(res.ok), res.message
-                    err = max(res.max_error.values(), default=0.0)
-                    detail = f"max error {err:.3g}, lower+build {res.times.get('lower_build_s', 0) * 1e3:.0f} ms, " \
-                             f"warm run {res.times.get('warm_run_s', 0) * 1e3:.2f} ms"
-                except (Exception, SystemExit) as exc:  # noqa: BLE001 -- report, keep going
-                    ok, text, detail = False, _short(exc), ""
-                passed += ok
-                took = time.perf_counter() - start
-                status = "ok" if ok else f"FAIL: {text}"
-                against = "REFERENCE" if hand is not None else "interpreter"
-                if variant in pending:
-                    # declared not yet able to pass (the case says why); a pass means the mark must go
-                    status = (f"PENDING ({pending[variant]}): {text}" if not ok else
-                              "ok, but marked NUMERIC_PENDING: remove the mark")
-                lines.append(f"{case}/{variant}/{model}: lowered vs {against}: {status} ({detail}; {took:.2f} s)")
+            # a dynamic-shape variant runs at each of its EXTENTS (sizes that are and are not tile multiples)
+            for extents in getattr(module, "EXTENTS", {}).get(variant) or [None]:
+                label = variant if extents is None else \
+                    f"{variant}[{','.join(f'{k}={v}' for k, v in sorted(extents.items()))}]"
+                lines_v, total_v, passed_v = _numeric_variant(module, case, variant, label, extents, models, pending)
+                lines.extend(lines_v)
+                total += total_v
+                passed += passed_v
+    return lines, total, passed
+
+
+def _numeric_variant(module, case: str, variant: str, label: str, extents, models: list, pending: dict) -> tuple:
+    """(lines, checks run, checks passing) of one variant at one set of extents."""
+    from tilelayout.passes.lowering.pipeline import check_numeric, compare_outputs, reference_outputs, \
+        sequential_outputs
+    lines, total, passed = [], 0, 0
+    try:
+        func = module.VARIANTS[variant]()
+        oracle = reference_outputs(func, extents=extents)
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 -- report, keep going
+        return [f"{case}/{label}: FAIL: the numpy interpreter: {_short(exc)}"], 1 + len(models), 0
+    hand = getattr(module, "REFERENCE", {}).get(variant)
+    tolerance = getattr(module, "TOLERANCE", {}).get(variant)
+    crosses = [("sequential semantics", lambda: sequential_outputs(func, extents=extents))]
+    if hand is not None:
+        crosses.append(("numpy REFERENCE", lambda: reference_outputs(func, hand, extents=extents)))
+    for what, other in crosses:
+        total += 1
+        try:
+            want = other()
+            exact = tolerance is None and oracle.exact and want.exact
+            problems, _ = compare_outputs(oracle, want, exact, tolerance)
+        except (Exception, SystemExit) as exc:  # noqa: BLE001
+            problems = [_short(exc)]
+        passed += not problems
+        status = "ok" if not problems else f"FAIL: {'; '.join(problems)}"
+        lines.append(f"{case}/{label}: interpreter vs {what}: {status}")
+    expected = reference_outputs(func, hand, extents=extents) if hand is not None else oracle
+    for model in models:
+        total += 1
+        start = time.perf_counter()
+        try:
+            res = check_numeric(func, cost_model=model, expected=expected, tolerance=tolerance, extents=extents)
+            ok, text = bool(res.ok), res.message
+            err = max(res.max_error.values(), default=0.0)
+            detail = f"max error {err:.3g}, lower+build {res.times.get('lower_build_s', 0) * 1e3:.0f} ms, " \
+                     f"warm run {res.times.get('warm_run_s', 0) * 1e3:.2f} ms"
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 -- report, keep going
+            ok, text, detail = False, _short(exc), ""
+        passed += ok
+        took = time.perf_counter() - start
+        status = "ok" if ok else f"FAIL: {text}"
+        against = "REFERENCE" if hand is not None else "interpreter"
+        if variant in pending:
+            # declared not yet able to pass (the case says why); a pass means the mark must go
+            status = (f"PENDING ({pending[variant]}): {text}" if not ok else
+                      "ok, but marked NUMERIC_PENDING: remove the mark")
+        lines.append(f"{case}/{label}/{model}: lowered vs {against}: {status} ({detail}; {took:.2f} s)")
     return lines, total, passed
 
 

@@ -275,3 +275,80 @@ for i in T.parallel(8):
         O[i, j // 4] = O[i, j // 4] + A[i, j]''')
     inp, out, _ = run(func)
     np.testing.assert_allclose(out["O"], inp["A"].reshape(8, 3, 4).sum(axis=2), rtol=1e-6)
+
+
+# ------------------------------------------------------------------------------------------- dynamic shapes
+
+def _dynamic_tiles():
+    import importlib
+    return importlib.import_module("cases.dynamic_tiles")
+
+
+@pytest.mark.parametrize("m", [128, 100, 37, 1])
+def test_symbolic_extents_bind_from_the_arrays_and_the_partial_tile_reads_zero_writes_nothing(m):
+    """Rows past ``m`` in the last tile read 0 and their stores are dropped: row sums of an (m, 128) matrix are
+    exactly numpy's, whatever ``m``; the grid (``ceildiv(m, 64)`` blocks) is evaluated from the bound ``m``."""
+    func = _dynamic_tiles().VARIANTS["row_sums_64x128_t128"]()
+    inputs = random_inputs(func, 0, {"m": m})
+    assert inputs["A"].shape == (m, 128) and inputs["S"].shape == (m,)
+    out = run_reference(func, inputs).outputs
+    np.testing.assert_allclose(out["S"], inputs["A"].astype(np.float64).sum(axis=1), rtol=1e-5)
+    # a 2-D grid over two symbolic extents, through shared memory
+    func = _dynamic_tiles().VARIANTS["staged_2d_32x32_t64"]()
+    inputs = random_inputs(func, 1, {"m": m, "n": 45})
+    out = run_reference(func, inputs).outputs
+    np.testing.assert_array_equal(out["B"], (inputs["A"] + np.float16(1)).astype(np.float16))
+
+
+def test_symbolic_extents_must_be_given_and_must_agree():
+    func = _dynamic_tiles().VARIANTS["gemm_m_64x64x32_t128"]()
+    from tilelayout.errors import ConfigError
+    with pytest.raises(ConfigError, match="symbolic extent m"):
+        random_inputs(func)
+    inputs = random_inputs(func, 0, {"m": 100})
+    inputs["C"] = np.zeros((99, 64), np.float32)
+    with pytest.raises(UnsupportedByReference, match="m = 99"):
+        run_reference(func, inputs)
+
+
+def test_static_buffers_still_refuse_regions_past_their_end():
+    func = kernel('A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32")',
+                  "Tx.copy(f[0:64], A[bx * 32:bx * 32 + 64])\nTx.copy(B[0:64], f[0:64])",
+                  blocks=2, allocs=f"f = T.alloc_buffer((64,), \"float32\", {F})")
+    with pytest.raises(ReferenceOutOfBounds, match="outside buffer A"):
+        run(func)
+
+
+# ------------------------------------------------------------------------------------------- atomics
+
+def test_atomics_apply_every_lanes_update_where_a_plain_store_would_race():
+    """A histogram: 64 iterations add 1 to 4 bins; a shared row max per block with atomicMax; atomics over
+    blocks accumulate. Written in both spellings the front end accepts."""
+    func = kernel('A: T.Buffer((64,), "int32"), H: T.Buffer((4,), "int32"), M: T.Buffer((4,), "int32"), '
+                  'S: T.Buffer((4,), "float32"), X: T.Buffer((64,), "float32")', '''
+for i in T.parallel(64):
+    T.evaluate(T.call_extern("int32", "atomicAdd", T.address_of(H[(A[i] % 4 + 4) % 4]), 1))
+for i in T.parallel(64):
+    T.evaluate(T.call_extern("int32", "atomicMax", T.address_of(M[i % 4]), A[i]))
+for i in T.parallel(64):
+    T.evaluate(T.cuda.atomic_add(T.address_of(S[i // 16]), X[i]))''', blocks=2)
+    inp, out, exact = run(func)
+    a = inp["A"]
+    np.testing.assert_array_equal(out["H"], inp["H"] + 2 * np.bincount(np.mod(a, 4), minlength=4))
+    np.testing.assert_array_equal(out["M"], np.maximum(inp["M"], a.reshape(16, 4).max(axis=0)))
+    np.testing.assert_allclose(out["S"], inp["S"] + 2 * inp["X"].reshape(4, 16).sum(axis=1), rtol=1e-5)
+    assert not exact        # float atomics add in an order the hardware chooses
+
+
+# ------------------------------------------------------------------------------------------- thread dimensions
+
+def test_several_thread_dimensions_use_the_linear_thread_id_x_fastest():
+    """threads=(32, 4): each thread writes its own (ty, tx); a row max over the block; both against numpy."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import kernels_coverage as K
+    func = K.row_softmax_2d_block(64, 128, 32, 4)
+    inputs = random_inputs(func)
+    out = run_reference(func, inputs).outputs
+    np.testing.assert_array_equal(out["C"], np.add.outer(np.arange(4) * 1000, np.arange(32)))
+    a = inputs["A"]
+    np.testing.assert_array_equal(out["B"], a - a.max(axis=1, keepdims=True))

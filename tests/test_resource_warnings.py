@@ -77,3 +77,15 @@ def test_a_small_kernel_is_silent():
                                          ("sm_100", 227 * 1024), ("sm_60", 48 * 1024)])
 def test_shared_memory_limit_by_architecture(arch, limit):
     assert shared_memory_limit({"kind": "cuda", "arch": arch}) == limit
+
+
+def test_warnings_point_at_the_users_line_from_every_entry_point():
+    """The warning's file and line are the caller's, not a module of ours or TVM's, however deep it is raised."""
+    import tvm
+    for run in (lambda: tl.infer_layouts(k.huge_fragment()),
+                lambda: tl.passes.LayoutInference()(tvm.IRModule({"main": k.huge_fragment()}))):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            run()
+        ours = [w for w in caught if issubclass(w.category, tl.TileLayoutResourceWarning)]
+        assert ours and all(w.filename == __file__ for w in ours), [(w.filename, w.lineno) for w in ours]

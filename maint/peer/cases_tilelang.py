@@ -587,6 +587,75 @@ KERNELS.update({
 })
 
 
+def _dyn_rows_scale(tile, n, threads):
+    m = T.dynamic("m")
+
+    @T.prim_func
+    def main(A: T.Tensor((m, n), T.float32), B: T.Tensor((m, n), T.float32)):
+        with T.Kernel(T.ceildiv(m, tile), threads=threads) as bx:
+            F = T.alloc_fragment((tile, n), T.float32)
+            T.copy(A[bx * tile, 0], F)
+            for i, j in T.Parallel(tile, n):
+                F[i, j] = F[i, j] * 2.0 + 1.0
+            T.copy(F, B[bx * tile, 0])
+    return main
+
+
+def _dyn_row_sums(tile, n, threads):
+    m = T.dynamic("m")
+
+    @T.prim_func
+    def main(A: T.Tensor((m, n), T.float32), S: T.Tensor((m,), T.float32)):
+        with T.Kernel(T.ceildiv(m, tile), threads=threads) as bx:
+            F = T.alloc_fragment((tile, n), T.float32)
+            s = T.alloc_fragment((tile,), T.float32)
+            T.copy(A[bx * tile, 0], F)
+            T.reduce_sum(F, s, dim=1)
+            T.copy(s, S[bx * tile])
+    return main
+
+
+def _dyn_staged_2d(tile, threads):
+    m = T.dynamic("m")
+    n = T.dynamic("n")
+
+    @T.prim_func
+    def main(A: T.Tensor((m, n), T.float16), B: T.Tensor((m, n), T.float16)):
+        with T.Kernel(T.ceildiv(n, tile), T.ceildiv(m, tile), threads=threads) as (bx, by):
+            S = T.alloc_shared((tile, tile), T.float16)
+            F = T.alloc_fragment((tile, tile), T.float16)
+            T.copy(A[by * tile, bx * tile], S)
+            T.copy(S, F)
+            for i, j in T.Parallel(tile, tile):
+                F[i, j] = F[i, j] + 1.0
+            T.copy(F, B[by * tile, bx * tile])
+    return main
+
+
+def _dyn_gemm_m(tile, n, k, threads):
+    m = T.dynamic("m")
+
+    @T.prim_func
+    def main(A: T.Tensor((m, k), T.float16), B: T.Tensor((k, n), T.float16), C: T.Tensor((m, n), T.float32)):
+        with T.Kernel(T.ceildiv(m, tile), threads=threads) as bx:
+            A_s = T.alloc_shared((tile, k), T.float16)
+            B_s = T.alloc_shared((k, n), T.float16)
+            C_frag = T.alloc_fragment((tile, n), T.float32)
+            T.copy(A[bx * tile, 0], A_s)
+            T.copy(B, B_s)
+            T.gemm(A_s, B_s, C_frag, clear_accum=True)
+            T.copy(C_frag, C[bx * tile, 0])
+    return main
+
+
+KERNELS.update({
+    "dynamic_tiles/rows_scale_64x64_t128": lambda: _dyn_rows_scale(64, 64, 128),
+    "dynamic_tiles/row_sums_64x128_t128": lambda: _dyn_row_sums(64, 128, 128),
+    "dynamic_tiles/staged_2d_32x32_t64": lambda: _dyn_staged_2d(32, 64),
+    "dynamic_tiles/gemm_m_64x64x32_t128": lambda: _dyn_gemm_m(64, 64, 32, 128),
+})
+
+
 # ------------------------------------------------------------------ software pipelining (T.Pipelined)
 
 def _gemm_pipelined(m, n, k, bk, stages, threads=128):

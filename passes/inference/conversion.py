@@ -18,12 +18,11 @@ no-op, so a conflict-free plan wins whenever one exists.
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from tilelayout.errors import LayoutConflictError
+from tilelayout.errors import LayoutConflictError, warn_user
 from tilelayout.fragment import Fragment
 
 __all__ = ["ConversionCost", "ConversionWarning", "conversion_cost", "hand_staged_cost",
@@ -310,4 +309,4 @@ def _cheapest(src, dst, threads, warp, elem_bytes, allow_shuffle) -> ConversionC
 
 
 def warn_shared(description: str) -> None:
-    warnings.warn(f"layout conversion through shared memory: {description}", ConversionWarning, stacklevel=5)
+    warn_user(f"layout conversion through shared memory: {description}", ConversionWarning)

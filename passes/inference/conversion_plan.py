@@ -26,7 +26,7 @@ from tvm import tirx
 from tvm.ir import Range, TensorLoad, TensorRegion
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
-from tilelayout.errors import InferenceError, LayoutConflictError
+from tilelayout.errors import InferenceError, LayoutConflictError, LayoutError
 from tilelayout.fragment import Fragment
 
 from ..hardware import warp_size
@@ -207,10 +207,23 @@ def conversion_costs(ops, layouts: dict, graph, target) -> list:
 
 
 def _cost(op, src, dst, graph, target) -> ConversionCost:
+    _require_register_walk(op, src, dst)
     threads = graph.thread_extent
     bind = lambda f: f if f.thread_range is not None else f.bind_thread_range(0, threads)
     return conversion_cost(bind(src), bind(dst), threads, warp_size(target), max(1, op.src.buffer.bits // 8),
                            op.describe())
+
+
+def _require_register_walk(op, src, dst) -> None:
+    """Lowering a conversion walks the registers of both sides, which needs each layout's inverse in closed
+    form; a side without one (e.g. a rotated row ``(i + 1) % 48``) cannot be converted, so the split that
+    needs it is refused here rather than after inference has chosen it."""
+    for side, lay in (("source", src), ("destination", dst)):
+        try:
+            lay.inverse_with_info(allow_padding=True)
+        except LayoutError as err:
+            raise LayoutConflictError(f"{op.describe()}: no conversion applies: the {side} layout {lay!r} has no "
+                                      f"closed-form inverse, which walking its registers needs ({err})") from None
 
 
 def _hand_staged(op, src, dst, graph, target) -> ConversionCost:

@@ -9,10 +9,9 @@ warned about with ``TileLayoutResourceWarning``, never raised: the layouts are s
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass, field
 
-from tilelayout.errors import TileLayoutResourceWarning
+from tilelayout.errors import TileLayoutResourceWarning, warn_user
 from tilelayout.fragment import Fragment
 
 from ..hardware import normalize_target, sm_version
@@ -169,10 +168,10 @@ def _is_dynamic(result, name: str) -> bool:
         return False
 
 
-def warn_resources(result, stacklevel: int = 3) -> list[str]:
+def warn_resources(result) -> list[str]:
     """Emit each of ``resource_warnings(result)`` as a ``TileLayoutResourceWarning``; return the messages."""
     messages = resource_warnings(result)
     for text in messages:
-        warnings.warn(text, TileLayoutResourceWarning, stacklevel=stacklevel)
+        warn_user(text, TileLayoutResourceWarning)
     return messages
 

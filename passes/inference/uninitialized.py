@@ -13,9 +13,8 @@ other indices than it writes (a scan reading the element its previous serial ite
 from __future__ import annotations
 
 import os
-import warnings
 
-from tilelayout.errors import UninitializedReadError, UninitializedReadWarning
+from tilelayout.errors import UninitializedReadError, UninitializedReadWarning, warn_user
 
 from .ops import ConvertOp, CopyOp, ElementwiseOp, FillOp, GemmOp, OpGraph, ParallelOp, ReduceOp
 
@@ -124,5 +123,5 @@ def check_uninitialized_reads(graph: OpGraph, strict: bool | None = None) -> lis
     if messages and _strict(strict):
         raise UninitializedReadError("; ".join(messages))
     for m in messages:
-        warnings.warn(m, UninitializedReadWarning, stacklevel=3)
+        warn_user(m, UninitializedReadWarning)
     return messages

@@ -22,7 +22,6 @@ lowering and conversions live in their own modules.
 """
 from __future__ import annotations
 
-import warnings
 
 import numpy as np
 import tvm
@@ -30,6 +29,7 @@ from tvm import tirx
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from tilelayout.annotate import TILE_LOOPS_ATTR, annotate_loop, read_tile_loops
+from tilelayout.errors import warn_user
 from tilelayout.expr import row_major_offset as _flat
 from tilelayout.fragment import Fragment
 from tilelayout.layout import substitute
@@ -271,29 +271,38 @@ class _Lowering:
         if slot is None:
             slot, count = wfor.coords[-1], work.replicate_size
         elems = int(work.size)
-        nbytes = elems * count * max(1, tvm.DataType(acc.dtype).bits // 8)
         if op.thread_range is not None:
             lo, ext = op.thread_range
             raise LoweringError(f"{op.describe()}: combining the partials of {op.dst.buffer.name} needs a block-wide "
                                 f"barrier, but the op runs under a thread-dependent condition (threads [{lo}, "
                                 f"{lo + ext})) that only part of the block reaches")
-        if nbytes > SHARED_LIMIT_BYTES:
-            raise LoweringError(f"{op.describe()}: the cross-thread exchange needs {nbytes} bytes of shared memory "
-                                f"({elems} elements x {count} partials), over the {SHARED_LIMIT_BYTES}-byte limit")
-        ws = tirx.decl_buffer([elems, count], acc.dtype, name=self.fresh(f"{op.dst.buffer.name}_xchg"),
+        per_element = count * max(1, tvm.DataType(acc.dtype).bits // 8)
+        chunk = min(elems, SHARED_LIMIT_BYTES // per_element)
+        if chunk < 1:
+            raise LoweringError(f"{op.describe()}: the cross-thread exchange of one element needs {per_element} "
+                                f"bytes of shared memory ({count} partials), over the {SHARED_LIMIT_BYTES}-byte limit")
+        rounds = -(-elems // chunk)
+        ws = tirx.decl_buffer([chunk, count], acc.dtype, name=self.fresh(f"{op.dst.buffer.name}_xchg"),
                               scope="shared")
         flat = _flat(wfor.coords[:-1], [int(s) for s in work.input_shape])
-        put = tirx.BufferStore(ws, tirx.BufferLoad(acc, wfor.svars), [flat, slot])
+        # more partials than fit at once (nbytes over the limit) go in rounds of ``chunk`` elements
+        rd = tirx.Var("xr", "int32")
+        row = flat - rd * chunk if rounds > 1 else flat
+        mine = [tirx.FloorDiv(flat, chunk) == rd] if rounds > 1 else []
+        put = tirx.BufferStore(ws, tirx.BufferLoad(acc, wfor.svars), [row, slot])
         r = tirx.Var("r", "int32")
         take = tirx.SeqStmt([
-            tirx.BufferStore(acc, tirx.BufferLoad(ws, [flat, tirx.const(0, "int32")]), wfor.svars),
+            tirx.BufferStore(acc, tirx.BufferLoad(ws, [row, tirx.const(0, "int32")]), wfor.svars),
             tirx.For(r, 1, count - 1, tirx.ForKind.SERIAL, tirx.BufferStore(
-                acc, reduce_combine(op.reducer, tirx.BufferLoad(acc, wfor.svars), tirx.BufferLoad(ws, [flat, r])),
+                acc, reduce_combine(op.reducer, tirx.BufferLoad(acc, wfor.svars), tirx.BufferLoad(ws, [row, r])),
                 wfor.svars)),
         ]) if count > 1 else tirx.Evaluate(0)
         sync = tirx.Evaluate(tirx.op.tvm_storage_sync("shared"))
-        return [tirx.AllocBuffer(ws), sync, _slot_loops(wfor, _guard(put, wfor.guards, wfor.ana)), sync,
-                _slot_loops(wfor, _guard(take, wfor.guards, wfor.ana)), sync]
+        step = [_slot_loops(wfor, _guard(put, list(wfor.guards) + mine, wfor.ana)), sync,
+                _slot_loops(wfor, _guard(take, list(wfor.guards) + mine, wfor.ana)), sync]
+        if rounds == 1:
+            return [tirx.AllocBuffer(ws), sync, *step]
+        return [tirx.AllocBuffer(ws), sync, tirx.For(rd, 0, rounds, tirx.ForKind.SERIAL, tirx.SeqStmt(step))]
 
     def reduce_from_memory(self, op: ReduceOp):
         dst = op.dst.buffer
@@ -324,8 +333,8 @@ class _Lowering:
     # ------------------------------------------------------------------ gemm
     def gemm(self, op: GemmOp):
         if self.gemm_fallback == "scalar":
-            warnings.warn(f"{op.describe()}: lowered to the scalar per-thread k-loop ({_gemm.GEMM_FALLBACK_ATTR}="
-                          f"\"scalar\"), not to tensor-core instructions", stacklevel=2)
+            warn_user(f"{op.describe()}: lowered to the scalar per-thread k-loop ({_gemm.GEMM_FALLBACK_ATTR}="
+                      f"\"scalar\"), not to tensor-core instructions", UserWarning)
             self.report(op, "scalar per-thread k-loop (opted in with tilelayout.gemm_fallback=\"scalar\")")
             return self.scalar_gemm(op)
         return self.tensor_core_gemm(op)

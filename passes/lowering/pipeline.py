@@ -25,7 +25,7 @@ import numpy as np
 import tvm
 from tvm import tirx
 
-from tilelayout.errors import TileLayoutError
+from tilelayout.errors import ConfigError, TileLayoutError
 
 from ..hardware import func_target, normalize_target
 from ..thread_dims import fold_thread_dims, unfold_thread_dims
@@ -231,14 +231,30 @@ def build_reference_cpu(func) -> CpuKernel:
 
 # --------------------------------------------------------------------------------------- numeric check
 
-def random_inputs(func, seed: int = 0) -> dict:
-    """Deterministic random contents for every buffer parameter, keyed by name."""
+def _concrete_shape(param, extents: dict | None) -> list:
+    """A parameter's shape with its symbolic extents (plain variables) taken from ``extents`` (name -> int)."""
+    shape = []
+    for s in param.shape:
+        if isinstance(s, (int, tirx.IntImm)):
+            shape.append(int(s))
+        elif isinstance(s, tirx.Var) and extents is not None and str(s.name) in extents:
+            shape.append(int(extents[str(s.name)]))
+        else:
+            given = sorted(extents or {})
+            raise ConfigError(f"parameter {param.name} has the symbolic extent {s}: give its value in extents= "
+                              f"(given: {given or 'none'})")
+    return shape
+
+
+def random_inputs(func, seed: int = 0, extents: dict | None = None) -> dict:
+    """Deterministic random contents for every buffer parameter, keyed by name; ``extents`` gives the values
+    of symbolic extents (``{"m": 100}``) of a dynamic-shape kernel."""
     rng = np.random.default_rng(seed)
     out = {}
     for p in _as_func(func).params:
         if not tirx.is_buffer_var(p):
             continue
-        shape, dtype = [int(s) for s in p.shape], str(p.dtype)
+        shape, dtype = _concrete_shape(p, extents), str(p.dtype)
         if dtype.startswith(("float", "bfloat")):
             data = rng.standard_normal(shape).astype(np.float32).astype(_numpy_dtype(dtype))
         elif dtype == "bool":
@@ -283,11 +299,12 @@ class Expected(dict):
     exact: bool = True
 
 
-def reference_outputs(func, reference: Callable | None = None, seed: int = 0) -> Expected:
+def reference_outputs(func, reference: Callable | None = None, seed: int = 0,
+                      extents: dict | None = None) -> Expected:
     """Final value of every parameter according to ``reference`` (a numpy function of the inputs) or, by
     default, the independent numpy interpreter of the program (``tilelayout.reference``)."""
     func = _as_func(func)
-    inputs = random_inputs(func, seed)
+    inputs = random_inputs(func, seed, extents)
     names = list(inputs)
     expected = Expected({n: inputs[n].copy() for n in names})
     if reference is not None:
@@ -306,12 +323,12 @@ def reference_outputs(func, reference: Callable | None = None, seed: int = 0) ->
     return expected
 
 
-def sequential_outputs(func, seed: int = 0) -> Expected:
+def sequential_outputs(func, seed: int = 0, extents: dict | None = None) -> Expected:
     """Final value of every parameter according to the unlowered program's sequential semantics compiled by
     TVM (``serialize_threads.sequential_semantics``): a second, layout-free reference that
     ``maint/run.py --numeric`` cross-checks against the numpy interpreter."""
     func = _as_func(func)
-    inputs = random_inputs(func, seed)
+    inputs = random_inputs(func, seed, extents)
     names = list(inputs)
     want = [inputs[n].copy() for n in names]
     build_reference_cpu(func)(*want)
@@ -350,11 +367,12 @@ def compare_outputs(got: dict, want: dict, exact: bool, tolerance: tuple | None 
 
 def check_numeric(func, reference: Callable | None = None, target=None, cost_model=None, seed: int = 0,
                   tolerance: tuple | None = None, kernel: CpuKernel | None = None,
-                  expected: dict | None = None) -> NumericResult:
+                  expected: dict | None = None, extents: dict | None = None) -> NumericResult:
     """Run the lowered kernel on the CPU and compare every parameter with the reference's
-    (``expected``: precomputed ``reference_outputs`` for the same seed, to share between cost models)."""
+    (``expected``: precomputed ``reference_outputs`` for the same seed, to share between cost models;
+    ``extents``: values of a dynamic-shape kernel's symbolic extents, which size its inputs)."""
     func = _as_func(func)
-    inputs = random_inputs(func, seed)
+    inputs = random_inputs(func, seed, extents)
     names = list(inputs)
     t0 = time.perf_counter()
     kernel = kernel or build_cpu(func, target, cost_model)
@@ -366,7 +384,7 @@ def check_numeric(func, reference: Callable | None = None, target=None, cost_mod
     warm = time.perf_counter() - t2
     t2 = time.perf_counter()
     if expected is None:
-        expected = reference_outputs(func, reference, seed)
+        expected = reference_outputs(func, reference, seed, extents)
     t3 = time.perf_counter()
     exact = tolerance is None and getattr(expected, "exact", True) and not _floating_reduction(func)
     problems, errors = compare_outputs(dict(zip(names, got)), {n: expected[n] for n in names}, exact, tolerance)
@@ -376,9 +394,13 @@ def check_numeric(func, reference: Callable | None = None, target=None, cost_mod
     return NumericResult(ok, msg, errors, exact, times)
 
 
-def check_case(module, variant: str, cost_model=None, target=None, seed: int = 0) -> NumericResult:
-    """``check_numeric`` for one case variant, honouring its REFERENCE / TOLERANCE declarations."""
+def check_case(module, variant: str, cost_model=None, target=None, seed: int = 0,
+               extents: dict | None = None) -> NumericResult:
+    """``check_numeric`` for one case variant, honouring its REFERENCE / TOLERANCE declarations (and, for a
+    dynamic-shape variant, the first of its EXTENTS unless ``extents`` is given)."""
     func = module.VARIANTS[variant]()
     reference = getattr(module, "REFERENCE", {}).get(variant)
     tolerance = getattr(module, "TOLERANCE", {}).get(variant)
-    return check_numeric(func, reference, target, cost_model, seed, tolerance)
+    if extents is None and getattr(module, "EXTENTS", {}).get(variant):
+        extents = module.EXTENTS[variant][0]
+    return check_numeric(func, reference, target, cost_model, seed, tolerance, extents=extents)

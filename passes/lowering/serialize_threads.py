@@ -338,7 +338,13 @@ def sequential_semantics(func):
     body = atomics_as_updates(mutate(body, [(TilePrimitiveCall, on_tile)]))
     body = _rebuffer(_parallel_to_serial(body), remap)
     body = _wrap_blocks(body, blocks)
-    return func.with_body(tirx.SeqStmt(decls + [body]) if decls else body)
+    out = func.with_body(tirx.SeqStmt(decls + [body]) if decls else body)
+    if any(not isinstance(s, (int, tirx.IntImm)) for p in func.params if tirx.is_buffer_var(p) for s in p.shape):
+        # a dynamic shape: the last tile's regions run past the buffer; reads there give 0 and writes are
+        # dropped (the same predicates the lowering gets; the numpy interpreter models them on its own)
+        from .bounds_guards import guard_out_of_bounds
+        out = guard_out_of_bounds(out)
+    return out
 
 
 def _reference_op(op, node):

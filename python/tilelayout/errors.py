@@ -48,3 +48,22 @@ class UninitializedReadWarning(UserWarning):
 class UninitializedReadError(InferenceError):
     """Strict mode (``tl.layout_config(strict=True)`` or ``TILELAYOUT_STRICT=1``): a fragment is read before
     any op writes it."""
+
+
+def warn_user(message: str, category: type[Warning]) -> None:
+    """Issue a warning attributed to the first caller outside tilelayout and TVM.
+
+    The depth at which a warning is raised differs by entry point (a TVM pass, ``infer_layouts``, the CLI),
+    so a fixed ``stacklevel`` points into our own modules from some of them; the user's line is the one
+    that called into the pipeline.
+    """
+    import sys
+    import warnings
+    frame, level = sys._getframe(1), 2      # stacklevel 2 is our caller
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        if not (module == "tilelayout" or module.startswith(("tilelayout.", "tvm.", "tvm_ffi."))
+                or module in ("tvm", "tvm_ffi")):
+            break
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level)

@@ -118,14 +118,44 @@ _UNARY = {"exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "sqrt"
 _EXACT_UNARY = ("fabs", "floor", "ceil")
 
 
+#: CUDA's atomic functions as TIR spells them (``call_extern``) and the update each performs
+_ATOMIC_EXTERNS = {"atomicAdd": "add", "atomicMax": "max", "atomicMin": "min"}
+
+
+def _atomic_update(call):
+    """(kind, element load, value) of an atomic call (``T.call_extern(t, "atomicAdd", T.address_of(B[i]), v)``
+    or ``T.cuda.atomic_add(T.address_of(B[i]), v)``), or None."""
+    if not isinstance(call, tvm.ir.Call) or not isinstance(call.op, tvm.ir.Op):
+        return None
+    name, args = str(call.op.name), list(call.args)
+    if name == "tirx.cuda.atomic_add" and len(args) == 2:
+        kind, addr, value = "add", args[0], args[1]
+    elif name == "tirx.call_extern" and len(args) == 3 and isinstance(args[0], tvm.ir.StringImm) \
+            and str(args[0].value) in _ATOMIC_EXTERNS:
+        kind, addr, value = _ATOMIC_EXTERNS[str(args[0].value)], args[1], args[2]
+    else:
+        return None
+    if isinstance(addr, tvm.ir.Call) and isinstance(addr.op, tvm.ir.Op) and str(addr.op.name) == "tirx.address_of" \
+            and len(addr.args) == 1 and isinstance(addr.args[0], TensorLoad):
+        return kind, addr.args[0], value
+    return None
+
+
+@dataclass(frozen=True)
+class _Box:
+    """A region as two matching slice tuples: ``inside`` the buffer, ``within`` the region's own extents."""
+    inside: tuple
+    within: tuple
+
+
 class _Interpreter:
     def __init__(self, func):
         self.func = func
         self.arrays: dict = {}           # buffer Var -> numpy array
         self.names: dict = {}            # buffer Var -> name
-        self.thread_var = None
-        self.thread_extent = 1
+        self.thread_dims: dict = {}      # "x"/"y"/"z" -> (threadIdx Var, extent); thread ids are linear, x fastest
         self.exact = True
+        self.symbolic: set = set()       # parameters with a symbolic extent (bound from their input arrays)
 
     # ------------------------------------------------------------------ helpers
     def refuse(self, what: str, node=None):
@@ -138,13 +168,16 @@ class _Interpreter:
             self.refuse(f"buffer {getattr(buf, 'name', buf)} (not a parameter or allocation it has seen)", node)
         return arr
 
+    def is_thread_var(self, v) -> bool:
+        return any(v.same_as(var) for var, _ in self.thread_dims.values())
+
     def uses_thread(self, node) -> bool:
-        if self.thread_var is None:
+        if not self.thread_dims:
             return False
         hits = []
 
         def on_var(v):
-            if v.same_as(self.thread_var):
+            if self.is_thread_var(v):
                 hits.append(v)
         import tvm_ffi
         tvm_ffi.structural_walk(node, [(tirx.Var, on_var)])
@@ -166,7 +199,7 @@ class _Interpreter:
         if isinstance(e, tirx.Var):
             val = ctx.env.get(e)
             if val is None:
-                if self.thread_var is not None and e.same_as(self.thread_var):
+                if self.is_thread_var(e):
                     self.refuse("threadIdx read inside a parallel nest or a tile op", e)
                 self.refuse(f"the free variable {e.name}", e)
             return val
@@ -276,27 +309,39 @@ class _Interpreter:
             return self.convert(np.power(a, b) if name == "pow" else np.fmod(a, b), dt)
         self.refuse(f"the call {full}", e)
 
-    def indices(self, buf, idx_exprs, ctx, node) -> tuple:
+    def indices(self, buf, idx_exprs, ctx, node, partial: bool = False) -> tuple:
+        """Index arrays of an access; with ``partial`` (a buffer with a symbolic extent), lanes past its end
+        are allowed and the in-range mask is returned as the last item."""
         arr = self.array(buf, node)
         if len(idx_exprs) != arr.ndim:
             self.refuse(f"an access of rank {len(idx_exprs)} to {self.names[buf]} of rank {arr.ndim}", node)
-        idx = []
+        idx, keep = [], np.ones(ctx.n, dtype=bool)
         for d, x in enumerate(idx_exprs):
             if isinstance(x, (tirx.Ramp, tirx.Broadcast)):
                 self.refuse("vector (Ramp/Broadcast) indices", node)
             v = self.ev(x, ctx).astype(np.int64)
             bad = (v < 0) | (v >= arr.shape[d])
+            if partial:
+                keep = keep & ~bad
+                idx.append(np.where(bad, 0, v))
+                continue
             if bad.any():
                 k = int(np.argmax(bad))
                 raise ReferenceOutOfBounds(
                     f"{_text(node)}: index {int(v[k])} of dimension {d} is outside buffer "
                     f"{self.names[buf]} of shape {list(arr.shape)}")
             idx.append(v)
+        if partial:
+            return (*idx, keep)
         return tuple(idx)
 
     def load(self, e, ctx) -> np.ndarray:
         if not tirx.is_buffer_var(e.source):
             self.refuse("a load from something that is not a buffer", e)
+        if e.source in self.symbolic:        # past a symbolic extent a load reads 0
+            *idx, keep = self.indices(e.source, list(e.indices), ctx, e, partial=True)
+            vals = self.array(e.source)[tuple(idx)]
+            return np.where(keep, vals, np.zeros((), dtype=vals.dtype))
         idx = self.indices(e.source, list(e.indices), ctx, e)
         return self.array(e.source)[idx]
 
@@ -342,7 +387,36 @@ class _Interpreter:
             return
         if isinstance(v, tvm.ir.Call) and isinstance(v.op, tvm.ir.Op) and str(v.op.name) == "tirx.tvm_storage_sync":
             return                       # a barrier: statements already run in program order
+        atomic = _atomic_update(v)
+        if atomic is not None:
+            self.atomic(*atomic, s, ctx)
+            return
         self.refuse("an evaluated call with side effects", s)
+
+    def atomic(self, kind: str, target, value, node, ctx) -> None:
+        """An atomic read-modify-write by every lane (iteration or thread) reaching it, lanes in order: the
+        updates of lanes that hit one element all land (unlike a plain store, where that is a race)."""
+        if len(ctx.threads) == 0 or ctx.n == 0:
+            return
+        if ctx.n == 1 and self.uses_thread(node):
+            ctx = self.thread_lanes(ctx)
+        buf = target.source
+        arr = self.array(buf, node)
+        if buf in self.symbolic:
+            *_, keep = self.indices(buf, list(target.indices), ctx, node, partial=True)
+            ctx = ctx.restrict(keep)
+            if ctx.n == 0:
+                return
+        idx = self.indices(buf, list(target.indices), ctx, node)
+        vals = self.convert(self.ev(value, ctx), arr.dtype)
+        if kind == "add":
+            if _is_float(arr.dtype):
+                self.exact = False       # the hardware's order of the additions is not the lanes' order
+            wide = arr.astype(_wide(arr.dtype))
+            np.add.at(wide, idx, vals.astype(wide.dtype))
+            arr[...] = self.convert(wide, arr.dtype)
+        else:
+            (np.maximum if kind == "max" else np.minimum).at(arr, idx, vals)
 
     def allocate(self, buf) -> None:
         dt = numpy_dtype(buf.dtype)
@@ -368,9 +442,12 @@ class _Interpreter:
         self.run(s.body, ctx)
 
     def launch(self, tag: str, var, extent, body, ctx) -> None:
-        if not isinstance(extent, (int, tirx.IntImm)):
+        if tag.startswith("blockIdx.") and not isinstance(extent, (int, tirx.IntImm)):
+            ext = self.uniform(extent, ctx, f"extent of {tag}", None)     # a grid over a dynamic shape
+        elif not isinstance(extent, (int, tirx.IntImm)):
             self.refuse(f"the non-constant extent of {tag}")
-        ext = int(extent)
+        else:
+            ext = int(extent)
         if ext < 1:
             self.refuse(f"{tag} = {ext} (no thread or block runs)")
         if tag.startswith("blockIdx."):
@@ -379,26 +456,33 @@ class _Interpreter:
             for b in range(ext):
                 self.run(body, ctx.bind(var, np.full(1, b, dtype=np.int32)))
             return
-        if tag.startswith("threadIdx."):
-            if tag != "threadIdx.x":
-                if ext == 1:
-                    self.run(body, ctx.bind(var, np.zeros(1, dtype=np.int32)))
-                    return
-                self.refuse(f"{tag} = {ext} (one thread dimension, threadIdx.x, is modelled)")
-            if self.thread_var is not None and not (self.thread_var.same_as(var) and self.thread_extent == ext):
-                self.refuse("threadIdx.x launched twice")      # (relaunched per block is fine)
-            self.thread_var, self.thread_extent = var, ext
-            self.run(body, _Ctx(ctx.n, ctx.env, np.arange(ext)))
+        if tag in ("threadIdx.x", "threadIdx.y", "threadIdx.z"):
+            dim = tag[-1]
+            known = self.thread_dims.get(dim)
+            if known is not None and not (known[0].same_as(var) and known[1] == ext):
+                self.refuse(f"{tag} launched twice")           # (relaunched per block is fine)
+            self.thread_dims[dim] = (var, ext)
+            # a block of X*Y*Z threads, linear id t = x + X * (y + Y * z) (the fragment thread index)
+            self.run(body, _Ctx(ctx.n, ctx.env, np.arange(self.thread_count())))
             return
         self.refuse(f"the launch of {tag}")
 
+    def thread_count(self) -> int:
+        return int(np.prod([ext for _, ext in self.thread_dims.values()], dtype=np.int64)) if self.thread_dims else 1
+
     def thread_lanes(self, ctx: _Ctx) -> _Ctx:
-        """One lane per thread reaching this point (for statements that read threadIdx)."""
+        """One lane per thread reaching this point (for statements that read threadIdx); each thread
+        dimension's variable takes its component of the linear thread id."""
         if ctx.n != 1:
             self.refuse("threadIdx read inside a parallel loop")
         k = len(ctx.threads)
         env = {v: np.repeat(a, k) for v, a in ctx.env.items()}
-        env[self.thread_var] = ctx.threads.astype(np.int32)
+        stride = 1
+        for dim in ("x", "y", "z"):
+            if dim in self.thread_dims:
+                var, ext = self.thread_dims[dim]
+                env[var] = ((ctx.threads // stride) % ext).astype(np.int32)
+                stride *= ext
         return _Ctx(k, env, ctx.threads)
 
     def branch(self, s, ctx) -> None:
@@ -457,6 +541,12 @@ class _Interpreter:
         if ctx.n == 1 and self.uses_thread(s):
             ctx = self.thread_lanes(ctx)     # a per-thread statement: once per thread
         arr = self.array(s.buffer, s)
+        if s.buffer in self.symbolic:        # past a symbolic extent a store is dropped
+            *_, keep = self.indices(s.buffer, list(s.indices), ctx, s, partial=True)
+            if not keep.all():
+                ctx = ctx.restrict(keep)
+                if ctx.n == 0:
+                    return
         idx = self.indices(s.buffer, list(s.indices), ctx, s)
         if ctx.n > 1 and self._accumulates(s) and \
                 len(np.unique(np.ravel_multi_index(idx, arr.shape))) < ctx.n:
@@ -492,28 +582,45 @@ class _Interpreter:
 
     # ------------------------------------------------------------------ tile ops
     def region(self, arg, ctx, call) -> tuple:
-        """(buffer var, index tuple of slices, extents) of a TensorRegion."""
+        """(buffer var, box, extents) of a TensorRegion. A region of a buffer with a symbolic extent may run
+        past its end (the last, partial tile of a dynamic shape): such reads give 0 and such writes are
+        dropped, the meaning TileLang's safe-memory legalisation gives them. Any other region must fit."""
         if not isinstance(arg, TensorRegion) or not tirx.is_buffer_var(arg.source):
             self.refuse("a tile-op operand that is not a buffer region", call)
         arr = self.array(arg.source, call)
         ranges = list(arg.region)
         if len(ranges) != arr.ndim:
             self.refuse(f"a region of rank {len(ranges)} of {self.names[arg.source]} (rank {arr.ndim})", call)
-        sl, ext = [], []
+        partial = arg.source in self.symbolic
+        inside, within, ext = [], [], []
         for d, r in enumerate(ranges):
             lo = self.uniform(r.min, ctx, "region offset", call)
             n = self.uniform(r.extent, ctx, "region extent", call)
-            if lo < 0 or n < 0 or lo + n > arr.shape[d]:
+            if n < 0 or (not partial and (lo < 0 or lo + n > arr.shape[d])):
                 raise ReferenceOutOfBounds(
                     f"{_text(call)}: region {lo}:{lo + n} of dimension {d} is outside buffer "
                     f"{self.names[arg.source]} of shape {list(arr.shape)}")
-            sl.append(slice(lo, lo + n))
+            a, b = min(max(lo, 0), arr.shape[d]), max(min(lo + n, arr.shape[d]), 0)
+            b = max(a, b)
+            inside.append(slice(a, b))
+            within.append(slice(a - lo, b - lo))
             ext.append(n)
-        return arg.source, tuple(sl), ext
+        return arg.source, _Box(tuple(inside), tuple(within)), ext
 
     def block(self, arg, ctx, call) -> np.ndarray:
-        buf, sl, ext = self.region(arg, ctx, call)
-        return self.arrays[buf][sl].copy()
+        buf, box, ext = self.region(arg, ctx, call)
+        return self.read_box(buf, box, ext)
+
+    def read_box(self, buf, box: "_Box", ext: list) -> np.ndarray:
+        """The region's values, 0 where it runs past a symbolic extent."""
+        arr = self.arrays[buf]
+        out = np.zeros(ext, dtype=arr.dtype)
+        out[box.within] = arr[box.inside]
+        return out
+
+    def write_box(self, buf, box: "_Box", value) -> None:
+        """Store the region's values; the part past a symbolic extent is dropped."""
+        self.arrays[buf][box.inside] = np.asarray(value)[box.within]
 
     @staticmethod
     def squeezed(ext: list) -> list:
@@ -538,10 +645,10 @@ class _Interpreter:
         if name in ("tirx.tile.copy", "tirx.tile.copy_async"):
             buf, sl, ext = self.region(args[0], ctx, call)
             src = self.block(args[1], ctx, call)
-            self.arrays[buf][sl] = self.convert(self.matched(src, ext, call, "copy"), self.arrays[buf].dtype)
+            self.write_box(buf, sl, self.convert(self.matched(src, ext, call, "copy"), self.arrays[buf].dtype))
         elif name == "tirx.tile.fill":
             buf, sl, ext = self.region(args[0], ctx, call)
-            self.arrays[buf][sl] = self.convert(self.ev(args[1], ctx), self.arrays[buf].dtype)[0]
+            self.write_box(buf, sl, np.full(ext, self.convert(self.ev(args[1], ctx), self.arrays[buf].dtype)[0]))
         elif short in ("sum", "max", "min") and name == f"tirx.tile.{short}":
             self.reduce(short, args, ctx, call)
         elif name == "tirx.tile.gemm":
@@ -573,9 +680,9 @@ class _Interpreter:
             r = (w.max if reducer == "max" else w.min)(axis=tuple(axes))
         r = self.matched(np.asarray(r), ext, call, reducer)
         if bool(int(args[3])):               # accum: combine with the destination's old value
-            old = dst[sl].astype(_wide(dt))
+            old = self.read_box(buf, sl, ext).astype(_wide(dt))
             r = {"sum": np.add, "max": np.maximum, "min": np.minimum}[reducer](old, r)
-        dst[sl] = self.convert(np.asarray(r), dt)
+        self.write_box(buf, sl, self.convert(np.asarray(r), dt))
 
     def gemm(self, args, ctx, call) -> None:
         if len(args) != 8:
@@ -605,7 +712,7 @@ class _Interpreter:
             d = d + mat(args[3], "C") * self.ev(beta, ctx).astype(w)[0]
         if _is_float(dt):
             self.exact = False
-        self.arrays[buf][sl] = self.convert(self.matched(d, ext, call, "gemm"), dt)
+        self.write_box(buf, sl, self.convert(self.matched(d, ext, call, "gemm"), dt))
 
     def elementwise(self, name: str, args, ctx, call) -> None:
         buf, sl, ext = self.region(args[0], ctx, call)
@@ -623,7 +730,7 @@ class _Interpreter:
 
         def src_or_dst(k):
             v = operand(k)
-            return dst[sl].copy() if v is None else v
+            return self.read_box(buf, sl, ext) if v is None else v
 
         def affine(x, bias, scale):      # ``src * scale + bias``, rounded per operation
             if scale is not None:
@@ -662,7 +769,7 @@ class _Interpreter:
                 out = self.convert(x / (1.0 + np.exp(-x)), dt)
             else:
                 self.refuse(f"the elementwise tile op {name}", call)
-        dst[sl] = self.convert(np.asarray(out), dt).reshape(shape)
+        self.write_box(buf, sl, self.convert(np.asarray(out), dt).reshape(shape))
 
 
 _ELEMENTWISE = ("zero", "add", "sub", "mul", "fdiv", "maximum", "minimum", "cast", "exp", "exp2", "log2", "sqrt",
@@ -690,18 +797,32 @@ def run_reference(func, inputs: dict) -> ReferenceRun:
         func = funcs[0]
     interp = _Interpreter(func)
     names = []
+    extents: dict = {}                   # symbolic extent Var -> its value, read from the input arrays
     for p in func.params:
         if not tirx.is_buffer_var(p):
             raise UnsupportedByReference(f"the scalar parameter {p.name}")
         name = str(p.name)
         if name not in inputs:
             raise UnsupportedByReference(f"no input given for parameter {name}")
-        want = [int(s) for s in p.shape]
         arr = np.array(inputs[name], dtype=numpy_dtype(p.dtype), copy=True)
-        if list(arr.shape) != want:
-            raise UnsupportedByReference(f"input {name} has shape {list(arr.shape)}, the parameter {want}")
+        if arr.ndim != len(p.shape):
+            raise UnsupportedByReference(f"input {name} has shape {list(arr.shape)}, the parameter {list(p.shape)}")
+        for d, s in enumerate(p.shape):
+            if isinstance(s, (int, tirx.IntImm)):
+                if int(s) != arr.shape[d]:
+                    raise UnsupportedByReference(f"input {name} has shape {list(arr.shape)}, the parameter "
+                                                 f"{list(p.shape)}")
+            elif isinstance(s, tirx.Var):
+                if extents.setdefault(s, arr.shape[d]) != arr.shape[d]:
+                    raise UnsupportedByReference(f"input {name} gives {s.name} = {arr.shape[d]}, another input "
+                                                 f"{extents[s]}")
+                interp.symbolic.add(p)
+            else:
+                raise UnsupportedByReference(f"the extent {s} of parameter {name} (only constants and plain "
+                                             f"variables)")
         interp.arrays[p] = arr
         interp.names[p] = name
         names.append((name, p))
-    interp.run(func.body, _Ctx(1, {}, np.arange(1)))
+    env = {v: np.full(1, n, dtype=np.int32) for v, n in extents.items()}
+    interp.run(func.body, _Ctx(1, env, np.arange(1)))
     return ReferenceRun({n: interp.arrays[p] for n, p in names}, interp.exact)
