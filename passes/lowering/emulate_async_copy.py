@@ -7,7 +7,8 @@ visible:
 
 - issue: the destination elements are poisoned (NaN for floats, the type's extreme for integers) and the
   source values are parked in an in-flight copy of the tile, tagged with the issuing thread and its open
-  group (a ring of ``RING`` groups; an overflow stops the kernel with an error);
+  group (a ring of ``RING`` groups; an overflow stops the kernel with an error); the src-size form parks
+  zeros past ``src_size`` bytes and never reads the source there;
 - ``commit_group`` closes the thread's open group; ``wait_group N`` marks its groups up to
   ``committed - N`` complete;
 - a barrier lands, for each thread in turn, its completed groups in commit order, then synchronises.

@@ -84,17 +84,15 @@ def software_pipeline(func):
         reports[f"loop {loop.loop_var.name}"] = text
         out_body = mutate(out_body, [(tirx.For, lambda f, m, old=loop, new=new: new if f.same_as(old)
                                       else m.default_mutate(f))])
-    replaced = {name: s for name, s in staged.items()}
-
     def on_alloc(a):
         name = str(a.buffer.name)
-        if name in replaced and not a.buffer.same_as(replaced[name][0]):
-            return tirx.AllocBuffer(replaced[name][0], a.annotations)
+        if name in staged and not a.buffer.same_as(staged[name][0]):
+            return tirx.AllocBuffer(staged[name][0], a.annotations)
         return a
 
     out_body = mapped(out_body, [(tirx.AllocBuffer, on_alloc)])
     leftover = []
-    old_vars = [allocs[n][0] for n in replaced]
+    old_vars = [allocs[n][0] for n in staged]
     walk(out_body, [(tirx.BufferStore, lambda s: leftover.append(s.buffer.name)
                      if any(s.buffer.same_as(v) for v in old_vars) else None),
                     (TensorLoad, lambda e: leftover.append(e.source.name)
@@ -320,10 +318,10 @@ def _as_cp_async(store, lane, width, scope: dict, olds: list, sizes: dict):
     src_flat = _flat_index(src, value.indices)
     ana = sym.Analyzer()
     for v, (lo, ext) in scope.items():
-        if v is not lane and not (lane is not None and v.same_as(lane)):
-            if isinstance(lo, int) or int_value(lo) is not None:
-                if isinstance(ext, int) or int_value(ext) is not None:
-                    ana.bind(v, Range.from_min_extent(lo, ext))
+        if lane is not None and v.same_as(lane):
+            continue
+        if int_value(lo) is not None and int_value(ext) is not None:
+            ana.bind(v, Range.from_min_extent(int_value(lo), int_value(ext)))
     for nbytes in CP_ASYNC_SIZES:
         if ebytes == 0 or nbytes % ebytes:
             continue
@@ -333,8 +331,7 @@ def _as_cp_async(store, lane, width, scope: dict, olds: list, sizes: dict):
         j = tirx.Var("cp", "int32")
         ok = True
         if lane is not None:
-            ana_j = ana
-            ana_j.bind(j, Range.from_min_extent(0, width // chunk))
+            ana.bind(j, Range.from_min_extent(0, width // chunk))
             at = {lane: j * chunk}
         else:
             at = {}
