@@ -1,7 +1,8 @@
 """Software-pipelined K loops (TileLang's ``T.Pipelined(n, num_stages=s)``; here the loop annotation
 ``num_stages``): a gemm with 2 and 3 stages on sm_80 (mma.sync), sm_90 (mma.sync realising the wgmma layout)
 and sm_90a (wgmma), with K-loop extents equal to and just above the stage count, and a column-tiled row sum
-(a pipelined loop with no gemm: the consumer is a parallel loop reading the shared tile).
+(a pipelined loop with no gemm: the consumer is a parallel loop reading the shared tile), also over a symbolic
+column count (EXTENTS: tile multiples, a partial last tile, fewer tiles than stages, less than one tile).
 
 Pipelining is decided after inference and does not change any layout: A_s / B_s / X_s get the same layout in
 every stage (the stage is the outermost dimension of the lowered buffer), so the snapshots equal those of the
@@ -23,7 +24,9 @@ the outermost input dimension ([s, 64, 32]); stage by stage they equal ours as f
 no layout). Fragments and loops: on sm_80 acc_f (mma.sync, 2x2 warps), acc, row and the row-sum loop equal ours
 as mappings. On sm_90 TileLang warp-specialises the pipelined loop (a producer warpgroup in front of the
 consumers), so its fragments have thread_range [128, 256); shifted to [0, 128) they equal ours as mappings
-(acc_f is the wgmma accumulator in both). TileLang also lists its T.clear loops, which we lower as fills.
+(acc_f is the wgmma accumulator in both); the symbolic row sum (n = T.dynamic("n"), T.Pipelined(T.ceildiv(n,
+32), num_stages=3), sm_90 only) equals ours the same way. TileLang also lists its T.clear loops, which we lower
+as fills.
 Difference: we keep one thread group that issues cp.async from every thread (no TMA producer warps)."""
 
 
@@ -67,6 +70,31 @@ def _rowsum(m: int, n: int, bn: int, stages: int, arch: str, threads: int = 128)
     return kernel.with_attr("target", tvm.target.Target({"kind": "cuda", "arch": arch}))
 
 
+def _rowsum_dynamic(m: int, bn: int, stages: int, arch: str, threads: int = 128):
+    """The row sum over a symbolic column count n in ceildiv(n, bn) tiles: the last tile is partial (its
+    bounds-guarded load becomes cp.async's zero-filling src-size form) and n < bn * stages leaves fewer
+    iterations than stages."""
+    @T.prim_func
+    def kernel(x: T.handle, r: T.handle):
+        n = T.int32()
+        X = T.match_buffer(x, (m, n), "float32")
+        R = T.match_buffer(r, (m,), "float32")
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", threads)
+        X_s = T.alloc_buffer((m, bn), "float32", scope="shared")
+        acc = T.alloc_buffer((m, bn), "float32", scope="local.fragment")
+        row = T.alloc_buffer((m,), "float32", scope="local.fragment")
+        Tx.fill(acc[0:m, 0:bn], T.float32(0))
+        for ko in T.serial(T.ceildiv(n, bn), annotations={"num_stages": stages}):
+            Tx.copy(X_s[0:m, 0:bn], X[0:m, ko * bn:ko * bn + bn])
+            for i in T.parallel(m):
+                for j in T.parallel(bn):
+                    acc[i, j] = acc[i, j] + X_s[i, j]
+        Tx.sum(row[0:m], acc[0:m, 0:bn], axes=[1])
+        Tx.copy(R[0:m], row[0:m])
+    return kernel.with_attr("target", tvm.target.Target({"kind": "cuda", "arch": arch}))
+
+
 VARIANTS = {
     "sm80_s2_k128": lambda: _gemm(64, 128, 128, 32, 2, "sm_80"),
     "sm80_s3_k96": lambda: _gemm(64, 128, 96, 32, 3, "sm_80"),        # extent == stages
@@ -76,7 +104,12 @@ VARIANTS = {
     "sm90a_s3_k96": lambda: _gemm(64, 128, 96, 32, 3, "sm_90a"),
     "rowsum_sm80_s2": lambda: _rowsum(64, 256, 32, 2, "sm_80"),
     "rowsum_sm90_s3": lambda: _rowsum(64, 256, 32, 3, "sm_90"),
+    "rowsum_dynamic_sm80_s3": lambda: _rowsum_dynamic(64, 32, 3, "sm_80"),
 }
+
+#: sizes ``run.py --numeric`` runs the symbolic variant at: tile multiples, a partial last tile, fewer tiles
+#: than stages, less than one tile
+EXTENTS = {"rowsum_dynamic_sm80_s3": [{"n": 128}, {"n": 200}, {"n": 40}, {"n": 7}]}
 
 
 def _gemm_ref(d):

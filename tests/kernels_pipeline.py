@@ -4,7 +4,7 @@ import tvm
 from tvm.script import tirx as T
 from tvm.tirx.script import tile as Tx
 
-from cases.gemm_pipelined import _gemm as gemm, _rowsum as rowsum  # noqa: F401
+from cases.gemm_pipelined import _gemm as gemm, _rowsum as rowsum, _rowsum_dynamic as rowsum_dynamic  # noqa: F401
 
 
 def _on(kernel, arch):
@@ -89,24 +89,7 @@ def narrow_rows(stages: int = 2):
 
 
 
+
 def rowsum_symbolic(stages: int = 3):
-    """The row sum of a symbolic number n of columns (n = T.int32()) in ceildiv(n, 32) tiles, the last partial."""
-    @T.prim_func
-    def kernel(x: T.handle, r: T.handle):
-        n = T.int32()
-        X = T.match_buffer(x, (64, n), "float32")
-        R = T.match_buffer(r, (64,), "float32")
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", 128)
-        X_s = T.alloc_buffer((64, 32), "float32", scope="shared")
-        acc = T.alloc_buffer((64, 32), "float32", scope="local.fragment")
-        row = T.alloc_buffer((64,), "float32", scope="local.fragment")
-        Tx.fill(acc[0:64, 0:32], T.float32(0))
-        for ko in T.serial(T.ceildiv(n, 32), annotations={"num_stages": stages}):
-            Tx.copy(X_s[0:64, 0:32], X[0:64, ko * 32:ko * 32 + 32])
-            for i in T.parallel(64):
-                for j in T.parallel(32):
-                    acc[i, j] = acc[i, j] + X_s[i, j]
-        Tx.sum(row[0:64], acc[0:64, 0:32], axes=[1])
-        Tx.copy(R[0:64], row[0:64])
-    return _on(kernel, "sm_80")
+    """The row sum of a symbolic number n of columns in ceildiv(n, 32) tiles, the last partial."""
+    return rowsum_dynamic(64, 32, stages, "sm_80")

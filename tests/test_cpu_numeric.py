@@ -50,11 +50,13 @@ def _variants():
 def test_every_case_variant_matches_its_reference(name, variant):
     module = _case(name)
     func = module.VARIANTS[variant]()
-    expected = reference_outputs(func, getattr(module, "REFERENCE", {}).get(variant))
-    for model in ("register-count", "io-aware"):
-        res = check_numeric(func, cost_model=model, expected=expected,
-                            tolerance=getattr(module, "TOLERANCE", {}).get(variant))
-        assert res.ok, f"{model}: {res.message}"
+    # a dynamic-shape variant runs at each of its EXTENTS (tile multiples, partial tiles, under one tile)
+    for extents in getattr(module, "EXTENTS", {}).get(variant) or [None]:
+        expected = reference_outputs(func, getattr(module, "REFERENCE", {}).get(variant), extents=extents)
+        for model in ("register-count", "io-aware"):
+            res = check_numeric(func, cost_model=model, expected=expected, extents=extents,
+                                tolerance=getattr(module, "TOLERANCE", {}).get(variant))
+            assert res.ok, f"{model} at {extents}: {res.message}"
 
 
 # ------------------------------------------------------------------------------------ the reference itself

@@ -691,7 +691,27 @@ def _rowsum_pipelined(m, n, bn, stages, threads=128):
     return main
 
 
+def _rowsum_pipelined_dynamic(m, bn, stages, threads=128):
+    n = T.dynamic("n")
+
+    @T.prim_func
+    def main(X: T.Tensor((m, n), T.float32), R: T.Tensor((m,), T.float32)):
+        with T.Kernel(1, threads=threads):
+            X_s = T.alloc_shared((m, bn), T.float32)
+            acc = T.alloc_fragment((m, bn), T.float32)
+            row = T.alloc_fragment((m,), T.float32)
+            T.clear(acc)
+            for ko in T.Pipelined(T.ceildiv(n, bn), num_stages=stages):
+                T.copy(X[0:m, ko * bn:ko * bn + bn], X_s)
+                for i, j in T.Parallel(m, bn):
+                    acc[i, j] = acc[i, j] + X_s[i, j]
+            T.reduce_sum(acc, row, dim=1)
+            T.copy(row, R)
+    return main
+
+
 KERNELS.update({
+    "gemm_pipelined/rowsum_dynamic_sm80_s3": lambda: _rowsum_pipelined_dynamic(64, 32, 3),
     "gemm_pipelined/sm80_s2_k128": lambda: _gemm_pipelined(64, 128, 128, 32, 2),
     "gemm_pipelined/sm80_s3_k96": lambda: _gemm_pipelined(64, 128, 96, 32, 3),
     "gemm_pipelined/sm80_s3_k128": lambda: _gemm_pipelined(64, 128, 128, 32, 3),
