@@ -280,3 +280,17 @@ def test_a_non_constant_stage_count_is_refused():
 
     with pytest.raises(tl.PipelineError, match="num_stages must be a non-negative integer constant"):
         lower_func(func.with_body(mapped(func.body, [(tirx.For, bad)])))
+
+
+def test_the_passes_run_alone_on_an_irmodule():
+    """PlanPipelines after inference, SoftwarePipeline after vectorisation, each a tvm.transform pass."""
+    from tilelayout.passes.lowering.loop_partition import partition_function
+    from tilelayout.passes.lowering.loop_vectorize import vectorize_function
+    from tilelayout.passes.lowering.lower_tile_ops import lower_tile_ops
+    func = tl.infer_layouts(KP.rowsum(64, 128, 32, 2, "sm_80")).func
+    planned = tl.passes.PlanPipelines()(tvm.IRModule({"main": func}))["main"]
+    assert _loops(planned, PIPELINE_KEY)
+    target = {"kind": "cuda", "arch": "sm_80"}
+    vec = vectorize_function(partition_function(lower_tile_ops(planned, target)), target)
+    out = tl.passes.SoftwarePipeline()(tvm.IRModule({"main": vec}))["main"]
+    assert "cp.async, 2 stages of X_s" in _report(out)

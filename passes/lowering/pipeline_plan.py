@@ -34,7 +34,7 @@ from ..hardware import normalize_target, sm_version
 from ..inference.frontend import CopyOp, build_op_graph
 from ..ir_utils import int_value, mapped, walk
 
-__all__ = ["STAGES_KEY", "PIPELINE_KEY", "PIPELINE_REPORT_ATTR", "plan_pipelines", "read_plan", "stage_stride"]
+__all__ = ["PlanPipelines", "STAGES_KEY", "PIPELINE_KEY", "PIPELINE_REPORT_ATTR", "plan_pipelines", "read_plan", "stage_stride"]
 
 #: the user's loop annotation (TileLang's spelling)
 STAGES_KEY = "num_stages"
@@ -82,6 +82,19 @@ def _stores_to(stmt, var) -> bool:
     hits = []
     walk(stmt, [(tirx.BufferStore, lambda s: hits.append(1) if s.buffer.same_as(var) else None)])
     return bool(hits)
+
+
+def PlanPipelines(target=None):
+    """Pass: record the pipelining decision on every ``num_stages`` loop (run after layout inference)."""
+
+    @tirx.transform.prim_func_pass(opt_level=0, name="tilelayout.PlanPipelines")
+    def _pass(func, mod, ctx):
+        func_target = target
+        if func_target is None and func.attrs is not None and "target" in func.attrs:
+            func_target = func.attrs["target"]
+        return plan_pipelines(func, func_target)
+
+    return _pass
 
 
 def plan_pipelines(func, target=None):

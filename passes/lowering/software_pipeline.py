@@ -40,10 +40,20 @@ from ..ir_utils import int_value, mapped, mutate, walk
 from .lower_gemm import ptx_call
 from .pipeline_plan import PIPELINE_KEY, PIPELINE_REPORT_ATTR, read_plan, stage_stride
 
-__all__ = ["software_pipeline", "CP_ASYNC_SIZES"]
+__all__ = ["SoftwarePipeline", "software_pipeline", "CP_ASYNC_SIZES"]
 
 #: byte sizes PTX cp.async copies, widest first
 CP_ASYNC_SIZES = (16, 8, 4)
+
+
+def SoftwarePipeline():
+    """Pass: build the schedule ``PlanPipelines`` recorded (run after LoopVectorize)."""
+
+    @tirx.transform.prim_func_pass(opt_level=0, name="tilelayout.SoftwarePipeline")
+    def _pass(func, mod, ctx):
+        return software_pipeline(func)
+
+    return _pass
 
 
 def software_pipeline(func):
@@ -261,10 +271,14 @@ def _async_copies(stmt, olds: list, bounds: dict, sizes: dict):
             inner = dict(scope)
             if int_value(node.min) is not None and int_value(node.extent) is not None:
                 inner[node.loop_var] = (int_value(node.min), int_value(node.extent))
-            if node.kind == tirx.ForKind.VECTORIZED and isinstance(node.body, tirx.BufferStore):
-                done = _as_cp_async(node.body, node.loop_var, int_value(node.extent), inner, olds, sizes)
-                if done is not None:
-                    return done
+            if node.kind == tirx.ForKind.VECTORIZED:
+                if isinstance(node.body, tirx.BufferStore):
+                    done = _as_cp_async(node.body, node.loop_var, int_value(node.extent), inner, olds, sizes)
+                    if done is not None:
+                        return done
+                else:       # a guard inside the vector: the lanes stay one synchronous vector store
+                    sizes["sync"] = sizes.get("sync", 0) + 1
+                return node
             return tirx.For(node.loop_var, node.min, node.extent, node.kind, rewrite(node.body, inner),
                             node.thread_binding, node.annotations, node.step)
         if isinstance(node, tirx.SeqStmt):
