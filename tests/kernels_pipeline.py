@@ -70,21 +70,21 @@ def big_tiles(stages: int):
     return _on(kernel, "sm_80")
 
 
-def narrow_rows(stages: int = 2):
-    """fp16 tiles 2 elements wide: each thread's chunk is 4 bytes, the narrowest cp.async."""
+def narrow_rows(stages: int = 2, width: int = 2):
+    """fp16 tiles ``width`` elements wide: each thread's chunk is 2 * width bytes (4: the narrowest cp.async)."""
     @T.prim_func
-    def kernel(X: T.Buffer((128, 16), "float16"), R: T.Buffer((128, 2), "float16")):
+    def kernel(X: T.Buffer((128, 8 * width), "float16"), R: T.Buffer((128, width), "float16")):
         bx = T.launch_thread("blockIdx.x", 1)
         tx = T.launch_thread("threadIdx.x", 128)
-        X_s = T.alloc_buffer((128, 2), "float16", scope="shared")
-        acc = T.alloc_buffer((128, 2), "float16", scope="local.fragment")
-        Tx.fill(acc[0:128, 0:2], T.float16(0))
+        X_s = T.alloc_buffer((128, width), "float16", scope="shared")
+        acc = T.alloc_buffer((128, width), "float16", scope="local.fragment")
+        Tx.fill(acc[0:128, 0:width], T.float16(0))
         for ko in T.serial(8, annotations={"num_stages": stages}):
-            Tx.copy(X_s[0:128, 0:2], X[0:128, ko * 2:ko * 2 + 2])
+            Tx.copy(X_s[0:128, 0:width], X[0:128, ko * width:ko * width + width])
             for i in T.parallel(128):
-                for j in T.parallel(2):
+                for j in T.parallel(width):
                     acc[i, j] = T.max(acc[i, j], X_s[i, j])
-        Tx.copy(R[0:128, 0:2], acc[0:128, 0:2])
+        Tx.copy(R[0:128, 0:width], acc[0:128, 0:width])
     return _on(kernel, "sm_80")
 
 

@@ -133,7 +133,8 @@ def test_pipelined_kernels_compile_with_nvcc(arch, variant):
 
 def test_copy_widths_follow_alignment():
     assert "16 B x1" in _report(lower_func(KP.rowsum(64, 256, 32, 2, "sm_80")))
-    assert "4 B x1" in _report(lower_func(KP.narrow_rows(2)))
+    assert "8 B x1" in _report(lower_func(KP.narrow_rows(2, width=4)))
+    assert "4 B x1" in _report(lower_func(KP.narrow_rows(2, width=2)))
 
 
 # ------------------------------------------------------------------------------------ CPU numerics
@@ -169,9 +170,10 @@ def test_predicated_copies_use_the_src_size_form():
     assert "cp.async.ca.shared.global [%0], [%1], 4, %2;" in src
 
 
-def test_narrow_cp_async_matches_numpy():
-    res = check_numeric(KP.narrow_rows(3), lambda d: {"R": np.maximum(
-        0, d["X"].astype(np.float32).reshape(128, 8, 2).max(axis=1))})
+@pytest.mark.parametrize("width", [2, 4])
+def test_narrow_cp_async_matches_numpy(width):
+    res = check_numeric(KP.narrow_rows(3, width), lambda d: {"R": np.maximum(
+        0, d["X"].astype(np.float32).reshape(128, 8, width).max(axis=1))})
     assert res.ok and res.exact, res.message
 
 
