@@ -7,6 +7,7 @@ from tilelayout import lang
 # kernels that are also golden cases are imported from them, not repeated here
 from cases.atomic_accumulate import split_k  # noqa: F401
 from cases.row_scan import manual_scan  # noqa: F401
+from cases.dynamic_tiles import _staged_2d
 
 
 def column_scan_3d(threads: int):
@@ -330,25 +331,8 @@ def dynamic_column_sums():
 
 
 def dynamic_both():
-    """Symbolic rows and columns: (m, n) with 32x32 tiles on a 2-D grid; shared staging."""
-    @T.prim_func
-    def kernel(a: T.handle, b: T.handle):
-        m = T.int32()
-        n = T.int32()
-        A = T.match_buffer(a, (m, n), "float16")
-        B = T.match_buffer(b, (m, n), "float16")
-        bx = T.launch_thread("blockIdx.x", T.ceildiv(n, 32))
-        by = T.launch_thread("blockIdx.y", T.ceildiv(m, 32))
-        tx = T.launch_thread("threadIdx.x", 64)
-        S = T.alloc_shared((32, 32), "float16")
-        F = T.alloc_buffer((32, 32), "float16", scope="local.fragment")
-        Tx.copy(S[0:32, 0:32], A[by * 32:by * 32 + 32, bx * 32:bx * 32 + 32])
-        Tx.copy(F[0:32, 0:32], S[0:32, 0:32])
-        for i in T.parallel(32):
-            for j in T.parallel(32):
-                F[i, j] = F[i, j] + T.float16(1)
-        Tx.copy(B[by * 32:by * 32 + 32, bx * 32:bx * 32 + 32], F[0:32, 0:32])
-    return kernel
+    """Symbolic rows and columns: (m, n) with 32x32 tiles on a 2-D grid; shared staging (the golden case's)."""
+    return _staged_2d(32, 64)
 
 
 def reversed_atomic(m: int, k: int, threads: int):
