@@ -129,6 +129,7 @@ class Gen:
         self.max_steps = max_steps
         self.params: list[Buf] = []
         self.allocs: list[Buf] = []
+        self.hidden: list[Buf] = []      # allocations no random step may pick (dtypes the steps do not handle)
         self.body: list[str] = []
         self.defined: set[str] = set()
         self.counter = Counter()
@@ -774,34 +775,62 @@ class Gen:
              "thread_region": 5, "offset_visit": 5, "sub_region_copy": 4, "reversed_read": 5,
              "multi_index_read": 3, "reduce_permuted": 4, "gemm": 3, "pipelined": 3}
 
+    #: gemm operand dtype -> (weight, accumulator, K choices); fp8 (e4m3 / e5m2 codes through byte storage and
+    #: bit decoding on the CPU), tf32 (f32 operands read truncated) and f64 (m8n8k4) exercise the bug classes of
+    #: the CPU fp8 path and of float64 taken for float6
+    GEMM_DTYPES = {"float16": (6, "float32", (16, 32)), "float8_e4m3fn": (1, "float32", (32, 64)),
+                   "float8_e5m2": (1, "float32", (32, 64)), "float32": (1, "float32", (8, 16, 32)),
+                   "float64": (1, "float64", (4, 8, 16))}
+
     def gemm(self) -> None:
-        """A tensor-core gemm (shared fp16 operands, fp32 accumulator), sometimes chained attention-style: the
-        accumulator cast to an fp16 fragment that is the register A operand of a second gemm, or a register A
-        loaded from global. Random warp policy; shapes the instruction fits (others are refused cleanly,
-        which the fuzzer accepts as a refusal). Bug class: chained gemms planned apart (instruction or warp
-        partition mismatch between S, P and O)."""
+        """A tensor-core gemm (shared operands: fp16 mostly, fp8, f32 as tf32 or f64; f32/f64 accumulator),
+        sometimes chained attention-style (fp16): the accumulator cast to an fp16 fragment that is the register A
+        operand of a second gemm, or a register A loaded from global. Random warp policy; shapes the instruction
+        fits (others are refused cleanly, which the fuzzer accepts as a refusal). Bug classes: chained gemms
+        planned apart (instruction or warp partition mismatch between S, P and O); fp8 codes mis-decoded or
+        mis-stored on the CPU; float64 buffers mistaken for a narrow float."""
         rng = self.rng
         if self.threads % 32 or self.threads > 256:
             return self.elementwise()
         warps = self.threads // 32
+        dt = _pick(rng, {d: w for d, (w, _, _) in self.GEMM_DTYPES.items()})
+        _, acc_dt, ks = self.GEMM_DTYPES[dt]
         m = 16 * warps * rng.choice((1, 1, 2)) if rng.random() < 0.8 else rng.choice((16, 32, 64))
-        n, k = rng.choice((8, 16, 32, 64)), rng.choice((16, 32))
+        n, k = rng.choice((8, 16, 32, 64)), rng.choice(ks)
         policy = rng.choice((None, None, "full_row", "square", "full_col"))
         kw = f', warp_policy="{policy}"' if policy else ""
-        chained, reg_a = rng.random() < 0.5, rng.random() < 0.25
-        if reg_a:
+        chained, reg_a = rng.random() < 0.5 and dt == "float16", rng.random() < 0.25 and dt != "float64"
+        if reg_a and dt == "float16":
             a = self.new_frag((m, k), "float16")
             self.load(a)
+        elif reg_a:     # kept out of the other steps, which do arithmetic in the kernel's own dtypes only
+            a = Buf(self.fresh("r"), (m, k), dt, "local.fragment")
+            self.hidden.append(a)
+            g, reg = self.global_region((m, k), dt, "in")
+            self.body.append(f"Tx.copy({a.name}[{_region(a.shape)}], {g}[{reg}])")
         else:
-            a = Buf(self.fresh("s"), (m, k), "float16", "shared")
+            a = Buf(self.fresh("s"), (m, k), dt, "shared")
             self.allocs.append(a)
-            g, reg = self.global_region((m, k), "float16", "in")
+            g, reg = self.global_region((m, k), dt, "in")
             self.body.append(f"Tx.copy({a.name}[{_region(a.shape)}], {g}[{reg}])")
         trans_b = rng.random() < 0.5
-        b = Buf(self.fresh("s"), (n, k) if trans_b else (k, n), "float16", "shared")
+        b = Buf(self.fresh("s"), (n, k) if trans_b else (k, n), dt, "shared")
         self.allocs.append(b)
-        g, reg = self.global_region(b.shape, "float16", "in")
+        g, reg = self.global_region(b.shape, dt, "in")
         self.body.append(f"Tx.copy({b.name}[{_region(b.shape)}], {g}[{reg}])")
+        if dt != "float16":
+            self.notes.append(f"gemm-{dt}")
+        if acc_dt != "float32":       # a f64 accumulator stays out of the other steps too
+            acc = Buf(self.fresh("r"), (m, n), acc_dt, "local.fragment")
+            self.hidden.append(acc)
+            self.body.append(f"Tx.gemm({acc.name}[{_region(acc.shape)}], {a.name}[{_region(a.shape)}], "
+                             f"{b.name}[{_region(b.shape)}], {acc.name}[{_region(acc.shape)}], False, {trans_b}, "
+                             f"T.float64(1), T.float64(0){kw})")
+            g, reg = self.global_region(acc.shape, acc_dt, "out")
+            self.body.append(f"Tx.copy({g}[{reg}], {acc.name}[{_region(acc.shape)}])")
+            self.has_sum = True
+            self.sum_extent = max(self.sum_extent, k)
+            return
         acc = self.new_frag((m, n), "float32")
         self.body.append(f"Tx.gemm({acc.name}[{_region(acc.shape)}], {a.name}[{_region(a.shape)}], "
                          f"{b.name}[{_region(b.shape)}], {acc.name}[{_region(acc.shape)}], False, {trans_b}, "
@@ -885,7 +914,7 @@ class Gen:
         lines = ["@T.prim_func", f"def main({params}):",
                  f'    bx = T.launch_thread("blockIdx.x", {self.nblocks})',
                  f'    tx = T.launch_thread("threadIdx.x", {self.threads})']
-        for b in self.allocs:
+        for b in self.allocs + self.hidden:
             lines.append(f'    {b.name} = T.alloc_buffer({b.shape!r}, "{b.dtype}", scope="{b.scope}")')
         for stmt in self.body:
             lines += ["    " + line for line in stmt.split("\n")]

@@ -180,8 +180,8 @@ def test_memoised_containment_agrees_with_holder_sets():
 
 
 def test_registers_never_above_tilelang_on_the_golden_suite():
-    from maint.peer.compare import variant_arch
-    peers = {arch: load_peer_output(arch=arch) for arch in ("sm_90", "sm_80")}
+    from maint.peer.compare import peer_archs, variant_arch
+    peers = {arch: load_peer_output(arch=arch) for arch in peer_archs()}
     compared = 0
     for name, model, result in _golden_results():
         if name.split("/")[0] in BUG_CASES:

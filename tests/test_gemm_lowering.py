@@ -333,9 +333,17 @@ def test_b_in_registers_is_refused_with_advice():
 
 
 def test_unsupported_dtype_pair_is_refused_with_the_supported_list():
-    with pytest.raises(LoweringError, match=r"no tensor-core instruction multiplies float32 x float32 .*supported: "
-                                            r"float16 x float16 -> float32"):
-        build_cpu(K.gemm(64, 64, 32, a_dtype="float32", b_dtype="float32"), SM80)
+    """Inference refuses a pair no instruction takes; lowering's own check (an IR annotated by other means) lists
+    the signatures it lowers."""
+    with pytest.raises(tl.TileLayoutError, match=r"no tensor-core instruction multiplies A \(float16\) by B "
+                                                 r"\(bfloat16\)"):
+        build_cpu(K.gemm(64, 64, 32, b_dtype="bfloat16"), SM80)
+    with pytest.raises(tl.TileLayoutError, match=r"cannot accumulate into float16"):
+        build_cpu(K.gemm(64, 64, 32, a_dtype="bfloat16", b_dtype="bfloat16", acc="float16"), SM80)
+    op = next(o for o in _ops(K.gemm(64, 64, 32, b_dtype="bfloat16")) if o.kind == "gemm")
+    with pytest.raises(LoweringError, match=r"no tensor-core instruction multiplies float16 x bfloat16 .*supported: "
+                                            r"float16 x float16 -> float32.*float64 x float64 -> float64"):
+        lower_gemm.choose_instruction(op, tvm.target.Target(SM80))
 
 
 def test_k_not_a_multiple_of_the_instruction_is_refused():
@@ -384,7 +392,9 @@ def test_unknown_fallback_value_is_refused():
 def test_mma_instruction_table():
     assert mma_instruction("float16", "float16", "float32").ptx == "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
     assert mma_instruction("int8", "int8", "int32").ptx == "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32"
-    assert mma_instruction("float32", "float32", "float32") is None
+    assert mma_instruction("float32", "float32", "float32").ptx == "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+    assert mma_instruction("float64", "float64", "float64").ptx == "mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64"
+    assert mma_instruction("float16", "bfloat16", "float32") is None
 
 
 # ------------------------------------------------------------------------------------ attention

@@ -409,6 +409,24 @@ def _gemm_rs(m, n, k, threads):
     return main
 
 
+
+def _gemm_fp8(a_dtype, b_dtype, acc, m, n, k, threads, a_in_registers):
+    """cases/gemm_fp8: A [M, K], B [N, K] (transpose_B, the K-major form wgmma needs for 8-bit types)."""
+    @T.prim_func
+    def main(A: T.Tensor((m, k), a_dtype), B: T.Tensor((n, k), b_dtype), C: T.Tensor((m, n), acc)):
+        with T.Kernel(1, threads=threads):
+            if a_in_registers:
+                A_s = T.alloc_fragment((m, k), a_dtype)
+            else:
+                A_s = T.alloc_shared((m, k), a_dtype)
+            B_s = T.alloc_shared((n, k), b_dtype)
+            C_frag = T.alloc_fragment((m, n), acc)
+            T.copy(A, A_s)
+            T.copy(B, B_s)
+            T.gemm(A_s, B_s, C_frag, transpose_B=True, clear_accum=True)
+            T.copy(C_frag, C)
+    return main
+
 KERNELS = {
     "elementwise_copy/fp16_128x128_t128": lambda: _roundtrip(128, 128, T.float16, 128),
     "elementwise_copy/fp32_64x256_t256": lambda: _roundtrip(64, 256, T.float32, 256),
@@ -653,6 +671,20 @@ KERNELS.update({
     "dynamic_tiles/row_sums_64x128_t128": lambda: _dyn_row_sums(64, 128, 128),
     "dynamic_tiles/staged_2d_32x32_t64": lambda: _dyn_staged_2d(32, 64),
     "dynamic_tiles/gemm_m_64x64x32_t128": lambda: _dyn_gemm_m(64, 64, 32, 128),
+})
+
+
+# cases/gemm_fp8 (TileLang's float8_e4m3 is TVM's float8_e4m3fn); each variant runs on its own target
+# (--arch sm_89 / sm_90a)
+KERNELS.update({
+    "gemm_fp8/sm89_e4m3_m64n64k64_t128": lambda: _gemm_fp8(T.float8_e4m3, T.float8_e4m3, T.float32, 64, 64, 64, 128,
+                                                           False),
+    "gemm_fp8/sm89_e5m2xe4m3_f16acc_m64n64k64_t128": lambda: _gemm_fp8(T.float8_e5m2, T.float8_e4m3, T.float16, 64,
+                                                                       64, 64, 128, False),
+    "gemm_fp8/sm90a_e4m3_ss_m64n128k64_t128": lambda: _gemm_fp8(T.float8_e4m3, T.float8_e4m3, T.float32, 64, 128, 64,
+                                                                128, False),
+    "gemm_fp8/sm90a_e5m2_rs_m64n64k64_t128": lambda: _gemm_fp8(T.float8_e5m2, T.float8_e5m2, T.float32, 64, 64, 64,
+                                                               128, True),
 })
 
 

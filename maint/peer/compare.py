@@ -99,8 +99,9 @@ def golden_differences(peer: dict) -> list[str]:
 
 
 def variant_arch(variant: str) -> str | None:
-    """``"sm_80"`` for a variant named ``sm80_...`` (the kernel carries that target), else None (any block)."""
-    m = re.match(r"sm(\d+)_", variant)
+    """``"sm_80"`` for a variant named ``sm80_...`` (``"sm_90a"`` for ``sm90a_...``: the kernel carries that
+    target), else None (any block)."""
+    m = re.match(r"sm(\d+a?)_", variant)
     return f"sm_{m.group(1)}" if m else None
 
 

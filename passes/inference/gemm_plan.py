@@ -59,7 +59,7 @@ from tilelayout.fragment import Fragment
 
 from ..hardware import normalize_target, sm_version
 
-__all__ = ["GemmPlan", "GemmPlanError", "GEMM_PLANS_ATTR", "POLICIES", "plan_gemm", "plan_gemms",
+__all__ = ["GemmPlan", "GemmPlanError", "GEMM_PLANS_ATTR", "POLICIES", "plan_gemm", "plan_gemms", "chains",
            "annotate_gemm_plans", "read_gemm_plans", "gemm_ordinal", "gemm_plan_of", "gemm_calls",
            "policy_of", "uses_wgmma"]
 
@@ -200,6 +200,8 @@ def _kind(dtype: str) -> str:
 _MMA_FORMS = {"f16": (("float16", "float32"), 16, 80), "bf16": (("float32",), 16, 80),
               "tf32": (("float32",), 8, 80), "i8": (("int32",), 32, 80), "f8": (("float16", "float32"), 32, 89),
               "f64": (("float64",), 4, 80)}
+#: operand kinds wgmma reads K-major only (A [M, K], B [N, K] with transpose_B), as PTX and TileLang require
+_K_MAJOR_ONLY = ("tf32", "i8", "f8")
 _WGMMA_FORMS = {"f16": ("float16", "float32"), "bf16": ("float32",), "tf32": ("float32",), "i8": ("int32",),
                 "f8": ("float16", "float32")}
 
@@ -246,8 +248,9 @@ def _check_operands(op) -> None:
 
 def uses_wgmma(op, threads: int, target, kind: str | None = None, thread_offset: int = 0) -> bool:
     """TileLang's rule: Hopper (sm_90) issues wgmma when B is in shared memory, A is in shared memory or
-    K-major in registers, the threads running it are whole warpgroups, the dtypes have a wgmma form and the
-    tile has a warpgroup partition (each warp 16-row slabs, every warpgroup whole 64-row blocks)."""
+    K-major in registers, the threads running it are whole warpgroups, the dtypes have a wgmma form (8-bit and
+    tf32 operands only K-major: A not transposed, B transposed) and the tile has a warpgroup partition (each
+    warp 16-row slabs, every warpgroup whole 64-row blocks)."""
     target = normalize_target(target)
     if not 90 <= sm_version(target) < 100:
         return False
@@ -264,6 +267,8 @@ def uses_wgmma(op, threads: int, target, kind: str | None = None, thread_offset:
         return False
     if kind not in _WGMMA_FORMS or _dtype(op.c.buffer) not in _WGMMA_FORMS[kind]:
         return False
+    if kind in _K_MAJOR_ONLY and (op.transpose_a or not op.transpose_b):
+        return False            # wgmma transposes 16-bit operands only: 8-bit and tf32 ones must be K-major
     try:
         gemm_layouts.compute_warp_partition(m, n, threads // 32, "square", "wgmma")
     except LayoutError:
@@ -290,6 +295,10 @@ def plan_gemm(op, threads: int, target, policy: str | None = None, instruction: 
     if sm < 80:
         raise GemmPlanError(f"{op.describe()}: tensor-core gemms need sm_80 or newer, the target is "
                             f"{target.attrs.get('arch', target.kind.name)}")
+    if kind == "f64" and op.a.buffer.is_fragment:
+        raise GemmPlanError(f"{op.describe()}: operand A ({op.a.buffer.name}) is a register fragment, but float64 gemms "
+                            f"(mma.sync m8n8k4) read A from shared memory here; stage {op.a.buffer.name} in a shared "
+                            f"buffer")
     accs, k_step, min_sm = _MMA_FORMS[kind]
     if sm < min_sm:
         raise GemmPlanError(f"{op.describe()}: {_dtype(op.a.buffer)} operands need sm_{min_sm} or newer")
@@ -326,6 +335,13 @@ def plan_gemm(op, threads: int, target, policy: str | None = None, instruction: 
                     transpose_b=bool(op.transpose_b), thread_offset=thread_offset)
 
 
+def chains(ops) -> list[list]:
+    """The gemms of ``ops`` grouped into chains (linked through fragments), each in program order."""
+    from .frontend import GemmOp
+    ops = list(ops)
+    return _chains(ops, [op for op in ops if isinstance(op, GemmOp)])
+
+
 def _chains(ops, gemms) -> list[list]:
     """Gemms linked through fragments (union-find over ops sharing a fragment), in program order."""
     parent = {op.index: op.index for op in ops}
@@ -352,17 +368,24 @@ def _chains(ops, gemms) -> list[list]:
     return [chains[k] for k in sorted(chains)]
 
 
-def plan_gemms(ops, threads: int, target, thread_range_of=None) -> dict:
+def plan_gemms(ops, threads: int, target, thread_range_of=None, policy_override: dict | None = None) -> dict:
     """``{op index: GemmPlan}`` for every gemm among ``ops``, chained gemms decided jointly (module doc).
     ``thread_range_of(op) -> (first thread, count)`` gives the threads running a gemm (default: the whole
-    block of ``threads``)."""
+    block of ``threads``). ``policy_override``: ``{op index: policy}`` taking the place of those gemms' own
+    ``warp_policy`` (how a refusal checks which policy would infer)."""
     from .frontend import GemmOp
     ops = list(ops)
     gemms = [op for op in ops if isinstance(op, GemmOp)]
     ranges = {g.index: tuple(thread_range_of(g)) if thread_range_of is not None else (0, threads) for g in gemms}
+    override = dict(policy_override or {})
+
+    def user(g):
+        return override.get(g.index) or policy_of(g)
 
     def plan(g, *args):
         lo, count = ranges[g.index]
+        if not args and g.index in override:
+            args = (override[g.index], None, "user")
         return plan_gemm(g, count, target, *args, thread_offset=lo)
 
     plans: dict = {}
@@ -374,9 +397,9 @@ def plan_gemms(ops, threads: int, target, thread_range_of=None) -> dict:
             continue
         trial = {}
         for g in chain:
-            policy = policy_of(g) or "full_row"
-            trial[g.index] = plan(g, policy, instruction, "user" if policy_of(g) else "chain")
-        free = [g for g in chain if policy_of(g) is None]
+            policy = user(g) or "full_row"
+            trial[g.index] = plan(g, policy, instruction, "user" if user(g) else "chain")
+        free = [g for g in chain if user(g) is None]
         if free and any(trial[g.index].warp_n != 1 for g in free):
             # full_row cannot give every row to one warp here: keep the default for the free gemms
             for g in free:

@@ -238,7 +238,7 @@ def _merge_swizzles(a, b, buf):
 
 
 class _Engine:
-    def __init__(self, func, target, cost_model, budget: int | None = None):
+    def __init__(self, func, target, cost_model, budget: int | None = None, policy_override: dict | None = None):
         self.func = func
         self.budget = budget            # per-thread 32-bit registers; attempts over it lose (None: no limit)
         self.target = normalize_target(func_target(func, target))
@@ -256,7 +256,8 @@ class _Engine:
             for b in op.buffers():
                 self.users.setdefault(b.name, []).append(op.index)
         self.pinned_loops = self._pinned_loops()
-        self.gemm_plans = plan_gemms(self.ops, self.graph.thread_extent, self.target, self.graph.op_thread_range)
+        self.gemm_plans = plan_gemms(self.ops, self.graph.thread_extent, self.target, self.graph.op_thread_range,
+                                     policy_override)
         self.attempts: list = []
         self.memo: dict = {}
         self.descriptions: dict = {}
@@ -532,7 +533,14 @@ def infer_layouts(func, target=None, cost_model=None, conflicts=None) -> Inferen
         result.func = unfold_thread_dims(result.func, dims)
         return result
     from .conversion_plan import infer_with_conversions
-    return infer_with_conversions(func, target, cost_model, conflicts, _Engine, _SEARCH_ERRORS, _result)
+    try:
+        return infer_with_conversions(func, target, cost_model, conflicts, _Engine, _SEARCH_ERRORS, _result)
+    except LayoutConflictError as err:
+        from .policy_hint import warp_policy_hint
+        hint = warp_policy_hint(func, target, cost_model, conflicts, err, _Engine, _SEARCH_ERRORS, _result)
+        if hint is None:
+            raise
+        raise hint from err
 
 
 def _result(engine: _Engine, state: _State) -> InferenceResult:

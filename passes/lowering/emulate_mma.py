@@ -10,8 +10,10 @@ exactly like the exchange the hardware performs:
 
 The emulation reads the instruction from the call (op name and PTX modifier tokens), never from the
 lowering's intent, so an operand or accumulator in the wrong lane or register gives a wrong result.
-Arithmetic: products and sums in the accumulator type (f32 / s32; an f16 accumulator sums in f32 and
-rounds once per instruction), k in increasing order.
+Arithmetic: products and sums in the accumulator type (f32 / s32 / f64; an f16 accumulator sums in f32 and
+rounds once per instruction), k in increasing order. Multiplicands are read as the tensor core reads the
+register bits: fp8 codes decoded from their bit fields (``fp8_to_f32``), f32 registers of a .tf32 instruction
+truncated to tf32 (``tf32_input``).
 """
 from __future__ import annotations
 
@@ -23,14 +25,14 @@ from tvm.ir import TensorLoad
 
 from ..ir_utils import int_value
 from .loop_partition import LoweringError
-from .mma_ptx import PTX_TYPE, MmaInst, WgmmaInst, dtype_bits
+from .mma_ptx import PTX_TYPE, TF32_MASK, MmaInst, WgmmaInst, dtype_bits
 
-__all__ = ["is_collective", "emulate_collective", "COLLECTIVE_OPS"]
+__all__ = ["is_collective", "emulate_collective", "COLLECTIVE_OPS", "fp8_to_f32", "tf32_input"]
 
-_PTX_DTYPE = {v: k for k, v in PTX_TYPE.items()}
-_MMA_OPS = ("tirx.ptx.mma", "tirx.ptx.mma_f16acc", "tirx.ptx.mma_int")
+_PTX_DTYPE = {**{v: k for k, v in PTX_TYPE.items()}, "tf32": "float32"}
+_MMA_OPS = ("tirx.ptx.mma", "tirx.ptx.mma_f16acc", "tirx.ptx.mma_int", "tirx.ptx.mma_f64")
 _LDMATRIX_OPS = ("tirx.ptx.ldmatrix",)
-_WGMMA_MMA = re.compile(r"tirx\.ptx\.wgmma_(f16|bf16|f16_f16acc)_(ss|rs)$")
+_WGMMA_MMA = re.compile(r"tirx\.ptx\.wgmma_(f16|bf16|f16_f16acc|tf32|fp8|fp8_f16acc)_(ss|rs)$")
 _WGMMA_SYNC = ("tirx.ptx.wgmma_fence", "tirx.ptx.wgmma_commit_group", "tirx.ptx.wgmma_wait_group",
                "tirx.ptx.fence_proxy")
 COLLECTIVE_OPS = _MMA_OPS + _LDMATRIX_OPS
@@ -65,16 +67,16 @@ def _mma_from_tokens(tokens: list) -> MmaInst:
         raise LoweringError(f"cannot emulate mma with modifiers {tokens}: only .row.col is supported") from None
     types = [t for t in tokens[col + 1:] if t and t not in ("satfinite",)][:4]
     m, n, k = (int(x) for x in re.findall(r"\d+", shape or ""))
-    if (m, n) != (16, 8) or len(types) < 4:
-        raise LoweringError(f"cannot emulate mma {shape} {types}: only m16n8kK is emulated")
+    if len(types) < 4 or not ((m, n) == (16, 8) or (m, n, k, types[1]) == (8, 8, 4, "f64")):
+        raise LoweringError(f"cannot emulate mma {shape} {types}: only m16n8kK and the f64 m8n8k4 are emulated")
     d, a, b, c = types
-    return MmaInst(k, _PTX_DTYPE[a], _PTX_DTYPE[b], _PTX_DTYPE[d])
+    return MmaInst(k, _PTX_DTYPE[a], _PTX_DTYPE[b], _PTX_DTYPE[d], m, n)
 
 
 def _unpack(word, part, dtype: str):
     """Element ``part`` (low bits first) of a 32-bit register holding ``32 // bits`` elements of ``dtype``."""
     bits = dtype_bits(dtype)
-    if bits == 32:
+    if bits >= 32:
         return word if str(word.ty) == dtype else tirx.reinterpret(dtype, word)
     if dtype == "bfloat16":       # the value as the f32 with the same top 16 bits (exact)
         w = word if str(word.ty) == "uint32" else tirx.reinterpret("uint32", word)
@@ -86,8 +88,52 @@ def _unpack(word, part, dtype: str):
     w = word if str(word.ty) == "uint32" else tirx.reinterpret("uint32", word)
     shifted = tirx.shift_right(w, tirx.Cast("uint32", part * bits)) if not (isinstance(part, int) and part == 0) \
         else w
+    if dtype in _FP8_FORMAT:
+        return fp8_to_f32(tirx.bitwise_and(shifted, tirx.const(0xFF, "uint32")), dtype)
     raw = tirx.Cast(f"uint{bits}", tirx.bitwise_and(shifted, tirx.const((1 << bits) - 1, "uint32")))
     return raw if dtype == f"uint{bits}" else tirx.reinterpret(dtype, raw)
+
+
+def tf32_input(value, dtype: str):
+    """A multiplicand as the tensor core reads it: an f32 register (a .tf32 operand) keeps its sign, exponent and
+    top 10 mantissa bits -- the low 13 bits are dropped, i.e. truncation toward zero. Truncation, not rounding:
+    the register holds the raw f32 bits (the lowering, like TileLang's, issues no cvt.rna.tf32.f32), and a tensor
+    core fed raw f32 ignores those bits (measured on Ampere and Hopper: 1 + 0.75 * 2^-10 enters as 1.0); other
+    dtypes pass unchanged."""
+    if dtype != "float32":
+        return value
+    bits = tirx.bitwise_and(tirx.reinterpret("uint32", value), tirx.const(TF32_MASK, "uint32"))
+    return tirx.reinterpret("float32", bits)
+
+
+#: fp8 formats as the PTX ISA defines .e4m3 and .e5m2: (exponent bits, mantissa bits, bias)
+_FP8_FORMAT = {"float8_e4m3fn": (4, 3, 7), "float8_e5m2": (5, 2, 15)}
+
+
+def fp8_to_f32(bits, dtype: str):
+    """The f32 value of the fp8 code in the low 8 bits of the uint32 ``bits``, decoded from the bit fields.
+
+    Written out rather than a TIR cast: apache-tvm 0.27's LLVM legalisation of fp8 -> f32 maps the code 0 to
+    2^-7 (it ignores zero and subnormals), and a tensor core takes the bits as PTX defines them. e4m3 has no
+    infinities (exponent 15 with mantissa 7 is NaN); e5m2 is IEEE-like (exponent 31: infinity or NaN)."""
+    ebits, mbits, bias = _FP8_FORMAT[dtype]
+    u32 = lambda v: tirx.const(v, "uint32")        # noqa: E731
+    sign = tirx.bitwise_and(tirx.shift_right(bits, u32(7)), u32(1))
+    exp = tirx.bitwise_and(tirx.shift_right(bits, u32(mbits)), u32((1 << ebits) - 1))
+    man = tirx.bitwise_and(bits, u32((1 << mbits) - 1))
+    signbit = tirx.shift_left(sign, u32(31))
+    normal = tirx.reinterpret("float32", tirx.bitwise_or(tirx.bitwise_or(
+        signbit, tirx.shift_left(exp + u32(127 - bias), u32(23))), tirx.shift_left(man, u32(23 - mbits))))
+    tiny = tirx.Cast("float32", man) * tirx.const(2.0 ** (1 - bias - mbits), "float32")   # exact in f32
+    subnormal = tirx.reinterpret("float32", tirx.bitwise_or(tirx.reinterpret("uint32", tiny), signbit))  # -0 too
+    nan = tirx.reinterpret("float32", tirx.bitwise_or(signbit, u32(0x7FC00000)))
+    top = u32((1 << ebits) - 1)
+    if dtype == "float8_e4m3fn":
+        special = tirx.Select(tirx.And(exp == top, man == u32(7)), nan, normal)
+    else:
+        inf = tirx.reinterpret("float32", tirx.bitwise_or(signbit, u32(0x7F800000)))
+        special = tirx.Select(exp == top, tirx.Select(man == u32(0), inf, nan), normal)
+    return tirx.Select(exp == u32(0), subnormal, special)
 
 
 def _pack(values: list, dtype: str):
@@ -151,17 +197,19 @@ def _emulate_mma(call, phases) -> tirx.Stmt:
     operands, tokens = _split_args(call)
     inst = _mma_from_tokens(tokens)
     nd = inst.c_elems // inst.c_pack
-    d, a, b, c = operands[:nd], operands[nd:nd + 4], operands[nd + 4:nd + 6], operands[nd + 6:nd + 6 + nd]
-    if len(operands) != 2 * nd + 6:
-        raise LoweringError(f"cannot emulate {inst.ptx}: expected {2 * nd + 6} operands, got {len(operands)}")
+    ra, rb = inst.a_regs, inst.b_regs
+    d, a, b, c = (operands[:nd], operands[nd:nd + ra], operands[nd + ra:nd + ra + rb],
+                  operands[nd + ra + rb:2 * nd + ra + rb])
+    if len(operands) != 2 * nd + ra + rb:
+        raise LoweringError(f"cannot emulate {inst.ptx}: expected {2 * nd + ra + rb} operands, got {len(operands)}")
     t = phases.flat_thread()
-    xa = _exchange(phases, "mma_xa", 4, "uint32")
-    xb = _exchange(phases, "mma_xb", 2, "uint32")
+    xa = _exchange(phases, "mma_xa", ra, inst.reg_dtype)
+    xb = _exchange(phases, "mma_xb", rb, inst.reg_dtype)
     publish = [tirx.BufferStore(xa, v, [t, i]) for i, v in enumerate(a)]
     publish += [tirx.BufferStore(xb, v, [t, i]) for i, v in enumerate(b)]
     lane = tirx.floormod(t, 32)
     base = tirx.floordiv(t, 32) * 32
-    acc_t = "float32" if inst.acc_dtype in ("float32", "float16") else "int32"
+    acc_t = {"float32": "float32", "float16": "float32", "float64": "float64"}.get(inst.acc_dtype, "int32")
     tmp = tirx.decl_buffer([inst.c_elems], acc_t, name="mma_d")
     phases.extra.append(tirx.AllocBuffer(tmp))
     steps = []
@@ -170,8 +218,8 @@ def _emulate_mma(call, phases) -> tirx.Stmt:
         row, col = inst.c_element(lane, e)
         la, ra, pa = inst.a_owner(row, kk)
         lb, rb, pb = inst.b_owner(kk, col)
-        av = _unpack(tirx.BufferLoad(xa, [base + la, ra]), pa, inst.a_dtype)
-        bv = _unpack(tirx.BufferLoad(xb, [base + lb, rb]), pb, inst.b_dtype)
+        av = tf32_input(_unpack(tirx.BufferLoad(xa, [base + la, ra]), pa, inst.a_dtype), inst.a_dtype)
+        bv = tf32_input(_unpack(tirx.BufferLoad(xb, [base + lb, rb]), pb, inst.b_dtype), inst.b_dtype)
         if inst.c_pack == 1:
             cv = _as(acc_t, c[e])
         else:

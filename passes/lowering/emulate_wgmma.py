@@ -16,10 +16,10 @@ import tvm
 from tvm import tirx
 from tvm.ir import TensorLoad
 
-from .emulate_mma import _PTX_DTYPE, _as, _exchange, _op_name, _pack, _split_args, _store_to, _unpack
+from .emulate_mma import _PTX_DTYPE, _as, _exchange, _op_name, _pack, _split_args, _store_to, _unpack, fp8_to_f32, tf32_input
 from ..ir_utils import mapped
 from .loop_partition import LoweringError
-from .mma_ptx import WgmmaInst, dtype_bits
+from .mma_ptx import FP8, WgmmaInst, dtype_bits
 
 __all__ = ["emulate_wgmma"]
 
@@ -74,7 +74,10 @@ def _element(buf, scratch, at: int, k_major, x, y, dtype: str):
     addr = tirx.Select(width > 0, swz, inter)
     mask = (wide // 16 - 1) * 16       # 0 when unswizzled (wide = 16)
     addr = tirx.bitwise_xor(addr, tirx.bitwise_and(tirx.shift_right(addr, 3), mask))
-    return tirx.BufferLoad(buf, [addr // nbytes])
+    value = tirx.BufferLoad(buf, [addr // nbytes])
+    if dtype in FP8:        # decoded from its bits, as the tensor core reads them
+        return fp8_to_f32(tirx.Cast("uint32", tirx.reinterpret("uint8", value)), dtype)
+    return value
 
 
 def emulate_wgmma(call, phases) -> tirx.Stmt:
@@ -90,12 +93,13 @@ def emulate_wgmma(call, phases) -> tirx.Stmt:
     nd = inst.c_elems // inst.c_pack
     d, rest = operands[:nd], operands[nd:]
     imm = [int(x.value) for x in rest if isinstance(x, tirx.IntImm) and str(x.ty) != "bool"]
+    trans = inst.transposable           # 8-bit lines have no transpose immediates: K-major operands
     if form == "ss":
         a_desc, b_desc, scale_d = rest[0], rest[1], rest[2]
-        scale_a, scale_b, trans_a, trans_b = imm[-4:]
+        scale_a, scale_b, trans_a, trans_b = imm[-4:] if trans else imm[-2:] + [0, 0]
     else:
         a_regs, b_desc, scale_d = rest[0:4], rest[4], rest[5]
-        scale_a, scale_b, trans_b = imm[-3:]
+        scale_a, scale_b, trans_b = imm[-3:] if trans else imm[-2:] + [0]
         trans_a = 0
     t = phases.flat_thread()
     tg = tirx.floormod(t, 128)
@@ -112,23 +116,27 @@ def emulate_wgmma(call, phases) -> tirx.Stmt:
     scratch = tirx.decl_buffer([8], "int32", name="wgmma_desc")
     phases.extra += [tirx.AllocBuffer(tmp), tirx.AllocBuffer(scratch)]
     steps = _decode(b_desc, scratch, 4) + (_decode(a_desc, scratch, 0) if form == "ss" else [])
-    for e in range(inst.c_elems):
-        kk = tirx.Var("kk", "int32")
-        row, col = inst.c_element(tg, e)
-        if form == "ss":
-            av = _element(a_buf, scratch, 0, trans_a == 0, row, kk, inst.a_dtype)
-        else:
-            owner, reg, part = inst.a_owner(row, kk)
-            av = _unpack(tirx.BufferLoad(xa, [base + owner, reg]), part, inst.a_dtype)
-        bv = _element(b_buf, scratch, 4, trans_b == 0, col, kk, inst.b_dtype)
+    for e in range(inst.c_elems):           # the accumulator registers in (zero when scale-d is false)
         if inst.c_pack == 1:
             old = _as(acc_t, d[e])
         else:
             old = tirx.Cast(acc_t, _unpack(d[e // 2], e % 2, "float16"))
         steps.append(tirx.BufferStore(tmp, tirx.Select(scale_d, old, tirx.const(0, acc_t)), [e]))
-        prod = tirx.Cast(acc_t, av) * tirx.Cast(acc_t, bv) * tirx.const(scale_a * scale_b, acc_t)
-        steps.append(tirx.For(kk, 0, inst.k, tirx.ForKind.SERIAL,
-                              tirx.BufferStore(tmp, tirx.BufferLoad(tmp, [e]) + prod, [e])))
+    # one loop over the thread's accumulator elements (not unrolled: the operand addressing, with its swizzle
+    # and fp8 decoding, is emitted once instead of once per element)
+    ev = tirx.Var("ev", "int32")
+    kk = tirx.Var("kk", "int32")
+    row, col = inst.c_element(tg, ev)
+    if form == "ss":
+        av = _element(a_buf, scratch, 0, trans_a == 0, row, kk, inst.a_dtype)
+    else:
+        owner, reg, part = inst.a_owner(row, kk)
+        av = _unpack(tirx.BufferLoad(xa, [base + owner, reg]), part, inst.a_dtype)
+    av = tf32_input(av, inst.a_dtype)
+    bv = tf32_input(_element(b_buf, scratch, 4, trans_b == 0, col, kk, inst.b_dtype), inst.b_dtype)
+    prod = tirx.Cast(acc_t, av) * tirx.Cast(acc_t, bv) * tirx.const(scale_a * scale_b, acc_t)
+    mac = tirx.For(kk, 0, inst.k, tirx.ForKind.SERIAL, tirx.BufferStore(tmp, tirx.BufferLoad(tmp, [ev]) + prod, [ev]))
+    steps.append(tirx.For(ev, 0, inst.c_elems, tirx.ForKind.SERIAL, mac))
     if inst.c_pack == 1:
         steps += [_store_to(d[e], _as(str(d[e].ty), tirx.BufferLoad(tmp, [e]))) for e in range(inst.c_elems)]
     else:

@@ -10,8 +10,9 @@ PTX puts it (``mma_ptx``). Then, per k-step of the instruction:
   and aligned under the buffer's (swizzled) layout, else one load per element and lane; an A operand in
   registers (``local.fragment``) is read from the fragment, whose layout must hold each element in the
   lane that feeds it;
-- ``mma.sync.aligned.m16n8k16`` (``k32`` for 8-bit inputs) accumulates into the accumulator fragment's
-  own registers (f16 accumulators through packed f16x2 temporaries).
+- ``mma.sync.aligned.m16n8k16`` (``k32`` for 8-bit inputs, int8 and fp8; ``k8`` for tf32, i.e. f32 operands;
+  ``m8n8k4`` for f64) accumulates into the accumulator fragment's own registers (f16 accumulators through
+  packed f16x2 temporaries).
 
 On sm_90 a gemm whose accumulator has the wgmma layout and whose operands fit the wgmma shared-memory
 canonical layouts issues ``wgmma.mma_async`` (see ``lower_wgmma``); otherwise mma.sync realises the same
@@ -33,7 +34,7 @@ from tilelayout.fragment import Fragment
 
 from ..hardware import sm_version
 from .loop_partition import LoweringError
-from .mma_ptx import MMA_SIGNATURES, MmaInst, dtype_bits, mma_instruction
+from .mma_ptx import MMA_MIN_SM, MMA_SIGNATURES, MmaInst, dtype_bits, mma_instruction
 
 __all__ = ["GEMM_FALLBACK_ATTR", "GEMM_REPORT_ATTR", "WarpTiling", "match_tiling", "lower_gemm_mma",
            "GemmContext", "pack_elements", "ptx_call"]
@@ -68,6 +69,13 @@ def pack_elements(values: list, dtype: str):
     return out
 
 
+def _register(values: list, inst: MmaInst, which: str = "A"):
+    """One multiplicand register of ``inst`` holding ``values``: packed into a b32, or the f64 value itself."""
+    if inst.reg_dtype == "float64":
+        return values[0]
+    return pack_elements(values, inst.a_dtype if which == "A" else inst.b_dtype)
+
+
 def unpack_element(word, part: int, dtype: str):
     bits = dtype_bits(dtype)
     w = tirx.shift_right(word, tirx.const(part * bits, "uint32")) if part else word
@@ -92,6 +100,7 @@ class WarpTiling:
     warps: int
     wm: int = 1
     wn: int = 1
+    bm: int = 16            # rows of one instruction block (8 for f64's m8n8k4)
 
     @property
     def groups_m(self) -> int:
@@ -99,8 +108,8 @@ class WarpTiling:
 
     @property
     def na(self) -> int:
-        """16-row blocks per warp."""
-        return self.m // self.wm // 16 if self.kind == "grid" else self.m // self.groups_m // 64
+        """Instruction row blocks (16 rows; 8 for m8n8k4) per warp."""
+        return self.m // self.wm // self.bm if self.kind == "grid" else self.m // self.groups_m // 64
 
     @property
     def nb(self) -> int:
@@ -109,7 +118,7 @@ class WarpTiling:
 
     def row0(self, warp, a):
         if self.kind == "grid":
-            return (warp % self.wm) * (self.m // self.wm) + 16 * a
+            return (warp % self.wm) * (self.m // self.wm) + self.bm * a
         return ((warp // 4) % self.groups_m) * (self.m // self.groups_m) + (warp % 4) * 16 + 64 * a
 
     def col0(self, warp, b):
@@ -125,30 +134,31 @@ class WarpTiling:
     def owner_table(self, inst: MmaInst) -> np.ndarray:
         """thread[i, j] that holds accumulator element (i, j) under this tiling and the PTX C fragment."""
         out = np.full((self.m, self.n), -1, dtype=np.int64)
-        rows, cols = np.meshgrid(np.arange(16), np.arange(8), indexing="ij")
+        rows, cols = np.meshgrid(np.arange(inst.m), np.arange(8), indexing="ij")
         lane, _ = inst.c_owner(rows, cols)
         for w in range(self.warps):
             for a in range(self.na):
                 for b in range(self.nb):
                     r0, c0 = self.row0(w, a), self.col0(w, b)
-                    out[r0:r0 + 16, c0:c0 + 8] = WARP * w + lane
+                    out[r0:r0 + inst.m, c0:c0 + 8] = WARP * w + lane
         return out
 
 
 def tiling_of_plan(plan) -> WarpTiling:
     """The warp tiling a recorded gemm plan (``passes.inference.gemm_plan.GemmPlan``) prescribes."""
     kind = "strips" if plan.instruction == "wgmma" else "grid"
-    return WarpTiling(kind, plan.m, plan.n, plan.threads // WARP, plan.warp_m, plan.warp_n)
+    bm = plan.instr_m if kind == "grid" else 16
+    return WarpTiling(kind, plan.m, plan.n, plan.threads // WARP, plan.warp_m, plan.warp_n, bm)
 
 
-def _candidates(m: int, n: int, warps: int) -> list:
+def _candidates(m: int, n: int, warps: int, bm: int = 16) -> list:
     out = []
     for wm in range(1, warps + 1):
         if warps % wm:
             continue
         wn = warps // wm
         if m % (16 * wm) == 0 and n % (8 * wn) == 0:
-            out.append(WarpTiling("grid", m, n, warps, wm, wn))
+            out.append(WarpTiling("grid", m, n, warps, wm, wn, bm))
         if wm % 4 == 0 and m % (64 * (wm // 4)) == 0 and n % (8 * wn) == 0:
             out.append(WarpTiling("strips", m, n, warps, wm, wn))
     return out
@@ -161,7 +171,7 @@ def match_tiling(acc: Fragment, m: int, n: int, threads: int, inst: MmaInst,
     if threads % WARP or acc.replicate_size != 1:
         return None
     have = acc.thread_table()[..., 0]          # counted from the fragment's thread range, as warps are
-    for tiling in candidates if candidates is not None else _candidates(m, n, threads // WARP):
+    for tiling in candidates if candidates is not None else _candidates(m, n, threads // WARP, inst.m):
         if np.array_equal(tiling.owner_table(inst), have):
             return tiling
     return None
@@ -352,8 +362,9 @@ def lower_gemm_mma(op, acc: Fragment, tiling: WarpTiling, inst: MmaInst, ctx: Ge
 
     # ---------------- registers
     na, nb = tiling.na, tiling.nb
-    a_regs = tirx.decl_buffer([na * 4], "uint32", name=ctx.fresh("mma_a"), scope="local")
-    b_regs = tirx.decl_buffer([nb * 2], "uint32", name=ctx.fresh("mma_b"), scope="local")
+    ra, rb = inst.a_regs, inst.b_regs
+    a_regs = tirx.decl_buffer([na * ra], inst.reg_dtype, name=ctx.fresh("mma_a"), scope="local")
+    b_regs = tirx.decl_buffer([nb * rb], inst.reg_dtype, name=ctx.fresh("mma_b"), scope="local")
     ks_var = tirx.Var(ctx.fresh("ks"), "int32")
     k0 = ks_var * inst.k
     stmts: list = []
@@ -374,13 +385,13 @@ def lower_gemm_mma(op, acc: Fragment, tiling: WarpTiling, inst: MmaInst, ctx: Ge
             ptr = tirx.address_of(tirx.BufferLoad(A.buf.var, _region_index(A.region, addr)))
             return ptx_call(text, *[tirx.BufferLoad(a_regs, [a * 4 + r]) for r in range(4)], ptr)
         out = []
-        for r in range(4):
+        for r in range(ra):
             vals = []
             for p in range(kp):
                 rr, kk = inst.a_element(lane, r, p)
                 vals.append(A.load(r0 + rr, k0 + kk))
-            out.append(tirx.BufferStore(a_regs, pack_elements(vals, inst.a_dtype), [a * 4 + r]))
-        return tirx.SeqStmt(out)
+            out.append(tirx.BufferStore(a_regs, _register(vals, inst), [a * ra + r]))
+        return tirx.SeqStmt(out) if len(out) > 1 else out[0]
 
     def load_b(b):
         c0 = tiling.col0(warp, b)
@@ -395,18 +406,19 @@ def lower_gemm_mma(op, acc: Fragment, tiling: WarpTiling, inst: MmaInst, ctx: Ge
             ptr = tirx.address_of(tirx.BufferLoad(B.buf.var, _region_index(B.region, addr)))
             return ptx_call(text, *[tirx.BufferLoad(b_regs, [b * 2 + r]) for r in range(2)], ptr)
         out = []
-        for r in range(2):
+        for r in range(rb):
             vals = []
             for p in range(kp):
                 kk, cc = inst.b_element(lane, r, p)
                 vals.append(B.load(k0 + kk, c0 + cc))
-            out.append(tirx.BufferStore(b_regs, pack_elements(vals, inst.b_dtype), [b * 2 + r]))
-        return tirx.SeqStmt(out)
+            out.append(tirx.BufferStore(b_regs, _register(vals, inst, "B"), [b * rb + r]))
+        return tirx.SeqStmt(out) if len(out) > 1 else out[0]
 
     d_buf = op.c.buffer.var
     # f32 accumulators bind directly; f16 pairs (f16x2) and s32 values travel in u32 registers
-    direct = inst.acc_dtype == "float32"
-    nregs = 4 // inst.c_pack
+    direct = inst.acc_dtype in ("float32", "float64")
+    nc = inst.c_elems
+    nregs = nc // inst.c_pack
     c_tmp = None if direct else tirx.decl_buffer([nregs], "uint32", name=ctx.fresh("mma_c"), scope="local")
 
     def acc_ref(a, b, e):
@@ -414,10 +426,10 @@ def lower_gemm_mma(op, acc: Fragment, tiling: WarpTiling, inst: MmaInst, ctx: Ge
         return tirx.BufferLoad(d_buf, _region_index(op.c, [tiling.row0(warp, a) + rr, tiling.col0(warp, b) + cc]))
 
     def issue(a, b):
-        regs_a = [tirx.BufferLoad(a_regs, [a * 4 + r]) for r in range(4)]
-        regs_b = [tirx.BufferLoad(b_regs, [b * 2 + r]) for r in range(2)]
+        regs_a = [tirx.BufferLoad(a_regs, [a * ra + r]) for r in range(ra)]
+        regs_b = [tirx.BufferLoad(b_regs, [b * rb + r]) for r in range(rb)]
         if direct:
-            d = [acc_ref(a, b, e) for e in range(4)]
+            d = [acc_ref(a, b, e) for e in range(nc)]
             return ptx_call(inst.ptx, *d, *regs_a, *regs_b, *d)
         if inst.c_pack == 2:
             pack = [tirx.BufferStore(c_tmp, pack_elements([acc_ref(a, b, 2 * r), acc_ref(a, b, 2 * r + 1)],
@@ -454,7 +466,7 @@ def accumulator_cells(tiling: WarpTiling, inst: MmaInst, op, ctx: GemmContext, b
     rr, cc = inst.c_element(lane, e)
     idx = _region_index(op.c, [tiling.row0(warp, a) + rr, tiling.col0(warp, b) + cc])
     body = body_fn(idx, (a, b, e))
-    body = tirx.For(e, 0, 4, tirx.ForKind.UNROLLED, body)
+    body = tirx.For(e, 0, inst.c_elems, tirx.ForKind.UNROLLED, body)
     body = tirx.For(b, 0, tiling.nb, tirx.ForKind.UNROLLED, body)
     return tirx.For(a, 0, tiling.na, tirx.ForKind.UNROLLED, body)
 
@@ -471,4 +483,8 @@ def choose_instruction(op, target) -> MmaInst:
     if sm_version(target) < 80:
         raise LoweringError(f"{op.describe()}: tensor-core lowering needs sm_80 or newer (target {target}); opt in to "
                             f"the scalar gemm with the function attribute {GEMM_FALLBACK_ATTR}=\"scalar\"")
+    need = max(MMA_MIN_SM.get(sig[0], 80), MMA_MIN_SM.get(sig[1], 80))
+    if sm_version(target) < need:
+        raise LoweringError(f"{op.describe()}: mma.sync with {sig[0]} x {sig[1]} operands needs sm_{need} or newer "
+                            f"(target {target}); target sm_{need}+ or cast the operands to float16")
     return inst

@@ -433,11 +433,12 @@ class _Lowering:
             if not bias.is_full:
                 raise LoweringError(f"{op.describe()}: a fragment bias ({bias.buffer.name}) must be used whole")
             _gemm.check_register_operand(op, bias, lay, tiling.owner_table(inst), "C")
-        keep = tirx.decl_buffer([tiling.na * tiling.nb * 4], dtype, name=self.fresh(f"{d.name}_bias"), scope="local")
+        ce = inst.c_elems
+        keep = tirx.decl_buffer([tiling.na * tiling.nb * ce], dtype, name=self.fresh(f"{d.name}_bias"), scope="local")
 
         def slot(cell):
             a, b, e = cell
-            return [(a * tiling.nb + b) * 4 + e]
+            return [(a * tiling.nb + b) * ce + e]
 
         def save(idx, cell):       # the accumulator is the whole 2-D fragment: idx are its (row, col)
             term = _cast(dtype, tirx.BufferLoad(bias.buffer.var, _region_index(bias, list(idx))))

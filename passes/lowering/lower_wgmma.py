@@ -1,7 +1,9 @@
 """Lower a gemm planned as wgmma (sm_90a) to ``wgmma.mma_async`` instructions.
 
 Each warpgroup owns a contiguous tile of the accumulator (the ``strips`` warp tiling); per 64-row block
-and k-step of 16 it issues one ``wgmma.mma_async.sync.aligned.m64nNk16`` with N the warpgroup's columns:
+and k-step it issues one ``wgmma.mma_async.sync.aligned.m64nNkK`` with N the warpgroup's columns (K = 16 for
+f16/bf16, 32 for fp8, 8 for tf32; fp8 and tf32 operands must be K-major, the instruction has no transpose
+immediates for them):
 
 - SS form: A and B named by shared-memory descriptors (``wgmma_desc``), whose mode and strides are solved
   against the buffers' annotated (swizzled) layouts and checked at every element of every tile;
@@ -88,6 +90,13 @@ def wgmma_feasible(op, tiling: WarpTiling, target, ctx: GemmContext) -> tuple[Wg
         return None, "B is not in shared memory"
     if _descriptor_layout(B, tiling, inst, ksteps, ctx) is None:
         return None, f"B ({B.buf.name}) has no wgmma canonical layout"
+    if not inst.transposable:
+        # PTX: "the matrices A and B can be transposed only for .f16 / .bf16 types" -- 8-bit operands are K-major
+        for operand in (A, B):
+            if not operand.k_contiguous:
+                return None, (f"{operand.which} ({operand.buf.name}) is stored MN-major, but wgmma reads "
+                              f"{dtype_bits(operand.dtype)}-bit operands K-major only (store it "
+                              f"{'[M, K]' if operand.which == 'A' else '[N, K] and use transpose_B'} for wgmma)")
     if A.buf.is_fragment:
         if op.transpose_a:
             return None, "a register A must be K-major"
@@ -185,10 +194,10 @@ def lower_gemm_wgmma(op, tiling: WarpTiling, inst: WgmmaInst, ctx: GemmContext,
                 vals.append(A.load(row + rr, kk0 + kk))
             body.append(tirx.BufferStore(a_regs, pack_elements(vals, inst.a_dtype), [base + r]))
         a_operand = [tirx.BufferLoad(a_regs, [base + r]) for r in range(4)]
-        tail = [1, 1, int(not B.k_contiguous)]               # scale-a, scale-b, trans-b
+        tail = [1, 1] + ([int(not B.k_contiguous)] if inst.transposable else [])    # scale-a/b, trans-b
     else:
         a_operand = [_descriptor(A, a_layout, A.storage_index(row, kk0))]
-        tail = [1, 1, int(not A.k_contiguous), int(not B.k_contiguous)]
+        tail = [1, 1] + ([int(not A.k_contiguous), int(not B.k_contiguous)] if inst.transposable else [])
     # the register-A form issues after its registers are written: fence them for the async unit
     if A.buf.is_fragment:
         body.append(ptx_call("wgmma.fence.sync.aligned"))

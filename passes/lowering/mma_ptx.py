@@ -1,8 +1,8 @@
 """Tensor-core instructions as PTX defines them: shapes, dtype signatures and register fragments.
 
 This module is the single statement of *who holds what* for the instructions the gemm lowering
-emits, written from the PTX ISA's "Matrix Fragments" tables (mma.m16n8k16 / m16n8k32, ldmatrix,
-wgmma .m64nNk16/.m64nNk32). The lowering uses it to decide which logical element goes into which
+emits, written from the PTX ISA's "Matrix Fragments" tables (mma.m16n8k16 / m16n8k32 / m16n8k8 .tf32 / m8n8k4 .f64,
+ldmatrix, wgmma .m64nNk16/.m64nNk32/.m64nNk8). The 8-bit tables serve int8 and fp8 (e4m3/e5m2) alike. The lowering uses it to decide which logical element goes into which
 register of which lane; the CPU emulation (``emulate_mma``) uses it to compute what the hardware
 would compute from those registers. It deliberately shares no code with the inference-side
 fragment builders (``tilelayout.gemm_layouts``): a disagreement between the layouts inference
@@ -18,10 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = ["MmaInst", "WgmmaInst", "mma_instruction", "wgmma_instruction", "MMA_SIGNATURES",
-           "WGMMA_SIGNATURES", "PTX_TYPE", "dtype_bits", "ldmatrix_lane_row", "ldmatrix_element"]
+           "WGMMA_SIGNATURES", "MMA_MIN_SM", "FP8", "PTX_TYPE", "TF32_MASK", "operand_ptx", "dtype_bits", "ldmatrix_lane_row", "ldmatrix_element"]
 
 #: TVM dtype -> PTX element type name
-PTX_TYPE = {"float16": "f16", "bfloat16": "bf16", "float32": "f32", "int8": "s8", "uint8": "u8", "int32": "s32",
+PTX_TYPE = {"float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64": "f64", "int8": "s8", "uint8": "u8",
+            "int32": "s32",
             "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
 
 
@@ -30,33 +31,48 @@ def dtype_bits(dtype: str) -> int:
     return tvm.DataType(str(dtype)).bits
 
 
+def operand_ptx(dtype: str) -> str:
+    """The PTX type of a multiplicand: f32 operands enter the tensor core as .tf32 (the register holds the f32
+    bits; the tensor core reads the sign, the exponent and the top 10 mantissa bits)."""
+    return "tf32" if str(dtype) == "float32" else PTX_TYPE[str(dtype)]
+
+
+#: the bits of an f32 register a .tf32 multiplicand keeps: the low 13 mantissa bits are dropped (truncation)
+TF32_MASK = 0xFFFFE000
+
+
 @dataclass(frozen=True)
 class MmaInst:
     """One warp-level ``mma.sync.aligned.m16n8kK.row.col`` instruction."""
 
-    k: int                      # 16 (16-bit inputs) or 32 (8-bit inputs)
+    k: int                      # 16 (16-bit inputs), 32 (8-bit), 8 (tf32), 4 (f64: m8n8k4)
     a_dtype: str
     b_dtype: str
-    acc_dtype: str              # float32, float16 or int32
+    acc_dtype: str              # float32, float16, int32 or float64
     m: int = 16
     n: int = 8
 
     @property
     def pack(self) -> int:
-        """Multiplicand elements per 32-bit register."""
-        return 32 // dtype_bits(self.a_dtype)
+        """Multiplicand elements per register (32-bit registers; one f64 per 64-bit register)."""
+        return max(1, 32 // dtype_bits(self.a_dtype))
+
+    @property
+    def reg_dtype(self) -> str:
+        """The register type of the multiplicands: b32 (uint32) except f64's own .f64 registers."""
+        return "float64" if dtype_bits(self.a_dtype) == 64 else "uint32"
 
     @property
     def a_regs(self) -> int:
-        return 4
+        return self.m * self.k // 32 // self.pack
 
     @property
     def b_regs(self) -> int:
-        return 2
+        return self.k * self.n // 32 // self.pack
 
     @property
     def c_elems(self) -> int:
-        return 4
+        return self.m * self.n // 32
 
     @property
     def c_pack(self) -> int:
@@ -67,13 +83,17 @@ class MmaInst:
     def ptx(self) -> str:
         acc = PTX_TYPE[self.acc_dtype]
         sat = ""
-        return (f"mma.sync.aligned.m{self.m}n{self.n}k{self.k}.row.col{sat}.{acc}.{PTX_TYPE[self.a_dtype]}."
-                f"{PTX_TYPE[self.b_dtype]}.{acc}")
+        return (f"mma.sync.aligned.m{self.m}n{self.n}k{self.k}.row.col{sat}.{acc}.{operand_ptx(self.a_dtype)}."
+                f"{operand_ptx(self.b_dtype)}.{acc}")
 
     @property
     def name(self) -> str:
-        return f"mma.sync m{self.m}n{self.n}k{self.k} {PTX_TYPE[self.a_dtype]}x{PTX_TYPE[self.b_dtype]}->{PTX_TYPE[self.acc_dtype]}"
+        return (f"mma.sync m{self.m}n{self.n}k{self.k} {operand_ptx(self.a_dtype)}x{operand_ptx(self.b_dtype)}->"
+                f"{PTX_TYPE[self.acc_dtype]}")
 
+    # The maps below are the m16n8kK tables; with m = 8 and one register per operand they are also m8n8k4's
+    # (.f64: A row lane // 4, k lane % 4; B k lane % 4, column lane // 4; C row lane // 4, columns 2 * (lane % 4)
+    # + {0, 1}), the only m8n8 shape lowered here.
     # ---- A (m x k, "row"): reg r, part p of lane -> (row, k)
     def a_element(self, lane, reg, part):
         kp = self.pack
@@ -102,6 +122,8 @@ class MmaInst:
         return (row % 8) * 4 + col // 2, 2 * (row // 8) + col % 2
 
 
+FP8 = ("float8_e4m3fn", "float8_e5m2")
+
 #: (A, B, accumulator) dtype signatures mma.sync supports here, with their K
 MMA_SIGNATURES = {
     ("float16", "float16", "float32"): 16,
@@ -111,12 +133,22 @@ MMA_SIGNATURES = {
     ("uint8", "uint8", "int32"): 32,
     ("int8", "uint8", "int32"): 32,
     ("uint8", "int8", "int32"): 32,
+    ("float32", "float32", "float32"): 8,          # m16n8k8 .tf32 (f32 registers read at tf32 precision)
+    ("float64", "float64", "float64"): 4,          # m8n8k4 .f64 (DMMA)
+    # fp8 (sm_89+): the .f8type line quantifies A and B independently, f32 or f16 accumulators
+    **{(a, b, acc): 32 for a in FP8 for b in FP8 for acc in ("float32", "float16")},
 }
+
+#: the oldest architecture of each operand dtype's mma.sync line (sm_80 otherwise)
+MMA_MIN_SM = {"float8_e4m3fn": 89, "float8_e5m2": 89}
 
 
 def mma_instruction(a_dtype: str, b_dtype: str, acc_dtype: str) -> MmaInst | None:
     k = MMA_SIGNATURES.get((str(a_dtype), str(b_dtype), str(acc_dtype)))
-    return None if k is None else MmaInst(k, str(a_dtype), str(b_dtype), str(acc_dtype))
+    if k is None:
+        return None
+    mn = (8, 8) if str(a_dtype) == "float64" else (16, 8)
+    return MmaInst(k, str(a_dtype), str(b_dtype), str(acc_dtype), *mn)
 
 
 @dataclass(frozen=True)
@@ -139,6 +171,12 @@ class WgmmaInst:
         return self.n // 2
 
     @property
+    def transposable(self) -> bool:
+        """Whether the instruction takes the transpose immediates (16-bit types only; 8-bit operands are
+        K-major)."""
+        return dtype_bits(self.a_dtype) == 16
+
+    @property
     def c_pack(self) -> int:
         return 2 if self.acc_dtype == "float16" else 1
 
@@ -148,11 +186,11 @@ class WgmmaInst:
 
     def ptx(self, form: str) -> str:
         return (f"wgmma.mma_async.sync.aligned.{self.shape}.{PTX_TYPE[self.acc_dtype]}."
-                f"{PTX_TYPE[self.a_dtype]}.{PTX_TYPE[self.b_dtype]}")
+                f"{operand_ptx(self.a_dtype)}.{operand_ptx(self.b_dtype)}")
 
     @property
     def name(self) -> str:
-        return (f"wgmma {self.shape} {PTX_TYPE[self.a_dtype]}x{PTX_TYPE[self.b_dtype]}->"
+        return (f"wgmma {self.shape} {operand_ptx(self.a_dtype)}x{operand_ptx(self.b_dtype)}->"
                 f"{PTX_TYPE[self.acc_dtype]}")
 
     # ---- D (64 x n): thread t (0..127) element e -> (row, col)
@@ -176,11 +214,14 @@ class WgmmaInst:
                 k % kp)
 
 
-#: (A, B, accumulator) dtype signatures lowered to wgmma, with their K
+#: (A, B, accumulator) dtype signatures lowered to wgmma, with their K. 8-bit operands must be K-major in
+#: shared memory (the fp8 lines have no transpose immediates)
 WGMMA_SIGNATURES = {
     ("float16", "float16", "float32"): 16,
     ("bfloat16", "bfloat16", "float32"): 16,
     ("float16", "float16", "float16"): 16,
+    ("float32", "float32", "float32"): 8,          # m64nNk8 .tf32, K-major only
+    **{(a, b, acc): 32 for a in FP8 for b in FP8 for acc in ("float32", "float16")},
 }
 
 

@@ -168,7 +168,7 @@ def _numpy_dtype_name(dtype: str) -> str:
 
 
 def _numpy_dtype(dtype: str):
-    if dtype.startswith(("float8", "bfloat16", "float4", "float6")):
+    if dtype.startswith(("float8_", "bfloat16", "float4_", "float6_")):
         import ml_dtypes
         name = {"bfloat16": "bfloat16"}.get(dtype, dtype)
         return np.dtype(getattr(ml_dtypes, name))
@@ -184,9 +184,10 @@ def _cpu_compile(func, name: str, target="llvm") -> CpuKernel:
     attrs = func.attrs
     if attrs is not None and "target" in attrs:
         func = func.without_attr("target") if hasattr(func, "without_attr") else func.with_attr("target", None)
-    mod = tvm.IRModule({name: func})
+    from .cpu_fp8 import cpu_fp8
+    mod = tvm.IRModule({name: cpu_fp8(func)})
     # TVM's LLVM backend cannot vectorise sub-byte/fp8 legalisation; vector semantics equal scalar ones
-    scalar = any(str(b.dtype).startswith(("float8", "float6", "float4")) for b in _buffers(func))
+    scalar = any(str(b.dtype).startswith(("float8_", "float6_", "float4_")) for b in _buffers(func))
     with tvm.transform.PassContext(config={"tirx.disable_vectorize": scalar}):
         ex = _compile(mod, tvm.target.Target(target) if isinstance(target, dict) else target)
     return CpuKernel(ex, func, name)

@@ -17,6 +17,12 @@ class LayoutConflictError(LayoutError):
     """Two ops demand different layouts of one buffer."""
 
 
+class WarpPolicyConflictError(LayoutConflictError):
+    """A gemm's ``warp_policy`` splits its warps over N although it is chained (through a register operand or
+    row vectors, as in attention) with gemms whose rows must stay in one warp; the message names the gemm, its
+    policy and the policy that infers (``warp_policy="full_row"``)."""
+
+
 class InferenceError(LayoutError):
     """Layout inference cannot give a buffer or loop a valid layout."""
 

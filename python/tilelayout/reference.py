@@ -17,7 +17,8 @@ misreading in lowering. Semantics, written from the ops' definitions:
   thread; ``blockIdx`` runs the body once per block, with fresh allocations;
 - arithmetic keeps TIR's dtypes (float16 rounds after every operation, as the hardware does; float8
   goes through ml_dtypes); reductions, gemm and transcendental functions are computed in float64
-  and rounded once (``ReferenceRun.exact`` is False then: compare with a tolerance);
+  and rounded once (``ReferenceRun.exact`` is False then: compare with a tolerance); a gemm of two
+  float32 operands reads them as tensor cores do (tf32: the low 13 mantissa bits dropped);
 - allocated float buffers start as NaN, so a value read before it is written shows as NaN.
 
 Anything else is refused with ``UnsupportedByReference`` naming the construct: the oracle never
@@ -57,7 +58,7 @@ class ReferenceRun:
 def numpy_dtype(dtype: str) -> np.dtype:
     """The numpy dtype of a TVM dtype string (float8/bfloat16 through ml_dtypes)."""
     dtype = str(dtype)
-    if dtype.startswith(("float8", "bfloat16", "float4", "float6")):
+    if dtype.startswith(("float8_", "bfloat16", "float4_", "float6_")):
         import ml_dtypes
         if not hasattr(ml_dtypes, dtype):
             raise UnsupportedByReference(f"dtype {dtype} has no numpy equivalent")
@@ -691,14 +692,19 @@ class _Interpreter:
         dt = self.arrays[buf].dtype
         w = _wide(dt)
 
-        def mat(arg, what):
+        def mat(arg, what, tf32=False):
             m = self.block(arg, ctx, call)
             s = self.squeezed(list(m.shape))
             if len(s) != 2:
                 self.refuse(f"gemm operand {what} of extents {list(m.shape)} (a 2-D tile is needed)", call)
-            return self.convert(m.reshape(s), dt).astype(w)
+            m = m.reshape(s)
+            if tf32:   # float32 multiplicands are read at tf32 precision: the low 13 mantissa bits dropped
+                m = (np.ascontiguousarray(m).view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)
+            return self.convert(m, dt).astype(w)
 
-        a, b = mat(args[1], "A"), mat(args[2], "B")
+        operands = [self.block(args[k], ctx, call) for k in (1, 2)]
+        tf32 = all(o.dtype == np.float32 for o in operands)
+        a, b = mat(args[1], "A", tf32), mat(args[2], "B", tf32)
         if bool(args[4]):
             a = a.T
         if bool(args[5]):
