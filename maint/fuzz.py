@@ -20,7 +20,7 @@ of a fragment), fragment -> fragment copies, fills (whole and partial), sum/max/
 axis or all axes (also accumulating), Tx elementwise tile ops and casts, and ``T.parallel`` nests doing
 elementwise math with broadcast rows/columns, constant-index, reversed, shifted, strided
 (``f[i // 2]``, ``f[2 * i + 1]``), transposed and partial-extent accesses, guarded stores and
-``T.if_then_else``, and serial inner loops. Steps are drawn by weight (``Gen.STEPS``); the classes that
+``T.if_then_else``, serial inner loops, and software-pipelined (``num_stages``) copy loops. Steps are drawn by weight (``Gen.STEPS``); the classes that
 found silent miscompiles have their own steps: ops under ``if tx < c:`` (and ``else:``), partial visits at an
 offset (``f[i + c, j + d]``, read or written), copies into/out of interior boxes of a fragment, reversed
 indices in one or both dimensions and diagonals (``f[i, i]``, read or updated), one fragment read at several
@@ -773,7 +773,7 @@ class Gen:
              "partial": 6, "step_fill": 4, "step_copy_frag": 3, "serial_inner": 1, "partial_copy": 3,
              "tile_elementwise": 3, "transposed_frag": 2, "guarded_store": 2, "step_store": 2,
              "thread_region": 5, "offset_visit": 5, "sub_region_copy": 4, "reversed_read": 5,
-             "multi_index_read": 3, "reduce_permuted": 4, "gemm": 3}
+             "multi_index_read": 3, "reduce_permuted": 4, "gemm": 3, "pipelined": 3}
 
     #: gemm operand dtype -> (weight, accumulator, K choices); fp8 (e4m3 / e5m2 codes through byte storage and
     #: bit decoding on the CPU), tf32 (f32 operands read truncated) and f64 (m8n8k4) exercise the bug classes of
@@ -854,6 +854,43 @@ class Gen:
             self.defined.update((p.name, o.name))
             self.sum_extent = max(self.sum_extent, n)
             self.notes.append("gemm-chain")
+
+    def pipelined(self) -> None:
+        """A serial loop annotated ``num_stages`` (2..4) over 1..5 tiles of a global buffer: each iteration
+        copies a tile into shared memory and a parallel nest folds it into a fragment (``+`` or max). Bug class:
+        software pipelining (stage indexing, cp.async wait counts and barriers, extents below the stage
+        count, cp.async widths from 4 to 16 bytes)."""
+        rng = self.rng
+        shape = rng.choice(self.shapes())
+        dtype = self.frag_dtype()
+        stages, steps = rng.choice((2, 2, 3, 4)), rng.choice((1, 2, 3, 4, 5))
+        acc = self.new_frag(shape, dtype)
+        tile = Buf(self.fresh("s"), shape, dtype, "shared")
+        self.allocs.append(tile)
+        last = shape[-1]
+        gshape = list(shape[:-1]) + [last * steps]
+        offs = ["0"] * (len(shape) - 1) + [f"ko * {last}"]
+        if self.nblocks > 1:
+            span = gshape[0]
+            gshape[0] = span * self.nblocks
+            offs[0] = f"bx * {span}" if offs[0] == "0" else f"bx * {span} + {offs[0]}"
+        name = self.fresh("A")
+        self.params.append(Buf(name, tuple(gshape), dtype, "param"))
+        full = _region(shape)
+        idx = ", ".join(["i", "j"][:len(shape)])
+        fold = f"{acc.name}[{idx}] + {tile.name}[{idx}]" if rng.random() < 0.5 else \
+            f"T.max({acc.name}[{idx}], {tile.name}[{idx}])"
+        lines = [f"Tx.fill({acc.name}[{full}], {_const(dtype, 0.0)})",
+                 f'for ko in T.serial({steps}, annotations={{"num_stages": {stages}}}):',
+                 f"    Tx.copy({tile.name}[{full}], {name}[{_region(shape, offs)}])"]
+        pad = "    "
+        for v, e in zip(["i", "j"], shape):
+            lines.append(f"{pad}for {v} in T.parallel({e}):")
+            pad += "    "
+        lines.append(f"{pad}{acc.name}[{idx}] = {fold}")
+        self.body.append("\n".join(lines))
+        self.defined.add(acc.name)
+        self.notes.append(f"pipelined-s{stages}-n{steps}")
 
     def step_reduce(self) -> None:
         cands = [b for b in self.frags() if b.shape != (1,)]

@@ -143,7 +143,7 @@ GEMMS = {
     "s8_s32": dict(m=64, n=64, k=64, a_dtype="int8", b_dtype="int8", acc="int32"),
     "s8_s32_Bt": dict(m=64, n=64, k=64, a_dtype="int8", b_dtype="int8", acc="int32", trans_b=True),
     "k_loop": dict(m=64, n=128, k=128, bk=32),
-    "k_loop_pipelined": dict(m=64, n=128, k=128, bk=32, stages=2),   # annotated num_stages: no overlap, same values
+    "k_loop_pipelined": dict(m=64, n=128, k=128, bk=32, stages=2),   # num_stages: cp.async, two stages
     "t256": dict(m=128, n=128, k=32, threads=256),
     "alpha_beta_bias": dict(m=64, n=64, k=32, alpha=0.5, beta=2.0, bias=True),
 }

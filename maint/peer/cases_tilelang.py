@@ -686,3 +686,70 @@ KERNELS.update({
     "gemm_fp8/sm90a_e5m2_rs_m64n64k64_t128": lambda: _gemm_fp8(T.float8_e5m2, T.float8_e5m2, T.float32, 64, 64, 64,
                                                                128, True),
 })
+
+
+# ------------------------------------------------------------------ software pipelining (T.Pipelined)
+
+def _gemm_pipelined(m, n, k, bk, stages, threads=128):
+    @T.prim_func
+    def main(A: T.Tensor((m, k), T.float16), B: T.Tensor((k, n), T.float16), C: T.Tensor((m, n), T.float32)):
+        with T.Kernel(1, threads=threads):
+            A_s = T.alloc_shared((m, bk), T.float16)
+            B_s = T.alloc_shared((bk, n), T.float16)
+            acc_f = T.alloc_fragment((m, n), T.float32)
+            T.clear(acc_f)
+            for ko in T.Pipelined(k // bk, num_stages=stages):
+                T.copy(A[0:m, ko * bk:ko * bk + bk], A_s)
+                T.copy(B[ko * bk:ko * bk + bk, 0:n], B_s)
+                T.gemm(A_s, B_s, acc_f)
+            T.copy(acc_f, C)
+    return main
+
+
+def _rowsum_pipelined(m, n, bn, stages, threads=128):
+    @T.prim_func
+    def main(X: T.Tensor((m, n), T.float32), R: T.Tensor((m,), T.float32)):
+        with T.Kernel(1, threads=threads):
+            X_s = T.alloc_shared((m, bn), T.float32)
+            acc = T.alloc_fragment((m, bn), T.float32)
+            row = T.alloc_fragment((m,), T.float32)
+            T.clear(acc)
+            for ko in T.Pipelined(n // bn, num_stages=stages):
+                T.copy(X[0:m, ko * bn:ko * bn + bn], X_s)
+                for i, j in T.Parallel(m, bn):
+                    acc[i, j] = acc[i, j] + X_s[i, j]
+            T.reduce_sum(acc, row, dim=1)
+            T.copy(row, R)
+    return main
+
+
+def _rowsum_pipelined_dynamic(m, bn, stages, threads=128):
+    n = T.dynamic("n")
+
+    @T.prim_func
+    def main(X: T.Tensor((m, n), T.float32), R: T.Tensor((m,), T.float32)):
+        with T.Kernel(1, threads=threads):
+            X_s = T.alloc_shared((m, bn), T.float32)
+            acc = T.alloc_fragment((m, bn), T.float32)
+            row = T.alloc_fragment((m,), T.float32)
+            T.clear(acc)
+            for ko in T.Pipelined(T.ceildiv(n, bn), num_stages=stages):
+                T.copy(X[0:m, ko * bn:ko * bn + bn], X_s)
+                for i, j in T.Parallel(m, bn):
+                    acc[i, j] = acc[i, j] + X_s[i, j]
+            T.reduce_sum(acc, row, dim=1)
+            T.copy(row, R)
+    return main
+
+
+KERNELS.update({
+    "gemm_pipelined/rowsum_dynamic_sm80_s3": lambda: _rowsum_pipelined_dynamic(64, 32, 3),
+    "gemm_pipelined/sm80_s2_k128": lambda: _gemm_pipelined(64, 128, 128, 32, 2),
+    "gemm_pipelined/sm80_s3_k96": lambda: _gemm_pipelined(64, 128, 96, 32, 3),
+    "gemm_pipelined/sm80_s3_k128": lambda: _gemm_pipelined(64, 128, 128, 32, 3),
+    "gemm_pipelined/sm90_s3_k128": lambda: _gemm_pipelined(64, 128, 128, 32, 3),
+    "gemm_pipelined/sm90a_s2_k128": lambda: _gemm_pipelined(64, 128, 128, 32, 2),
+    "gemm_pipelined/sm90a_s3_k96": lambda: _gemm_pipelined(64, 128, 96, 32, 3),
+    "gemm_pipelined/rowsum_sm80_s2": lambda: _rowsum_pipelined(64, 256, 32, 2),
+    "gemm_pipelined/rowsum_sm90_s3": lambda: _rowsum_pipelined(64, 256, 32, 3),
+})

@@ -34,9 +34,11 @@ from .bounds_guards import guard_out_of_bounds
 from .loop_partition import LoweringError, partition_function
 from .loop_vectorize import vectorize_function
 from .lower_tile_ops import lower_tile_ops
+from .pipeline_plan import plan_pipelines
 from .serialize_threads import sequential_semantics, serialize_threads
+from .software_pipeline import software_pipeline
 
-__all__ = ["lower", "cuda_source", "build_cpu", "build_reference_cpu", "check_numeric", "check_case", "reference_outputs",
+__all__ = ["lower", "cuda_source", "build_cpu", "build_cpu_lowered", "build_reference_cpu", "check_numeric", "check_case", "reference_outputs",
            "sequential_outputs", "compare_outputs", "Expected", "random_inputs", "NumericResult", "CpuKernel", "compile_ptx"]
 
 
@@ -68,11 +70,13 @@ def lower_func(func, target=None, cost_model=None, infer: bool = True, verify: b
     if infer:
         from ..inference.layout_inference import infer_layouts
         func = infer_layouts(func, target, cost_model).func
+    func = plan_pipelines(func, target)      # num_stages loops: decided once, recorded on the loop
     func, dims = fold_thread_dims(func)      # threadIdx.y/z: lower over the linear thread id, then restore
     func = lower_tile_ops(func, target)
     func = partition_function(func, verify)
     func = guard_out_of_bounds(func)         # symbolic global extents: predicate what may leave the buffer
     func = vectorize_function(func, target)
+    func = software_pipeline(func)           # multi-buffered tiles, cp.async prologue / steady state / drain
     from .index_guard import protect_indices
     tx, threads = thread_launch(func)
     func = func.with_body(protect_indices(func.body, tx, threads))
@@ -210,8 +214,14 @@ def device_index_rewrites(func) -> tirx.PrimFunc:
 
 def build_cpu(func, target=None, cost_model=None, infer: bool = True, verify: bool = True) -> CpuKernel:
     """The lowered kernel (for ``target``'s vector widths) run on the CPU with threads serialised."""
-    f = lower_func(func, target, cost_model, infer, verify)
-    return _cpu_compile(serialize_threads(device_index_rewrites(f)), _name(f))
+    return build_cpu_lowered(lower_func(func, target, cost_model, infer, verify))
+
+
+def build_cpu_lowered(lowered) -> CpuKernel:
+    """An already lowered PrimFunc (``lower_func``'s result, possibly edited) run on the CPU: the GPU's index
+    rewriting, cp.async emulation (``emulate_async_copy``), then the threads serialised."""
+    from .emulate_async_copy import emulate_async_copies
+    return _cpu_compile(serialize_threads(emulate_async_copies(device_index_rewrites(lowered))), _name(lowered))
 
 
 def build_reference_cpu(func) -> CpuKernel:

@@ -24,6 +24,7 @@ from tilelayout.layout import substitute
 
 from ..ir_utils import int_value, mapped, mutate, walk
 from .atomics import atomics_as_updates
+from .emulate_async_copy import PER_THREAD_KEY
 from .emulate_mma import emulate_collective, is_collective
 from .loop_partition import LoweringError
 
@@ -214,6 +215,8 @@ class _Phases:
         return tirx.For(t, 0, self.nthreads, tirx.ForKind.SERIAL, stmt)
 
     def serialize(self, stmt):
+        if isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == PER_THREAD_KEY:
+            return self.thread_loop(stmt.body)        # an emulation block (emulate_async_copy): one phase
         if isinstance(stmt, tirx.Evaluate) and _has(stmt, _is_sync):
             return tirx.Evaluate(0)                   # the phase boundary is the barrier
         if isinstance(stmt, tirx.Evaluate) and is_collective(stmt.value):

@@ -31,6 +31,11 @@ class LoweringError(LayoutError):
     """A layout or op cannot be lowered correctly; the message names the buffer / loop / op and why."""
 
 
+class PipelineError(LoweringError):
+    """A loop annotated for software pipelining (``num_stages``) cannot be pipelined as written; the message
+    names the loop and the buffer or op in the way."""
+
+
 class ConfigError(TileLayoutError, ValueError):
     """An unknown cost model, target or option, or a launch configuration the target cannot run."""
 

@@ -1,0 +1,138 @@
+"""Software-pipelined K loops (TileLang's ``T.Pipelined(n, num_stages=s)``; here the loop annotation
+``num_stages``): a gemm with 2 and 3 stages on sm_80 (mma.sync), sm_90 (mma.sync realising the wgmma layout)
+and sm_90a (wgmma), with K-loop extents equal to and just above the stage count, and a column-tiled row sum
+(a pipelined loop with no gemm: the consumer is a parallel loop reading the shared tile), also over a symbolic
+column count (EXTENTS: tile multiples, a partial last tile, fewer tiles than stages, less than one tile).
+
+Pipelining is decided after inference and does not change any layout: A_s / B_s / X_s get the same layout in
+every stage (the stage is the outermost dimension of the lowered buffer), so the snapshots equal those of the
+same loop without the annotation. Lowering issues the copies of iteration k + s - 1 with cp.async while
+iteration k computes; ``maint/run.py --numeric`` runs that schedule on the CPU, where cp.async lands only after
+its wait_group and a barrier (a wrong schedule reads poison).
+"""
+import numpy as np
+import tvm
+from tvm.script import tirx as T
+from tvm.tirx.script import tile as Tx
+
+from cases import _support
+
+TILELANG = """TileLang 0.1.15, both cost models, sm_80 and sm_90 (maint/peer twins with T.Pipelined(n,
+num_stages=s)). TileLang multi-buffers before its layout inference, so its A_s / B_s / X_s carry the stage as
+the outermost input dimension ([s, 64, 32]); stage by stage they equal ours as flat offsets in every variant
+(64B swizzle for A_s [64, 32], 128B for B_s [32, 128] in two 64-column panels, X_s row-major, which we record as
+no layout). Fragments and loops: on sm_80 acc_f (mma.sync, 2x2 warps), acc, row and the row-sum loop equal ours
+as mappings. On sm_90 TileLang warp-specialises the pipelined loop (a producer warpgroup in front of the
+consumers), so its fragments have thread_range [128, 256); shifted to [0, 128) they equal ours as mappings
+(acc_f is the wgmma accumulator in both); the symbolic row sum (n = T.dynamic("n"), T.Pipelined(T.ceildiv(n,
+32), num_stages=3), sm_90 only) equals ours the same way. TileLang also lists its T.clear loops, which we lower
+as fills.
+Difference: we keep one thread group that issues cp.async from every thread (no TMA producer warps)."""
+
+
+def _gemm(m: int, n: int, k: int, bk: int, stages: int, arch: str, threads: int = 128):
+    steps = k // bk
+
+    @T.prim_func
+    def kernel(A: T.Buffer((m, k), "float16"), B: T.Buffer((k, n), "float16"), C: T.Buffer((m, n), "float32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", threads)
+        A_s = T.alloc_buffer((m, bk), "float16", scope="shared")
+        B_s = T.alloc_buffer((bk, n), "float16", scope="shared")
+        acc_f = T.alloc_buffer((m, n), "float32", scope="local.fragment")
+        Tx.fill(acc_f[0:m, 0:n], T.float32(0))
+        for ko in T.serial(steps, annotations={"num_stages": stages}):
+            Tx.copy(A_s[0:m, 0:bk], A[0:m, ko * bk:ko * bk + bk])
+            Tx.copy(B_s[0:bk, 0:n], B[ko * bk:ko * bk + bk, 0:n])
+            Tx.gemm(acc_f[0:m, 0:n], A_s[0:m, 0:bk], B_s[0:bk, 0:n], acc_f[0:m, 0:n], False, False, 1.0, 1.0)
+        Tx.copy(C[0:m, 0:n], acc_f[0:m, 0:n])
+    return kernel.with_attr("target", tvm.target.Target({"kind": "cuda", "arch": arch}))
+
+
+def _rowsum(m: int, n: int, bn: int, stages: int, arch: str, threads: int = 128):
+    steps = n // bn
+
+    @T.prim_func
+    def kernel(X: T.Buffer((m, n), "float32"), R: T.Buffer((m,), "float32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", threads)
+        X_s = T.alloc_buffer((m, bn), "float32", scope="shared")
+        acc = T.alloc_buffer((m, bn), "float32", scope="local.fragment")
+        row = T.alloc_buffer((m,), "float32", scope="local.fragment")
+        Tx.fill(acc[0:m, 0:bn], T.float32(0))
+        for ko in T.serial(steps, annotations={"num_stages": stages}):
+            Tx.copy(X_s[0:m, 0:bn], X[0:m, ko * bn:ko * bn + bn])
+            for i in T.parallel(m):
+                for j in T.parallel(bn):
+                    acc[i, j] = acc[i, j] + X_s[i, j]
+        Tx.sum(row[0:m], acc[0:m, 0:bn], axes=[1])
+        Tx.copy(R[0:m], row[0:m])
+    return kernel.with_attr("target", tvm.target.Target({"kind": "cuda", "arch": arch}))
+
+
+def _rowsum_dynamic(m: int, bn: int, stages: int, arch: str, threads: int = 128):
+    """The row sum over a symbolic column count n in ceildiv(n, bn) tiles: the last tile is partial (its
+    bounds-guarded load becomes cp.async's zero-filling src-size form) and n < bn * stages leaves fewer
+    iterations than stages."""
+    @T.prim_func
+    def kernel(x: T.handle, r: T.handle):
+        n = T.int32()
+        X = T.match_buffer(x, (m, n), "float32")
+        R = T.match_buffer(r, (m,), "float32")
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", threads)
+        X_s = T.alloc_buffer((m, bn), "float32", scope="shared")
+        acc = T.alloc_buffer((m, bn), "float32", scope="local.fragment")
+        row = T.alloc_buffer((m,), "float32", scope="local.fragment")
+        Tx.fill(acc[0:m, 0:bn], T.float32(0))
+        for ko in T.serial(T.ceildiv(n, bn), annotations={"num_stages": stages}):
+            Tx.copy(X_s[0:m, 0:bn], X[0:m, ko * bn:ko * bn + bn])
+            for i in T.parallel(m):
+                for j in T.parallel(bn):
+                    acc[i, j] = acc[i, j] + X_s[i, j]
+        Tx.sum(row[0:m], acc[0:m, 0:bn], axes=[1])
+        Tx.copy(R[0:m], row[0:m])
+    return kernel.with_attr("target", tvm.target.Target({"kind": "cuda", "arch": arch}))
+
+
+VARIANTS = {
+    "sm80_s2_k128": lambda: _gemm(64, 128, 128, 32, 2, "sm_80"),
+    "sm80_s3_k96": lambda: _gemm(64, 128, 96, 32, 3, "sm_80"),        # extent == stages
+    "sm80_s3_k128": lambda: _gemm(64, 128, 128, 32, 3, "sm_80"),      # extent just above
+    "sm90_s3_k128": lambda: _gemm(64, 128, 128, 32, 3, "sm_90"),
+    "sm90a_s2_k128": lambda: _gemm(64, 128, 128, 32, 2, "sm_90a"),
+    "sm90a_s3_k96": lambda: _gemm(64, 128, 96, 32, 3, "sm_90a"),
+    "rowsum_sm80_s2": lambda: _rowsum(64, 256, 32, 2, "sm_80"),
+    "rowsum_sm90_s3": lambda: _rowsum(64, 256, 32, 3, "sm_90"),
+    "rowsum_dynamic_sm80_s3": lambda: _rowsum_dynamic(64, 32, 3, "sm_80"),
+}
+
+#: sizes ``run.py --numeric`` runs the symbolic variant at: tile multiples, a partial last tile, fewer tiles
+#: than stages, less than one tile
+EXTENTS = {"rowsum_dynamic_sm80_s3": [{"n": 128}, {"n": 200}, {"n": 40}, {"n": 7}]}
+
+
+def _gemm_ref(d):
+    return {"C": d["A"].astype(np.float64) @ d["B"].astype(np.float64)}
+
+
+def _rowsum_ref(d):
+    return {"R": d["X"].astype(np.float64).sum(axis=1)}
+
+
+REFERENCE = {name: (_rowsum_ref if name.startswith("rowsum") else _gemm_ref) for name in VARIANTS}
+TOLERANCE = {name: (1e-4, 1e-4) if name.startswith("rowsum") else (2e-2, 2e-2) for name in VARIANTS}
+
+
+def check(variant, model, result):
+    if variant.startswith("rowsum"):
+        acc = result["buffers"]["acc"]
+        _support.assert_valid_fragment("acc", acc)
+        for key, loop in result["loops"].items():
+            _support.assert_covers(key, loop)
+        return
+    acc = result["buffers"]["acc_f"]
+    _support.assert_valid_fragment("acc_f", acc)
+    _support.assert_replicate("acc_f", acc, 1)
+    for name in ("A_s", "B_s"):
+        assert result["buffers"][name]["kind"] == "Layout", f"{name} must get a shared swizzle: {result['buffers']}"

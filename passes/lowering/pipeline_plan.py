@@ -1,0 +1,233 @@
+"""Decide how each software-pipelined loop is lowered, once, before any tile op is lowered.
+
+A serial loop annotated ``num_stages = s`` (TileLang's ``T.Pipelined(n, num_stages=s)``; in TIRx
+``T.serial(n, annotations={"num_stages": s})``) is pipelined when ``s >= 2``: every shared tile a
+global -> shared copy of the loop body writes gets ``s`` copies (a leading stage dimension, the same layout in
+each stage), and the copy of iteration ``k + s - 1`` is issued while iteration ``k`` computes. This pass checks
+that the loop can be pipelined as written and records the decision on the loop as the annotation
+``tilelayout.pipeline`` = ``{"stages": s, "buffers": "A_s,B_s", "mode": "cp.async" | "synchronous",
+"note": why}``; ``software_pipeline.py`` reads it after vectorisation and never re-derives it.
+
+Refused (``PipelineError`` naming the loop and the buffer or op):
+- a pipelined tile written inside the loop by anything but a global -> shared copy, or used outside the loop;
+- a pipelined copy that is not a direct statement of the loop body (under a nested loop or condition), or that
+  comes after a read of its tile in the same iteration (the overlap would change what that read sees);
+- a copy source written inside the loop;
+- a loop under a thread-dependent condition (its barrier must be reached by the whole block);
+- a loop that is not serial, an annotation that is not a constant integer, a loop with no global -> shared
+  copy, or multi-buffered tiles over the target's shared-memory limit.
+
+Targets without ``cp.async`` (before sm_80) keep the loop as written (synchronous copies, one buffer): the
+decision says so (``mode = "synchronous"``) and the ``tilelayout.pipelines`` report of the lowered function
+repeats it. The loop extent may be anything, also below ``s`` or symbolic: the schedule guards every issue.
+"""
+from __future__ import annotations
+
+import tvm
+from tvm import tirx
+from tvm.tirx.tile_primitive import TilePrimitiveCall
+
+from tilelayout.errors import PipelineError
+from tilelayout.expr import mentions
+
+from ..hardware import normalize_target, sm_version
+from ..inference.frontend import CopyOp, build_op_graph
+from ..ir_utils import int_value, mapped, walk
+
+__all__ = ["PlanPipelines", "STAGES_KEY", "PIPELINE_KEY", "PIPELINE_REPORT_ATTR", "plan_pipelines", "read_plan", "stage_stride"]
+
+#: the user's loop annotation (TileLang's spelling)
+STAGES_KEY = "num_stages"
+#: the decision recorded on the loop
+PIPELINE_KEY = "tilelayout.pipeline"
+#: function attribute of the lowered kernel: {loop: how it was pipelined}
+PIPELINE_REPORT_ATTR = "tilelayout.pipelines"
+
+
+def read_plan(loop: tirx.For) -> dict | None:
+    """The decision recorded on ``loop`` (None when it is not pipelined)."""
+    ann = loop.annotations
+    if ann is None or PIPELINE_KEY not in ann:
+        return None
+    raw = ann[PIPELINE_KEY]
+    return {"stages": int(raw["stages"]), "buffers": [b for b in str(raw["buffers"]).split(",") if b],
+            "mode": str(raw["mode"]), "note": str(raw["note"])}
+
+
+def stage_stride(elements: int, dtype: str, align_bytes: int) -> int:
+    """Elements between two stages of a multi-buffered tile: the tile rounded up so each stage starts at the
+    buffer's alignment (a swizzle repeats every 1024 bytes at most, so each stage keeps its swizzle phase)."""
+    nbytes = max(1, tvm.DataType(dtype).bits // 8)
+    unit = max(1, align_bytes // nbytes) if align_bytes > 0 else 1
+    return -(-elements // unit) * unit
+
+
+def _label(loop: tirx.For) -> str:
+    return f"loop {loop.loop_var.name} (extent {loop.extent}, {STAGES_KEY}={loop.annotations[STAGES_KEY]})"
+
+
+def _stages(loop: tirx.For) -> int:
+    raw = loop.annotations[STAGES_KEY]
+    value = int_value(raw) if not isinstance(raw, int) else raw
+    if value is None or value < 0:
+        raise PipelineError(f"{_label(loop)}: {STAGES_KEY} must be a non-negative integer constant, got {raw}")
+    return value
+
+
+def _items(body) -> list:
+    return list(body.seq) if isinstance(body, tirx.SeqStmt) else [body]
+
+
+def _stores_to(stmt, var) -> bool:
+    hits = []
+    walk(stmt, [(tirx.BufferStore, lambda s: hits.append(1) if s.buffer.same_as(var) else None)])
+    return bool(hits)
+
+
+def PlanPipelines(target=None):
+    """Pass: record the pipelining decision on every ``num_stages`` loop (run after layout inference)."""
+
+    @tirx.transform.prim_func_pass(opt_level=0, name="tilelayout.PlanPipelines")
+    def _pass(func, mod, ctx):
+        func_target = target
+        if func_target is None and func.attrs is not None and "target" in func.attrs:
+            func_target = func.attrs["target"]
+        return plan_pipelines(func, func_target)
+
+    return _pass
+
+
+def plan_pipelines(func, target=None):
+    """``func`` with every ``num_stages`` loop annotated with its pipelining decision (module docstring)."""
+    if not _has_annotated_loop(func.body):
+        return func
+    target = normalize_target(target)
+    graph = build_op_graph(func)
+    shared_sizes = {b.name: b for b in graph.buffers if b.is_shared}
+
+    def on_for(loop):
+        if loop.annotations is None or STAGES_KEY not in loop.annotations or PIPELINE_KEY in loop.annotations:
+            return loop
+        stages = _stages(loop)
+        if stages <= 1:
+            return loop                 # one stage: nothing to overlap, the loop stays as written
+        if loop.kind != tirx.ForKind.SERIAL:
+            raise PipelineError(f"{_label(loop)}: only serial loops can be pipelined, this one is {loop.kind}")
+        decision = _decide(loop, stages, graph, target, shared_sizes)
+        notes = dict(loop.annotations)
+        notes[PIPELINE_KEY] = decision
+        return tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, loop.body, loop.thread_binding, notes,
+                        loop.step)
+
+    return func.with_body(mapped(func.body, [(tirx.For, on_for)]))
+
+
+def _has_annotated_loop(body) -> bool:
+    hits = []
+    walk(body, [(tirx.For, lambda f: hits.append(1) if f.annotations is not None and STAGES_KEY in f.annotations
+                 else None)])
+    return bool(hits)
+
+
+def _inside(op, loop) -> bool:
+    return any(l.var is not None and l.var.same_as(loop.loop_var) for l in op.serial_loops)
+
+
+def _writes(op):
+    for name in ("dst", "c"):
+        region = getattr(op, name, None)
+        if region is not None:
+            return region.buffer
+    return None
+
+
+def _decide(loop, stages: int, graph, target, shared_sizes: dict) -> dict:
+    label = _label(loop)
+    items = _items(loop.body)
+
+    def item_of(stmt) -> int | None:
+        for k, it in enumerate(items):
+            if it.same_as(stmt):
+                return k
+            found = []
+            walk(it, [(TilePrimitiveCall, lambda n: found.append(1) if n.same_as(stmt) else None)])
+            if found:
+                return k
+        return None
+
+    inner = [op for op in graph.ops if _inside(op, loop)]
+    copies = [op for op in inner if isinstance(op, CopyOp) and op.dst.buffer.is_shared and op.src.buffer.is_global]
+    if not copies:
+        raise PipelineError(f"{label}: nothing to pipeline -- the loop body has no global -> shared copy "
+                            f"(Tx.copy(shared_tile[...], global[...])); drop the {STAGES_KEY} annotation")
+    buffers = []
+    for op in copies:
+        if not any(b is op.dst.buffer for b in buffers):
+            buffers.append(op.dst.buffer)
+    for op in copies:
+        if op.thread_range is not None:
+            lo, ext = op.thread_range
+            raise PipelineError(f"{label}: {op.describe()} runs on threads [{lo}, {lo + ext}) only; the pipeline's "
+                                f"block-wide barrier needs every thread (keep the loop out of thread conditions)")
+        if not any(it.same_as(op.stmt) for it in items):
+            raise PipelineError(f"{label}: {op.describe()} sits under a nested loop or condition of the pipelined "
+                                f"loop; a pipelined copy must be a statement of the loop body itself")
+    for buf in buffers:
+        mine = [op for op in copies if op.dst.buffer is buf]
+        for op in inner:
+            if _writes(op) is buf and not any(op is c for c in mine):
+                raise PipelineError(f"buffer {buf.name}: {label} multi-buffers it for its global copy, but "
+                                    f"{op.describe()} also writes it inside the loop; only global -> shared "
+                                    f"copies may write a pipelined tile")
+        last_copy = max(item_of(op.stmt) for op in mine)
+        for k, it in enumerate(items):
+            if any(it.same_as(op.stmt) for op in mine):
+                continue
+            what = next((op.describe() for op in inner if item_of(op.stmt) == k), f"statement {k} of the body")
+            if _stores_to(it, buf.var):
+                raise PipelineError(f"buffer {buf.name}: {label} multi-buffers it for its global copy, but {what} "
+                                    f"stores to it inside the loop; only global -> shared copies may write a "
+                                    f"pipelined tile")
+            if k < last_copy and mentions(it, [buf.var]):
+                raise PipelineError(f"buffer {buf.name}: {label}: {what} reads it before its copy in the same "
+                                    f"iteration; move the copies to the top of the loop body")
+        outside = [op for op in graph.ops if not _inside(op, loop) and any(b is buf for b in op.buffers())]
+        if outside or any(b is buf for b, _ in graph.floating):
+            what = outside[0].describe() if outside else "an access outside any op"
+            raise PipelineError(f"buffer {buf.name}: {label} multi-buffers it, but {what} uses it outside the loop; "
+                                f"give that use its own shared tile")
+    for op in copies:
+        src = op.src.buffer
+        if any(_writes(o) is src for o in inner) or _stores_to(loop.body, src.var):
+            raise PipelineError(f"buffer {src.name}: {label} issues {op.describe()} ahead of time, but the loop "
+                                f"also writes {src.name}; the early copy would read stale data")
+    _check_shared_budget(label, stages, buffers, shared_sizes, target)
+    names = ",".join(b.name for b in buffers)
+    if sm_version(target) < 80:
+        return {"stages": stages, "buffers": names, "mode": "synchronous",
+                "note": f"{target.attrs.get('arch', target.kind.name)} has no cp.async (sm_80+): copies stay "
+                        f"synchronous and single-buffered"}
+    return {"stages": stages, "buffers": names, "mode": "cp.async",
+            "note": f"{stages} stages of {names.replace(',', ', ')}: cp.async for iteration k + {stages - 1} "
+                    f"while iteration k computes"}
+
+
+def _check_shared_budget(label: str, stages: int, buffers: list, shared: dict, target) -> None:
+    from ..inference.resources import MAX_STATIC_SHARED_BYTES, shared_memory_limit
+    static = dynamic = 0
+    for name, b in shared.items():
+        n = 1
+        for s in b.shape:
+            n *= int_value(s) or 0
+        nbytes = n * max(1, b.bits // 8)
+        if any(p is b for p in buffers):
+            nbytes = stage_stride(n, b.dtype, 1024) * max(1, b.bits // 8) * stages
+        if b.scope.endswith(".dyn"):
+            dynamic += nbytes
+        else:
+            static += nbytes
+    limit = shared_memory_limit(target)
+    if static > MAX_STATIC_SHARED_BYTES or static + dynamic > limit:
+        raise PipelineError(f"{label}: {stages} stages of {', '.join(b.name for b in buffers)} need "
+                            f"{static + dynamic} bytes of shared memory ({static} in static arrays; limits: "
+                            f"{MAX_STATIC_SHARED_BYTES} static, {limit} in all); use fewer stages or smaller tiles")

@@ -1,0 +1,384 @@
+"""Software pipelining of the loops ``pipeline_plan`` marked: multi-buffered tiles and ``cp.async`` copies.
+
+Runs after vectorisation, on the per-thread program, and reads only the ``tilelayout.pipeline`` decision. For
+a loop ``for k in [lo, lo + n)`` with ``s`` stages and pipelined tiles ``T``:
+
+- every tile of ``T`` becomes ``T[s * stride]``, stage-major: stage ``q`` holds the tile at ``q * stride`` in
+  the layout's physical order (the layout is the same in every stage); ``stride`` keeps each stage on the
+  tile's 1024-byte alignment, so a swizzle keeps its phase.
+- the body splits into the producer (the lowered global -> shared copies of ``T``) and the consumer (the rest,
+  in its order). Producer stores become ``cp.async`` of 16, 8 or 4 bytes where both addresses are provably
+  contiguous and aligned for that size (the widest that holds); what is left stays a synchronous store, which
+  is still correct in this schedule (below).
+- the schedule, with ``P(j)`` the producer of iteration ``j`` writing stage ``(j - lo) % s`` and ``C(k)`` the
+  consumer reading stage ``(k - lo) % s``::
+
+      for p in 0 .. s-2:  [if p < n] P(lo + p); commit_group           # prologue: s - 1 groups
+      for k in [lo, lo + n):
+          wait_group(s - 2)          # this thread's copies of iteration k have landed ...
+          __syncthreads()            # ... everyone's are visible, and everyone finished C(k - 1)
+          if k + s - 1 < lo + n: P(k + s - 1)    # refills the stage C(k - 1) read
+          commit_group               # one group per iteration, empty at the tail: counts stay uniform
+          C(k)
+      wait_group(0)                  # drain (only empty groups remain)
+
+  Before ``wait_group`` in iteration ``k`` this thread committed ``s - 1 + k - lo`` groups; allowing ``s - 2``
+  pending means the first ``k - lo + 1`` are complete, the last of which is iteration ``k``'s. The single
+  barrier serves both directions: the read-after-write of stage ``k`` and the write-after-read of the stage
+  the next issue overwrites (it was last read by ``C(k - 1)``, which every thread has left).
+"""
+from __future__ import annotations
+
+import tvm
+from tvm import sym, tirx
+from tvm.ir import Range, TensorLoad
+
+from tilelayout.errors import PipelineError
+from tilelayout.expr import mentions, row_major_offset, substitute
+
+from ..ir_utils import int_value, mapped, mutate, walk
+from .lower_gemm import ptx_call
+from .pipeline_plan import PIPELINE_KEY, PIPELINE_REPORT_ATTR, read_plan, stage_stride
+
+__all__ = ["SoftwarePipeline", "software_pipeline", "CP_ASYNC_SIZES"]
+
+#: byte sizes PTX cp.async copies, widest first
+CP_ASYNC_SIZES = (16, 8, 4)
+
+
+def SoftwarePipeline():
+    """Pass: build the schedule ``PlanPipelines`` recorded (run after LoopVectorize)."""
+
+    @tirx.transform.prim_func_pass(opt_level=0, name="tilelayout.SoftwarePipeline")
+    def _pass(func, mod, ctx):
+        return software_pipeline(func)
+
+    return _pass
+
+
+def software_pipeline(func):
+    """``func`` with every ``cp.async``-mode pipelined loop rewritten (module docstring)."""
+    loops = []
+    walk(func.body, [(tirx.For, lambda f: loops.append(f) if f.annotations is not None and
+                      PIPELINE_KEY in f.annotations else None)])
+    if not loops:
+        return func
+    params = [p for p in func.params if tirx.is_buffer_var(p)]
+    allocs = {}
+    walk(func.body, [(tirx.AllocBuffer, lambda a: allocs.setdefault(str(a.buffer.name), []).append(a.buffer))])
+    thread_bounds = _thread_bounds(func)
+    reports, staged = {}, {}
+    for loop in loops:
+        plan = read_plan(loop)
+        label = f"loop {loop.loop_var.name}"
+        if plan["mode"] != "cp.async":
+            reports[label] = f"not pipelined: {plan['note']}"
+            continue
+        for name in plan["buffers"]:
+            found = allocs.get(name, [])
+            if len(found) != 1:
+                raise PipelineError(f"buffer {name}: {label} pipelines it, but the lowered kernel allocates "
+                                    f"{len(found)} shared buffers of that name")
+            old = found[0]
+            if old.scope() not in ("shared", "shared.dyn"):
+                raise PipelineError(f"buffer {name}: {label} pipelines it, but it lowered to scope {old.scope()}")
+            if name not in staged:
+                staged[name] = _staged_buffer(old, plan["stages"])
+    out_body = func.body
+    for loop in loops:
+        plan = read_plan(loop)
+        if plan["mode"] != "cp.async":
+            continue
+        bufs = {name: staged[name] for name in plan["buffers"]}
+        new, text = _pipeline_loop(loop, plan, bufs, params, thread_bounds)
+        reports[f"loop {loop.loop_var.name}"] = text
+        out_body = mutate(out_body, [(tirx.For, lambda f, m, old=loop, new=new: new if f.same_as(old)
+                                      else m.default_mutate(f))])
+    def on_alloc(a):
+        name = str(a.buffer.name)
+        if name in staged and not a.buffer.same_as(staged[name][0]):
+            return tirx.AllocBuffer(staged[name][0], a.annotations)
+        return a
+
+    out_body = mapped(out_body, [(tirx.AllocBuffer, on_alloc)])
+    leftover = []
+    old_vars = [allocs[n][0] for n in staged]
+    walk(out_body, [(tirx.BufferStore, lambda s: leftover.append(s.buffer.name)
+                     if any(s.buffer.same_as(v) for v in old_vars) else None),
+                    (TensorLoad, lambda e: leftover.append(e.source.name)
+                     if any(e.source.same_as(v) for v in old_vars) else None)])
+    if leftover:
+        raise PipelineError(f"buffer {leftover[0]}: pipelined, but still used outside its pipelined loop")
+    out = func.with_body(out_body)
+    return out.with_attr(PIPELINE_REPORT_ATTR, reports)
+
+
+def _thread_bounds(func) -> dict:
+    bounds = {}
+
+    def on_attr(n):
+        if n.attr_key == "thread_extent" and isinstance(n.node, tirx.IterVar):
+            ext = int_value(n.value)
+            if ext is not None:
+                bounds[n.node.var] = (0, ext)
+
+    walk(func.body, [(tirx.AttrStmt, on_attr)])
+    return bounds
+
+
+def _staged_buffer(old, stages: int):
+    """(new buffer [stages * stride], old buffer, old shape, stride)."""
+    shape = [int_value(s) for s in old.shape]
+    if any(s is None for s in shape):
+        raise PipelineError(f"buffer {old.name}: a pipelined shared tile needs a constant shape, got {list(old.shape)}")
+    n = 1
+    for s in shape:
+        n *= s
+    align = int(old.data_alignment) if int(old.data_alignment) > 0 else 1024
+    stride = stage_stride(n, str(old.dtype), max(align, 16))
+    # one flat dimension, stage-major: TVM's buffer compaction may trim the unused tail of the last stage but
+    # never a stage's padding, so every stage keeps its alignment (a 2-D [stages, stride] could lose it)
+    new = tirx.decl_buffer([stages * stride], old.dtype, name=str(old.name), scope=old.scope(),
+                           data_alignment=max(align, 16))
+    return new, old, shape, stride
+
+
+def _items(body) -> list:
+    if isinstance(body, tirx.SeqStmt):
+        out = []
+        for s in body.seq:
+            out.extend(_items(s))
+        return out
+    return [body]
+
+
+def _restage(stmt, staged: dict, stage):
+    """Accesses of the pipelined tiles in ``stmt`` go to stage ``stage`` (element ``stage * stride + i`` of the
+    flat staged buffer; a vector (Ramp) last index, as cp.async addresses carry, stays a vector)."""
+    def find(buf):
+        for new, old, shape, stride in staged.values():
+            if buf.same_as(old):
+                return new, shape, stride
+        return None, None, None
+
+    def index(indices, shape, stride):
+        last = indices[-1]
+        if isinstance(last, tirx.Ramp):
+            base = row_major_offset(list(indices[:-1]) + [last.base], shape) + stage * stride
+            return [tirx.Ramp(base, last.stride, last.lanes)]
+        return [row_major_offset(indices, shape) + stage * stride]
+
+    def on_store(s):
+        new, shape, stride = find(s.buffer)
+        return s if new is None else tirx.BufferStore(new, s.value, index(s.indices, shape, stride))
+
+    def on_load(e):
+        new, shape, stride = find(e.source)
+        return e if new is None else tirx.BufferLoad(new, index(e.indices, shape, stride))
+
+    return mapped(stmt, [(tirx.BufferStore, on_store), (TensorLoad, on_load)])
+
+
+def _fresh_loops(stmt):
+    """A copy of ``stmt`` with fresh loop variables (the producer is emitted several times)."""
+    def on_for(f):
+        v = tirx.Var(f.loop_var.name, f.loop_var.ty)
+        return tirx.For(v, f.min, f.extent, f.kind, substitute(f.body, {f.loop_var: v}), f.thread_binding,
+                        f.annotations, f.step)
+    return mapped(stmt, [(tirx.For, on_for)])
+
+
+def _pipeline_loop(loop, plan: dict, staged: dict, params: list, thread_bounds: dict):
+    s = plan["stages"]
+    label = f"loop {loop.loop_var.name} ({s} stages)"
+    olds = [old for _, old, _, _ in staged.values()]
+    items = _items(loop.body)
+    producer, consumer = [], []
+    for it in items:
+        writes = []
+        walk(it, [(tirx.BufferStore, lambda st: writes.append(st.buffer))])
+        mine = [w for w in writes if any(w.same_as(o) for o in olds)]
+        (producer if mine else consumer).append(it)
+        if mine and len(mine) != len(writes):
+            raise PipelineError(f"{label}: a lowered statement writes both a pipelined tile ({mine[0].name}) and "
+                                f"another buffer; only plain global -> shared copies can be issued early")
+    if not producer:
+        raise PipelineError(f"{label}: the lowered body has no copy into {', '.join(staged)}")
+    bound = []
+    for it in consumer:
+        walk(it, [(tirx.Bind, lambda b: bound.append(b.var)), (tirx.For, lambda f: bound.append(f.loop_var))])
+    for it in producer:
+        loads = []
+        walk(it, [(TensorLoad, lambda e: loads.append(e.source))])
+        bad = [b for b in loads if not any(b.same_as(p) for p in params)]
+        if bad:
+            raise PipelineError(f"{label}: the copy into a pipelined tile reads {bad[0].name}, not a global "
+                                f"parameter; only global -> shared copies can be issued early")
+        if isinstance(it, (tirx.AllocBuffer, tirx.Bind)) or mentions(it, bound):
+            raise PipelineError(f"{label}: the copy into a pipelined tile depends on a value the loop body computes")
+
+    if consumer and _is_block_barrier(consumer[0]):
+        consumer = consumer[1:]     # the schedule's barrier right before C(k) already orders what this one did
+    sizes: dict = {}
+    producer = [_async_copies(it, olds, {**thread_bounds, loop.loop_var: (loop.min, loop.extent)}, sizes)
+                for it in producer]
+    k, lo, n = loop.loop_var, loop.min, loop.extent
+    ana = sym.Analyzer()
+
+    def issue(j, stage, guard=None):
+        body = substitute(_fresh_loops(tirx.SeqStmt(producer) if len(producer) > 1 else producer[0]), {k: j})
+        body = _restage(body, staged, stage)
+        if guard is not None:
+            g = ana.simplify(guard)
+            if isinstance(g, tirx.IntImm) and int(g.value) == 0:
+                return None
+            if not (isinstance(g, tirx.IntImm) and int(g.value) == 1):
+                body = tirx.IfThenElse(g, body, None)
+        return body
+
+    commit = ptx_call("cp.async.commit_group")
+    prologue = []
+    for p in range(s - 1):
+        st = issue(lo + p, tirx.const(p, "int32"), tirx.const(p, "int32") < n)
+        prologue += ([st] if st is not None else []) + [commit]
+    ahead = k + (s - 1)
+    steady = [ptx_call("cp.async.wait_group", s - 2), tirx.Evaluate(tirx.op.tvm_storage_sync("shared"))]
+    st = issue(ahead, tirx.floormod(ahead - lo, s), ahead < lo + n)
+    steady += ([st] if st is not None else []) + [commit]
+    steady += [_restage(c, staged, tirx.floormod(k - lo, s)) for c in consumer]
+    notes = {key: val for key, val in loop.annotations.items()}
+    new_loop = tirx.For(k, lo, n, loop.kind, tirx.SeqStmt(steady), loop.thread_binding, notes, loop.step)
+    out = tirx.SeqStmt(prologue + [new_loop, ptx_call("cp.async.wait_group", 0)])
+    sync = sizes.pop("sync", 0)
+    copies = ", ".join(f"{b} B x{c}" for b, c in sorted(sizes.items(), reverse=True)) or "none"
+    text = (f"cp.async, {s} stages of {', '.join(staged)} (cp.async statements: {copies}); "
+            f"wait_group {s - 2} + one barrier per iteration")
+    if sync:
+        text += (f"; {sync} copy statement(s) stay synchronous (a conversion, a predicate varying inside the chunk, or "
+                 f"no provably aligned 4-byte chunk)")
+    return out, text
+
+
+def _is_block_barrier(stmt) -> bool:
+    return isinstance(stmt, tirx.Evaluate) and isinstance(stmt.value, tvm.ir.Call) and \
+        isinstance(stmt.value.op, tvm.ir.Op) and str(stmt.value.op.name) == "tirx.tvm_storage_sync"
+
+
+def _async_copies(stmt, olds: list, bounds: dict, sizes: dict):
+    """``stmt`` (a lowered copy into pipelined tiles) with its stores issued as ``cp.async`` where provable."""
+    def rewrite(node, scope: dict):
+        if isinstance(node, tirx.For):
+            inner = dict(scope)
+            if int_value(node.min) is not None and int_value(node.extent) is not None:
+                inner[node.loop_var] = (int_value(node.min), int_value(node.extent))
+            if node.kind == tirx.ForKind.VECTORIZED:
+                if isinstance(node.body, tirx.BufferStore):
+                    done = _as_cp_async(node.body, node.loop_var, int_value(node.extent), inner, olds, sizes)
+                    if done is not None:
+                        return done
+                else:       # a guard inside the vector: the lanes stay one synchronous vector store
+                    sizes["sync"] = sizes.get("sync", 0) + 1
+                return node
+            return tirx.For(node.loop_var, node.min, node.extent, node.kind, rewrite(node.body, inner),
+                            node.thread_binding, node.annotations, node.step)
+        if isinstance(node, tirx.SeqStmt):
+            return tirx.SeqStmt([rewrite(x, scope) for x in node.seq])
+        if isinstance(node, tirx.IfThenElse):
+            return tirx.IfThenElse(node.condition, rewrite(node.then_case, scope),
+                                   rewrite(node.else_case, scope) if node.else_case is not None else None)
+        if isinstance(node, tirx.BufferStore):
+            done = _as_cp_async(node, None, 1, scope, olds, sizes)
+            return done if done is not None else node
+        return node
+
+    return rewrite(stmt, dict(bounds))
+
+
+def _is_zero_fill(value) -> bool:
+    """``if_then_else(cond, load, 0)``: the predicated load ``bounds_guards`` writes."""
+    if not (isinstance(value, tvm.ir.Call) and isinstance(value.op, tvm.ir.Op)
+            and str(value.op.name) in ("tirx.if_then_else", "prim.if_then_else")):
+        return False
+    other = value.args[2]
+    return isinstance(value.args[1], TensorLoad) and isinstance(other, (tirx.IntImm, tirx.FloatImm)) and \
+        float(other.value) == 0.0
+
+
+def _flat_index(buf, indices):
+    shape = [int_value(x) if int_value(x) is not None else x for x in buf.shape]
+    return row_major_offset(indices, shape)
+
+
+def _as_cp_async(store, lane, width, scope: dict, olds: list, sizes: dict):
+    """``cp.async`` copies for ``store`` (vectorised over ``lane`` of ``width``, or scalar when ``lane`` is None);
+    None when the store is not a plain same-type global -> pipelined-tile copy (it then stays synchronous)."""
+    value = store.value
+    if not any(store.buffer.same_as(o) for o in olds):
+        return None
+    pred = None
+    if _is_zero_fill(value) and (lane is None or not mentions(value.args[0], [lane])):
+        # a predicated load reading 0 outside the buffer (symbolic extents): cp.async's src-size form reads
+        # nothing and zero-fills when the predicate fails (the predicate must hold for the whole chunk)
+        pred, value = value.args[0], value.args[1]
+    if not isinstance(value, TensorLoad) or str(value.source.dtype) != str(store.buffer.dtype) or width is None:
+        sizes["sync"] = sizes.get("sync", 0) + 1
+        return None
+    src = value.source
+    if src.strides is not None and len(src.strides) > 0:
+        sizes["sync"] = sizes.get("sync", 0) + 1
+        return None
+    ebytes = tvm.DataType(str(store.buffer.dtype)).bits // 8
+    dst_flat = _flat_index(store.buffer, store.indices)
+    src_flat = _flat_index(src, value.indices)
+    ana = sym.Analyzer()
+    for v, (lo, ext) in scope.items():
+        if lane is not None and v.same_as(lane):
+            continue
+        if int_value(lo) is not None and int_value(ext) is not None:
+            ana.bind(v, Range.from_min_extent(int_value(lo), int_value(ext)))
+    for nbytes in CP_ASYNC_SIZES:
+        if ebytes == 0 or nbytes % ebytes:
+            continue
+        chunk = nbytes // ebytes
+        if width % chunk:
+            continue
+        j = tirx.Var("cp", "int32")
+        ok = True
+        if lane is not None:
+            ana.bind(j, Range.from_min_extent(0, width // chunk))
+            at = {lane: j * chunk}
+        else:
+            at = {}
+        d0, s0 = substitute(dst_flat, at), substitute(src_flat, at)
+        for flat, start in ((dst_flat, d0), (src_flat, s0)):
+            if not ana.can_prove(tirx.floormod(start, chunk) == 0):
+                ok = False
+                break
+            if lane is not None:
+                for e in range(1, chunk):
+                    if not ana.can_prove(substitute(flat, {lane: j * chunk + e}) - start == e):
+                        ok = False
+                        break
+            if not ok:
+                break
+        if not ok:
+            continue
+        op = "cp.async.cg.shared.global" if nbytes == 16 else "cp.async.ca.shared.global"
+        count = (width // chunk) if lane is not None else 1
+        if count == 1:
+            at = {lane: tirx.const(0, "int32")} if lane is not None else {}
+        dst_idx = [ana.simplify(substitute(x, at)) for x in store.indices]
+        # the destination as a vector: TVM's region analysis then sees all bytes the copy writes
+        dst_idx[-1] = tirx.Ramp(dst_idx[-1], 1, chunk) if chunk > 1 else dst_idx[-1]
+        src_idx = [ana.simplify(substitute(x, at)) for x in value.indices]
+        operands = [tirx.address_of(tirx.BufferLoad(store.buffer, dst_idx)),
+                    tirx.address_of(tirx.BufferLoad(src, src_idx)), nbytes]
+        if pred is not None:
+            operands.append(tirx.Cast("uint32", tirx.if_then_else(substitute(pred, at), nbytes, 0)))
+        call = ptx_call(op, *operands)
+        sizes[nbytes] = sizes.get(nbytes, 0) + 1
+        if count == 1:
+            return call
+        return tirx.For(j, 0, count, tirx.ForKind.UNROLLED, call)
+    sizes["sync"] = sizes.get("sync", 0) + 1
+    return None
