@@ -33,7 +33,7 @@ import tvm  # noqa: E402
 
 from maint.peer.compare import BUG_CASES  # noqa: E402
 from tilelayout.errors import TileLayoutResourceWarning  # noqa: E402
-from tilelayout.passes.inference.cost_models import count_register_slots  # noqa: E402
+from tilelayout.passes.inference.resources import live_register_slots  # noqa: E402
 from tilelayout.passes.inference.layout_inference import clear_caches, infer_layouts  # noqa: E402
 
 MODELS = ("register-count", "io-aware")
@@ -82,7 +82,7 @@ def measure(func, model: str, repeat: int) -> tuple:
         t0 = time.process_time()
         result = infer_layouts(func, None, model)
         samples.append((time.process_time() - t0) * 1e3)
-    return statistics.median(samples), count_register_slots(result.buffers)
+    return statistics.median(samples), live_register_slots(result)
 
 
 def peer_numbers(python: str, repeat: int) -> dict:

@@ -89,3 +89,27 @@ def test_warnings_point_at_the_users_line_from_every_entry_point():
             run()
         ours = [w for w in caught if issubclass(w.category, tl.TileLayoutResourceWarning)]
         assert ours and all(w.filename == __file__ for w in ours), [(w.filename, w.lineno) for w in ours]
+
+
+def test_live_register_slots_count_a_retired_conversion_source_once():
+    """io-aware stages a gemm epilogue through a second version of the accumulator (C_frag_cv); nothing
+    touches C_frag after the conversion, so the two versions never coexist and count as the larger one. A
+    source still read after its conversion (two consumers) keeps counting in full."""
+    import importlib
+    from tilelayout.passes.inference.cost_models import count_register_slots
+    from tilelayout.passes.inference.resources import live_register_slots
+    root = str(Path(__file__).resolve().parent.parent)
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    gemm = importlib.import_module("cases.gemm_tile").VARIANTS["m64n64k64_t128"]
+    staged = tl.infer_layouts(gemm(), cost_model="io-aware")
+    plain = tl.infer_layouts(gemm(), cost_model="register-count")
+    assert "C_frag_cv" in staged.buffers and "C_frag_cv" not in plain.buffers
+    assert count_register_slots(staged.buffers) == 2 * count_register_slots(plain.buffers)
+    assert live_register_slots(staged) == live_register_slots(plain) == count_register_slots(plain.buffers)
+    two = importlib.import_module("cases.conversion_two_consumers").VARIANTS["rows_vs_columns_64x64_t128"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = tl.infer_layouts(two(), cost_model="register-count")
+    assert "F_cv" in result.buffers
+    assert live_register_slots(result) == count_register_slots(result.buffers)

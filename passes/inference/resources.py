@@ -175,3 +175,37 @@ def warn_resources(result) -> list[str]:
         warn_user(text, TileLayoutResourceWarning)
     return messages
 
+
+
+def live_register_slots(result) -> int:
+    """Register slots per thread of the fragments that can be live at once.
+
+    A layout conversion makes a second version of a fragment (``x_cv <- x``); once nothing reads or writes
+    ``x`` after the conversion, the two versions never coexist and the compiler reuses ``x``'s registers for
+    ``x_cv``. Such a pair counts as its larger version, as one logical buffer with one layout would; every
+    other fragment counts in full (no liveness beyond that). A conversion inside a serial loop retires its
+    source only when no other op in that loop touches it (the next iteration could read it again)."""
+    from .cost_models.base import count_register_slots
+    from .ops import ConvertOp
+    total = count_register_slots(result.buffers)
+    graph = getattr(result, "graph", None)
+    if graph is None:
+        return total
+
+    def slots(name: str) -> int:
+        lay = result.buffers.get(name)
+        return count_register_slots({name: lay}) if isinstance(lay, Fragment) else 0
+
+    ops = list(graph.ops)
+    for conv in ops:
+        if not isinstance(conv, ConvertOp):
+            continue
+        src, dst = conv.src.buffer.name, conv.dst.buffer.name
+        touches = [op for op in ops if op is not conv and any(b.name == src for b in op.buffers())]
+        if any(op.index > conv.index for op in touches):
+            continue
+        outer = conv.serial_loops[0] if conv.serial_loops else None
+        if outer is not None and any(op.serial_loops and op.serial_loops[0] is outer for op in touches):
+            continue
+        total -= min(slots(src), slots(dst))
+    return total
