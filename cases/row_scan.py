@@ -6,7 +6,11 @@ sequentially, so the row must live in the thread running iteration ``i``: the se
 slots of one thread (``F``: thread ``i``, slot ``j``), and lowering unrolls the serial loop so each slot is a
 compile-time register. Layouts that spread a row over threads (the coalesced copy's) are refused as roots,
 naming the serial access. Over a shared tile the serial loop walks memory, and no fragment constrains it.
+``lang.cumsum`` over a whole fragment with more threads than rows (a power-of-two number of threads per row,
+up to a warp) splits each row over that many lanes instead: contiguous chunks, scanned per lane, joined by
+warp shuffles.
 """
+import numpy as np
 from tvm.script import tirx as T
 from tvm.tirx.script import tile as Tx
 
@@ -18,7 +22,10 @@ T.serial(1, 128): F[i, j] = F[i, j] + F[i, j - 1]`): compile-time crash, `Intern
 (StructuralEqual()(it->second.indices, indices)) is false: F: (i, j - 1) and (i, j)` (one index per buffer per loop,
 #3005). T.cumsum(F, dim=1) over a 64x32 fp32 fragment, 64 threads: F keeps the copy's layout (thread
 _i % 8 * 8 + _j // 4, slot _i // 8 * 4 + _j % 4) and the scan goes through a 64x32 shared scratch tile `scan_smem`
-(a round trip through shared memory); here the row stays in one thread and the scan runs in registers."""
+(a round trip through shared memory); here the row stays in one thread and the scan runs in registers.
+With 128 threads for the 64 rows, TileLang holds 16 registers per thread; we split each row over 2 lanes of
+a warp (16 contiguous elements each, a chunk scan joined by a warp-shuffle scan of the chunk totals) and hold
+16 as well, where keeping whole rows held 32 (and left half the threads replicating the other half)."""
 
 
 def manual_scan(m: int, n: int, threads: int):
@@ -88,5 +95,12 @@ def check(variant, model, result):
     if variant.startswith("cumsum_shared"):
         # dim 0 is walked serially in shared memory; the fragment read of each column stays in one thread
         assert (threads == threads[:1]).all(), f"F: each column must be held by one thread: {frag}"
+        return
+    if variant.startswith("cumsum_reverse"):
+        # 64 rows, 128 threads: each row on 2 consecutive lanes of one warp, contiguous halves, every thread busy
+        rows, n = threads.shape[0], threads.shape[1]
+        lanes = 128 // rows
+        want = (np.arange(rows)[:, None] * lanes + np.arange(n)[None, :] // (n // lanes))[..., None]
+        assert frag["replicate"] == 1 and (threads == want).all(), f"F: rows split over {lanes} lanes expected: {frag}"
         return
     assert (threads == threads[:, :1]).all(), f"F: each row must be held by one thread (serial axis): {frag}"

@@ -21,6 +21,7 @@ from tilelayout.fragment import Fragment, fully_replicated
 from tilelayout.layout import Layout, placeholder, rep_placeholder, substitute
 
 from .loop_nest import LoopNest
+from .scan_split import split_completion, split_derived_loop, split_owns
 from .serial_axes import lift, project, widened
 
 __all__ = ["PartialCoverage", "loop_from_fragment", "complete_fragment", "reaches_partly", "ownership_error", "access_points",
@@ -93,6 +94,9 @@ def everyone(shape, thread_range: tuple) -> Fragment:
 def loop_from_fragment(nest: LoopNest, access, frag: Fragment, thread_range: tuple) -> Fragment:
     """Loop layout that runs iteration x in the threads holding ``frag[idx(x)]`` (``thread_range``: the
     (min, extent) of the threads running the op, used when ``frag`` is not bound to a range)."""
+    split = split_derived_loop(nest, access, frag, thread_range)
+    if split is not None:  # a lang.cumsum row split over warp lanes: its own loop layout
+        return split
     wide = widened(nest, access)
     if wide is not None:   # serial loops index the fragment: derive on the widened domain, then project
         return project(loop_from_fragment(*wide, frag, thread_range), nest, access)
@@ -226,6 +230,9 @@ def reaches_partly(nest: LoopNest, access) -> bool:
 def complete_fragment(nest: LoopNest, loop: Fragment, access, thread_range: tuple, read_only: bool) -> Fragment:
     """The fragment layout a loop induces through one access of it (``thread_range``: the (min, extent) of
     the threads running the op)."""
+    split = split_completion(nest, loop, access)
+    if split is not None:  # the split loop layout of a lang.cumsum scan: the row split over its lanes
+        return split
     wide = widened(nest, access)
     if wide is not None:   # serial loops index the fragment: complete it on the widened domain
         return complete_fragment(wide[0], lift(loop, wide[0]), wide[1], thread_range, read_only)
@@ -357,6 +364,8 @@ def _broadcast_completion(nest: LoopNest, loop: Fragment, idx: list, buf) -> Fra
 def ownership_error(nest: LoopNest, loop: Fragment, access, frag: Fragment) -> "Violation | None":
     """None when the threads running each iteration hold the element read (reads) or are exactly its
     holders (writes); otherwise the first violation (a ``Violation``: ``str()`` gives it in words)."""
+    if split_owns(nest, loop, access, frag):
+        return None        # a lang.cumsum row split over warp lanes: each lane holds exactly its chunk
     wide = widened(nest, access)
     if wide is not None:
         return ownership_error(wide[0], lift(loop, wide[0]), wide[1], frag)

@@ -25,6 +25,7 @@ from ..hardware import max_vector_load_bits
 from .loop_nest import LoopNest
 from .rule_state import RuleState  # noqa: F401  (the state every rule here is handed)
 from .loop_plan import plan_loop_layout, plan_vector_width, select_min_padding_width
+from .scan_split import scan_of, split_lanes, split_loop_layout
 
 STRICT, COMMON, FREE = 2, 1, 0
 LEVEL_NAMES = {STRICT: "strict", COMMON: "common", FREE: "free"}
@@ -172,12 +173,28 @@ def _plan(nest: LoopNest, state) -> Fragment:
     partial = _partial_fragment_plan(nest, state)
     if partial is not None:
         return partial
+    lanes = _scan_lanes(nest, state)
+    if lanes > 1:          # a lang.cumsum row split over warp lanes: n / lanes registers instead of n
+        return state.memo(("split-scan", nest.index, lanes), lambda: split_loop_layout(
+            list(nest.extents), lanes, tuple(state.thread_range)))
     def plan():
         width = _vector_width(nest, state)
         if not nest.touches_fragment:
             width = select_min_padding_width(width, nest.size, state.threads)
         return plan_loop_layout(nest.extents, state.threads, width, nest.touches_fragment, state.thread_range[0])
     return state.memo(("plan", nest.index), plan)
+
+
+def _scan_lanes(nest: LoopNest, state) -> int:
+    """Lanes per row a lang.cumsum scan can be split over (1: keep the row in one thread); only while the
+    scanned fragment has no layout yet."""
+    scan = scan_of(nest.op)
+    if scan is None or any(a.buffer.var.same_as(scan.dst) and state.layout(a.buffer) is not None
+                           for a in nest.fragment_accesses()):
+        return 1
+    from ..hardware import warp_size
+    return split_lanes(scan, list(nest.extents), state.threads, warp_size(state.target), tuple(state.thread_range),
+                       state.block_threads, nest.op.conditions)
 
 
 def _vector_width(nest: LoopNest, state, extents=None) -> int:

@@ -230,6 +230,12 @@ def _partition_nest(root, tx, threads: int, frag_layouts: dict, nest, verify: bo
         raise LoweringError(f"loop {key}: its layout covers {layout.input_shape} but the loop runs over {extents}; "
                             f"iterations would be dropped or invented")
     what = f"loop {key}"
+    from .lower_scan import lower_split_scan, split_scan_of
+    split = split_scan_of(loops, layout, frag_layouts)
+    if split is not None:       # a lang.cumsum row split over warp lanes (chunk scans joined by shuffles)
+        if verify and nest is not None:
+            _verify_nest(key, nest, layout, frag_layouts)
+        return lower_split_scan(loops, *split, tx, threads, key)
     try:
         cells = per_thread_cells(layout, tx, threads, what, "s")
     except NoClosedFormInverse:

@@ -66,7 +66,8 @@ def cumsum(src: Any, dst: Any = None, dim: int = 0, reverse: bool = False) -> No
     other = [d for d in range(rank) if d != dim]
 
     def body(par_vars: list) -> None:
-        with IB.serial(0, n) as k:
+        # the mark lets layout inference split a row over lanes (passes/inference/scan_split.py)
+        with IB.serial(0, n, annotations={"tilelayout.cumsum": int(bool(reverse))}) as k:
             pos = (n - 1 - k) if reverse else k
             prev = (pos + 1) if reverse else (pos - 1)
             prev = tirx.max(tirx.min(prev, n - 1), 0)   # clamped: read only when k > 0
