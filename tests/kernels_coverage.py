@@ -57,6 +57,36 @@ def cumsum(m: int, n: int, threads: int, dim: int, reverse: bool, into_other: bo
     return kernel
 
 
+def cumsum_1d_fragment(n: int, threads: int, reverse: bool):
+    """lang.cumsum of a whole 1-D fragment (one row)."""
+    @T.prim_func
+    def kernel(A: T.Buffer((n,), "float32"), B: T.Buffer((n,), "float32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", threads)
+        F = T.alloc_buffer((n,), "float32", scope="local.fragment")
+        Tx.copy(F[0:n], A[0:n])
+        lang.cumsum(F, reverse=reverse)
+        Tx.copy(B[0:n], F[0:n])
+    return kernel
+
+
+def cumsum_twice(m: int, n: int, threads: int):
+    """A forward then a reversed lang.cumsum of one fragment, then an elementwise use of it."""
+    @T.prim_func
+    def kernel(A: T.Buffer((m, n), "float32"), B: T.Buffer((m, n), "float32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", threads)
+        F = T.alloc_buffer((m, n), "float32", scope="local.fragment")
+        Tx.copy(F[0:m, 0:n], A[0:m, 0:n])
+        lang.cumsum(F, dim=1)
+        lang.cumsum(F, dim=1, reverse=True)
+        for i in T.parallel(m):
+            for j in T.parallel(n):
+                F[i, j] = F[i, j] * T.float32(2.0)
+        Tx.copy(B[0:m, 0:n], F[0:m, 0:n])
+    return kernel
+
+
 def cumsum_1d(n: int, threads: int):
     @T.prim_func
     def kernel(A: T.Buffer((n,), "float32"), B: T.Buffer((n,), "float32")):

@@ -60,3 +60,76 @@ def test_the_numpy_scan_reference_is_not_trivially_satisfied():
     fwd, rev = _numpy_scan(a, 1, False), _numpy_scan(a, 1, True)
     assert np.allclose(fwd, np.cumsum(a, axis=1), atol=1e-5)
     assert not np.allclose(fwd, a, atol=1e-3) and not np.allclose(fwd, rev, atol=1e-3)
+
+
+# ------------------------------------------------------------------ rows split over the lanes of a warp
+
+#: (rows, columns, threads) where every thread can take an equal contiguous part of one row
+SPLIT = [(64, 32, 128), (16, 32, 128), (8, 64, 64), (4, 8, 32), (1, 64, 32), (2, 8, 4)]
+
+
+@pytest.mark.parametrize("m,n,threads", SPLIT)
+def test_split_rows_hold_each_element_once_on_consecutive_lanes_of_one_warp(m, n, threads):
+    for model in MODELS:
+        frag = tl.infer_layouts(K.cumsum(m, n, threads, 1, False), cost_model=model).buffers["F"]
+        t = np.asarray(frag.thread_table())
+        assert t.shape[-1] == 1, f"{model}: F is replicated: {frag}"
+        t = t[..., 0]
+        assert int(np.prod(frag.output_shape)) * threads == m * n, f"{model}: {frag}"
+        assert sorted(set(t.reshape(-1).tolist())) == list(range(threads)), f"{model}: idle threads: {frag}"
+        for row in t:
+            assert len(set((row // 32).tolist())) == 1, f"{model}: a row spans warps: {frag}"
+            assert (np.diff(row) >= 0).all() and (np.diff(row) <= 1).all(), f"{model}: chunks not contiguous: {frag}"
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("n,threads", [(64, 32), (32, 8), (8, 8)])
+def test_one_dimensional_fragment_split_over_a_warp_matches_numpy(n, threads, reverse):
+    func = K.cumsum_1d_fragment(n, threads, reverse)
+    frag = tl.infer_layouts(func).buffers["F"]
+    assert int(np.prod(frag.output_shape)) == n // threads, frag
+    a = np.random.default_rng(n + threads).standard_normal(n).astype(np.float32)
+    out = [a.copy(), np.zeros_like(a)]
+    tl.build_cpu(func)(*out)
+    np.testing.assert_allclose(out[1], _numpy_scan(a, 0, reverse), rtol=1e-5, atol=1e-4)
+
+
+def test_split_scan_cuda_uses_shuffles_and_constant_register_slots():
+    src = tl.cuda_source(K.cumsum(64, 32, 128, 1, True))
+    assert "__shfl_sync" in src
+    assert "float F_ptr[16];" in src
+    assert "F_ptr[0] = (F_ptr[0] + F_ptr[1]);" in src         # the reverse chunk scan, slot 1 into slot 0
+    assert "F_ptr[(" not in src and "F_ptr[((" not in src     # no thread-dependent register index
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("wrong", ["one lane too far", "wrong direction"])
+def test_a_wrong_shuffle_lane_is_caught_by_the_cpu_check(monkeypatch, reverse, wrong):
+    """The CPU run emulates the shuffles' real data flow: reading the wrong lane must give wrong sums."""
+    from tilelayout.passes.lowering import lower_scan
+    right = lower_scan._partner
+    if wrong == "one lane too far":
+        monkeypatch.setattr(lower_scan, "_partner", lambda lane, d, rev: right(lane, d + 1, rev))
+    else:
+        monkeypatch.setattr(lower_scan, "_partner", lambda lane, d, rev: right(lane, d, not rev))
+    m, n, threads = 16, 32, 128
+    a = np.random.default_rng(5).standard_normal((m, n)).astype(np.float32)
+    out = [a.copy(), np.zeros_like(a)]
+    tl.build_cpu(K.cumsum(m, n, threads, 1, reverse))(*out)
+    assert not np.allclose(out[1], _numpy_scan(a, 1, reverse), rtol=1e-5, atol=1e-4)
+    monkeypatch.setattr(lower_scan, "_partner", right)
+    out = [a.copy(), np.zeros_like(a)]
+    tl.build_cpu(K.cumsum(m, n, threads, 1, reverse))(*out)
+    np.testing.assert_allclose(out[1], _numpy_scan(a, 1, reverse), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("m,n,threads", [(64, 32, 128), (16, 32, 128), (48, 12, 64)])
+def test_two_scans_of_one_fragment_then_an_elementwise_loop(model, m, n, threads):
+    """The second scan derives its loop layout from the first one's (split) fragment layout."""
+    func = K.cumsum_twice(m, n, threads)
+    a = np.random.default_rng(9).standard_normal((m, n)).astype(np.float32)
+    out = [a.copy(), np.zeros_like(a)]
+    tl.build_cpu(func, cost_model=model)(*out)
+    want = 2.0 * _numpy_scan(_numpy_scan(a, 1, False), 1, True)
+    np.testing.assert_allclose(out[1], want, rtol=1e-5, atol=1e-3)

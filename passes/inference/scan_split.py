@@ -21,6 +21,7 @@ import numpy as np
 from tvm import tirx
 from tvm.ir import Call, TensorLoad
 
+from tilelayout.errors import TileLayoutError
 from tilelayout.evaluate import evaluate
 from tilelayout.expr import mentions
 from tilelayout.fragment import Fragment
@@ -182,8 +183,7 @@ def is_split_loop(loop: Fragment, par_extents: list, lanes: int, thread_range: t
         return False
     if (loop.thread_range or tuple(thread_range)) != tuple(thread_range):
         return False
-    want = split_loop_layout(par_extents, lanes, thread_range)
-    return bool(np.array_equal(loop.thread_table(), want.thread_table()))
+    return _same_threads(loop, split_loop_layout(par_extents, lanes, thread_range))
 
 
 def is_split_fragment(frag: Fragment, shape: list, dim: int, lanes: int, thread_range: tuple) -> bool:
@@ -192,8 +192,15 @@ def is_split_fragment(frag: Fragment, shape: list, dim: int, lanes: int, thread_
         return False
     if (frag.thread_range or tuple(thread_range)) != tuple(thread_range):
         return False
-    want = split_fragment(shape, dim, lanes, thread_range)
-    return bool(np.array_equal(frag.thread_table(), want.thread_table()))
+    return _same_threads(frag, split_fragment(shape, dim, lanes, thread_range))
+
+
+def _same_threads(a: Fragment, b: Fragment) -> bool:
+    """Exact comparison of the (element, replica) -> thread tables; too large to enumerate: not the split."""
+    try:
+        return bool(np.array_equal(a.thread_table(), b.thread_table()))
+    except TileLayoutError:
+        return False
 
 
 # ------------------------------------------------------------------------------------ rule hooks
