@@ -6,7 +6,8 @@ back ends see nothing new:
 
 - ``cumsum(src, dst=None, dim=0, reverse=False)``: inclusive prefix sum along ``dim`` (TileLang's
   ``T.cumsum``), over fragments or shared tiles: a parallel nest over the other dimensions around a
-  serial loop along ``dim``, which layout inference keeps within one thread.
+  serial loop along ``dim``, which layout inference keeps within one thread, or splits over the lanes of a
+  warp when every thread can take an equal part of a row (chunk scans joined by warp shuffles).
 - ``atomic_add(dst, value)``, ``atomic_max``, ``atomic_min``: TileLang's ``T.atomic_add(dst, value)`` on
   global or shared memory (``dst`` is an element such as ``B[i]``). CUDA has floating-point atomicAdd;
   atomicMax/atomicMin exist for 32/64-bit integers only, so those refuse floating-point elements.
