@@ -57,13 +57,13 @@ def cumsum(m: int, n: int, threads: int, dim: int, reverse: bool, into_other: bo
     return kernel
 
 
-def cumsum_1d_fragment(n: int, threads: int, reverse: bool):
+def cumsum_1d_fragment(n: int, threads: int, reverse: bool, dtype: str = "float32"):
     """lang.cumsum of a whole 1-D fragment (one row)."""
     @T.prim_func
-    def kernel(A: T.Buffer((n,), "float32"), B: T.Buffer((n,), "float32")):
+    def kernel(A: T.Buffer((n,), dtype), B: T.Buffer((n,), dtype)):
         bx = T.launch_thread("blockIdx.x", 1)
         tx = T.launch_thread("threadIdx.x", threads)
-        F = T.alloc_buffer((n,), "float32", scope="local.fragment")
+        F = T.alloc_buffer((n,), dtype, scope="local.fragment")
         Tx.copy(F[0:n], A[0:n])
         lang.cumsum(F, reverse=reverse)
         Tx.copy(B[0:n], F[0:n])

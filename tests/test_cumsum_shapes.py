@@ -133,3 +133,27 @@ def test_two_scans_of_one_fragment_then_an_elementwise_loop(model, m, n, threads
     tl.build_cpu(func, cost_model=model)(*out)
     want = 2.0 * _numpy_scan(_numpy_scan(a, 1, False), 1, True)
     np.testing.assert_allclose(out[1], want, rtol=1e-5, atol=1e-3)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_int32_split_scan_is_exact(reverse):
+    func = K.cumsum_1d_fragment(64, 16, reverse, "int32")
+    assert int(np.prod(tl.infer_layouts(func).buffers["F"].output_shape)) == 4
+    a = np.random.default_rng(2).integers(-1000, 1000, 64).astype(np.int32)
+    out = [a.copy(), np.zeros_like(a)]
+    tl.build_cpu(func)(*out)
+    want = (np.cumsum(a[::-1])[::-1] if reverse else np.cumsum(a)).astype(np.int32)
+    assert np.array_equal(out[1], want)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_split_scan_from_a_shared_tile_into_a_fragment(model):
+    """cumsum(S, F, dim=0): the source is read from shared memory, each column of F split over 8 lanes."""
+    from cases.row_scan import _cumsum_shared
+    func = _cumsum_shared(32, 8, 64)
+    frag = tl.infer_layouts(func, cost_model=model).buffers["F"]
+    assert int(np.prod(frag.output_shape)) == 4 and frag.replicate_size == 1, frag
+    a = np.random.default_rng(4).standard_normal((32, 8)).astype(np.float32)
+    out = [a.copy(), np.zeros_like(a)]
+    tl.build_cpu(func, cost_model=model)(*out)
+    np.testing.assert_allclose(out[1], _numpy_scan(a, 0, False), rtol=1e-5, atol=1e-4)
