@@ -144,7 +144,7 @@ def split_lanes(scan: CumsumScan | None, par_extents: list, threads: int, warp: 
     if list(thread_range) != [0, threads] or threads != block_threads or rows < 1 or threads % rows:
         return 1
     lanes = threads // rows
-    if lanes < 2 or lanes > warp or lanes & (lanes - 1) or scan.n % lanes:
+    if lanes < 2 or lanes > min(warp, _MIN_WARP) or lanes & (lanes - 1) or scan.n % lanes:
         return 1
     if int(np.prod([e for e in par_extents], dtype=np.int64)) != max(rows, 1):
         return 1
@@ -245,6 +245,17 @@ def split_owns(nest, loop: Fragment, access, frag: Fragment) -> bool:
             and is_split_fragment(frag, shape, scan.dim, lanes, rng))
 
 
+def _realisable(scan: CumsumScan, shape: list, lanes: int, rng: tuple) -> bool:
+    """What lowering needs of a split that the layouts alone do not say (its launch check is stricter)."""
+    rows = int(np.prod([s for d, s in enumerate(shape) if d != scan.dim], dtype=np.int64))
+    return (str(scan.dst.dtype) in SCAN_DTYPES and 2 <= lanes <= _MIN_WARP and not lanes & (lanes - 1)
+            and scan.n % lanes == 0 and rng[0] == 0 and rows * lanes == rng[1])
+
+
+#: lanes never exceed the smallest warp of any target (lowering shuffles within 32-lane segments)
+_MIN_WARP = 32
+
+
 def split_completion(nest, loop: Fragment, access) -> Fragment | None:
     """The scanned fragment's split layout when ``loop`` is the split loop layout, else None."""
     scan = _dst_access(nest, access)
@@ -252,7 +263,7 @@ def split_completion(nest, loop: Fragment, access) -> Fragment | None:
     if scan is None or shape is None or loop.thread_range is None or loop.replicate_size < 2:
         return None
     lanes, rng = loop.replicate_size, loop.thread_range
-    if str(scan.dst.dtype) not in SCAN_DTYPES or shape[scan.dim] % lanes:
+    if not _realisable(scan, shape, lanes, rng):
         return None
     if not is_split_loop(loop, list(nest.extents), lanes, rng):
         return None
@@ -270,6 +281,6 @@ def split_derived_loop(nest, access, frag: Fragment, thread_range: tuple) -> Fra
     if rows < 1 or rng[1] % rows:
         return None
     lanes = rng[1] // rows
-    if lanes < 2 or lanes & (lanes - 1) or scan.n % lanes or not is_split_fragment(frag, shape, scan.dim, lanes, rng):
+    if not _realisable(scan, shape, lanes, rng) or not is_split_fragment(frag, shape, scan.dim, lanes, rng):
         return None
     return split_loop_layout(list(nest.extents), lanes, rng)
