@@ -313,7 +313,8 @@ class _Engine:
             return None
         self.attempts = before + split_attempts(self, prev, prev_state, cid, self.attempts) + \
             later_attempts(after, begin, state)
-        self._check_complete(state)
+        # no _check_complete: every other op passed it in ``prev`` on the same layouts and loops, and the
+        # search kept only an attempt whose component passed _check_component (the same checks, per op)
         return state
 
     def _pins(self, state: _State) -> None:
