@@ -102,7 +102,26 @@ class ConversionCost:
 
 
 def _cells(frag: Fragment, threads: int):
-    """(element, thread, flat slot) of every (element, replica) cell; threads counted from 0."""
+    """(element, thread, flat slot, replicas) of every (element, replica) cell; threads counted from 0. The
+    no-op test, the shuffle plan and both sides of a round trip all enumerate the same two fragments: memoised
+    by mapping (read-only arrays)."""
+    key = (frag.key, threads)
+    hit = _CELLS.get(key)
+    if hit is None:
+        if len(_CELLS) > 256:
+            _CELLS.clear()
+        elem, thread, slot, reps = _enumerate_cells(frag)
+        for a in (elem, thread, slot):
+            a.setflags(write=False)
+        hit = _CELLS[key] = (elem, thread, slot, reps)
+    return hit
+
+
+#: cells of a fragment by (key, threads)
+_CELLS: dict = {}
+
+
+def _enumerate_cells(frag: Fragment):
     lo = (frag.thread_range or (0, 0))[0]
     thread = np.asarray(frag.thread_table(), dtype=np.int64) + lo                # (*shape, R)
     tab = np.asarray(frag.table(), dtype=np.int64)                               # (*shape, outputs)
@@ -441,6 +460,7 @@ def clear_caches() -> None:
     """Forget memoised conversion costs (the next inference run is cold)."""
     _WALK.clear()
     _MEMO.clear()
+    _CELLS.clear()
     _SHARED.clear()
     _SIDES.clear()
 

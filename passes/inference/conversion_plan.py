@@ -308,7 +308,7 @@ def infer_with_conversions(func, target, cost_model, conflicts, engine_cls, erro
             break
         base = _total(engine, state)
         best, attempts = _try_splits(func, engine.graph, splits, target, cost_model, budget, engine_cls, errors,
-                                     base)
+                                     base, (engine, state))
         tried += attempts
         if best is None:
             break
@@ -323,9 +323,15 @@ def infer_with_conversions(func, target, cost_model, conflicts, engine_cls, erro
 MAX_EPILOGUES = 4
 
 
-def _try_splits(func, graph, splits, target, cost_model, budget, engine_cls, errors, base=None):
+#: an epilogue split's run starts from the unsplit run's decisions where ``epilogue_reuse`` shows they stay the
+#: same (False: every split program is inferred from scratch; the tests compare both ways)
+REUSE_UNSPLIT_RUN = True
+
+
+def _try_splits(func, graph, splits, target, cost_model, budget, engine_cls, errors, base=None, reuse=None):
     """Run inference on every split; ((func, engine, state) of the cheapest, attempts). With ``base`` (the
-    (mem, regs) of the program without the split) a split must be strictly cheaper to win."""
+    (mem, regs) of the program without the split) a split must be strictly cheaper to win; ``reuse``: the
+    (engine, state) of that program, which an epilogue split's run may start from."""
     from .layout_inference import Attempt
     tried, best, best_cost = [], None, base
     for split in splits:
@@ -340,7 +346,11 @@ def _try_splits(func, graph, splits, target, cost_model, budget, engine_cls, err
         try:
             rewritten, _ = split_fragment(func, graph, split)
             trial = engine_cls(rewritten, target, cost_model, budget)
-            trial_state = trial.run()
+            trial_state = None
+            if reuse is not None and REUSE_UNSPLIT_RUN:
+                trial_state = trial.run_after_epilogue_split(*reuse, split.op_index)
+            if trial_state is None:
+                trial_state = trial.run()
             regs = _regs(trial, trial_state)
             if regs > budget:
                 raise InferenceError(f"still {regs} registers per thread, over the budget of {budget}")

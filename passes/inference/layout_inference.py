@@ -261,6 +261,7 @@ class _Engine:
         self.attempts: list = []
         self.memo: dict = {}
         self.descriptions: dict = {}
+        self.common: _State | None = None     # the state the free level started from (set by run)
 
     def describe(self, index: int) -> str:
         text = self.descriptions.get(index)
@@ -292,8 +293,28 @@ class _Engine:
         state.queue.clear()
         state.queued.clear()
         self._drain_all(state, COMMON)
+        self.common = state.copy()      # what the free level started from (``epilogue_reuse`` reads it)
         state = self._free(state)
         self._check_complete(state)
+        return state
+
+    def run_after_epilogue_split(self, prev: "_Engine", prev_state: _State, reader: int) -> _State | None:
+        """``run()`` of this engine, whose function is ``prev``'s with the store ``reader`` converted first
+        (an epilogue split), computed from ``prev``'s run: the same final state and attempts, or None when
+        ``epilogue_reuse`` cannot show they are the same (the caller then runs in full)."""
+        from .epilogue_reuse import later_attempts, only_split_changed, reuse_state, split_attempts
+        start = reuse_state(self, prev, prev_state, reader)
+        if start is None:
+            return None
+        begin, cid, before, after = start
+        state = self._free(begin)           # only the split component is unsettled
+        if not only_split_changed(self, begin, state, reader):
+            self.attempts = []
+            return None
+        self.attempts = before + split_attempts(self, prev, prev_state, cid, self.attempts) + \
+            later_attempts(after, begin, state)
+        # no _check_complete: every other op passed it in ``prev`` on the same layouts and loops, and the
+        # search kept only an attempt whose component passed _check_component (the same checks, per op)
         return state
 
     def _pins(self, state: _State) -> None:
