@@ -6,6 +6,9 @@ walks several rows), forward and reversed, in place and into a second fragment, 
 """
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -157,3 +160,15 @@ def test_split_scan_from_a_shared_tile_into_a_fragment(model):
     out = [a.copy(), np.zeros_like(a)]
     tl.build_cpu(func, cost_model=model)(*out)
     np.testing.assert_allclose(out[1], _numpy_scan(a, 0, False), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.skipif(__import__("shutil").which("nvcc") is None, reason="nvcc is not on PATH")
+def test_lane_split_scan_compiles_with_nvcc_and_keeps_its_shuffles():
+    import importlib
+    from tilelayout.passes.lowering.pipeline import compile_ptx, cuda_source
+    root = str(Path(__file__).resolve().parent.parent)
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    build = importlib.import_module("cases.row_scan").VARIANTS["cumsum_reverse_f32_64x32_t128"]
+    ptx = compile_ptx(cuda_source(build()), {"kind": "cuda", "arch": "sm_80"}).decode()
+    assert "shfl.sync" in ptx
