@@ -773,7 +773,7 @@ class Gen:
              "partial": 6, "step_fill": 4, "step_copy_frag": 3, "serial_inner": 1, "partial_copy": 3,
              "tile_elementwise": 3, "transposed_frag": 2, "guarded_store": 2, "step_store": 2,
              "thread_region": 5, "offset_visit": 5, "sub_region_copy": 4, "reversed_read": 5,
-             "multi_index_read": 3, "reduce_permuted": 4, "gemm": 3, "pipelined": 3}
+             "multi_index_read": 3, "reduce_permuted": 4, "gemm": 3, "pipelined": 3, "cumsum": 3}
 
     #: gemm operand dtype -> (weight, accumulator, K choices); fp8 (e4m3 / e5m2 codes through byte storage and
     #: bit decoding on the CPU), tf32 (f32 operands read truncated) and f64 (m8n8k4) exercise the bug classes of
@@ -892,6 +892,22 @@ class Gen:
         self.defined.add(acc.name)
         self.notes.append(f"pipelined-s{stages}-n{steps}")
 
+    def cumsum(self) -> None:
+        """``lang.cumsum`` of a written fragment in place, along a random dimension, forwards or reversed. Bug
+        classes: the lane-split scan (a row over 2^k lanes of a warp, chunk scans plus a shuffle scan of the
+        chunk totals) taking a wrong prefix, the wrong direction or a row that leaves its warp; serial axes
+        split across threads."""
+        cands = [b for b in self.frags() if all(e > 1 for e in b.shape)]
+        if not cands:
+            return self.elementwise()
+        f = self.rng.choice(cands)
+        dim = self.rng.randrange(len(f.shape))
+        reverse = self.rng.random() < 0.5
+        self.body.append(f"lang.cumsum({f.name}, dim={dim}, reverse={reverse})")
+        self.has_sum = True
+        self.sum_extent = max(self.sum_extent, f.shape[dim])
+        self.notes.append("cumsum-reverse" if reverse else "cumsum")
+
     def step_reduce(self) -> None:
         cands = [b for b in self.frags() if b.shape != (1,)]
         return self.reduce(self.rng.choice(cands)) if cands else self.elementwise()
@@ -950,7 +966,8 @@ def parse(text: str):
     import tvm
     from tvm.script import tirx as T
     from tvm.tirx.script import tile as Tx
-    return tvm.script.from_source(text, extra_vars={"T": T, "Tx": Tx})
+    from tilelayout import lang
+    return tvm.script.from_source(text, extra_vars={"T": T, "Tx": Tx, "lang": lang})
 
 
 def _index_fn(nest, access):
