@@ -5,7 +5,7 @@ from tvm.tirx.script import tile as Tx
 from tilelayout import lang
 
 # kernels that are also golden cases are imported from them, not repeated here
-from cases.atomic_accumulate import split_k  # noqa: F401
+from cases.atomic_accumulate import _histogram, split_k  # noqa: F401
 from cases.row_scan import manual_scan  # noqa: F401
 from cases.dynamic_tiles import _staged_2d
 
@@ -101,19 +101,7 @@ def cumsum_1d(n: int, threads: int):
 
 def histogram(m: int, n: int, bins: int, threads: int, shared: bool):
     if shared:
-        @T.prim_func
-        def kernel(A: T.Buffer((m, n), "int32"), Hist: T.Buffer((bins,), "int32")):
-            bx = T.launch_thread("blockIdx.x", 1)
-            tx = T.launch_thread("threadIdx.x", threads)
-            H = T.alloc_shared((bins,), "int32")
-            for b in T.parallel(bins):
-                H[b] = 0
-            for i in T.parallel(m):
-                for j in T.parallel(n):
-                    lang.atomic_add(H[(A[i, j] % bins + bins) % bins], 1)
-            for b in T.parallel(bins):
-                Hist[b] = H[b]
-        return kernel
+        return _histogram(m, n, bins, threads)      # the golden case's kernel
 
     @T.prim_func
     def kernel(A: T.Buffer((m, n), "int32"), Hist: T.Buffer((bins,), "int32")):

@@ -227,13 +227,18 @@ def _emulate_mma(call, phases) -> tirx.Stmt:
         steps.append(tirx.BufferStore(tmp, cv, [e]))
         mac = tirx.BufferStore(tmp, tirx.BufferLoad(tmp, [e]) + tirx.Cast(acc_t, av) * tirx.Cast(acc_t, bv), [e])
         steps.append(tirx.For(kk, 0, inst.k, tirx.ForKind.SERIAL, mac))
-    if inst.c_pack == 1:
-        steps += [_store_to(d[e], _as(str(d[e].ty), tirx.BufferLoad(tmp, [e]))) for e in range(inst.c_elems)]
-    else:
-        for r in range(nd):
-            halves = [tirx.Cast("float16", tirx.BufferLoad(tmp, [2 * r + p])) for p in range(2)]
-            steps.append(_store_to(d[r], _pack(halves, "float16")))
+    steps += write_accumulator(d, tmp, inst)
     return tirx.SeqStmt([phases.thread_loop(tirx.SeqStmt(publish)), phases.thread_loop(tirx.SeqStmt(steps))])
+
+
+def write_accumulator(d: list, tmp, inst) -> list:
+    """Stores of the computed accumulator elements (``tmp``) into the destination registers ``d``: one element
+    per register, or two float16 halves per 32-bit register (``c_pack == 2``), first element in the low half."""
+    if inst.c_pack == 1:
+        return [_store_to(d[e], _as(str(d[e].ty), tirx.BufferLoad(tmp, [e]))) for e in range(inst.c_elems)]
+    return [_store_to(d[r], _pack([tirx.Cast("float16", tirx.BufferLoad(tmp, [2 * r + p])) for p in range(2)],
+                                  "float16"))
+            for r in range(inst.c_elems // inst.c_pack)]
 
 
 def shared_element(addr) -> tuple:

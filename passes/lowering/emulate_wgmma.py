@@ -16,7 +16,8 @@ import tvm
 from tvm import tirx
 from tvm.ir import TensorLoad
 
-from .emulate_mma import _PTX_DTYPE, _as, _exchange, _op_name, _pack, _split_args, _store_to, _unpack, fp8_to_f32, tf32_input
+from .emulate_mma import (_PTX_DTYPE, _as, _exchange, _op_name, _split_args, _unpack, fp8_to_f32,
+                          tf32_input, write_accumulator)
 from ..ir_utils import mapped
 from .loop_partition import LoweringError
 from .mma_ptx import FP8, WgmmaInst, dtype_bits
@@ -137,12 +138,7 @@ def emulate_wgmma(call, phases) -> tirx.Stmt:
     prod = tirx.Cast(acc_t, av) * tirx.Cast(acc_t, bv) * tirx.const(scale_a * scale_b, acc_t)
     mac = tirx.For(kk, 0, inst.k, tirx.ForKind.SERIAL, tirx.BufferStore(tmp, tirx.BufferLoad(tmp, [ev]) + prod, [ev]))
     steps.append(tirx.For(ev, 0, inst.c_elems, tirx.ForKind.SERIAL, mac))
-    if inst.c_pack == 1:
-        steps += [_store_to(d[e], _as(str(d[e].ty), tirx.BufferLoad(tmp, [e]))) for e in range(inst.c_elems)]
-    else:
-        for r in range(nd):
-            halves = [tirx.Cast("float16", tirx.BufferLoad(tmp, [2 * r + p])) for p in range(2)]
-            steps.append(_store_to(d[r], _pack(halves, "float16")))
+    steps += write_accumulator(d, tmp, inst)
     out = [phases.thread_loop(tirx.SeqStmt(steps))]
     if publish:
         out.insert(0, phases.thread_loop(tirx.SeqStmt(publish)))

@@ -197,6 +197,7 @@ class GemmContext:
 
 
 def _region_index(region, coords: list) -> list:
+    """Buffer indices of ``region`` at squeezed (non-unit-dim) coordinates ``coords``."""
     it = iter(coords)
     out = []
     for off, ext in zip(region.offsets, region.extents):

@@ -41,6 +41,7 @@ from ..inference.all_reduce import _cell_elements, _reduced, _split_basis, _xor_
 from ..inference.loop_nest import nest_of
 from ..ir_utils import int_value, make_analyzer, mutate, thread_launch, walk
 from . import lower_gemm as _gemm
+from .lower_gemm import _region_index
 from .loop_partition import LoweringError, buffer_layouts, check_thread_fit, per_thread_cells
 
 __all__ = ["LowerTileOps", "lower_tile_ops", "elementwise_value", "reduce_identity",
@@ -567,19 +568,6 @@ def _is_one(value) -> bool:
     if isinstance(value, (int, float)):
         return value == 1
     return isinstance(value, (tirx.FloatImm, tirx.IntImm)) and float(value.value) == 1.0
-
-
-def _region_index(region, coords: list) -> list:
-    """Buffer indices of ``region`` at squeezed (non-unit-dim) coordinates ``coords``."""
-    it = iter(coords)
-    out = []
-    for off, ext in zip(region.offsets, region.extents):
-        if isinstance(ext, int) and ext == 1:
-            out.append(off if not isinstance(off, int) else tirx.const(off, "int32"))
-        else:
-            c = next(it)
-            out.append(c if isinstance(off, int) and off == 0 else off + c)
-    return out
 
 
 def _shuffle_xor(value, mask: int, warp: int):
