@@ -92,17 +92,44 @@ def assert_valid_fragment(name: str, d: dict) -> None:
     assert np.unique(packed).size == packed.size, f"{name}: two elements share one (thread, slot) register"
 
 
+def _holder_keys(d: dict, limit: int) -> np.ndarray:
+    """Sorted ``element * limit + thread`` of every (element, holder) of a fragment, built once per dict:
+    a check asks the same fragment about every loop."""
+    key = (json.dumps(d, sort_keys=True), limit)
+    hit = _HOLDERS.get(key)
+    if hit is None:
+        threads = thread_table(d)
+        size = int(np.prod(threads.shape[:-1]))
+        elem = np.repeat(np.arange(size, dtype=np.int64), threads.shape[-1])
+        if len(_HOLDERS) > 256:
+            _HOLDERS.clear()
+        hit = _HOLDERS[key] = np.unique(elem * limit + threads.reshape(-1))
+    return hit
+
+
+_HOLDERS: dict = {}
+
+
+def _member(sorted_keys: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """``query`` entries found in ``sorted_keys`` (sorted; repeats allowed)."""
+    if sorted_keys.size == 0:
+        return np.zeros(query.shape, dtype=bool)
+    pos = np.minimum(np.searchsorted(sorted_keys, query), sorted_keys.size - 1)
+    return sorted_keys[pos] == query
+
+
 def assert_owned(loop_key: str, loop: dict, frag_name: str, frag: dict,
                  index: Callable[..., tuple], write: bool = False) -> None:
     """Every thread running an iteration holds the fragment element it touches there.
 
     ``index`` maps the loop's coordinate grids to the fragment coordinates accessed. For a write,
     the iteration's threads must also reach every holder, so no replica keeps a stale value.
+    (Judged on sorted ``element * threads + thread`` keys rather than an element-by-thread table, which
+    for a 128x128 tile over 256 threads is 4 MB to clear per question.)
     """
     lshape = [int(s) for s in loop["input_shape"]]
     fshape = [int(s) for s in frag["input_shape"]]
     loop_threads = thread_table(loop)                                   # (*lshape, Rl)
-    frag_threads = thread_table(frag)                                   # (*fshape, Rf)
     limit = max(thread_count(loop), thread_count(frag))
     coords = [np.asarray(c, dtype=np.int64) for c in index(*np.indices(lshape))]
     coords = [np.broadcast_to(c, lshape) for c in coords]
@@ -110,20 +137,20 @@ def assert_owned(loop_key: str, loop: dict, frag_name: str, frag: dict,
         assert c.min() >= 0 and c.max() < extent, (
             f"loop {loop_key} reads {frag_name} out of bounds on axis {axis}: {c.min()}..{c.max()} vs {extent}")
     flat = np.ravel_multi_index(coords, fshape)                         # (*lshape)
-    holds = np.zeros((int(np.prod(fshape)), limit), dtype=bool)
-    holds[np.repeat(np.arange(holds.shape[0]), frag_threads.shape[-1]), frag_threads.reshape(-1)] = True
-    missing = ~holds[flat[..., None], loop_threads]                     # (*lshape, Rl)
+    holders = _holder_keys(frag, limit)
+    runs = flat[..., None] * limit + loop_threads                       # (*lshape, Rl)
+    missing = ~_member(holders, runs)
     if missing.any():
         where = tuple(int(x) for x in np.argwhere(missing)[0])
         raise AssertionError(f"loop {loop_key}: iteration {where[:-1]} runs on thread "
                              f"{loop_threads[where]} which does not hold {frag_name}{tuple(int(c[where[:-1]]) for c in coords)}")
     if write:
-        runs = np.zeros_like(holds)
-        runs[np.repeat(flat.reshape(-1), loop_threads.shape[-1]), loop_threads.reshape(-1)] = True
-        touched = np.unique(flat)
-        stale = holds[touched] & ~runs[touched]
-        assert not stale.any(), (f"loop {loop_key} writes {frag_name} but leaves replicas on threads "
-                                 f"{np.nonzero(stale.any(0))[0][:8].tolist()} stale")
+        touched = np.zeros(int(np.prod(fshape)), dtype=bool)
+        touched[flat.reshape(-1)] = True
+        due = holders[touched[holders // limit]]                        # holders of every written element
+        stale = due[~_member(np.sort(runs, axis=None), due)]
+        assert not stale.size, (f"loop {loop_key} writes {frag_name} but leaves replicas on threads "
+                                f"{np.unique(stale % limit)[:8].tolist()} stale")
 
 
 def conversion_kind(src: dict, dst: dict, threads: int | None = None, warp: int = 32) -> str:

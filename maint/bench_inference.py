@@ -1,7 +1,8 @@
 """Benchmark layout inference: every golden case and the benchmark kernels under both cost models, generated
 free components of K ops (with the growth exponent), the golden suite in check mode, and registers per thread;
 with ``--peer PYTHON`` TileLang 0.1.15's own inference is timed on the twins of the same kernels in the same
-run and the table gives the ratio and both register counts.
+run, one of its runs after each of ours (a second process answering requests), and the table gives the ratio
+and both register counts.
 
     python maint/bench_inference.py [--repeat N] [--peer PEER_PYTHON] [--k 64 256] [--no-suite]
 
@@ -73,25 +74,61 @@ def kernels() -> dict:
     return out
 
 
-def measure(func, model: str, repeat: int) -> tuple:
-    """(median ms of cold runs, registers per thread of the result)."""
+def measure(func, model: str, repeat: int, peer: "PeerTimer | None" = None, name: str | None = None) -> tuple:
+    """(median ms of our cold runs, our registers per thread, TileLang's {"ms", "regs"} | {"error"} | None).
+    With ``peer`` each of our runs is followed by one of TileLang's on its twin of ``name``, so both sides are
+    timed in the same seconds: the machine's speed drifts by up to 2x over minutes, and a ratio of two
+    figures taken minutes apart carries that drift."""
     result = infer_layouts(func, None, model)       # warm-up: TVM's first analyzer use, imports
-    samples = []
+    theirs = peer.prepare(name, model) if peer is not None else None
+    samples, peer_samples = [], []
     for _ in range(repeat):
         clear_caches()
         t0 = time.process_time()
         result = infer_layouts(func, None, model)
         samples.append((time.process_time() - t0) * 1e3)
-    return statistics.median(samples), live_register_slots(result)
+        if theirs is not None and "error" not in theirs:
+            peer_samples += peer.sample(name, model)
+    if peer_samples:
+        theirs = {"ms": statistics.median(peer_samples), "regs": theirs["regs"]}
+    return statistics.median(samples), live_register_slots(result), theirs
 
 
-def peer_numbers(python: str, repeat: int) -> dict:
-    """TileLang's timings and registers from ``maint/peer/time_tilelang.py`` run under ``python``."""
-    cmd = [python, str(ROOT / "maint" / "peer" / "time_tilelang.py"), *map(str, PEER_FILES), "--repeat", str(repeat)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT / "maint" / "peer")
-    if proc.returncode:
-        raise SystemExit(f"peer run failed ({' '.join(cmd)}):\n{proc.stderr[-2000:]}")
-    return json.loads(proc.stdout)
+class PeerTimer:
+    """TileLang 0.1.15 timing its own inference on request: ``maint/peer/time_tilelang.py --serve`` run
+    under the peer's Python, one JSON request and reply per line."""
+
+    def __init__(self, python: str):
+        cmd = [python, str(ROOT / "maint" / "peer" / "time_tilelang.py"), *map(str, PEER_FILES), "--serve"]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     text=True, cwd=ROOT / "maint" / "peer")
+        ready = json.loads(self._line(" ".join(cmd)))
+        self.names = set(ready["ready"])
+
+    def _line(self, what: str) -> str:
+        line = self.proc.stdout.readline()
+        if not line:
+            raise SystemExit(f"the TileLang timer stopped ({what}); run it by hand to see why")
+        return line
+
+    def _ask(self, name: str, model: str, runs: int) -> dict:
+        self.proc.stdin.write(json.dumps({"name": name, "model": model, "runs": runs}) + "\n")
+        self.proc.stdin.flush()
+        return json.loads(self._line(f"{name} {model}"))
+
+    def prepare(self, name: str, model: str) -> dict:
+        """TileLang's module for ``name`` captured and inferred once untimed: {"regs"} or {"error"}."""
+        if name not in self.names:
+            return {"error": "no TileLang twin"}
+        reply = self._ask(name, model, 0)
+        return reply if "error" in reply else {"regs": reply["regs"]}
+
+    def sample(self, name: str, model: str) -> list:
+        return self._ask(name, model, 1)["ms"]
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
 
 
 def suite_seconds() -> tuple:
@@ -123,7 +160,7 @@ def main(argv=None) -> int:
     ap.add_argument("--only", help="only kernels whose name contains this")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore", TileLayoutResourceWarning)     # big benchmark tiles warn by design
-    peer = peer_numbers(args.peer, args.repeat) if args.peer else None
+    peer = PeerTimer(args.peer) if args.peer else None
     funcs = {k: v for k, v in kernels().items() if not args.only or args.only in k}
     head = f"{'kernel':46s}"
     for m in MODELS:
@@ -135,12 +172,13 @@ def main(argv=None) -> int:
     over = []
     for name, func in funcs.items():
         row, regs = f"{name:46s}", []
+        peer_regs = []
         for m in MODELS:
-            ms, r = measure(func, m, args.repeat)
+            ms, r, theirs = measure(func, m, args.repeat, peer, name)
             regs.append(r)
             row += f" | {ms:18.1f}"
             if peer:
-                theirs = peer[m].get(name, {})
+                peer_regs.append(theirs.get("regs", "-"))
                 row += f" {theirs.get('ms', float('nan')):8.1f} {_ratio(ms, theirs.get('ms'))}"
                 if "ms" in theirs:
                     ratios[m].append(ms / theirs["ms"])
@@ -148,9 +186,10 @@ def main(argv=None) -> int:
                     over.append(f"{name} ({m}): {r} > {theirs['regs']}")
         row += " | " + "/".join(str(r) for r in regs)
         if peer:
-            theirs = [peer[m].get(name, {}).get("regs", "-") for m in MODELS]
-            row += " vs " + "/".join(str(t) for t in theirs)
-        print(row)
+            row += " vs " + "/".join(str(t) for t in peer_regs)
+        print(row, flush=True)
+    if peer:
+        peer.close()
     if peer:
         for m in MODELS:
             if ratios[m]:

@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """Time TileLang 0.1.15's own LayoutInference on TileLang kernels (dev only; run with the peer venv's Python).
 
-    PEER_PYTHON maint/peer/time_tilelang.py FILE.py [FILE.py ...] [--repeat N] [--arch sm_90]
+    PEER_PYTHON maint/peer/time_tilelang.py FILE.py [FILE.py ...] [--repeat N] [--arch sm_90] [--serve]
 
 Each FILE defines ``KERNELS = {name: zero-argument callable returning a TileLang PrimFunc}``. For every kernel
 and both cost models the module is taken exactly as ``tilelang.lower`` hands it to ``tl.LayoutInference`` (a
 pass instrument captures it), then only that pass is timed (CPU time of the process): the median of ``--repeat`` runs after one
 warm-up run. Registers per thread: the sum over the inferred fragments of their slot counts. Prints one JSON
 object ``{model: {name: {"ms": float, "regs": int} | {"error": text}}}``. TileLang imports torch, which layout
-inference never uses: when torch is absent a small stand-in module is installed first.
+inference never uses: when torch is absent a small stand-in module is installed first. With ``--serve`` it
+answers timing requests one per line instead (``serve``), which ``maint/bench_inference.py --peer`` uses to
+alternate TileLang's runs with ours.
 """
 from __future__ import annotations
 
@@ -124,13 +126,60 @@ def time_kernel(build, target, model: str, repeat: int) -> dict:
     return {"ms": statistics.median(samples), "regs": _registers(out)}
 
 
+def _target_for(name: str, default):
+    """A variant named for a target (``case/sm80_...``) runs on that target, as our twin of it does."""
+    from tilelang import tvm
+    named = re.match(r"[^/]*/sm(\d+)_", name)
+    return tvm.target.Target({"kind": "cuda", "arch": f"sm_{named.group(1)}"}) if named else default
+
+
+def serve(kernels: dict, target, requests, replies) -> None:
+    """Answer one JSON request per line, ``{"name": ..., "model": ..., "runs": n}``, with one JSON line
+    ``{"ms": [n samples], "regs": int}`` or ``{"error": text}``: the module is captured (and the pass run once
+    untimed) on a kernel's first request, then every request times ``runs`` more runs. The benchmark asks for
+    one run at a time, alternating with its own, so that both sides are timed in the same seconds of a
+    machine whose speed drifts."""
+    import tilelang.transform
+    from tilelang import tvm
+    prepared = {}
+    for line in requests:
+        if not line.strip():
+            continue
+        req = json.loads(line)
+        key = (req["name"], req["model"])
+        try:
+            config = {"tl.layout_cost_model": req["model"]}
+            tgt = _target_for(req["name"], target)
+            if key not in prepared:
+                mod = _module_before_inference(kernels[req["name"]](), tgt, config)
+                with tvm.transform.PassContext(opt_level=3, config=config), tgt:
+                    out = tilelang.transform.LayoutInference()(mod)
+                prepared[key] = (mod, _registers(out))
+            mod, regs = prepared[key]
+            samples = []
+            for _ in range(int(req.get("runs", 1))):
+                with tvm.transform.PassContext(opt_level=3, config=config), tgt:
+                    t0 = time.process_time()
+                    tilelang.transform.LayoutInference()(mod)
+                    samples.append((time.process_time() - t0) * 1e3)
+            reply = {"ms": samples, "regs": regs}
+        except Exception as err:  # TileLang fails on some kernels (#2398, #3005): report and keep serving
+            reply = {"error": f"{type(err).__name__}: {str(err).strip().splitlines()[0][:200] if str(err).strip() else ''}"}
+        replies.write(json.dumps(reply) + "\n")
+        replies.flush()
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("files", nargs="+")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--arch", default="sm_90")
     ap.add_argument("--only", nargs="*")
+    ap.add_argument("--serve", action="store_true", help="answer timing requests on stdin (see serve)")
     args = ap.parse_args(argv)
+    replies = sys.stdout
+    if args.serve:
+        sys.stdout = sys.stderr         # whatever TileLang prints must not interleave with the replies
     _torch_stand_in()
     import tilelang  # noqa: F401
     from tilelang import tvm
@@ -141,11 +190,14 @@ def main(argv=None) -> int:
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         kernels.update(module.KERNELS)
+    if args.serve:
+        replies.write(json.dumps({"ready": sorted(kernels)}) + "\n")
+        replies.flush()
+        serve(kernels, target, sys.stdin, replies)
+        return 0
     result = {m: {} for m in MODELS}
     for name in args.only or list(kernels):
-        # a variant named for a target (``case/sm80_...``) runs on that target, as our twin of it does
-        named = re.match(r"[^/]*/sm(\d+)_", name)
-        tgt = tvm.target.Target({"kind": "cuda", "arch": f"sm_{named.group(1)}"}) if named else target
+        tgt = _target_for(name, target)
         for model in MODELS:
             try:
                 result[model][name] = time_kernel(kernels[name], tgt, model, args.repeat)

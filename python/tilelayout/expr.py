@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import types
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -49,10 +50,30 @@ def substitute(expr, vmap: dict):
     return map_typed(expr, [(tvm.ir.Var, lambda v: vmap.get(v, v))])
 
 
+def _signature(fn) -> inspect.Signature:
+    """``inspect.signature(fn)``, computed once per code object for plain functions: layout constructors pass a
+    fresh lambda on every call, and building a Signature costs more than the rest of the arity check."""
+    code = getattr(fn, "__code__", None)
+    if code is None or not isinstance(fn, types.FunctionType) or hasattr(fn, "__wrapped__") or \
+            hasattr(fn, "__signature__"):
+        return inspect.signature(fn)        # a decorated function's signature is not its code's
+    key = (code, len(fn.__defaults__ or ()), tuple(sorted(fn.__kwdefaults__ or ())))
+    hit = _SIGNATURES.get(key)
+    if hit is None:
+        if len(_SIGNATURES) > 1024:
+            _SIGNATURES.clear()
+        hit = _SIGNATURES[key] = inspect.signature(fn)
+    return hit
+
+
+#: signatures of plain functions by (code object, number of defaults, keyword-only defaults)
+_SIGNATURES: dict = {}
+
+
 def call_user_fn(fn, args, what: str, role: str):
     """Call a user's forward function, turning an arity mismatch into a LayoutError (shape/rank mismatch)."""
     try:
-        inspect.signature(fn).bind(*args)
+        _signature(fn).bind(*args)
     except TypeError as err:
         names = ", ".join(getattr(a, "name", str(a)) for a in args)
         raise LayoutError(f"{what}: {role} must take {len(args)} arguments ({names}) but does not: {err}") from None

@@ -162,11 +162,19 @@ def make_bank_swizzled_layout(shape, dtype, mode, flat: bool = False) -> Layout:
         return make_linear_layout([rows, cont]).expand(lead)
     bits = element_bits(dtype)
     tc, ts, index = _bank_parts(rows, cont, bits, mode, what)
-    if not flat:
-        return Layout.from_exprs([rows, cont], [tc, ts, index]).expand(lead)
     atom = min(rows, 8) * mode.atom_size * (128 // bits)        # elements per atom = extent of ``index``
     row_blocks = -(-rows // 8)
-    return Layout.from_exprs([rows, cont], [(tc * row_blocks + ts) * atom + index]).expand(lead)
+    if not flat:
+        layout = Layout.from_exprs([rows, cont], [tc, ts, index]).expand(lead)
+        extents = [cont // (mode.atom_size * (128 // bits)), row_blocks, atom]
+    else:
+        layout = Layout.from_exprs([rows, cont], [(tc * row_blocks + ts) * atom + index]).expand(lead)
+        extents = [rows * cont]
+    # the extents are known in closed form (tc, ts and the XOR'd index each take every value of their range,
+    # so the flat offset is a permutation of the tile): evaluating the XOR arithmetic over the tile to find
+    # them is what annotating a kernel's shared tiles used to spend its time on (tests compare both)
+    layout.__dict__["_output_shape"] = [int(x) for x in lead] + extents
+    return layout
 
 
 def make_full_bank_swizzled_layout(shape, dtype) -> Layout:

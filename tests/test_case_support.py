@@ -1,0 +1,74 @@
+"""The ownership check golden-case ``check`` functions rely on (``cases/_support.assert_owned``) judges
+exactly what its definition says: compared with a brute-force reference over random loop/fragment pairs,
+and shown to fail on a missing holder and on a stale replica."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from tilelayout import Fragment
+from cases import _support
+
+
+def _reference(loop: Fragment, frag: Fragment, index, write: bool) -> str | None:
+    """'missing', 'stale' or None, by looping over every iteration and thread."""
+    lt = np.asarray(loop.thread_table(), dtype=np.int64)
+    ft = np.asarray(frag.thread_table(), dtype=np.int64)
+    holders = {}
+    for pos in np.ndindex(*ft.shape[:-1]):
+        holders[pos] = set(int(t) for t in ft[pos])
+    runs = {}
+    for pos in np.ndindex(*lt.shape[:-1]):
+        elem = tuple(int(c) for c in index(*[np.int64(p) for p in pos]))
+        for t in lt[pos]:
+            if int(t) not in holders[elem]:
+                return "missing"
+            runs.setdefault(elem, set()).add(int(t))
+    if write and any(holders[e] - ts for e, ts in runs.items()):
+        return "stale"
+    return None
+
+
+def _verdict(loop, frag, index, write) -> str | None:
+    try:
+        _support.assert_owned("i,j[8x8]", loop.to_dict(), "f", frag.to_dict(), index, write=write)
+    except AssertionError as err:
+        return "stale" if "stale" in str(err) else "missing"
+    return None
+
+
+def _fragment(draw, shape, threads: int) -> Fragment:
+    """A random thread map (replicated or not); the slot is the element's row-major number."""
+    rep = draw(st.sampled_from([1, 2]))
+    a, b = draw(st.sampled_from([1, 2, 4])), draw(st.sampled_from([1, 3, 8]))
+    per = threads // rep
+    if len(shape) == 1:
+        thread = (lambda i, r: (i * a + r * per) % threads) if rep > 1 else (lambda i: i * a % threads)
+        return Fragment(shape, thread, lambda i: i, replicate=rep)
+    if rep > 1:
+        return Fragment(shape, lambda i, j, r: (i * a + j * b + r * per) % threads, lambda i, j: i * 8 + j,
+                        replicate=rep)
+    return Fragment(shape, lambda i, j: (i * a + j * b) % threads, lambda i, j: i * 8 + j)
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_ownership_check_equals_the_brute_force_definition(data):
+    threads = 16
+    loop = _fragment(data.draw, (8, 8), threads)
+    rows = data.draw(st.booleans())
+    frag = _fragment(data.draw, (8,) if rows else (8, 8), threads)
+    index = (lambda i, j: (i,)) if rows else (lambda i, j: (i, j))
+    write = data.draw(st.booleans())
+    assert _verdict(loop, frag, index, write) == _reference(loop, frag, index, write)
+
+
+def test_ownership_check_fails_on_a_missing_holder_and_on_a_stale_replica():
+    loop = Fragment((8, 8), lambda i, j: i)                              # row i runs on thread i
+    assert _verdict(loop, Fragment((8,), lambda i: i), lambda i, j: (i,), True) is None
+    assert _verdict(loop, Fragment((8,), lambda i: (i + 1) % 8), lambda i, j: (i,), False) == "missing"
+    replicated = Fragment((8,), lambda i, r: i + 8 * r, replicate=2)     # a second holder the loop never runs on
+    with pytest.raises(AssertionError, match="stale"):
+        _support.assert_owned("i,j[8x8]", Fragment((8, 8), lambda i, j: i + 8 * (j % 2) * 0).to_dict(), "f",
+                              replicated.to_dict(), lambda i, j: (i,), write=True)
