@@ -1,8 +1,8 @@
 """Benchmark layout inference: every golden case and the benchmark kernels under both cost models, generated
 free components of K ops (with the growth exponent), the golden suite in check mode, and registers per thread;
 with ``--peer PYTHON`` TileLang 0.1.15's own inference is timed on the twins of the same kernels in the same
-run, one of its runs after each of ours (a second process answering requests), and the table gives the ratio
-and both register counts.
+run, each kernel right after ours (a second process answering requests), and the table gives the ratio and
+both register counts.
 
     python maint/bench_inference.py [--repeat N] [--peer PEER_PYTHON] [--k 64 256] [--no-suite]
 
@@ -76,21 +76,18 @@ def kernels() -> dict:
 
 def measure(func, model: str, repeat: int, peer: "PeerTimer | None" = None, name: str | None = None) -> tuple:
     """(median ms of our cold runs, our registers per thread, TileLang's {"ms", "regs"} | {"error"} | None).
-    With ``peer`` each of our runs is followed by one of TileLang's on its twin of ``name``, so both sides are
-    timed in the same seconds: the machine's speed drifts by up to 2x over minutes, and a ratio of two
-    figures taken minutes apart carries that drift."""
+    With ``peer``, TileLang times its twin of ``name`` right after our runs (its own warm-up run, then
+    ``repeat`` runs), so both sides of a ratio are timed within the same second: the machine's speed drifts
+    by up to 2x over minutes. Runs are not interleaved one by one: a process switch before every run slowed
+    each side's runs (ours about 2x), since each then starts with the other's working set in the caches."""
     result = infer_layouts(func, None, model)       # warm-up: TVM's first analyzer use, imports
-    theirs = peer.prepare(name, model) if peer is not None else None
-    samples, peer_samples = [], []
+    samples = []
     for _ in range(repeat):
         clear_caches()
         t0 = time.process_time()
         result = infer_layouts(func, None, model)
         samples.append((time.process_time() - t0) * 1e3)
-        if theirs is not None and "error" not in theirs:
-            peer_samples += peer.sample(name, model)
-    if peer_samples:
-        theirs = {"ms": statistics.median(peer_samples), "regs": theirs["regs"]}
+    theirs = peer.time(name, model, repeat) if peer is not None else None
     return statistics.median(samples), live_register_slots(result), theirs
 
 
@@ -116,15 +113,13 @@ class PeerTimer:
         self.proc.stdin.flush()
         return json.loads(self._line(f"{name} {model}"))
 
-    def prepare(self, name: str, model: str) -> dict:
-        """TileLang's module for ``name`` captured and inferred once untimed: {"regs"} or {"error"}."""
+    def time(self, name: str, model: str, runs: int) -> dict:
+        """TileLang on its twin of ``name``: module captured, one untimed run, then ``runs`` timed runs;
+        {"ms": median, "regs"} or {"error"}."""
         if name not in self.names:
             return {"error": "no TileLang twin"}
-        reply = self._ask(name, model, 0)
-        return reply if "error" in reply else {"regs": reply["regs"]}
-
-    def sample(self, name: str, model: str) -> list:
-        return self._ask(name, model, 1)["ms"]
+        reply = self._ask(name, model, runs)
+        return reply if "error" in reply else {"ms": statistics.median(reply["ms"]), "regs": reply["regs"]}
 
     def close(self) -> None:
         self.proc.stdin.close()

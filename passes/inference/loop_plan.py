@@ -34,6 +34,73 @@ def is_contiguous_run(offset, var, extent: int, width: int, bounds: dict) -> boo
         return True
     if extent % width:
         return False
+    terms = affine_terms(offset)
+    if terms is not None:
+        return _affine_run(terms, var, width, bounds)
+    return _proved_run(offset, var, extent, width, bounds)
+
+
+def affine_terms(expr) -> list | None:
+    """``[(var, coefficient), ...] + [(None, constant)]`` when ``expr`` is an integer combination of variables
+    (sums, differences, products with a constant), else None; a variable appears once."""
+    out: list = []
+    const = _collect(expr, 1, out)
+    if const is None:
+        return None
+    merged: list = []
+    for v, c in out:
+        for k, (w, d) in enumerate(merged):
+            if w.same_as(v):
+                merged[k] = (w, d + c)
+                break
+        else:
+            merged.append((v, c))
+    return merged + [(None, const)]
+
+
+def _collect(e, scale: int, out: list) -> int | None:
+    """Append ``scale * e``'s variable terms to ``out``; its constant part, or None when ``e`` is not affine."""
+    kind = type(e)
+    if kind is tirx.IntImm:
+        return scale * int(e.value)
+    if kind is tirx.Var:
+        if not str(e.ty).startswith("int"):
+            return None
+        out.append((e, scale))
+        return 0
+    if kind is tirx.Add or kind is tirx.Sub:
+        a = _collect(e.a, scale, out)
+        b = None if a is None else _collect(e.b, scale if kind is tirx.Add else -scale, out)
+        return None if b is None else a + b
+    if kind is tirx.Mul:
+        if type(e.b) is tirx.IntImm:
+            return _collect(e.a, scale * int(e.b.value), out)
+        if type(e.a) is tirx.IntImm:
+            return _collect(e.b, scale * int(e.a.value), out)
+    return None
+
+
+def _affine_run(terms: list, var, width: int, bounds: dict) -> bool:
+    """``is_contiguous_run`` for ``offset = c * var + sum(a_v * v) + k``: a run of ``width`` consecutive
+    ``var`` moves the offset by ``c`` per step, so it is contiguous iff c == 1; the run's first offset is
+    ``width``-aligned for every value of the other variables iff k and every a_v with v able to be nonzero
+    (not bound to extent 1) are multiples of ``width`` (each such v takes the values 0 and 1). Equal to
+    the analyzer's proof on affine offsets (tests compare the two)."""
+    extents = [(v, e) for v, e in bounds.items()]
+    coeff = 0
+    for v, a in terms:
+        if v is None:
+            if a % width:
+                return False
+        elif v.same_as(var):
+            coeff = a
+        elif a % width and next((e for w, e in extents if w.same_as(v)), None) != 1:
+            return False
+    return coeff == 1
+
+
+def _proved_run(offset, var, extent: int, width: int, bounds: dict) -> bool:
+    """``is_contiguous_run`` by TVM's analyzer (any offset)."""
     outer, lane = tirx.Var("v_outer", "int32"), tirx.Var("v_lane", "int32")
     ana = sym.Analyzer()
     for v, ext in bounds.items():
