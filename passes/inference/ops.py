@@ -16,6 +16,7 @@ import tvm_ffi
 from tvm import tirx
 
 from tilelayout.errors import LayoutError
+from tilelayout.expr import expr_text
 
 __all__ = [
     "FrontendError", "BufferInfo", "Region", "Access", "Loop", "TileOp", "CopyOp", "FillOp",
@@ -62,7 +63,7 @@ def _text(e: Any) -> str:
         return str(int(e.value))
     if isinstance(e, tirx.FloatImm):
         return repr(float(e.value))
-    return str(e)
+    return expr_text(e)
 
 
 _DECL_LINE = re.compile(r"^\w+(: [\w.]+)? = T\.\w+\(.*\)$|^\w+: T\.\w+$")

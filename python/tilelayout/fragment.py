@@ -26,8 +26,8 @@ from tvm.ir import Range
 
 from .errors import EvaluationError, LayoutError
 from .evaluate import evaluate, grid_env
-from .expr import (ExprKey, _as_expr, _fmt_shape, call_user_fn, make_analyzer, normalize_shape, placeholder, simplifier,
-                   rep_placeholder, shape_size, shape_vars, substitute)
+from .expr import (ExprKey, _as_expr, _fmt_shape, call_user_fn, expr_text, make_analyzer, normalize_shape, placeholder,
+                   rep_placeholder, shape_size, shape_vars, simplifier, substitute)
 from .inverse import _bound_extent
 from . import layout as layout_module
 from .layout import Layout, _exprs_equal, _jsonable, _shapes_equal
@@ -339,7 +339,7 @@ class Fragment(Layout):
     # ----------------------------------------------------------------- comparison
     @cached_property
     def _thread_str(self) -> str:
-        return str(self._forward_thread)
+        return expr_text(self._forward_thread)
 
     @cached_property
     def key(self) -> tuple:

@@ -21,8 +21,8 @@ from tvm import sym, tirx
 from .errors import EvaluationError, LayoutError, TileLayoutError
 from .evaluate import evaluate, evaluate_grid, grid_env
 from .expr import (_PLACEHOLDERS, ENUMERATION_LIMIT, INJECTIVE_ENUMERATION_LIMIT, ExprKey, _as_expr,  # noqa: F401
-                   _fmt_shape, call_user_fn, free_vars, is_static, make_analyzer, normalize_shape, placeholder, rep_placeholder,
-                   shape_size, shape_vars, simplify, substitute)
+                   _fmt_shape, call_user_fn, expr_text, free_vars, is_static, make_analyzer, normalize_shape, placeholder,
+                   rep_placeholder, shape_size, shape_vars, simplify, substitute)
 from .inverse import (_bound_extent, _detect, _detect_bijective, _gf2_inverse, _digit_inverse,  # noqa: F401
                       _iter_sum_extents, _lookup_inverse, _prove_injective_symbolically, _stride_inverse)
 
@@ -266,7 +266,7 @@ class Layout:
 
     @cached_property
     def _index_strs(self) -> tuple:
-        return tuple(str(e) for e in self._forward_index)
+        return tuple(expr_text(e) for e in self._forward_index)
 
     @cached_property
     def key(self) -> tuple:
