@@ -1,0 +1,69 @@
+"""``maint/bench_inference.py --peer``'s side of the TileLang timing protocol (``time_tilelang.py --serve``),
+against a stand-in server: the benchmark reads the ready line, asks for each kernel right after timing its
+own runs, takes the median of the replies, and reports TileLang's errors and missing twins as such."""
+from __future__ import annotations
+
+import json
+import stat
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from maint import bench_inference  # noqa: E402
+
+_SERVER = """\
+#!{python}
+import json, sys
+log = open({log!r}, "a")
+print(json.dumps({{"ready": ["case/ok", "case/broken"]}}), flush=True)
+for line in sys.stdin:
+    req = json.loads(line)
+    log.write(line)
+    log.flush()
+    if req["name"] == "case/broken":
+        reply = {{"error": "InternalError: no available layout found"}}
+    else:
+        reply = {{"ms": [10.0 + k for k in range(req["runs"])], "regs": 64}}
+    print(json.dumps(reply), flush=True)
+"""
+
+
+def _stand_in(tmp_path: Path) -> tuple:
+    log = tmp_path / "requests.jsonl"
+    exe = tmp_path / "peer-python"
+    exe.write_text(textwrap.dedent(_SERVER.format(python=sys.executable, log=str(log))))
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    return str(exe), log
+
+
+def test_the_benchmark_asks_per_kernel_and_takes_the_median(tmp_path):
+    exe, log = _stand_in(tmp_path)
+    peer = bench_inference.PeerTimer(exe)
+    try:
+        func = bench_inference.chain_kernel(4)
+        ours, regs, theirs = bench_inference.measure(func, "register-count", 3, peer, "case/ok")
+        assert ours > 0 and regs > 0
+        assert theirs == {"ms": 11.0, "regs": 64}                   # median of 10, 11, 12
+        assert peer.time("case/broken", "io-aware", 3) == {"error": "InternalError: no available layout found"}
+        assert peer.time("case/missing", "io-aware", 3) == {"error": "no TileLang twin"}
+    finally:
+        peer.close()
+    asked = [json.loads(line) for line in log.read_text().splitlines()]
+    # one request per kernel and model, for as many runs as ours; a kernel without a twin is never asked for
+    assert asked == [{"name": "case/ok", "model": "register-count", "runs": 3},
+                     {"name": "case/broken", "model": "io-aware", "runs": 3}]
+
+
+def test_a_server_that_dies_is_reported(tmp_path):
+    exe = tmp_path / "dead-python"
+    exe.write_text(f"#!{sys.executable}\nimport sys\nsys.exit(3)\n")
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    try:
+        bench_inference.PeerTimer(str(exe))
+    except SystemExit as err:
+        assert "TileLang timer stopped" in str(err)
+    else:
+        raise AssertionError("a dead timer must stop the benchmark with a message")
