@@ -86,7 +86,6 @@ def _affine_run(terms: list, var, width: int, bounds: dict) -> bool:
     ``width``-aligned for every value of the other variables iff k and every a_v with v able to be nonzero
     (not bound to extent 1) are multiples of ``width`` (each such v takes the values 0 and 1). Equal to
     the analyzer's proof on affine offsets (tests compare the two)."""
-    extents = [(v, e) for v, e in bounds.items()]
     coeff = 0
     for v, a in terms:
         if v is None:
@@ -94,7 +93,7 @@ def _affine_run(terms: list, var, width: int, bounds: dict) -> bool:
                 return False
         elif v.same_as(var):
             coeff = a
-        elif a % width and next((e for w, e in extents if w.same_as(v)), None) != 1:
+        elif a % width and next((e for w, e in bounds.items() if w.same_as(v)), None) != 1:
             return False
     return coeff == 1
 
