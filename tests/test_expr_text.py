@@ -48,6 +48,9 @@ def test_other_nodes_and_renamed_variables_are_left_to_tvm():
     i, j = _VARS[:2]
     other_i = tirx.Var("_i", "int32")                         # same name, different variable: TVM renames it
     n64 = tirx.Var("n", "int64")
+    renamed = [tirx.Var(n, "int32") for n in ("T", "I", "R", "a.b", "x y", "Tx")]    # sanitised or aliases
+    for v in renamed:
+        assert expr_text(v * 4 + 2) == str(v * 4 + 2)
     for e in [tirx.max(i, j) + 1, tirx.Select(i < j, i, j) * 2, n64 + tirx.const(1, "int64"), i + other_i,
               tirx.Cast("int32", n64) // 4, tirx.truncdiv(i, 3), tirx.const(7, "int64") * n64]:
         assert expr_text(e) == str(e)

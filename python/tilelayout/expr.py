@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 import types
 from typing import Iterable, Sequence
 
@@ -74,8 +75,8 @@ def expr_text(e) -> str:
     """``str(e)`` (TVM's script printer) for index expressions, printed here for the common nodes: int32
     constants, variables, + - * // % (TVM prints those as Python would, parenthesising an operand of lower
     precedence, and a right operand of equal precedence). Anything else, an operation the sugar would fold
-    when read back (two constants, an operand 0 or 1), or two different variables of one name (which TVM's
-    printer renames apart), is handed to TVM's printer whole. Annotating a kernel prints
+    when read back (two constants, an operand 0 or 1), a variable name TVM's printer would change, or two
+    different variables of one name (which it renames apart), is handed to TVM's printer whole. Annotating a kernel prints
     every layout, and the script printer costs tens of microseconds per expression; tests compare the two
     printers on random and golden expressions."""
     try:
@@ -92,6 +93,8 @@ class _Unprintable(Exception):
 _BINARY_TEXT = {tirx.Add: (" + ", 1), tirx.Sub: (" - ", 1), tirx.Mul: (" * ", 2), tirx.FloorDiv: (" // ", 2),
                 tirx.FloorMod: (" % ", 2)}
 _ATOM = 9
+#: variable names TVM's printer prints as they are (it sanitises others and renames its module aliases T, I, R)
+_PLAIN_NAME = re.compile(r"[a-z_][A-Za-z0-9_]*")
 
 
 def _text(e, names: dict) -> tuple:
@@ -113,6 +116,8 @@ def _text(e, names: dict) -> tuple:
         return a + symbol + b, prec
     if kind is tirx.Var:
         name = e.name
+        if not _PLAIN_NAME.fullmatch(name):
+            raise _Unprintable          # TVM renames these: ``a.b`` -> ``a_b``, ``T`` -> ``T_1`` (its module alias)
         seen = names.setdefault(name, e)
         if seen is not e and not seen.same_as(e):
             raise _Unprintable
