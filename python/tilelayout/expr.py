@@ -227,9 +227,6 @@ def _fmt_shape(shape) -> str:
     return "[" + ", ".join(str(s) for s in shape) + "]"
 
 
-
-
-
 def free_vars(expr) -> list:
     """The variables an expression uses, by one FFI call (a Python structural walk costs ~40x more); variables a
     Let inside ``expr`` binds are not reported."""
