@@ -618,9 +618,6 @@ def LayoutInference(cost_model=None, target=None, conflicts=None):
 
     @tvm.tirx.transform.prim_func_pass(opt_level=0, name="tilelayout.LayoutInference")
     def _pass(func, mod, ctx):
-        func_target = target
-        if func_target is None and func.attrs is not None and "target" in func.attrs:
-            func_target = func.attrs["target"]
-        return infer_layouts(func, func_target, cost_model, conflicts).func
+        return infer_layouts(func, func_target(func, target), cost_model, conflicts).func
 
     return _pass

@@ -17,7 +17,7 @@ from tvm.ir import Range, TensorLoad
 
 from tilelayout.layout import substitute
 
-from ..hardware import max_vector_load_bits, normalize_target
+from ..hardware import func_target, max_vector_load_bits, normalize_target
 from ..ir_utils import int_value, mapped, mutate, thread_launch, walk
 from .loop_partition import SLOT_LOOP_KEY
 from ..inference.loop_plan import plan_vector_width
@@ -56,10 +56,7 @@ def LoopVectorize(target=None):
 
     @tirx.transform.prim_func_pass(opt_level=0, name="tilelayout.LoopVectorize")
     def _pass(func, mod, ctx):
-        func_target = target
-        if func_target is None and func.attrs is not None and "target" in func.attrs:
-            func_target = func.attrs["target"]
-        return vectorize_function(func, func_target)
+        return vectorize_function(func, func_target(func, target))
 
     return _pass
 

@@ -36,7 +36,7 @@ from tilelayout.layout import substitute
 
 from ..inference import op_rules
 from ..inference.frontend import CopyOp, ElementwiseOp, FillOp, GemmOp, ReduceOp, build_op_graph
-from ..hardware import normalize_target, warp_size
+from ..hardware import func_target, normalize_target, warp_size
 from ..inference.all_reduce import _cell_elements, _reduced, _split_basis, _xor_basis  # noqa: F401 (tests use them)
 from ..inference.loop_nest import nest_of
 from ..ir_utils import int_value, make_analyzer, mutate, thread_launch, walk
@@ -56,10 +56,7 @@ def LowerTileOps(target=None):
 
     @tirx.transform.prim_func_pass(opt_level=0, name="tilelayout.LowerTileOps")
     def _pass(func, mod, ctx):
-        func_target = target
-        if func_target is None and func.attrs is not None and "target" in func.attrs:
-            func_target = func.attrs["target"]
-        return lower_tile_ops(func, func_target)
+        return lower_tile_ops(func, func_target(func, target))
 
     return _pass
 

@@ -30,7 +30,7 @@ from tvm.tirx.tile_primitive import TilePrimitiveCall
 from tilelayout.errors import PipelineError
 from tilelayout.expr import mentions
 
-from ..hardware import normalize_target, sm_version
+from ..hardware import func_target, normalize_target, sm_version
 from ..inference.frontend import CopyOp, build_op_graph
 from ..ir_utils import int_value, mapped, walk
 
@@ -89,10 +89,7 @@ def PlanPipelines(target=None):
 
     @tirx.transform.prim_func_pass(opt_level=0, name="tilelayout.PlanPipelines")
     def _pass(func, mod, ctx):
-        func_target = target
-        if func_target is None and func.attrs is not None and "target" in func.attrs:
-            func_target = func.attrs["target"]
-        return plan_pipelines(func, func_target)
+        return plan_pipelines(func, func_target(func, target))
 
     return _pass
 
