@@ -6,6 +6,7 @@ own tables, so a wrong symbolic result cannot agree with itself.
 """
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,6 +17,17 @@ from tilelayout.evaluate import evaluate
 
 settings.register_profile("tilelayout", deadline=None, max_examples=30, derandomize=True, database=None)
 settings.load_profile("tilelayout")
+
+#: targets the lowering tests compile for
+SM80, SM89, SM90, SM90A = ({"kind": "cuda", "arch": arch} for arch in ("sm_80", "sm_89", "sm_90", "sm_90a"))
+#: tests that compile the generated CUDA to PTX
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+
+
+def gemm_reports(lowered) -> list:
+    """The lowering's report line of every gemm of a lowered function (its gemm-report attribute)."""
+    from tilelayout.passes.lowering import lower_gemm
+    return [str(text) for text in dict(lowered.attrs[lower_gemm.GEMM_REPORT_ATTR]).values()]
 
 
 def grid(shape):

@@ -5,7 +5,6 @@ through the instruction emulation against numpy (ml_dtypes decodes the inputs, f
 that packs fp8 codes into the wrong byte of a register is caught by the emulation; nvcc compiles the CUDA."""
 from __future__ import annotations
 
-import shutil
 import sys
 from pathlib import Path
 
@@ -20,6 +19,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 import kernels_mma as K  # noqa: E402
+from conftest import SM80, SM89, SM90, SM90A, gemm_reports, needs_nvcc  # noqa: E402
 import tilelayout as tl  # noqa: E402
 from tilelayout.passes.inference.gemm_plan import plan_gemms  # noqa: E402
 from tilelayout.passes.lowering import lower_gemm, lower_wgmma  # noqa: E402
@@ -28,16 +28,11 @@ from tilelayout.passes.lowering.mma_ptx import MmaInst, WgmmaInst, mma_instructi
 from tilelayout.passes.lowering.pipeline import check_numeric, compile_ptx, cuda_source, lower_func  # noqa: E402
 
 E4M3, E5M2 = "float8_e4m3fn", "float8_e5m2"
-SM80 = {"kind": "cuda", "arch": "sm_80"}
-SM89 = {"kind": "cuda", "arch": "sm_89"}
-SM90 = {"kind": "cuda", "arch": "sm_90"}
-SM90A = {"kind": "cuda", "arch": "sm_90a"}
-needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
 
 
 def _report(func, target) -> str:
-    (text,) = dict(lower_func(func, target).attrs[lower_gemm.GEMM_REPORT_ATTR]).values()
-    return str(text)
+    (text,) = gemm_reports(lower_func(func, target))
+    return text
 
 
 def _ref(trans_b: bool):

@@ -5,7 +5,6 @@ The emulation must catch a wrong layout: a permuted accumulator or register-A la
 check switched off) gives a wrong CPU result."""
 from __future__ import annotations
 
-import shutil
 import sys
 import warnings
 from pathlib import Path
@@ -19,6 +18,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 import kernels_mma as K  # noqa: E402
+from conftest import SM80, SM90, SM90A, gemm_reports, needs_nvcc  # noqa: E402
 import tilelayout as tl  # noqa: E402
 from tilelayout import Fragment  # noqa: E402
 from tilelayout.annotate import annotate_layouts  # noqa: E402
@@ -29,10 +29,6 @@ from tilelayout.passes.lowering.mma_ptx import MmaInst, WgmmaInst, mma_instructi
 from tilelayout.passes.lowering.pipeline import build_cpu, check_numeric, compile_ptx, cuda_source, lower_func  # noqa: E402
 from tilelayout.passes.lowering.serialize_threads import serialize_threads  # noqa: E402
 
-SM80 = {"kind": "cuda", "arch": "sm_80"}
-SM90 = {"kind": "cuda", "arch": "sm_90"}
-SM90A = {"kind": "cuda", "arch": "sm_90a"}
-needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
 
 
 # ------------------------------------------------------------------------------------ PTX fragment facts
@@ -155,7 +151,7 @@ def test_lowered_gemm_matches_numpy(name, target):
     cfg = GEMMS[name]
     func = K.gemm(**cfg)
     lowered = lower_func(func, target)
-    report = list(dict(lowered.attrs[lower_gemm.GEMM_REPORT_ATTR]).values())
+    report = gemm_reports(lowered)
     assert len(report) == 1 and ("mma.sync" in report[0] or "wgmma" in report[0]), report
     exact = cfg.get("acc") == "int32"
     res = check_numeric(func, _reference(**cfg), target=target, tolerance=None if exact else (2e-2, 2e-2))
@@ -163,12 +159,10 @@ def test_lowered_gemm_matches_numpy(name, target):
 
 
 def test_ldmatrix_is_used_for_swizzled_shared_operands_and_lanes_otherwise():
-    rep = dict(lower_func(K.gemm(64, 64, 64), SM80).attrs[lower_gemm.GEMM_REPORT_ATTR])
-    assert "A: ldmatrix, B: ldmatrix" in list(rep.values())[0]
+    assert "A: ldmatrix, B: ldmatrix" in gemm_reports(lower_func(K.gemm(64, 64, 64), SM80))[0]
     # int8 stored MN-contiguous: ldmatrix cannot transpose bytes, so per-lane packing
-    rep = dict(lower_func(K.gemm(64, 64, 64, a_dtype="int8", b_dtype="int8", acc="int32"), SM80)
-               .attrs[lower_gemm.GEMM_REPORT_ATTR])
-    assert "A: ldmatrix, B: lanes" in list(rep.values())[0]
+    assert "A: ldmatrix, B: lanes" in gemm_reports(
+        lower_func(K.gemm(64, 64, 64, a_dtype="int8", b_dtype="int8", acc="int32"), SM80))[0]
 
 
 @needs_nvcc
@@ -186,7 +180,7 @@ def test_instruction_per_target():
     """sm_80: mma.sync; sm_90: the wgmma layout realised by mma.sync (wgmma needs sm_90a); sm_90a: wgmma SS,
     or RS with A in registers; int8 has no wgmma form here."""
     def report(func, target):
-        return list(dict(lower_func(func, target).attrs[lower_gemm.GEMM_REPORT_ATTR]).values())[0]
+        return gemm_reports(lower_func(func, target))[0]
     assert report(K.gemm(64, 64, 64), SM80).startswith("mma.sync m16n8k16")
     text = report(K.gemm(64, 64, 64), SM90)
     assert text.startswith("mma.sync m16n8k16") and "wgmma needs sm_90a" in text
@@ -199,7 +193,7 @@ def test_instruction_per_target():
                                  dict(m=64, n=128, k=64, threads=256)], ids=["t128", "t256_2xN", "t256_Nx2"])
 def test_wgmma_register_a_matches_numpy(cfg):
     func = K.gemm(a_scope="local.fragment", **cfg)
-    assert "RS" in list(dict(lower_func(func, SM90A).attrs[lower_gemm.GEMM_REPORT_ATTR]).values())[0]
+    assert "RS" in gemm_reports(lower_func(func, SM90A))[0]
     res = check_numeric(func, _reference(), SM90A, tolerance=(2e-2, 2e-2))
     assert res.ok, res.message
 
@@ -377,7 +371,7 @@ def test_scalar_fallback_is_opt_in_and_reported():
         warnings.simplefilter("always")
         lowered = lower_func(func, SM80)
     assert any("scalar per-thread k-loop" in str(w.message) for w in caught)
-    assert "scalar" in list(dict(lowered.attrs[lower_gemm.GEMM_REPORT_ATTR]).values())[0]
+    assert "scalar" in gemm_reports(lowered)[0]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert check_numeric(func, _reference(), SM80, tolerance=(1e-4, 1e-4)).ok
@@ -404,7 +398,7 @@ def test_flash_attention_on_sm90a_uses_wgmma_ss_and_rs_and_matches_numpy():
     from cases import flash_attention as fa
     variant = "sm90_d64_b64x64_t128"
     func = fa.VARIANTS[variant]()
-    reports = list(dict(lower_func(func, SM90A).attrs[lower_gemm.GEMM_REPORT_ATTR]).values())
+    reports = gemm_reports(lower_func(func, SM90A))
     assert reports[0].startswith("wgmma") and "SS" in reports[0]
     assert reports[1].startswith("wgmma") and "RS (A in registers)" in reports[1]
     res = check_numeric(func, fa.REFERENCE[variant], SM90A, tolerance=fa.TOLERANCE[variant])

@@ -6,7 +6,6 @@ the sign, exponent and top 10 mantissa bits (truncation), and the emulation and 
 the CPU result equals a reference that truncates the inputs and differs from the full-f32 product."""
 from __future__ import annotations
 
-import shutil
 import sys
 from pathlib import Path
 
@@ -19,20 +18,17 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 import kernels_mma as K  # noqa: E402
+from conftest import SM80, SM90, SM90A, gemm_reports, needs_nvcc  # noqa: E402
 import tilelayout as tl  # noqa: E402
 from tilelayout.passes.lowering import lower_gemm  # noqa: E402
 from tilelayout.passes.lowering.mma_ptx import MmaInst, mma_instruction  # noqa: E402
 from tilelayout.passes.lowering.pipeline import check_numeric, compile_ptx, cuda_source, lower_func  # noqa: E402
 
-SM80 = {"kind": "cuda", "arch": "sm_80"}
-SM90 = {"kind": "cuda", "arch": "sm_90"}
-SM90A = {"kind": "cuda", "arch": "sm_90a"}
-needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
 
 
 def _report(func, target) -> str:
-    (text,) = dict(lower_func(func, target).attrs[lower_gemm.GEMM_REPORT_ATTR]).values()
-    return str(text)
+    (text,) = gemm_reports(lower_func(func, target))
+    return text
 
 
 def _tf32(x: np.ndarray) -> np.ndarray:
