@@ -111,19 +111,39 @@ def _registers(mod) -> int:
     return sum(slots_of.values())
 
 
-def time_kernel(build, target, model: str, repeat: int) -> dict:
+def _prepare(build, target, config: dict) -> tuple:
+    """(the module as ``tl.LayoutInference`` receives it, registers per thread of its result): captured from
+    ``tilelang.lower``, then inferred once untimed (the warm-up)."""
     import tilelang.transform
     from tilelang import tvm
-    config = {"tl.layout_cost_model": model}
     mod = _module_before_inference(build(), target, config)
-    samples, out = [], None
-    for k in range(repeat + 1):
+    with tvm.transform.PassContext(opt_level=3, config=config), target:
+        out = tilelang.transform.LayoutInference()(mod)
+    return mod, _registers(out)
+
+
+def _timed_runs(mod, target, config: dict, runs: int) -> list:
+    """CPU milliseconds of ``runs`` runs of ``tl.LayoutInference`` on ``mod``."""
+    import tilelang.transform
+    from tilelang import tvm
+    samples = []
+    for _ in range(runs):
         with tvm.transform.PassContext(opt_level=3, config=config), target:
             t0 = time.process_time()
-            out = tilelang.transform.LayoutInference()(mod)
-            if k:
-                samples.append((time.process_time() - t0) * 1e3)
-    return {"ms": statistics.median(samples), "regs": _registers(out)}
+            tilelang.transform.LayoutInference()(mod)
+            samples.append((time.process_time() - t0) * 1e3)
+    return samples
+
+
+def _error_text(err: Exception) -> str:
+    first = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
+    return f"{type(err).__name__}: {first}"
+
+
+def time_kernel(build, target, model: str, repeat: int) -> dict:
+    config = {"tl.layout_cost_model": model}
+    mod, regs = _prepare(build, target, config)
+    return {"ms": statistics.median(_timed_runs(mod, target, config, repeat)), "regs": regs}
 
 
 def _target_for(name: str, default):
@@ -136,11 +156,9 @@ def _target_for(name: str, default):
 def serve(kernels: dict, target, requests, replies) -> None:
     """Answer one JSON request per line, ``{"name": ..., "model": ..., "runs": n}``, with one JSON line
     ``{"ms": [n samples], "regs": int}`` or ``{"error": text}``: the module is captured (and the pass run once
-    untimed) on a kernel's first request, then every request times ``runs`` more runs. The benchmark asks for
-    one run at a time, alternating with its own, so that both sides are timed in the same seconds of a
+    untimed) on a kernel's first request, then every request times ``runs`` more runs. The benchmark asks
+    for each kernel right after its own runs of it, so that both sides are timed within the same second of a
     machine whose speed drifts."""
-    import tilelang.transform
-    from tilelang import tvm
     prepared = {}
     for line in requests:
         if not line.strip():
@@ -151,20 +169,11 @@ def serve(kernels: dict, target, requests, replies) -> None:
             config = {"tl.layout_cost_model": req["model"]}
             tgt = _target_for(req["name"], target)
             if key not in prepared:
-                mod = _module_before_inference(kernels[req["name"]](), tgt, config)
-                with tvm.transform.PassContext(opt_level=3, config=config), tgt:
-                    out = tilelang.transform.LayoutInference()(mod)
-                prepared[key] = (mod, _registers(out))
+                prepared[key] = _prepare(kernels[req["name"]], tgt, config)
             mod, regs = prepared[key]
-            samples = []
-            for _ in range(int(req.get("runs", 1))):
-                with tvm.transform.PassContext(opt_level=3, config=config), tgt:
-                    t0 = time.process_time()
-                    tilelang.transform.LayoutInference()(mod)
-                    samples.append((time.process_time() - t0) * 1e3)
-            reply = {"ms": samples, "regs": regs}
+            reply = {"ms": _timed_runs(mod, tgt, config, int(req.get("runs", 1))), "regs": regs}
         except Exception as err:  # TileLang fails on some kernels (#2398, #3005): report and keep serving
-            reply = {"error": f"{type(err).__name__}: {str(err).strip().splitlines()[0][:200] if str(err).strip() else ''}"}
+            reply = {"error": _error_text(err)}
         replies.write(json.dumps(reply) + "\n")
         replies.flush()
 
@@ -202,7 +211,7 @@ def main(argv=None) -> int:
             try:
                 result[model][name] = time_kernel(kernels[name], tgt, model, args.repeat)
             except Exception as err:  # report and keep going: TileLang fails on some kernels (#2398, #3005)
-                result[model][name] = {"error": f"{type(err).__name__}: {str(err).strip().splitlines()[0][:200]}"}
+                result[model][name] = {"error": _error_text(err)}
     print(json.dumps(result, indent=1, sort_keys=True))
     return 0
 
