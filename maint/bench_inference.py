@@ -78,8 +78,8 @@ def measure(func, model: str, repeat: int, peer: "PeerTimer | None" = None, name
     """(median ms of our cold runs, our registers per thread, TileLang's {"ms", "regs"} | {"error"} | None).
     With ``peer``, TileLang times its twin of ``name`` right after our runs (its own warm-up run, then
     ``repeat`` runs), so both sides of a ratio are timed within the same second: the machine's speed drifts
-    by up to 2x over minutes. Runs are not interleaved one by one: a process switch before every run slowed
-    each side's runs (ours about 2x), since each then starts with the other's working set in the caches."""
+    by up to 2x over minutes. Each side's runs stay back to back, after its own warm-up run, as in a batch of
+    its own (a first version alternated single runs; its slower figures could not be told apart from drift)."""
     result = infer_layouts(func, None, model)       # warm-up: TVM's first analyzer use, imports
     samples = []
     for _ in range(repeat):
