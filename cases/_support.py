@@ -89,7 +89,15 @@ def assert_valid_fragment(name: str, d: dict) -> None:
         f"{name}: threads {threads.min()}..{threads.max()} fall outside [0, {limit})")
     slots = index_table(d)
     packed = slots.reshape(-1) * limit + threads.reshape(-1)
-    assert np.unique(packed).size == packed.size, f"{name}: two elements share one (thread, slot) register"
+    assert not _has_repeat(packed), f"{name}: two elements share one (thread, slot) register"
+
+
+def _has_repeat(values: np.ndarray) -> bool:
+    """Whether some value occurs twice: counted in one pass when the values are small non-negative ints (a
+    (thread, slot) numbering nearly always is), else by sorting."""
+    if values.size and values.min() >= 0 and values.max() < 8 * values.size + 4096:
+        return bool(np.bincount(values).max() > 1)
+    return np.unique(values).size != values.size
 
 
 def _holder_keys(d: dict, limit: int) -> np.ndarray:
@@ -137,6 +145,8 @@ def assert_owned(loop_key: str, loop: dict, frag_name: str, frag: dict,
         assert c.min() >= 0 and c.max() < extent, (
             f"loop {loop_key} reads {frag_name} out of bounds on axis {axis}: {c.min()}..{c.max()} vs {extent}")
     flat = np.ravel_multi_index(coords, fshape)                         # (*lshape)
+    if _owned_by_lookup(loop_key, loop_threads, frag_name, frag, flat, coords, write):
+        return
     holders = _holder_keys(frag, limit)
     runs = flat[..., None] * limit + loop_threads                       # (*lshape, Rl)
     missing = ~_member(holders, runs)
@@ -151,6 +161,30 @@ def assert_owned(loop_key: str, loop: dict, frag_name: str, frag: dict,
         stale = due[~_member(np.sort(runs, axis=None), due)]
         assert not stale.size, (f"loop {loop_key} writes {frag_name} but leaves replicas on threads "
                                 f"{np.unique(stale % limit)[:8].tolist()} stale")
+
+
+def _owned_by_lookup(loop_key: str, loop_threads: np.ndarray, frag_name: str, frag: dict, flat: np.ndarray,
+                     coords: list, write: bool) -> bool:
+    """``assert_owned`` by comparing each iteration's threads with its element's few holders directly (no sorted
+    keys), when both sides have few replicas and, for a write, no element is written by two iterations (then
+    an element's writers are one iteration's threads). False: not applicable, judge by sorted keys."""
+    held_by = thread_table(frag)
+    rf, rl = held_by.shape[-1], loop_threads.shape[-1]
+    if rf * rl > 16:
+        return False
+    if write and np.bincount(flat.reshape(-1)).max() > 1:
+        return False
+    held = held_by.reshape(-1, rf)[flat]                                # (*lshape, Rf)
+    missing = ~(held[..., None, :] == loop_threads[..., :, None]).any(axis=-1)
+    if missing.any():
+        where = tuple(int(x) for x in np.argwhere(missing)[0])
+        raise AssertionError(f"loop {loop_key}: iteration {where[:-1]} runs on thread "
+                             f"{loop_threads[where]} which does not hold {frag_name}{tuple(int(c[where[:-1]]) for c in coords)}")
+    if write:
+        stale = ~(held[..., :, None] == loop_threads[..., None, :]).any(axis=-1)
+        assert not stale.any(), (f"loop {loop_key} writes {frag_name} but leaves replicas on threads "
+                                 f"{np.unique(held[stale])[:8].tolist()} stale")
+    return True
 
 
 def conversion_kind(src: dict, dst: dict, threads: int | None = None, warp: int = 32) -> str:

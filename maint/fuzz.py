@@ -1002,6 +1002,41 @@ def _cached_facts_problems(name: str, lay) -> list[str]:
     return out
 
 
+def _inverse_problems(name: str, lay) -> list[str]:
+    """The closed-form inverse lowering walks a fragment (or loop) by: every (slot..., thread) cell of the box
+    it reads must give a point outside the domain or the (element, replica) the fragment puts in that cell,
+    and every (element, replica) must be reached. TVM's iter map once dropped a thread offset
+    (``(_i + 2) // 4`` read as ``_i // 4``) and the inverse ran every iteration on thread 0. Judged here by
+    enumeration of the fragment's own tables; a fragment without a closed-form inverse is not judged."""
+    from tilelayout.errors import TileLayoutError
+    if not lay.is_static or lay.size * lay.replicate_size > 1 << 16:
+        return []
+    try:
+        inv, _ = lay.inverse_with_info(allow_padding=True)
+    except TileLayoutError:
+        return []
+    box = [int(s) for s in inv.input_shape]
+    if int(np.prod(box)) > 1 << 18:
+        return []
+    cells = np.indices(box).reshape(len(box), -1).T                             # (cells, slots + thread)
+    coords = np.asarray(inv.table(), dtype=np.int64).reshape(cells.shape[0], -1)  # (cells, dims + rep)
+    shape = [int(s) for s in lay.input_shape] + [int(lay.replicate_size)]
+    inside = ((coords >= 0) & (coords < np.asarray(shape))).all(axis=1)
+    slots = np.asarray(lay.table(), dtype=np.int64)                              # (*shape, outputs)
+    threads = np.asarray(lay.thread_table(), dtype=np.int64)                     # (*shape, rep)
+    at = coords[inside]
+    got = np.concatenate([slots[tuple(at[:, :-1].T)], threads[tuple(at.T)][:, None]], axis=1)
+    wrong = ~(got == cells[inside]).all(axis=1)
+    if wrong.any():
+        cell = cells[inside][int(np.argmax(wrong))].tolist()
+        return [f"{name}: its inverse sends (slot..., thread) cell {cell} to {at[int(np.argmax(wrong))].tolist()}, "
+                f"which the layout puts at {got[int(np.argmax(wrong))].tolist()} ({lay!r})"]
+    if int(inside.sum()) != lay.size * lay.replicate_size:
+        return [f"{name}: its inverse reaches {int(inside.sum())} of {lay.size * lay.replicate_size} (element, "
+                f"replica) points over the box {box} ({lay!r})"]
+    return []
+
+
 def validate(result) -> list[str]:
     """Every violated invariant of an inference result, judged by exact enumeration (empty: valid)."""
     from cases import _support
@@ -1027,6 +1062,7 @@ def validate(result) -> list[str]:
         except AssertionError as err:
             problems.append(str(err))
         problems += _cached_facts_problems(buf.name, lay)
+        problems += _inverse_problems(f"fragment {buf.name}", lay)
     for op in graph.ops:
         nest = nest_of(op)
         if nest is None:
@@ -1044,6 +1080,7 @@ def validate(result) -> list[str]:
             _support.assert_valid_fragment(f"loop of {op.describe()}", loop)
         except AssertionError as err:
             problems.append(str(err))
+        problems += _inverse_problems(f"loop of {op.describe()}", decision.layout)
         inner = [v.name for v in nest.inner_vars]
         for a in nest.fragment_accesses():
             if inner and any(n in str(e) for e in a.indices for n in inner):

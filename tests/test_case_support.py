@@ -52,9 +52,19 @@ def _fragment(draw, shape, threads: int) -> Fragment:
     return Fragment(shape, lambda i, j: (i * a + j * b) % threads, lambda i, j: i * 8 + j)
 
 
+@pytest.mark.parametrize("lookup", [True, False], ids=["holder-lookup", "sorted-keys"])
 @settings(max_examples=60, deadline=None)
 @given(data=st.data())
-def test_ownership_check_equals_the_brute_force_definition(data):
+def test_ownership_check_equals_the_brute_force_definition(lookup, data):
+    """Both ways of judging (the direct holder lookup, and sorted keys where it does not apply) agree with the
+    definition."""
+    with pytest.MonkeyPatch.context() as patch:
+        if not lookup:                  # every question goes to sorted keys
+            patch.setattr(_support, "_owned_by_lookup", lambda *args: False)
+        _check_one(data)
+
+
+def _check_one(data):
     threads = 16
     loop = _fragment(data.draw, (8, 8), threads)
     rows = data.draw(st.booleans())
@@ -62,6 +72,15 @@ def test_ownership_check_equals_the_brute_force_definition(data):
     index = (lambda i, j: (i,)) if rows else (lambda i, j: (i, j))
     write = data.draw(st.booleans())
     assert _verdict(loop, frag, index, write) == _reference(loop, frag, index, write)
+
+
+def test_repeat_detection_equals_unique():
+    rng = np.random.default_rng(7)
+    for size in (1, 5, 100, 3000):
+        for spread in (2, size, 50 * size + 10**6):
+            values = rng.integers(0, spread, size)
+            assert _support._has_repeat(values) == (np.unique(values).size != values.size)
+    assert _support._has_repeat(np.array([-3, 5, -3])) and not _support._has_repeat(np.array([-3, 5]))
 
 
 def test_ownership_check_fails_on_a_missing_holder_and_on_a_stale_replica():
@@ -72,3 +91,9 @@ def test_ownership_check_fails_on_a_missing_holder_and_on_a_stale_replica():
     with pytest.raises(AssertionError, match="stale"):
         _support.assert_owned("i,j[8x8]", Fragment((8, 8), lambda i, j: i + 8 * (j % 2) * 0).to_dict(), "f",
                               replicated.to_dict(), lambda i, j: (i,), write=True)
+    # one writer per element (the holder-lookup way): column j runs on thread j, its replica on thread j + 8
+    pairs = Fragment((8, 8), lambda i, j, r: j + 8 * r, lambda i, j: i, replicate=2)
+    by_column = Fragment((8, 8), lambda i, j: j)
+    assert _verdict(by_column, pairs, lambda i, j: (i, j), False) is None
+    with pytest.raises(AssertionError, match=r"replicas on threads \[8, 9, 10, 11, 12, 13, 14, 15\] stale"):
+        _support.assert_owned("i,j[8x8]", by_column.to_dict(), "f", pairs.to_dict(), lambda i, j: (i, j), write=True)

@@ -12,12 +12,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from maint.fuzz import COST_MODELS, parse, validate  # noqa: E402
+from tilelayout.errors import LayoutError  # noqa: E402
 from tilelayout.layout import Layout, placeholder as P  # noqa: E402
 from tilelayout.passes.inference.layout_inference import infer_layouts  # noqa: E402
 from tilelayout.passes.lowering.pipeline import check_numeric, reference_outputs  # noqa: E402
@@ -403,6 +405,91 @@ def test_gapped_inverse_sends_every_unused_cell_out_of_range():
         table = np.asarray(layout.table()).reshape(-1, len(out_shape))
         flat = np.ravel_multi_index(tuple(coords[inside].T), tuple(layout.input_shape))
         assert (table[flat] == cells[inside]).all()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Bug 8 (seed 1509 kernel 11, wrong result): the loop writing ``f0[i + 2, j]`` (f0's thread ``_i // 4``) runs
+# iteration (i, j) on thread ``(_i + 2) // 4``. apache-tvm 0.27's iter map reads ``(_i + 2) // 4`` over _i < 4
+# as ``_i // 4`` (always 0) and calls the packing bijective, so the inverse took the thread box as one
+# thread wide and ignored the thread; inv(fwd(x)) == x still held. Partition then ran every iteration on
+# thread 0 (``tx < 1``), and rows 2-3 of f0 landed in rows 0-1. An inverse must now hold on every cell of
+# the box it reads (``Layout._verify_inverse``), and the iter map's extents go with its inverse.
+
+OFFSET_DIVIDED_THREAD = '''
+@T.prim_func
+def main(A0: T.Buffer((4, 32), "float16"), O2: T.Buffer((32, 9), "float16")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 2)
+    f0 = T.alloc_buffer((8, 32), "float16", scope="local.fragment")
+    f1 = T.alloc_buffer((32, 8), "float16", scope="local.fragment")
+    s0 = T.alloc_buffer((8, 32), "float16", scope="shared")
+    Tx.fill(f0[0:8, 0:32], T.float16(0.0))
+    for i in T.parallel(4):
+        for j in T.parallel(32):
+            f0[i + 2, j] = A0[i, j]
+    lang.cumsum(f0, dim=1, reverse=True)
+    for i in T.parallel(8):
+        for j in T.parallel(32):
+            f1[j, i] = f0[i, j] * T.float16(2.0)
+    Tx.copy(s0[0:8, 0:32], f0[0:8, 0:32])
+    Tx.copy(O2[0:32, 0:8], f1[0:32, 0:8])
+'''
+
+
+def _holds_on_every_cell(layout: Layout, inv: Layout, out_shape: list) -> bool:
+    """Every cell of ``out_shape`` goes out of the input box or to the point that maps to it, by enumeration."""
+    cells = np.stack(np.unravel_index(np.arange(int(np.prod(out_shape))), out_shape), axis=1)
+    env = {v: cells[:, k] for k, v in enumerate(inv.forward_vars)}
+    from tilelayout.evaluate import evaluate
+    coords = np.stack([np.broadcast_to(evaluate(e, env), cells.shape[:1]) for e in inv.forward_index], axis=1)
+    shape = [int(s) for s in layout.input_shape]
+    inside = ((coords >= 0) & (coords < np.asarray(shape))).all(axis=1)
+    table = np.asarray(layout.table()).reshape(-1, len(out_shape))
+    flat = np.ravel_multi_index(tuple(coords[inside].T), tuple(shape))
+    return inside.sum() == layout.size and bool((table[flat] == cells[inside]).all())
+
+
+def test_offset_divided_thread_keeps_its_extent_in_the_inverse():
+    layout = Layout.from_exprs([4, 32], [P(0) * 32 + P(1), (P(0) + 2) // 4])
+    inv, exact = layout.inverse_with_info(allow_padding=True)       # taken first: see ``_roundtrip``
+    assert not exact
+    assert [int(s) for s in layout.output_shape] == [128, 2]
+    assert _holds_on_every_cell(layout, inv, [128, 2])
+
+
+@settings(max_examples=80, deadline=None)
+@given(rows=st.integers(1, 6), cols=st.sampled_from([1, 3, 8]), offset=st.integers(0, 7),
+       divisor=st.integers(1, 6), wrap=st.booleans())
+def test_inverse_of_offset_thread_maps_holds_on_every_cell(rows, cols, offset, divisor, wrap):
+    """Packings ``[slot, (i + c) // d]`` and ``[slot, (i + c) % d]``: whatever inverse comes back (iter map or
+    a solver) holds on its whole box, and the output extents are the enumerated ones."""
+    thread = (P(0) + offset) % divisor if wrap else (P(0) + offset) // divisor
+    layout = Layout.from_exprs([rows, cols], [P(0) * cols + P(1), thread])
+    try:
+        inv, _ = layout.inverse_with_info(allow_padding=True)
+    except LayoutError:
+        return                                                        # refusing is allowed, a wrong inverse is not
+    table = np.asarray(Layout.from_exprs([rows, cols], [P(0) * cols + P(1), thread]).table()).reshape(-1, 2)
+    out_shape = [int(s) for s in layout.output_shape]
+    assert out_shape == [int(x) + 1 for x in table.max(axis=0)]
+    assert _holds_on_every_cell(layout, inv, out_shape)
+
+
+def test_offset_divided_thread_kernel():
+    _check_end_to_end(OFFSET_DIVIDED_THREAD)
+
+
+def test_fuzz_validator_judges_the_inverse_on_every_cell():
+    """``maint/fuzz.validate`` checks the inverse lowering walks by: it passes the right one and names the cell
+    a wrong one (the pre-fix inverse, served from the fragment's memo) misplaces."""
+    from maint.fuzz import _inverse_problems
+    from tilelayout import Fragment
+    frag = Fragment([4, 32], lambda i, j: (i + 2) // 4, lambda i, j: i * 32 + j).bind_thread_range(0, 2)
+    assert _inverse_problems("loop", frag) == []
+    wrong = Layout.from_exprs([128, 1], [P(0) // 32, P(0) % 32, 0 * P(0)])     # ignores the thread
+    frag.__dict__["_inverse_memo"] = {True: (True, (wrong, True))}
+    problems = _inverse_problems("loop", frag)
+    assert len(problems) == 1 and "cell [64, 0] to [2, 0, 0], which the layout puts at [64, 1]" in problems[0]
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -143,20 +143,31 @@ def _stride_inverse(layout: Layout) -> Layout | None:
 def _checked_inverse(layout: Layout, back: list) -> Layout | None:
     """``back`` (input coordinates in the output placeholders) as the inverse of ``layout`` when, at every
     cell of the output box, it gives either a point outside the input box or the point that maps there."""
-    shape = [int(s) for s in layout.input_shape]
     out_shape = [int(s) for s in layout.output_shape]
     inv = layout._make_layout(out_shape, back)
-    if shape_size(out_shape) > (1 << 20):
-        return inv
-    cells = np.stack(np.unravel_index(np.arange(shape_size(out_shape)), tuple(out_shape)), axis=1)
+    return inv if _padding_cells_excluded(layout, inv, out_shape) else None
+
+
+#: output boxes up to this many cells are checked cell by cell; larger ones are trusted
+PADDING_CHECK_LIMIT = 1 << 20
+
+
+def _padding_cells_excluded(layout: Layout, inv: Layout, box: list) -> bool:
+    """At every cell of ``box`` (``inv``'s domain) ``inv`` gives a point outside ``layout``'s input box or the
+    point that maps to that cell, and exactly ``layout.size`` cells give a point inside: then a loop over the
+    box guarded by the input ranges alone runs every point once, where ``layout`` puts it."""
+    shape = [int(s) for s in layout.input_shape]
+    if shape_size(box) > PADDING_CHECK_LIMIT:
+        return True
+    cells = np.stack(np.unravel_index(np.arange(shape_size(box)), tuple(box)), axis=1)
     env = {v: cells[:, k] for k, v in enumerate(inv.forward_vars)}
-    coords = np.stack([np.broadcast_to(evaluate(x, env), cells.shape[:1]) for x in back], axis=1)
+    coords = np.stack([np.broadcast_to(evaluate(x, env), cells.shape[:1]) for x in inv.forward_index], axis=1)
     inside = ((coords >= 0) & (coords < np.asarray(shape))).all(axis=1)
+    if inside.sum() != layout.size:
+        return False
     table = np.asarray(layout.table()).reshape(-1, layout.output_dim)
     flat_in = np.ravel_multi_index(tuple(coords[inside].T), tuple(shape))
-    if inside.sum() != layout.size or not (table[flat_in] == cells[inside]).all():
-        return None
-    return inv
+    return bool((table[flat_in] == cells[inside]).all())
 
 
 def _digit_inverse(layout: Layout) -> Layout | None:

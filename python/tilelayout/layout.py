@@ -24,7 +24,8 @@ from .expr import (_PLACEHOLDERS, ENUMERATION_LIMIT, INJECTIVE_ENUMERATION_LIMIT
                    _fmt_shape, call_user_fn, expr_text, free_vars, is_static, make_analyzer, normalize_shape, placeholder,
                    rep_placeholder, shape_size, shape_vars, simplify, substitute)
 from .inverse import (_bound_extent, _detect, _detect_bijective, _gf2_inverse, _digit_inverse,  # noqa: F401
-                      _iter_sum_extents, _lookup_inverse, _prove_injective_symbolically, _stride_inverse)
+                      _iter_sum_extents, _lookup_inverse, _padding_cells_excluded, _prove_injective_symbolically,
+                      _stride_inverse)
 
 __all__ = ["Layout", "placeholder", "rep_placeholder", "substitute", "simplify", "clear_caches"]
 
@@ -315,11 +316,14 @@ class Layout:
     def _inverse_with_info(self, allow_padding: bool):
         out_vars = _PLACEHOLDERS[: self.output_dim]
         res = _detect_bijective(self._forward_index, self.forward_vars, self._input_shape)
+        derived = False
         if res is not None and "_output_shape" not in self.__dict__:
-            # a proven bijection's outputs are iter sums whose ranges are exact: no enumeration needed
-            derived = _iter_sum_extents(res.indices, self.forward_vars, self._input_shape)
-            if derived is not None:
-                self.__dict__["_output_shape"] = derived
+            # a proven bijection's outputs are iter sums whose ranges are exact: no enumeration needed (taken
+            # back below if TVM's iter sums turn out not to be the expressions, see ``_verify_inverse``)
+            extents = _iter_sum_extents(res.indices, self.forward_vars, self._input_shape)
+            if extents is not None:
+                self.__dict__["_output_shape"] = extents
+                derived = True
         out_shape = self.output_shape
         exact = True
         filled = shape_size(out_shape), self.size
@@ -346,6 +350,11 @@ class Layout:
                     result.__dict__["_output_shape"] = list(self._input_shape)
                 if self._verify_inverse(result, exact):
                     return result, exact
+        if derived:
+            # the iter map did not describe this layout (apache-tvm 0.27 rewrites ``(_i + 2) // 4`` over _i < 4
+            # to ``_i // 4``, always 0): its output extents are not the layout's either
+            del self.__dict__["_output_shape"]
+            out_shape = self.output_shape
         if not self._enumerable():
             raise LayoutError(f"cannot invert {self!r}: it is not affine (no iter-map) and its domain is too large or "
                               f"symbolic to invert by enumeration")
@@ -364,22 +373,36 @@ class Layout:
         return result, shape_size(out_shape) == self.size
 
     def _verify_inverse(self, inv: "Layout", exact: bool) -> bool:
-        """Enumeration check inv(fwd(x)) == x where the domain is small enough; trusted otherwise. Each output
-        of the inverse is compared, as it is evaluated, with its input axis broadcast over the grid (no
-        stacked coordinate tables)."""
+        """Enumeration check that ``inv`` inverts this layout on its whole domain (the box ``inv`` reads)
+        where the domain is small enough; trusted otherwise.
+
+        inv(fwd(x)) == x alone is not enough: an inverse that ignores an output (TVM's iter map can drop a
+        thread output's offset, see ``_inverse_with_info``) passes it while cells of the box outside the
+        image still land in the input box, and a loop partitioned by it runs iterations on the wrong thread.
+        So every forward value must lie in ``inv``'s input box, and without ``exact`` (padding) every cell of
+        that box must map out of the input box or to the point that maps to it. Each output of the inverse
+        is compared, as it is evaluated, with its input axis broadcast over the grid (no stacked coordinate
+        tables)."""
         if not self._enumerable(1 << 18):
             return True
         tab = self.table().reshape(-1, self.output_dim)
-        env = {v: tab[:, k] for k, v in enumerate(inv.forward_vars)}
         shape = tuple(int(s) for s in self._input_shape)
         if len(inv._forward_index) != len(shape):
             return False
+        box = [int(s) if isinstance(s, (int, np.integer)) else None for s in inv.input_shape]
+        if any(b is None for b in box) or len(box) != tab.shape[1]:
+            return False
+        if tab.size and ((tab < 0).any() or (tab >= np.asarray(box, dtype=np.int64)).any()):
+            return False                                 # a forward value outside the box the inverse reads
+        env = {v: tab[:, k] for k, v in enumerate(inv.forward_vars)}
         for d, e in enumerate(inv._forward_index):
             back = np.broadcast_to(evaluate(e, env), tab.shape[:1]).reshape(shape)
             axis = np.arange(shape[d], dtype=np.int64).reshape([-1 if k == d else 1 for k in range(len(shape))])
             if not (back == axis).all():
                 return False
-        return True
+        if exact and shape_size(box) == self.size:
+            return True     # injective (inverted on the domain) into a box of its own size: onto it
+        return _padding_cells_excluded(self, inv, box)
 
     # ----------------------------------------------------------------- transformations
     def repeat(self, dim: int, factor: int) -> "Layout":
