@@ -7,7 +7,8 @@ from tilelayout import Fragment, LayoutError
 from tilelayout.gemm_layouts import (compute_warp_partition, make_gemm_fragment_8x4, make_gemm_fragment_8x8,
                                      make_gemm_fragment_8x8_transposed, make_gemm_fragment_8x16,
                                      make_gemm_fragment_a, make_gemm_fragment_b, make_gemm_fragment_c,
-                                     make_mma_accumulator_fragment)
+                                     make_mma_accumulator_fragment, make_wgmma_accumulator_fragment,
+                                     make_wgmma_fragment_a)
 
 from conftest import check_fragment_inverse_roundtrip
 
@@ -248,3 +249,47 @@ def test_operand_errors():
         make_gemm_fragment_b(64, 64, 16, 128, "float64")
     with pytest.raises(LayoutError, match="no valid warp partition"):
         make_gemm_fragment_a(40, 64, 16, 128)
+
+
+def _partitions(threads: int) -> list:
+    warps = threads // 32
+    return [(wm, warps // wm) for wm in range(1, warps + 1) if warps % wm == 0]
+
+
+def _gemm_fragments():
+    """Every instruction fragment a gemm plan can give a register buffer, over a grid of plan shapes (the
+    constructors refuse partitions the instruction cannot tile)."""
+    for threads in (32, 64, 128, 256):
+        for wm, wn in _partitions(threads):
+            for m in (16, 32, 64, 128, 256):
+                for n in (8, 16, 32, 64, 128, 256):
+                    for dtype in ("float32", "float16", "int32", "float64"):
+                        yield f"mma acc {m}x{n} {dtype} t{threads} {wm}x{wn}", \
+                            lambda: make_mma_accumulator_fragment(m, n, threads, dtype, warp_partition=(wm, wn))
+                    for dtype, k in (("float16", 32), ("int8", 64), ("float32", 16), ("float8_e4m3fn", 64)):
+                        yield f"mma A {m}x{n}x{k} {dtype} t{threads} {wm}x{wn}", \
+                            lambda: make_gemm_fragment_a(m, n, k, threads, dtype, warp_partition=(wm, wn))
+                    if threads >= 128 and wm % 4 == 0:
+                        yield f"wgmma acc {m}x{n} t{threads} {wm}x{wn}", \
+                            lambda: make_wgmma_accumulator_fragment(m, n, threads, warp_partition=(wm, wn))
+                        yield f"wgmma A {m}x32 t{threads} {wm}x{wn}", \
+                            lambda: make_wgmma_fragment_a(m, 32, threads, "float16", warp_partition=(wm, wn))
+
+
+def test_every_plan_fragment_has_a_closed_form_inverse():
+    """Inference does not ask a gemm's own register layouts for their inverse (``check_cells_invertible``):
+    this is why it need not. Every fragment the constructors build over the grid inverts, checked point by
+    point."""
+    built = 0
+    for name, make in _gemm_fragments():
+        try:
+            frag = make()
+        except LayoutError:
+            continue
+        built += 1
+        try:
+            frag.inverse_with_info(allow_padding=True)
+        except LayoutError as err:
+            raise AssertionError(f"{name}: {err}") from None
+        check_fragment_inverse_roundtrip(frag)
+    assert built > 1500
