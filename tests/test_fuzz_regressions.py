@@ -457,6 +457,20 @@ def test_offset_divided_thread_keeps_its_extent_in_the_inverse():
     assert _holds_on_every_cell(layout, inv, [128, 2])
 
 
+def test_an_iter_map_tvm_rewrote_is_not_trusted():
+    """TVM's verdict on a map it rewrote (the thread output read as 0) is refused at detection; maps it reads
+    back unchanged keep it, so no golden layout pays an enumeration for this."""
+    from tilelayout.inverse import _detect_bijective
+    shape = [4, 32]
+    variables = [P(0), P(1)]
+    assert _detect_bijective([P(0) * 32 + P(1), (P(0) + 2) // 4], variables, shape) is None
+    assert _detect_bijective([(P(0) + 3) % 4, P(1)], variables, shape) is None
+    assert _detect_bijective([P(0) * 32 + P(1)], variables, shape) is not None
+    assert _detect_bijective([P(1) % 8, P(0) * 4 + P(1) // 8], variables, shape) is not None
+    assert Layout.from_exprs(shape, [P(0) * 32 + P(1), (P(0) + 2) // 4]).is_injective()
+    assert not Layout.from_exprs(shape, [(P(0) + 2) // 4, P(1)]).is_injective()
+
+
 @settings(max_examples=80, deadline=None)
 @given(rows=st.integers(1, 6), cols=st.sampled_from([1, 3, 8]), offset=st.integers(0, 7),
        divisor=st.integers(1, 6), wrap=st.booleans())
