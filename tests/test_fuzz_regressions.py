@@ -507,6 +507,77 @@ def test_fuzz_validator_judges_the_inverse_on_every_cell():
 
 
 # ---------------------------------------------------------------------------------------------------
+# Bug 9 (the CPU check, not the kernel; seeds 1553 and 1567): a conversion by warp shuffles reads lane
+# ``((tx + 32) // 7 * 7 + (tx + 4) % 7 + 25) % 32``, which the CUDA source computes as written. Serialising
+# the threads turns that lane into an index of an exchange array, and the CPU build's buffer flattening
+# (apache-tvm 0.27's iter-map rewrite) read it as ``(t + 21) % 32``: the CPU run read the wrong lane and
+# reported a mismatch the GPU would not have. ``pipeline.cpu_index_guard`` now hides such indices from the
+# rewrite in every serialised kernel (and in the layout-free reference).
+
+ROTATED_READ_BY_SHUFFLES = '''
+@T.prim_func
+def main(A0: T.Buffer((104, 8), "float32"), O0: T.Buffer((96, 7), "float32")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 32)
+    f0 = T.alloc_buffer((96, 7), "float32", scope="local.fragment")
+    Tx.copy(f0[0:96, 0:7], A0[0:96, 0:7])
+    for i in T.parallel(96):
+        for j in T.parallel(7):
+            O0[i, j] = f0[i, j] + f0[(i + 1) % 96, j]
+'''
+
+REVERSED_THEN_PARTIAL = '''
+@T.prim_func
+def main(A0: T.Buffer((12, 12), "float32"), O0: T.Buffer((20, 15), "float32"), O1: T.Buffer((12, 12), "float32")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 32)
+    f0 = T.alloc_buffer((12, 12), "float32", scope="local.fragment")
+    s0 = T.alloc_buffer((12, 12), "float32", scope="shared")
+    f1 = T.alloc_buffer((12, 12), "float32", scope="local.fragment")
+    s1 = T.alloc_buffer((12, 12), "float32", scope="shared")
+    Tx.copy(s0[0:12, 0:12], A0[0:12, 0:12])
+    Tx.copy(f0[0:12, 0:12], s0[0:12, 0:12])
+    for i in T.parallel(12):
+        for j in T.parallel(12):
+            f1[i, j] = f0[11 - i, 11 - j] + T.float32(1.0)
+    Tx.copy(f0[0:12, 0:12], f1[0:12, 0:12])
+    for i in T.parallel(2):
+        for j in T.parallel(12):
+            f0[i, j] = f1[i, j] + T.float32(1.0)
+    Tx.copy(s1[0:12, 0:12], f0[0:12, 0:12])
+    Tx.copy(O0[3:3 + 12, 1:1 + 12], s1[0:12, 0:12])
+    Tx.copy(O1[0:12, 0:12], f1[0:12, 0:12])
+'''
+
+
+@pytest.mark.parametrize("text", [ROTATED_READ_BY_SHUFFLES, REVERSED_THEN_PARTIAL], ids=["seed1553", "seed1567"])
+def test_shuffle_lanes_survive_the_cpu_build(text):
+    _check_end_to_end(text)
+
+
+def test_cpu_index_guard_hides_an_index_flattening_would_rewrite():
+    """Compiled for the CPU as is, the lane index reads lane t + 21; guarded, lane t + 25 (what it says)."""
+    import tvm
+    from tilelayout.passes.lowering.pipeline import _cpu_compile, cpu_index_guard
+    func = tvm.script.from_source('''
+# from tvm.script import tirx as T
+@T.prim_func
+def f(X: T.Buffer((32,), "float32"), O: T.Buffer((32,), "float32")):
+    for t in range(32):
+        O[t] = X[((t + 32) // 7 * 7 + (t + 4) % 7 + 25) % 32]
+''')
+    x = np.arange(32, dtype=np.float32)
+    runs = {}
+    for name, f in (("as is", func), ("guarded", cpu_index_guard(func))):
+        out = np.zeros(32, dtype=np.float32)
+        _cpu_compile(f, "f")(x, out)
+        runs[name] = out
+    lane = (np.arange(32) + 25) % 32
+    assert (runs["guarded"] == x[lane]).all()
+    assert not (runs["as is"] == x[lane]).all(), "apache-tvm no longer rewrites this index (the guard stays harmless)"
+
+
+# ---------------------------------------------------------------------------------------------------
 # Wrong result: ``acc[i, j // 64] += B[i, j]`` ran a whole group in one thread (right) but the vectorizer
 # turned the group's slot loop into vector lanes that all stored to the one register, keeping one update
 # of four. Stores to physical register arrays now need distinct consecutive slots per lane. With 128

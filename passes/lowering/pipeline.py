@@ -221,13 +221,28 @@ def build_cpu_lowered(lowered) -> CpuKernel:
     """An already lowered PrimFunc (``lower_func``'s result, possibly edited) run on the CPU: the GPU's index
     rewriting, cp.async emulation (``emulate_async_copy``), then the threads serialised."""
     from .emulate_async_copy import emulate_async_copies
-    return _cpu_compile(serialize_threads(emulate_async_copies(device_index_rewrites(lowered))), _name(lowered))
+    serial = serialize_threads(emulate_async_copies(device_index_rewrites(lowered)))
+    return _cpu_compile(cpu_index_guard(serial), _name(lowered))
+
+
+def cpu_index_guard(func) -> tirx.PrimFunc:
+    """The serialised kernel with every buffer index the CPU build's flattening would rewrite wrongly hidden
+    behind a ``Let`` (``index_guard``), so that the CPU computes the addresses the GPU computes. Serialising
+    makes new indices: a warp shuffle's lane (a value on the GPU) indexes an exchange array, and each
+    per-thread array gains the thread as a leading index. apache-tvm 0.27 flattens
+    ``((t + 32) // 7 * 7 + (t + 4) % 7 + 25) % 32`` over ``t < 32`` to ``(t + 21) % 32`` (fuzz seeds 1553 and
+    1567: right CUDA, wrong CPU results). Simplified first, as the build does before flattening, so that the
+    check sees the forms flattening will see."""
+    from tvm import s_tir
+    from .index_guard import protect_indices
+    func = s_tir.transform.StmtSimplify()(tvm.IRModule({"main": func}))["main"]
+    return func.with_body(protect_indices(func.body))
 
 
 def build_reference_cpu(func) -> CpuKernel:
     """The unlowered program's sequential semantics on the CPU (the layout-free reference)."""
     f = _as_func(func)
-    return _cpu_compile(sequential_semantics(f), _name(f), REFERENCE_LLVM)
+    return _cpu_compile(cpu_index_guard(sequential_semantics(f)), _name(f), REFERENCE_LLVM)
 
 
 # --------------------------------------------------------------------------------------- numeric check
