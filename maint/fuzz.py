@@ -1428,8 +1428,26 @@ def main(argv=None) -> int:
 
 
 def _signature(outcomes: list) -> tuple:
-    """What a reduction must preserve: the worst outcome kind per model and, for refusals, the reason."""
-    return tuple((o.model, o.kind, _reason_key(o.detail) if o.kind == "unsupported" else "") for o in outcomes)
+    """What a reduction must preserve: the worst outcome kind per model and, for refusals, the reason; for
+    mismatches, which outputs differ and whether the reference expected NaN there (a reduction that deleted
+    an output's initialisation turns a wrong-lane mismatch into an uninitialised read, seed 1567)."""
+    def key(o):
+        if o.kind == "unsupported":
+            return _reason_key(o.detail)
+        if o.kind == "mismatch":
+            return _mismatch_key(o.detail)
+        return ""
+    return tuple((o.model, o.kind, key(o)) for o in outcomes)
+
+
+def _mismatch_key(detail: str) -> tuple:
+    """(output, reference NaN?) for each output a mismatch names (``compare_outputs``: ``"O0: 3 of 8 elements
+    differ (first at [..]: got .., expected ..)"``, joined by ``"; "``)."""
+    out = []
+    for part in detail.split("; "):
+        name = part.split(":", 1)[0].strip()
+        out.append((name, "expected np.float64(nan)" in part or "expected nan" in part))
+    return tuple(sorted(out))
 
 
 def reduce_kernel(kernel: Kernel, models, numeric: bool, worker) -> Kernel:

@@ -974,3 +974,19 @@ def test_conversion_split_needs_invertible_layouts_on_both_sides():
             if name.endswith("_cv"):
                 lay.inverse_with_info(allow_padding=True)     # raises if lowering could not walk it
         lower(parse(CONVERSION_WITHOUT_INVERSE), cost_model=model)
+
+
+def test_reduction_keeps_which_outputs_mismatch_and_whether_the_reference_read_nan():
+    """``--reduce`` once shrank the seed-1567 mismatch (wrong lane, two outputs) to a kernel that only read an
+    uninitialised fragment (reference NaN): a different failure. Such steps now change the signature."""
+    from maint.fuzz import Outcome, _signature
+    wrong_lane = [Outcome("mismatch", "register-count", "O0: 64 of 300 elements differ (first at [3, 1]: got "
+                          "np.float64(1.43), expected np.float64(2.38)); O1: 64 of 144 elements differ (first at "
+                          "[0, 0]: got np.float64(0.43), expected np.float64(1.38))")]
+    uninitialised = [Outcome("mismatch", "register-count", "O1: 144 of 144 elements differ (first at [0, 0]: got "
+                             "np.float64(0.12), expected np.float64(nan))")]
+    fewer = [Outcome("mismatch", "register-count", "O1: 3 of 144 elements differ (first at [0, 0]: got "
+                     "np.float64(0.4), expected np.float64(1.3)); O0: 1 of 300 elements differ (first at [0, 0]: "
+                     "got np.float64(0.1), expected np.float64(0.2))")]
+    assert _signature(wrong_lane) != _signature(uninitialised)
+    assert _signature(wrong_lane) == _signature(fewer)
