@@ -319,7 +319,7 @@ class Layout:
         derived = False
         if res is not None and "_output_shape" not in self.__dict__:
             # a proven bijection's outputs are iter sums whose ranges are exact: no enumeration needed (taken
-            # back below if TVM's iter sums turn out not to be the expressions, see ``_verify_inverse``)
+            # back below if the inverse fails ``_verify_inverse``)
             extents = _iter_sum_extents(res.indices, self.forward_vars, self._input_shape)
             if extents is not None:
                 self.__dict__["_output_shape"] = extents
@@ -351,8 +351,8 @@ class Layout:
                 if self._verify_inverse(result, exact):
                     return result, exact
         if derived:
-            # the iter map did not describe this layout (apache-tvm 0.27 rewrites ``(_i + 2) // 4`` over _i < 4
-            # to ``_i // 4``, always 0): its output extents are not the layout's either
+            # the inverse built on the iter map failed its check: its output extents are not trusted either
+            # (``_detect`` already refuses iter maps TVM rewrote, such as ``(_i + 2) // 4`` read as ``_i // 4``)
             del self.__dict__["_output_shape"]
             out_shape = self.output_shape
         if not self._enumerable():
