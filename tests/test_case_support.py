@@ -31,6 +31,7 @@ def _reference(loop: Fragment, frag: Fragment, index, write: bool) -> str | None
 
 
 def _verdict(loop, frag, index, write) -> str | None:
+    _support._OWNED.clear()             # judge every question afresh (a yes is remembered otherwise)
     try:
         _support.assert_owned("i,j[8x8]", loop.to_dict(), "f", frag.to_dict(), index, write=write)
     except AssertionError as err:
@@ -97,3 +98,19 @@ def test_ownership_check_fails_on_a_missing_holder_and_on_a_stale_replica():
     assert _verdict(by_column, pairs, lambda i, j: (i, j), False) is None
     with pytest.raises(AssertionError, match=r"replicas on threads \[8, 9, 10, 11, 12, 13, 14, 15\] stale"):
         _support.assert_owned("i,j[8x8]", by_column.to_dict(), "f", pairs.to_dict(), lambda i, j: (i, j), write=True)
+
+
+def test_a_remembered_yes_is_only_for_the_same_question():
+    """The memo of answered questions keys on both layouts, the elements accessed and the access kind: the
+    same loop over a fragment that lost a holder, or a write where a read passed, is judged again."""
+    _support._OWNED.clear()
+    loop = Fragment((8, 8), lambda i, j: j)
+    pairs = Fragment((8, 8), lambda i, j, r: j + 8 * r, lambda i, j: i, replicate=2)
+    _support.assert_owned("i,j[8x8]", loop.to_dict(), "f", pairs.to_dict(), lambda i, j: (i, j))
+    with pytest.raises(AssertionError, match="stale"):
+        _support.assert_owned("i,j[8x8]", loop.to_dict(), "f", pairs.to_dict(), lambda i, j: (i, j), write=True)
+    moved = Fragment((8, 8), lambda i, j: (j + 1) % 8, lambda i, j: i)
+    with pytest.raises(AssertionError, match="does not hold"):
+        _support.assert_owned("i,j[8x8]", loop.to_dict(), "f", moved.to_dict(), lambda i, j: (i, j))
+    with pytest.raises(AssertionError, match="does not hold"):
+        _support.assert_owned("i,j[8x8]", loop.to_dict(), "f", pairs.to_dict(), lambda i, j: (i, (j + 1) % 8))
