@@ -6,6 +6,8 @@ loop layout its register slot (the row ``i``) then depends on the thread index, 
 do: ``r`` lives in local memory and every access is charged as local-memory traffic. ``check`` re-scores
 the recorded layouts with the io-aware statements and requires exactly that spill, and no other.
 """
+import functools
+
 from tvm.script import tirx as T
 from tvm.tirx.script import tile as Tx
 
@@ -37,12 +39,19 @@ VARIANTS = {
 }
 
 
+@functools.lru_cache(maxsize=None)
+def _kernel(variant: str):
+    """The variant's kernel, parsed once per process: ``check`` runs under both cost models, and TVMScript
+    parsing costs more than the check (IR is immutable, so sharing it is safe)."""
+    return VARIANTS[variant]()
+
+
 def spilled_buffers(variant: str, result: dict) -> dict:
     """{buffer: spill bytes} the io-aware statements charge under the recorded layouts."""
     from tilelayout import layout_from_dict
     from tilelayout.passes.inference.cost_models.io_aware import component_statements, spill_bytes
     from tilelayout.passes.inference.frontend import build_op_graph
-    graph = build_op_graph(VARIANTS[variant]())
+    graph = build_op_graph(_kernel(variant))
     layouts = {name: layout_from_dict(d) for name, d in result["buffers"].items()}
     loops = {op.index: layout_from_dict(result["loops"][op.key]) for op in graph.parallel_ops()}
     out = {}
