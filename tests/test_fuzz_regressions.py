@@ -578,6 +578,52 @@ def f(X: T.Buffer((32,), "float32"), O: T.Buffer((32,), "float32")):
 
 
 # ---------------------------------------------------------------------------------------------------
+# Bug 10 (the CPU check hung; seed 1684 kernel 17): 33 threads reduce a 64x4 fragment held by 32 of them, and the
+# serialised all-reduce combines 32 partials under ``if t < 32``. LLVM at -O3 takes time exponential in the
+# length of that guarded max chain (0.07 s at 20 terms, 0.8 s at 24, minutes at 32); the checking process
+# timed out. Serialised kernels are now built at -O2 (``pipeline.CHECK_LLVM``).
+
+GUARDED_MAX_CHAIN = '''
+@T.prim_func
+def main(A0: T.Buffer((144, 4), "float32"), A1: T.Buffer((128,), "float32"), O0: T.Buffer((130,), "float32"), A2: T.Buffer((128, 6), "float32"), A3: T.Buffer((8,), "float32"), O1: T.Buffer((8,), "float32"), O2: T.Buffer((128, 4), "float32"), O3: T.Buffer((128,), "float32"), O4: T.Buffer((144,), "float32")):
+    bx = T.launch_thread("blockIdx.x", 2)
+    tx = T.launch_thread("threadIdx.x", 33)
+    f0 = T.alloc_buffer((64, 4), "float32", scope="local.fragment")
+    s0 = T.alloc_buffer((64, 4), "float32", scope="shared")
+    f1 = T.alloc_buffer((64,), "float32", scope="local.fragment")
+    s1 = T.alloc_buffer((64,), "float32", scope="shared")
+    f2 = T.alloc_buffer((64,), "float32", scope="local.fragment")
+    f3 = T.alloc_buffer((64,), "float32", scope="local.fragment")
+    Tx.copy(s0[0:64, 0:4], A0[bx * 72 + 7:bx * 72 + 7 + 64, 0:4])
+    Tx.copy(f0[0:64, 0:4], s0[0:64, 0:4])
+    Tx.copy(s1[0:64], A1[bx * 64:bx * 64 + 64])
+    Tx.copy(f1[0:64], s1[0:64])
+    Tx.max(f2[0:64], f0[0:64, 0:4], axes=[1])
+    for i in T.parallel(64):
+        f3[i] = T.max(f2[(i + 3) % 64], f2[i])
+    Tx.copy(O0[bx * 65 + 1:bx * 65 + 1 + 64], f3[0:64])
+    lang.cumsum(f0, dim=0, reverse=False)
+    for i in T.parallel(64):
+        for j in T.parallel(4):
+            f0[i, j] = A2[bx * 64 + i, j]
+    for i in T.parallel(4):
+        O1[bx * 4 + i] = T.min((T.float32(1.5) - T.float32(-0.75)), A3[bx * 4 + i])
+    Tx.copy(O2[bx * 64:bx * 64 + 64, 0:4], f0[0:64, 0:4])
+    Tx.copy(O3[bx * 64:bx * 64 + 64], f1[0:64])
+    Tx.copy(O4[bx * 72 + 8:bx * 72 + 8 + 64], f2[0:64])
+'''
+
+
+def test_a_guarded_reduction_builds_for_the_cpu_in_seconds():
+    # in a child process with a deadline: the unfixed build runs for minutes
+    import subprocess
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[1] + '/tests'); "
+            "import test_fuzz_regressions as t; t._check_end_to_end(t.GUARDED_MAX_CHAIN)")
+    proc = subprocess.run([sys.executable, "-c", code, str(ROOT)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-2000:]
+
+
+# ---------------------------------------------------------------------------------------------------
 # Wrong result: ``acc[i, j // 64] += B[i, j]`` ran a whole group in one thread (right) but the vectorizer
 # turned the group's slot loop into vector lanes that all stored to the one register, keeping one update
 # of four. Stores to physical register arrays now need distinct consecutive slots per lane. With 128
