@@ -101,13 +101,18 @@ def test_offset_bijection_is_not_exact():
         layout.inverse()
 
 
-def test_loop_on_a_thread_subrange_is_guarded_from_below():
-    # in a child process: the unfixed lowering corrupts the heap and would take pytest down with it
+def _check_in_child(kernel: str, timeout: float = 120) -> None:
+    """``_check_end_to_end`` of this module's kernel named ``kernel`` in a child process with a deadline, for
+    bugs that would take pytest down (heap corruption) or hold it for minutes."""
     import subprocess
     code = ("import sys; sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[1] + '/tests'); "
-            "import test_fuzz_regressions as t; t._check_end_to_end(t.ROW_OF_FRAGMENT)")
-    proc = subprocess.run([sys.executable, "-c", code, str(ROOT)], capture_output=True, text=True, timeout=120)
+            f"import test_fuzz_regressions as t; t._check_end_to_end(t.{kernel})")
+    proc = subprocess.run([sys.executable, "-c", code, str(ROOT)], capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-2000:]
+
+
+def test_loop_on_a_thread_subrange_is_guarded_from_below():
+    _check_in_child("ROW_OF_FRAGMENT")         # the unfixed lowering corrupts the heap
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -615,12 +620,7 @@ def main(A0: T.Buffer((144, 4), "float32"), A1: T.Buffer((128,), "float32"), O0:
 
 
 def test_a_guarded_reduction_builds_for_the_cpu_in_seconds():
-    # in a child process with a deadline: the unfixed build runs for minutes
-    import subprocess
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[1] + '/tests'); "
-            "import test_fuzz_regressions as t; t._check_end_to_end(t.GUARDED_MAX_CHAIN)")
-    proc = subprocess.run([sys.executable, "-c", code, str(ROOT)], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-2000:]
+    _check_in_child("GUARDED_MAX_CHAIN")       # the unfixed build runs for minutes
 
 
 # ---------------------------------------------------------------------------------------------------
