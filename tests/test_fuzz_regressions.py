@@ -1011,7 +1011,6 @@ def test_reduction_exchange_over_the_shared_limit_runs_in_rounds():
 
 
 def test_conversion_split_needs_invertible_layouts_on_both_sides():
-    from tilelayout.passes.inference.conversion_plan import read_conversions
     from tilelayout.passes import lower
     _check_end_to_end(CONVERSION_WITHOUT_INVERSE)
     for model in COST_MODELS:

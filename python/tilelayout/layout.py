@@ -15,7 +15,6 @@ from functools import cached_property
 from typing import Callable, Sequence
 
 import numpy as np
-import tvm
 from tvm import sym, tirx
 
 from .errors import EvaluationError, LayoutError, TileLayoutError
