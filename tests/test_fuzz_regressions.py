@@ -1035,3 +1035,33 @@ def test_reduction_keeps_which_outputs_mismatch_and_whether_the_reference_read_n
                      "got np.float64(0.1), expected np.float64(0.2))")]
     assert _signature(wrong_lane) != _signature(uninitialised)
     assert _signature(wrong_lane) == _signature(fewer)
+
+
+# seed 1764 kernel 19: a reduction under ``if tx < 65`` into a pinned owner subset (one holder per result) was
+# accepted by inference, which judged the barrier on the destination's holders, and refused by lowering, which
+# combines over the reducer layout's holders (spanning warps). Both now judge ``op_rules.combining_layout``.
+OWNER_SUBSET_UNDER_CONDITION = '''
+@T.prim_func
+def main(A0: T.Buffer((66, 16), "float16"), A1: T.Buffer((70, 16), "float16"), O0: T.Buffer((32, 33), "float16"), O1: T.Buffer((66, 16), "float16"), O2: T.Buffer((32,), "float16")):
+    bx = T.launch_thread("blockIdx.x", 2)
+    tx = T.launch_thread("threadIdx.x", 96)
+    f0 = T.alloc_buffer((33, 16), "float16", scope="local.fragment")
+    s0 = T.alloc_buffer((33, 16), "float16", scope="shared")
+    f1 = T.alloc_buffer((16,), "float16", scope="local.fragment")
+    Tx.copy(s0[0:33, 0:16], A0[bx * 33:bx * 33 + 33, 0:16])
+    Tx.copy(f0[0:33, 0:16], s0[0:33, 0:16])
+    for i in T.parallel(33):
+        for j in T.parallel(16):
+            O0[bx * 16 + j, i] = T.min(f0[i, j], A1[bx * 35 + i, j])
+    if tx < 65:
+        Tx.copy(O1[bx * 33:bx * 33 + 33, 0:16], f0[0:33, 0:16])
+        Tx.min(f1[0:16], f0[0:33, 0:16], axes=[0])
+    Tx.copy(O2[bx * 16:bx * 16 + 16], f1[0:16])
+# pins: [('f1', 'blocked', (16,))]
+'''
+
+
+def test_a_reduction_under_a_condition_is_judged_where_lowering_combines(worker):
+    outcomes = _outcomes(worker, OWNER_SUBSET_UNDER_CONDITION, pins=[("f1", "blocked", (16,))],
+                         models=COST_MODELS)
+    _assert_ok_or_refused_by_inference(outcomes)

@@ -550,6 +550,20 @@ def check_cells_invertible(op, state) -> None:
         check_reduction_barrier(op, state)
 
 
+def combining_layout(src: Fragment, axes, dst: Fragment | None) -> Fragment:
+    """The layout whose holders combine a reduction's partials, as lowering's ``reduce`` combines them: the
+    destination's when it holds every result wherever the reducer layout does, else the reducer layout (a
+    destination keeping the results in a subset of those threads, or in memory: all of them combine, then
+    each owner takes its elements). Fuzz seed 1764: the check judged an owner subset's holders (one thread
+    each) while lowering combined over warps under ``if tx < 65``, and refused after inference."""
+    lr = src
+    for axis in sorted(axes, reverse=True):
+        lr = reducer_layout(lr, axis)
+    if dst is not None and dst.containment_error(lr) is None:
+        return dst
+    return lr
+
+
 def check_reduction_barrier(op: ReduceOp, state) -> None:
     """A reduction under a thread-dependent condition may combine partials only with warp shuffles: the
     shared-memory exchange needs a block-wide barrier that threads outside the condition never reach."""
@@ -557,12 +571,8 @@ def check_reduction_barrier(op: ReduceOp, state) -> None:
         return
     from ..hardware import warp_size
     from .all_reduce import needs_barrier
-    if op.dst.buffer.is_fragment:
-        work = state.layout(op.dst.buffer)
-    else:
-        work = state.layout(op.src.buffer)
-        for axis in sorted(op.axes, reverse=True):
-            work = reducer_layout(work, axis)
+    dst = state.layout(op.dst.buffer) if op.dst.buffer.is_fragment else None
+    work = combining_layout(state.layout(op.src.buffer), op.axes, dst)
     if work is None or not work.is_static:
         return
     if needs_barrier(work, state.block_threads, warp_size(state.target)):
