@@ -500,12 +500,7 @@ def _infer_reduce(op: ReduceOp, level: int, state) -> None:
     check_runs_in_range(op, src_layout, f"the layout of its source {src.name}", state)
     if not dst.is_fragment:
         return
-    def reduce_all():
-        out = src_layout
-        for axis in sorted(op.axes, reverse=True):
-            out = reducer_layout(out, axis)
-        return out
-    out = state.memo(("reduce", op.index, src_layout.key), reduce_all)
+    out = state.memo(("reduce", op.index, src_layout.key), lambda: reduced_layout(src_layout, op.axes))
     if list(out.input_shape) != list(dst.shape):
         raise InferenceError(f"{op.describe()}: destination shape {list(dst.shape)} does not match the reduced "
                              f"shape {out.input_shape}")
@@ -550,18 +545,25 @@ def check_cells_invertible(op, state) -> None:
         check_reduction_barrier(op, state)
 
 
-def combining_layout(src: Fragment, axes, dst: Fragment | None) -> Fragment:
-    """The layout whose holders combine a reduction's partials, as lowering's ``reduce`` combines them: the
-    destination's when it holds every result wherever the reducer layout does, else the reducer layout (a
-    destination keeping the results in a subset of those threads, or in memory: all of them combine, then
-    each owner takes its elements). Fuzz seed 1764: the check judged an owner subset's holders (one thread
-    each) while lowering combined over warps under ``if tx < 65``, and refused after inference."""
-    lr = src
+def reduced_layout(src: Fragment, axes) -> Fragment:
+    """``src`` reduced over ``axes`` (``reducer_layout``, highest axis first): every thread holding source
+    elements of a result holds its partial."""
+    out = src
     for axis in sorted(axes, reverse=True):
-        lr = reducer_layout(lr, axis)
-    if dst is not None and dst.containment_error(lr) is None:
+        out = reducer_layout(out, axis)
+    return out
+
+
+def combining_layout(reduced: Fragment, dst: Fragment | None) -> Fragment:
+    """The layout whose holders combine a reduction's partials (``reduced``: ``reduced_layout`` of the source),
+    the rule lowering's ``reduce`` follows: the destination's when it holds every result wherever ``reduced``
+    does, else ``reduced`` itself (a destination keeping the results in a subset of those threads, or in
+    memory: all of them combine, then each owner takes its elements). Fuzz seed 1764: the barrier check once
+    judged an owner subset's holders (one thread each) while lowering combined over warps under
+    ``if tx < 65``, and refused after inference."""
+    if dst is not None and dst.containment_error(reduced) is None:
         return dst
-    return lr
+    return reduced
 
 
 def check_reduction_barrier(op: ReduceOp, state) -> None:
@@ -572,7 +574,7 @@ def check_reduction_barrier(op: ReduceOp, state) -> None:
     from ..hardware import warp_size
     from .all_reduce import needs_barrier
     dst = state.layout(op.dst.buffer) if op.dst.buffer.is_fragment else None
-    work = combining_layout(state.layout(op.src.buffer), op.axes, dst)
+    work = combining_layout(reduced_layout(state.layout(op.src.buffer), op.axes), dst)
     if work is None or not work.is_static:
         return
     if needs_barrier(work, state.block_threads, warp_size(state.target)):

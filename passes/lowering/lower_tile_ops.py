@@ -168,9 +168,7 @@ class _Lowering:
             raise LoweringError(f"{op.describe()}: reductions over part of fragment {src.name} are not supported")
         ls = self.layout_of(src, op)
         check_thread_fit(f"fragment {src.name}", ls, self.threads)
-        lr = ls
-        for axis in sorted(op.axes, reverse=True):
-            lr = op_rules.reducer_layout(lr, axis)
+        lr = op_rules.reduced_layout(ls, op.axes)
         if lr.thread_range is None:
             lr = lr.bind_thread_range(0, self.threads)
         if dst.is_fragment:
@@ -181,17 +179,16 @@ class _Lowering:
             if [int_value(s) if not isinstance(s, int) else s for s in work.input_shape] != list(lr.input_shape):
                 raise LoweringError(f"{op.describe()}: fragment {dst.name} has shape {work.input_shape} but the "
                                     f"reduction produces {lr.input_shape}")
-            owners = None
             err = work.containment_error(lr)
-            if err is not None:
-                if lr.containment_error(work) is not None:
-                    raise LoweringError(
-                        f"buffer {dst.name}: {op.describe()}: unsatisfiable reduction replication: the holders of "
-                        f"each result must be all the threads holding source elements of its row, or some of "
-                        f"them, but {err}")
-                # the destination keeps the result in a subset of those threads: combine over all of them
-                # (the reducer layout), then each owner takes its elements
-                owners, work = work, lr
+            if err is not None and lr.containment_error(work) is not None:
+                raise LoweringError(
+                    f"buffer {dst.name}: {op.describe()}: unsatisfiable reduction replication: the holders of "
+                    f"each result must be all the threads holding source elements of its row, or some of "
+                    f"them, but {err}")
+            # an owner subset of the reducer layout's threads: all of them combine, then each owner takes its
+            # elements (the rule inference's barrier check judges too)
+            combined = op_rules.combining_layout(lr, work)
+            owners, work = (work, combined) if combined is not work else (None, work)
         else:
             work, owners = lr, None
         dtype = dst.dtype

@@ -315,14 +315,12 @@ class Layout:
     def _inverse_with_info(self, allow_padding: bool):
         out_vars = _PLACEHOLDERS[: self.output_dim]
         res = _detect_bijective(self._forward_index, self.forward_vars, self._input_shape)
-        derived = False
         if res is not None and "_output_shape" not in self.__dict__:
-            # a proven bijection's outputs are iter sums whose ranges are exact: no enumeration needed (taken
-            # back below if the inverse fails ``_verify_inverse``)
-            extents = _iter_sum_extents(res.indices, self.forward_vars, self._input_shape)
-            if extents is not None:
-                self.__dict__["_output_shape"] = extents
-                derived = True
+            # a proven bijection's outputs are iter sums whose ranges are exact (``_detect`` keeps only iter
+            # maps that read back as the expressions): no enumeration needed
+            derived = _iter_sum_extents(res.indices, self.forward_vars, self._input_shape)
+            if derived is not None:
+                self.__dict__["_output_shape"] = derived
         out_shape = self.output_shape
         exact = True
         filled = shape_size(out_shape), self.size
@@ -349,11 +347,6 @@ class Layout:
                     result.__dict__["_output_shape"] = list(self._input_shape)
                 if self._verify_inverse(result, exact):
                     return result, exact
-        if derived:
-            # the inverse built on the iter map failed its check: its output extents are not trusted either
-            # (``_detect`` already refuses iter maps TVM rewrote, such as ``(_i + 2) // 4`` read as ``_i // 4``)
-            del self.__dict__["_output_shape"]
-            out_shape = self.output_shape
         if not self._enumerable():
             raise LayoutError(f"cannot invert {self!r}: it is not affine (no iter-map) and its domain is too large or "
                               f"symbolic to invert by enumeration")
