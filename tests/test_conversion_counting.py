@@ -92,3 +92,166 @@ def test_noop_lookup_equals_the_holder_table_on_golden_fragment_pairs():
             assert cv.is_noop(a, b, threads) == bool(have[de, dt].all()), (a, b)
             pairs += 1
     assert pairs > 50
+
+
+def _round_trip_reference(src, dst, threads: int, warp: int, elem_bytes: int, pad: int) -> tuple:
+    """(wavefronts, store vector, load vector) of a shared round trip, from the definitions cell by cell:
+    replica 0 of each element stores it, every replica loads it, through a row-major tile padded by ``pad``
+    and staged as many whole rows at a time as 48 KiB holds; a thread's aligned run of ``v`` consecutive
+    slots is one access when its addresses are consecutive and aligned; within each (phase, step) every
+    bank serves its distinct words one per wavefront."""
+    shape = [int(s) for s in src.input_shape]
+    rows, cols = int(np.prod(shape[:-1])), shape[-1]
+    stride = cols + pad
+    per = max([k for k in range(1, rows + 1) if rows % k == 0 and k * stride * elem_bytes <= 48 * 1024] or [rows])
+
+    def cells(frag, every_replica):
+        lo = (frag.thread_range or (0, 0))[0]
+        threads_of = np.asarray(frag.thread_table()).reshape(rows * cols, -1) + lo
+        tab = np.asarray(frag.table()).reshape(rows * cols, -1)
+        out = []
+        for e in range(rows * cols):
+            slot = 0
+            for k, ext in enumerate(frag.output_shape):
+                slot = slot * int(ext) + int(tab[e, k])
+            for t in (threads_of[e] if every_replica else threads_of[e][:1]):
+                out.append((int(t), slot, e))
+        return sorted(out)
+
+    def side(frag, every_replica):
+        got = cells(frag, every_replica)
+        addr = {(t, s): (e // cols % per) * stride + e % cols for t, s, e in got}
+        inner = int(frag.output_shape[-1])
+        v = 16 // elem_bytes
+        while v > 1:
+            groups = [got[k:k + v] for k in range(0, len(got), v)]
+            if inner % v == 0 and len(got) % v == 0 and all(
+                    len({t for t, _, _ in g}) == 1 and [s for _, s, _ in g] == list(range(g[0][1], g[0][1] + v))
+                    and g[0][1] % v == 0 and [addr[c[:2]] for c in g] == list(range(addr[g[0][:2]], addr[g[0][:2]] + v))
+                    and addr[g[0][:2]] % v == 0 for g in groups):
+                break
+            v //= 2
+        last_step = max(s for _, s, _ in got) // v + 1
+        per_phase = max(1, min(warp, 128 // max(v * elem_bytes, 4)))
+        words: dict = {}
+        for t, s, e in got:
+            if s % v:
+                continue
+            step = (e // cols // per) * last_step + s // v
+            phase = (t // warp) * (warp // per_phase) + (t % warp) // per_phase
+            first = addr[(t, s)] * elem_bytes // 4
+            for w in range(first, first + max(1, v * elem_bytes // 4)):
+                words.setdefault((phase, step), set()).add(w)
+        total = 0
+        for group in words.values():
+            banks: dict = {}
+            for w in group:
+                banks[w % 32] = banks.get(w % 32, 0) + 1
+            total += max(banks.values())
+        return total, v
+
+    (put, v_put), (get, v_get) = side(src, False), side(dst, True)
+    return put + get, v_put, v_get
+
+
+def _bound(frag, threads):
+    return frag if frag.thread_range is not None else frag.bind_thread_range(0, threads)
+
+
+def test_shared_round_trip_cost_equals_the_cell_by_cell_count_on_golden_fragment_pairs():
+    """Every padding of every pair of same-shaped golden fragments (up to 2,048 elements each, so the
+    reference stays quick): the cost's wavefronts and vector widths are those the definitions give."""
+    frags = [f for f in _golden_fragments() if int(np.prod(f.input_shape)) <= 2048]
+    pairs = 0
+    for a in frags:
+        for b in frags:
+            if list(a.input_shape) != list(b.input_shape) or a.thread_extent != b.thread_extent or a is b:
+                continue
+            threads = int(a.thread_extent)
+            src, dst = _bound(a, threads), _bound(b, threads)
+            for elem_bytes in (2, 4):
+                for pad in cv._pads(elem_bytes):
+                    cv.clear_caches()
+                    got = cv.shared_cost(src, dst, threads, 32, elem_bytes, pad)
+                    assert (got.wavefronts, *got.vectors) == _round_trip_reference(src, dst, threads, 32, elem_bytes,
+                                                                                    pad), (a, b, elem_bytes, pad)
+            pairs += 1
+    assert pairs > 20
+
+
+def _bit_fragment(rows: int, cols: int, perm: list, thread_bits: int, replicate: int):
+    """The element (i, j) at flat index e = i * cols + j: thread from the bits ``perm[:thread_bits]`` of e
+    (then ``replicate`` copies, 2^thread_bits threads apart), slot from the other bits, in ``perm``'s order.
+    Bit permutations cover the mma, transposed and vector layouts, rows crossed by one thread's run."""
+    from tilelayout import Fragment
+
+    def bits(e, chosen):
+        out = 0
+        for k, b in enumerate(chosen):
+            out = out + e // (1 << b) % 2 * (1 << k)
+        return out
+
+    lo, hi = perm[:thread_bits], perm[thread_bits:]
+    if replicate > 1:
+        thread = lambda i, j, r: bits(i * cols + j, lo) + r * (1 << thread_bits)
+    else:
+        thread = lambda i, j: bits(i * cols + j, lo)
+    return Fragment([rows, cols], thread, lambda i, j: bits(i * cols + j, hi), replicate=replicate)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_shared_round_trip_cost_equals_the_cell_by_cell_count_on_bit_permuted_fragments(data):
+    rows = data.draw(st.sampled_from([1, 2, 4, 8, 16]))
+    cols = data.draw(st.sampled_from([c for c in (4, 8, 16, 32, 64) if rows * c >= 32]))
+    n = (rows * cols).bit_length() - 1
+    threads = data.draw(st.sampled_from([t for t in (32, 64, 128) if t <= 2 * rows * cols]))
+
+    def fragment():
+        replicate = data.draw(st.sampled_from([r for r in (1, 2) if threads // r <= rows * cols]))
+        perm = data.draw(st.permutations(range(n)))
+        return _bit_fragment(rows, cols, list(perm), (threads // replicate).bit_length() - 1, replicate)
+
+    src, dst = fragment().bind_thread_range(0, threads), fragment().bind_thread_range(0, threads)
+    elem_bytes = data.draw(st.sampled_from([1, 2, 4, 8]))
+    pad = data.draw(st.sampled_from(cv._pads(elem_bytes)))
+    cv.clear_caches()
+    got = cv.shared_cost(src, dst, threads, 32, elem_bytes, pad)
+    assert (got.wavefronts, *got.vectors) == _round_trip_reference(src, dst, threads, 32, elem_bytes, pad)
+
+
+def test_row_classes_refuse_a_shift_of_part_of_a_word():
+    """Two seat rows of the same shape (columns 1 and 64, then 2 and 65: one column further) cost 2 and 1
+    wavefronts in 2-byte elements, since the half-word shift regroups the words: the class count must not
+    stand for both. With 4-byte elements every shift is whole words and the class count is exact."""
+    seats = (np.array([0, 1, 32, 33]), 2)           # lanes 0 and 1 of steps 0 and 1: 32 seats a row
+    row, col = np.zeros(4, dtype=np.int64), np.array([1, 64, 2, 65])
+    classes = cv._RowClasses(seats, row, col, per_phase=32)
+    assert classes.worth and classes.sizes.tolist() == [2]
+    assert classes.wavefronts(128, 2, 1) is None
+    direct = lambda eb: cv._seated_wavefronts(seats, np.array([0, 1, 0, 1]), np.array([0, 0, 1, 1]),
+                                              (row * 128 + col) * eb, eb, 32)
+    assert direct(2) == 3
+    assert classes.wavefronts(128, 4, 1) == direct(4) == 2
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.data())
+def test_row_classes_group_exactly_the_equal_rows(data):
+    """``_same_rows`` partitions rows as comparing them whole does, also when every hash collides."""
+    rng = np.random.default_rng(data.draw(st.integers(0, 999)))
+    width = data.draw(st.integers(1, 12))
+    base = rng.integers(-3, 3, size=(data.draw(st.integers(1, 6)), width))
+    table = base[rng.integers(0, base.shape[0], size=data.draw(st.integers(1, 40)))]
+    _, want = np.unique(table, axis=0, return_inverse=True)
+    want = want.reshape(-1)
+    for collide in (False, True):
+        if collide:
+            cv._HASH_WEIGHTS[width] = np.zeros(width, dtype=np.int64)
+        try:
+            reps, cls = cv._same_rows(table)
+        finally:
+            cv._HASH_WEIGHTS.pop(width, None)
+        assert (table[reps][cls] == table).all()
+        assert len(reps) == len(np.unique(want))
+        assert all(len(set(want[cls == c])) == 1 for c in range(len(reps)))

@@ -227,16 +227,86 @@ def _seated_wavefronts(seats, lanes, steps, byte_addr: np.ndarray, access_bytes:
     words = byte_addr // _BANK_BYTES
     # int32 rows sort faster; addresses of a shared tile are far below 2^31
     kind = np.int32 if int(words.max()) + words_per < 2 ** 31 else np.int64
-    table = np.full((rows * per_phase, words_per), -1, dtype=kind)
-    table[seat] = words[:, None] + np.arange(words_per)[None, :]
-    table = np.sort(table.reshape(rows, per_phase * words_per), axis=1)
+    first = np.full(rows * per_phase, -1, dtype=kind)       # each seat's first word (a 1-D scatter is cheap)
+    first[seat] = words
+    return int(_row_wavefronts(first.reshape(rows, per_phase), words_per).sum())
+
+
+def _row_wavefronts(first: np.ndarray, words_per: int) -> np.ndarray:
+    """Wavefronts of each row of seats, given each seat's first word (-1: an empty seat) and the words one
+    access spans: per row, the most distinct words any one bank holds."""
+    rows = first.shape[0]
+    if words_per == 1:
+        table = first
+    else:
+        table = first[:, :, None] + np.arange(words_per, dtype=first.dtype)
+        table[first < 0] = -1
+        table = table.reshape(rows, -1)
+    table = np.sort(table, axis=1)
     new = np.empty(table.shape, dtype=bool)           # a word not seen earlier in its (sorted) row
     new[:, 0] = table[:, 0] >= 0
     new[:, 1:] = table[:, 1:] != table[:, :-1]
     # new words counted per (row, bank); every other entry goes to one extra bin past the end
     bins = np.where(new, np.arange(rows, dtype=np.int64)[:, None] * _BANKS + table % _BANKS, rows * _BANKS)
     per_bank = np.bincount(bins.reshape(-1), minlength=rows * _BANKS + 1)[:-1].reshape(rows, _BANKS)
-    return int(per_bank.max(axis=1).sum())
+    return per_bank.max(axis=1)
+
+
+def _same_rows(table: np.ndarray) -> tuple:
+    """(a row of each class, class of each row) of the equal rows of an int table: grouped by a fixed
+    pseudo-random linear hash of each row, then checked entry by entry (a collision falls back to sorting
+    the rows themselves)."""
+    width = table.shape[1]
+    weights = _HASH_WEIGHTS.get(width)
+    if weights is None:
+        weights = _HASH_WEIGHTS[width] = np.random.default_rng(width).integers(1, 1 << 31, size=width,
+                                                                              dtype=np.int64)
+    _, reps, cls = np.unique(table.astype(np.int64) @ weights, return_index=True, return_inverse=True)
+    cls = cls.reshape(-1)
+    if not (table[reps][cls] == table).all():
+        _, reps, cls = np.unique(table, axis=0, return_index=True, return_inverse=True)
+        cls = cls.reshape(-1)
+    return reps, cls
+
+
+#: hash weights of ``_same_rows`` by row width (fixed seeds: the same classes in every run)
+_HASH_WEIGHTS: dict = {}
+
+
+class _RowClasses:
+    """The rows of seats of one side's access, grouped by shape: two rows are in one class when, seat by seat,
+    the second's cells sit a fixed number of tile rows and columns past the first's. Its words are then the
+    first's shifted by one amount for every tile stride (when the shift is whole words), and a uniform shift
+    only renames the banks, so both rows cost the same wavefronts: each class is counted once per padding."""
+
+    def __init__(self, seats, row: np.ndarray, col: np.ndarray, per_phase: int):
+        seat, rows = seats
+        tr = np.full(rows * per_phase, -1, dtype=np.int64)
+        tc = np.zeros(rows * per_phase, dtype=np.int64)
+        tr[seat], tc[seat] = row, col
+        tr, tc = tr.reshape(rows, per_phase), tc.reshape(rows, per_phase)
+        filled = tr >= 0
+        lead = filled.argmax(axis=1)                            # each row's first filled seat
+        at = np.arange(rows)
+        r0, c0 = np.where(filled[at, lead], tr[at, lead], 0), tc[at, lead]
+        shape = np.concatenate([filled, np.where(filled, tr - r0[:, None], 0),
+                                np.where(filled, tc - c0[:, None], 0)], axis=1)
+        if (shape == shape[0]).all():
+            reps, cls = np.zeros(1, dtype=np.int64), np.zeros(rows, dtype=np.int64)
+        else:
+            reps, cls = _same_rows(shape)
+        self.worth = reps.size * 2 <= rows
+        self.rows, self.cols, self.filled = tr[reps], tc[reps], filled[reps]
+        self.sizes = np.bincount(cls, minlength=reps.size)
+        self.shift_rows, self.shift_cols = r0 - r0[reps][cls], c0 - c0[reps][cls]
+
+    def wavefronts(self, stride: int, elem_bytes: int, words_per: int) -> int | None:
+        """Every row's wavefronts at tile ``stride``, or None when some row's shift is not whole words."""
+        if elem_bytes % _BANK_BYTES and ((self.shift_rows * stride + self.shift_cols) * elem_bytes
+                                         % _BANK_BYTES).any():
+            return None
+        first = np.where(self.filled, (self.rows * stride + self.cols) * elem_bytes // _BANK_BYTES, -1)
+        return int(_row_wavefronts(first, words_per) @ self.sizes)
 
 
 def _wavefronts_sorted(lanes: np.ndarray, steps: np.ndarray, byte_addr: np.ndarray, access_bytes: int,
@@ -266,19 +336,17 @@ def _ideal(lanes: np.ndarray, steps: np.ndarray, access_bytes: int, warp: int) -
     return int((-(-count * access_bytes // _WAVEFRONT)).sum())
 
 
-def _vector(side: "_Side", addr, slots_inner: int, elem_bytes: int) -> int:
+def _vector(side: "_Side", stride: int, per: int, cols: int, slots_inner: int, elem_bytes: int) -> int:
     """Widest vector (elements, at most 16 bytes, dividing the innermost slot extent) such that every aligned
     group of that many slots of one thread holds consecutive, aligned staging addresses; the lowering's
-    slot loop is vectorised by the same rule (contiguous and aligned along the slot). The thread and slot
-    half of the test does not depend on the staging tile, so each side answers it once per width."""
+    slot loop is vectorised by the same rule (contiguous and aligned along the slot). Only the stride of the
+    tile changes between paddings, and the answer depends on it through two facts kept per side and width:
+    which stride (if any) keeps a group that crosses a tile row contiguous, and the stride modulo the width."""
     width = max(1, 16 // elem_bytes)
-    if width == 1:
-        return 1
-    e = addr[side.order] // elem_bytes
     while width > 1:
         if slots_inner % width == 0 and side.thread.size % width == 0 and side.slot_groups(width):
-            ee = e.reshape(-1, width)
-            if (ee == ee[:, :1] + np.arange(width)).all() and (ee[:, 0] % width == 0).all():
+            only = side.contiguous_stride(width, cols, per)
+            if only is not False and (only is None or only == stride) and side.aligned(width, cols, per, stride):
                 return width
         width //= 2
     return 1
@@ -287,41 +355,86 @@ def _vector(side: "_Side", addr, slots_inner: int, elem_bytes: int) -> int:
 @dataclass
 class _Side:
     """The (element, thread, slot) cells one side of a round trip moves (the source: replica 0 of each
-    element; the destination: every replica), with their (thread, slot) order; fixed per fragment, shared
-    by every padding tried."""
+    element; the destination: every replica), sorted by (thread, slot); fixed per fragment, shared
+    by every padding tried. A cell's staging address is ``row * stride + col`` elements (``tile``), and only
+    ``stride`` changes with the padding: everything else is kept per (tile width, rows per round)."""
 
     elem: np.ndarray
     thread: np.ndarray
     slot: np.ndarray
-    order: np.ndarray
     _groups: dict = field(default_factory=dict)
     _firsts: dict = field(default_factory=dict)
-    _rows: dict = field(default_factory=dict)
+    _tiles: dict = field(default_factory=dict)
+    _vectors: dict = field(default_factory=dict)
+    _aligned: dict = field(default_factory=dict)
+    _classes: dict = field(default_factory=dict)
     _seated: dict = field(default_factory=dict)
 
     def firsts(self, v: int) -> tuple:
-        """(mask, thread, step) of the cells that start a ``v``-wide vector of their thread's slots."""
+        """(cells, thread, step) of the cells that start a ``v``-wide vector of their thread's slots: every
+        ``v``-th cell, since ``_vector`` picks only widths whose groups are runs of one thread's slots."""
         hit = self._firsts.get(v)
         if hit is None:
-            mask = self.slot % v == 0
-            hit = self._firsts[v] = (mask, self.thread[mask], self.slot[mask] // v)
+            assert v == 1 or self.slot_groups(v)
+            first = slice(None, None, v)
+            hit = self._firsts[v] = (first, self.thread[first], self.slot[first] // v)
         return hit
 
-    def row_col(self, cols: int) -> tuple:
-        """(row, column) of each cell's element in a row-major tile ``cols`` wide."""
-        hit = self._rows.get(cols)
+    def tile(self, cols: int, per: int) -> tuple:
+        """(row within its round, column, round) of each cell's element in a row-major tile ``cols`` wide
+        staged ``per`` rows at a time."""
+        key = (cols, per)
+        hit = self._tiles.get(key)
         if hit is None:
-            hit = self._rows[cols] = (self.elem // cols, self.elem % cols)
+            row, col = self.elem // cols, self.elem % cols
+            hit = self._tiles[key] = (row % per, col, row // per)
         return hit
 
     def slot_groups(self, width: int) -> bool:
         """In (thread, slot) order, every run of ``width`` cells is one thread's aligned consecutive slots."""
         hit = self._groups.get(width)
         if hit is None:
-            tt = self.thread[self.order].reshape(-1, width)
-            ss = self.slot[self.order].reshape(-1, width)
+            tt = self.thread.reshape(-1, width)
+            ss = self.slot.reshape(-1, width)
             hit = self._groups[width] = bool((tt == tt[:, :1]).all() and (ss == ss[:, :1] + np.arange(width)).all()
                                              and (ss[:, 0] % width == 0).all())
+        return hit
+
+    def _grouped(self, width: int, cols: int, per: int) -> tuple:
+        """(rows, columns) of the cells in (thread, slot) order, one ``width``-cell group per row."""
+        row, col, _ = self.tile(cols, per)
+        return row.reshape(-1, width), col.reshape(-1, width)
+
+    def contiguous_stride(self, width: int, cols: int, per: int):
+        """For which tile stride every ``width``-cell group (in (thread, slot) order) holds consecutive
+        staging addresses: None for every stride, an int for that stride only, False for none. A group's
+        k-th cell ``d_row`` rows and ``d_col`` columns past its first is at address offset
+        ``d_row * stride + d_col``, which must be k."""
+        key = (width, cols, per)
+        if key not in self._vectors:
+            rr, cc = self._grouped(width, cols, per)
+            d_row, d_col = rr - rr[:, :1], cc - cc[:, :1] - np.arange(width)
+            if not d_row.any():
+                hit = False if d_col.any() else None
+            else:
+                crossing = d_row != 0
+                need = -d_col[crossing]
+                step = int(d_row[crossing][0])
+                stride = int(need[0]) // step
+                # off by a column within a row: no stride mends it
+                hit = stride if (stride > 0 and not d_col[~crossing].any()
+                                 and (d_row[crossing] * stride == need).all()) else False
+            self._vectors[key] = hit
+        return self._vectors[key]
+
+    def aligned(self, width: int, cols: int, per: int, stride: int) -> bool:
+        """Every ``width``-cell group starts at an address divisible by ``width``; the address
+        ``row * stride + col`` modulo ``width`` depends on the stride only modulo ``width``."""
+        key = (width, cols, per, stride % width)
+        hit = self._aligned.get(key)
+        if hit is None:
+            rr, cc = self._grouped(width, cols, per)
+            hit = self._aligned[key] = not ((rr[:, 0] * (stride % width) + cc[:, 0]) % width).any()
         return hit
 
 
@@ -336,7 +449,8 @@ def _side(frag: Fragment, threads: int, stores: bool) -> _Side:
             elem, thread, slot = elem[first], thread[first], slot[first]
         if len(_SIDES) > 1024:
             _SIDES.clear()
-        hit = _SIDES[key] = _Side(elem, thread, slot, _thread_slot_order(thread, slot))
+        order = _thread_slot_order(thread, slot)
+        hit = _SIDES[key] = _Side(elem[order], thread[order], slot[order])
     return hit
 
 
@@ -360,22 +474,33 @@ def _thread_slot_order(thread: np.ndarray, slot: np.ndarray) -> np.ndarray:
     return order
 
 
-def _access(side: _Side, addr, row, per: int, slots_inner: int, elem_bytes: int, warp: int):
-    """(wavefronts, ideal wavefronts, vector width) of one side of the round trip (``row``: each cell's tile
-    row); each round of ``per`` rows issues the slot loop again with only the lanes whose element it stages.
-    Who accesses in which step depends on the vector width and the round size, not on the padding: the
-    accesses are seated once per (width, round size) of a side."""
-    v = _vector(side, addr, slots_inner, elem_bytes)
-    first, thread, steps = side.firsts(v)
-    key = (v, per, elem_bytes, warp)
+def _access(side: _Side, stride: int, per: int, cols: int, slots_inner: int, elem_bytes: int, warp: int):
+    """(wavefronts, ideal wavefronts, vector width) of one side of the round trip through a tile ``stride``
+    elements per row, ``per`` rows per round; each round issues the slot loop again with only the lanes whose
+    element it stages. Who accesses in which step depends on the vector width and the round size, not on
+    the padding: the accesses are seated once per (width, round size) of a side."""
+    v = _vector(side, stride, per, cols, slots_inner, elem_bytes)
+    key = (v, per, cols, elem_bytes, warp)
     hit = side._seated.get(key)
     if hit is None:
-        chunk = row // per
+        first, thread, steps = side.firsts(v)
+        row, col, chunk = side.tile(cols, per)
         steps = chunk[first] * (int(steps.max()) + 1) + steps
-        hit = side._seated[key] = (steps, _seats(thread, steps, v * elem_bytes, warp),
-                                   _ideal(thread, steps, v * elem_bytes, warp))
-    steps, seats, ideal = hit
-    return (_seated_wavefronts(seats, thread, steps, addr[first], v * elem_bytes, warp), ideal, v)
+        hit = side._seated[key] = (thread, steps, _seats(thread, steps, v * elem_bytes, warp),
+                                   _ideal(thread, steps, v * elem_bytes, warp), row[first], col[first])
+    thread, steps, seats, ideal, row, col = hit
+    access_bytes = v * elem_bytes
+    if seats is not None:
+        classes = side._classes.get(key)
+        if classes is None:
+            per_phase = max(1, min(warp, _WAVEFRONT // max(access_bytes, _BANK_BYTES)))
+            classes = side._classes[key] = _RowClasses(seats, row, col, per_phase)
+        if classes.worth:
+            count = classes.wavefronts(stride, elem_bytes, max(1, access_bytes // _BANK_BYTES))
+            if count is not None:
+                return count, ideal, v
+    byte_addr = (row * stride + col) * elem_bytes
+    return (_seated_wavefronts(seats, thread, steps, byte_addr, access_bytes, warp), ideal, v)
 
 
 def chunk_rows(rows: int, stride: int, elem_bytes: int, limit: int = SHARED_STAGE_LIMIT) -> int:
@@ -410,13 +535,8 @@ def _shared_cost(src: Fragment, dst: Fragment, threads: int, warp: int, elem_byt
     per = chunk_rows(rows, stride, elem_bytes) or rows
     stage = per * stride * elem_bytes
     put, get = _side(src, threads, True), _side(dst, threads, False)
-
-    def addr(side):
-        row, col = side.row_col(cols)
-        return ((row % per) * stride + col) * elem_bytes, row
-
-    store = _access(put, *addr(put), per, int(src.output_shape[-1]), elem_bytes, warp)
-    load = _access(get, *addr(get), per, int(dst.output_shape[-1]), elem_bytes, warp)
+    store = _access(put, stride, per, cols, int(src.output_shape[-1]), elem_bytes, warp)
+    load = _access(get, stride, per, cols, int(dst.output_shape[-1]), elem_bytes, warp)
     chunks = rows // per
     return ConversionCost("shared", (store[0] + load[0]) * _WAVEFRONT, stage_bytes=stage, pad=pad,
                           chunk_rows=per, chunks=chunks, wavefronts=store[0] + load[0],
