@@ -388,17 +388,24 @@ def test_containment_of_everyone_agrees_with_holder_sets():
                 assert err.startswith(f"element {coord} is held by thread {first[1]} ")
 
 
-def test_same_holders_is_containment_both_ways():
-    """``same_holders`` (one pass over sorted holder rows, duplicates ignored) answers as two containments do."""
+@pytest.mark.parametrize("bitmap_cells", [1 << 22, 0], ids=["bitmaps", "sorted-rows"])
+def test_same_holders_is_containment_both_ways(monkeypatch, bitmap_cells):
+    """``same_holders`` (holder bitmaps, or one pass over sorted holder rows; duplicates ignored either way)
+    answers as two containments do, also between thread ranges that start elsewhere."""
+    from tilelayout import fragment as fragment_module
+    monkeypatch.setattr(fragment_module, "_BITMAP_CELLS", bitmap_cells)
     frags = [Fragment([16, 8], lambda i, j: i), Fragment([16, 8], lambda i, j: i, replicate=1),
              Fragment([16, 8], lambda i, j, r: i // 2 * 2 + r, replicate=2),
              Fragment([16, 8], lambda i, j, r: i // 2 * 2 + r % 2, replicate=4),      # each holder twice
              Fragment([16, 8], lambda i, j, r: (i // 2 * 2 + r * 3) % 16, replicate=2),
              fully_replicated([16, 8], 16), Fragment([16, 8], lambda i, j, r: r, replicate=16),
-             Fragment([16, 8], lambda i, j, r: r // 2, replicate=32), Fragment([8, 16], lambda i, j: i)]
+             Fragment([16, 8], lambda i, j, r: r // 2, replicate=32), Fragment([8, 16], lambda i, j: i),
+             Fragment([16, 8], lambda i, j, r: (r % 64) // 4, replicate=128),                # many repeats
+             Fragment([16, 8], lambda i, j: i).bind_thread_range(16, 32),
+             Fragment([16, 8], lambda i, j: i).bind_thread_range(0, 32)]
     pairs = 0
     for a in frags:
         for b in frags:
             assert a.same_holders(b) == (a.contains(b) and b.contains(a)), (a, b)
             pairs += 1
-    assert pairs == 81
+    assert pairs == 144

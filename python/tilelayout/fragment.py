@@ -73,6 +73,17 @@ def _check_replicate(replicate, what: str = "fragment") -> int:
 MAX_REPLICATE = 1 << 20
 
 
+#: largest (elements x threads) bitmap ``same_holders`` builds (4 MiB of booleans)
+_BITMAP_CELLS = 1 << 22
+
+
+def _holder_bitmap(rows: np.ndarray, width: int) -> np.ndarray:
+    """(elements, width) booleans: which threads hold each element, given each element's holder row."""
+    have = np.zeros((rows.shape[0], width), dtype=bool)
+    have[np.arange(rows.shape[0])[:, None], rows] = True
+    return have
+
+
 class Fragment(Layout):
     """Per-thread register layout: coords (+ replica) -> (thread, slot...)."""
 
@@ -379,11 +390,18 @@ class Fragment(Layout):
 
     def same_holders(self, other: "Fragment") -> bool:
         """Every element has the same set of holder threads in both (``self.contains(other) and
-        other.contains(self)``), decided in one pass over the two row-sorted holder tables."""
+        other.contains(self)``): (element, thread) bitmaps compared, or for tables too large for them, one
+        pass over the two row-sorted holder tables."""
         if other is self:
             return True
         if not _shapes_equal(self._input_shape, other._input_shape):
             return False
+        mine, theirs = self._thread_rows(), other._thread_rows()
+        width = int(max(mine.max(initial=0), theirs.max(initial=0))) + 1
+        if mine.min(initial=0) >= 0 and theirs.min(initial=0) >= 0 and self.size * width <= _BITMAP_CELLS:
+            # holder sets as (element, thread) bitmaps: one scatter each, where sorting the rows of a map with
+            # many repeated replicas (an uncondensed ``_rep % 1024 // 8``) takes milliseconds
+            return bool(np.array_equal(_holder_bitmap(mine, width), _holder_bitmap(theirs, width)))
         mine, theirs = self._holders, other._holders
         keep_mine = np.ones(mine.shape, dtype=bool)
         keep_mine[:, 1:] = mine[:, 1:] != mine[:, :-1]          # first of each run of equal threads in a row
@@ -419,6 +437,12 @@ class Fragment(Layout):
         out = np.ascontiguousarray(tab)
         out.setflags(write=False)
         return out
+
+    def _thread_rows(self) -> np.ndarray:
+        """Holder threads of every element (row-major, counted from thread 0 of the block), rows unsorted."""
+        if "_holders" in self.__dict__:
+            return self._holders
+        return self.thread_table().reshape(self.size, -1) + (self._thread_range or (0, 0))[0]
 
     def _first_uncontained(self, other: "Fragment"):
         if not _shapes_equal(self._input_shape, other._input_shape):
