@@ -359,3 +359,19 @@ def test_a_conversion_writes_its_new_version_for_the_uninitialized_read_check():
                     assert uninitialized_reads(graph) == []
                     seen += 1
     assert seen > 0
+
+
+def test_a_conversion_does_not_invert_a_gemm_accumulator_again(monkeypatch):
+    """The io-aware epilogue converts a wgmma accumulator before its store: lowering walks both sides' registers,
+    but only the new version's inverse is asked for; the accumulator is the instruction's own fragment, whose
+    inverse ``tests/test_gemm_layouts.py`` checks over the whole plan grid."""
+    from tilelayout.passes.inference import conversion_plan
+    pipelined = importlib.import_module("cases.gemm_pipelined")
+    asked = []
+    real = conversion_plan.register_walk_error
+    monkeypatch.setattr(conversion_plan, "register_walk_error", lambda lay: asked.append(lay.key) or real(lay))
+    result = _quiet_infer(pipelined.VARIANTS["sm90a_s2_k128"](), cost_model="io-aware")
+    (conv,) = result.conversions
+    assert (conv["src"], conv["dst"]) == ("acc_f", "acc_f_cv")
+    assert result.buffers["acc_f_cv"].key in asked and result.buffers["acc_f"].key not in asked
+    assert result.buffers["acc_f"].inverse_with_info(allow_padding=True)[1]

@@ -39,7 +39,7 @@ from .resources import MAX_REGISTERS_PER_THREAD
 from .conversion import (CONFIG_KEY, STRICT, ConversionCost, conversion_cost,
                          hand_staged_cost, register_count32, register_walk_error, resolve_conflict_mode,
                          warn_shared)
-from .frontend import ConvertOp, CopyOp, ElementwiseOp, ParallelOp, ReduceOp
+from .frontend import ConvertOp, CopyOp, ElementwiseOp, GemmOp, ParallelOp, ReduceOp
 
 __all__ = ["infer_with_conversions", "Split", "split_candidates", "split_fragment", "conversion_costs",
            "read_conversions", "register_budget", "MAX_SPLITS", "MAX_EPILOGUES"]
@@ -197,32 +197,42 @@ def split_fragment(func, graph, split: Split):
 
 # ------------------------------------------------------------------------------------------ costs
 
-def conversion_costs(ops, layouts: dict, graph, target) -> list:
-    """[(ConvertOp, ConversionCost)] of the conversions among ``ops`` whose two sides have layouts."""
+def conversion_costs(ops, state, graph, target) -> list:
+    """[(ConvertOp, ConversionCost)] of the conversions among ``ops`` whose two sides have layouts in ``state``."""
     out = []
     for op in ops:
         if not isinstance(op, ConvertOp):
             continue
-        src, dst = layouts.get(op.src.buffer.name), layouts.get(op.dst.buffer.name)
+        src, dst = state.layouts.get(op.src.buffer.name), state.layouts.get(op.dst.buffer.name)
         if src is None or dst is None:
             continue
+        _require_register_walk(op, src, dst, _instruction_layouts(state))
         out.append((op, _cost(op, src, dst, graph, target)))
     return out
 
 
+def _instruction_layouts(state) -> set:
+    """Fragments whose layout a gemm set (its accumulator, a register A operand): its instruction's own
+    fragments, every one of which has a closed-form inverse (``tests/test_gemm_layouts.py`` inverts them over
+    the whole plan grid), so a conversion walking their registers need not invert them again."""
+    return {name for name, op in state.setters.items() if isinstance(op, GemmOp)}
+
+
 def _cost(op, src, dst, graph, target) -> ConversionCost:
-    _require_register_walk(op, src, dst)
     threads = graph.thread_extent
     bind = lambda f: f if f.thread_range is not None else f.bind_thread_range(0, threads)
     return conversion_cost(bind(src), bind(dst), threads, warp_size(target), max(1, op.src.buffer.bits // 8),
                            op.describe())
 
 
-def _require_register_walk(op, src, dst) -> None:
+def _require_register_walk(op, src, dst, proven: set) -> None:
     """Lowering a conversion walks the registers of both sides, which needs each layout's inverse in closed
     form; a side without one (e.g. a rotated row ``(i + 1) % 48``) cannot be converted, so the split that
-    needs it is refused here rather than after inference has chosen it."""
-    for side, lay in (("source", src), ("destination", dst)):
+    needs it is refused here rather than after inference has chosen it. ``proven``: buffers whose layouts
+    are known to have one."""
+    for side, lay, buf in (("source", src, op.src.buffer), ("destination", dst, op.dst.buffer)):
+        if buf.name in proven:
+            continue
         err = register_walk_error(lay)
         if err is not None:
             raise LayoutConflictError(f"{op.describe()}: no conversion applies: the {side} layout {lay!r} has no "
@@ -247,7 +257,7 @@ def _total(engine, state):
     from .cost_models import ScoringContext
     loops = {i: d.layout for i, d in state.loops.items()}
     cost = engine.model.score(engine.ops, dict(state.layouts), ScoringContext(engine.graph, engine.target, loops))
-    extra = sum(c.mem for _, c in conversion_costs(engine.ops, state.layouts, engine.graph, engine.target))
+    extra = sum(c.mem for _, c in conversion_costs(engine.ops, state, engine.graph, engine.target))
     return cost.mem + extra, cost.regs
 
 
@@ -363,7 +373,7 @@ def _try_splits(func, graph, splits, target, cost_model, budget, engine_cls, err
         attempt.layouts = {b.name: trial_state.layouts[b.name] for b in trial.graph.fragments()
                            if b.name in trial_state.layouts}
         attempt.conversions = [_record(op, c, trial_state, trial) for op, c in
-                               conversion_costs(trial.ops, trial_state.layouts, trial.graph, trial.target)]
+                               conversion_costs(trial.ops, trial_state, trial.graph, trial.target)]
         if base is not None:
             attempt.note = f"without it: mem={base[0]} regs={base[1]}"
         tried.append(attempt)
@@ -416,7 +426,7 @@ def _finish(engine, state, make_result, prelude=()):
     """The result, with every conversion's chosen way written into its config (what lowering reads)."""
     result = make_result(engine, state)
     records = [_record(op, c, state, engine) for op, c in
-               conversion_costs(engine.ops, state.layouts, engine.graph, engine.target)]
+               conversion_costs(engine.ops, state, engine.graph, engine.target)]
     result.conversions = records
     result.attempts = list(prelude) + list(result.attempts)
     for rec in records:

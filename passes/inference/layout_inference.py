@@ -408,7 +408,7 @@ class _Engine:
                     cost = self.model.score([self.ops[m] for m in members], dict(trial.layouts),
                                             ScoringContext(self.graph, self.target,
                                                            {i: d.layout for i, d in trial.loops.items()}))
-                    converts = conversion_costs([self.ops[m] for m in members], trial.layouts, self.graph, self.target)
+                    converts = conversion_costs([self.ops[m] for m in members], trial, self.graph, self.target)
                 except _SEARCH_ERRORS as err:
                     attempt.error = str(err)
                     tried.append(attempt)
