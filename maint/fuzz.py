@@ -1037,6 +1037,28 @@ def _inverse_problems(name: str, lay) -> list[str]:
     return []
 
 
+def _conditioned_write_problems(op, layouts: dict) -> list[str]:
+    """An op with its own rule (a reduction, a gemm) under a thread-dependent condition writes a fragment:
+    every holder of it must be a thread that runs the op, or it keeps a stale value (fuzz seed 1920). Read
+    off the fragment's own thread table."""
+    from tilelayout.fragment import Fragment
+    if getattr(op, "thread_range", None) is None:
+        return []
+    lo, ext = op.thread_range
+    out = []
+    for region in [getattr(op, "dst", None), getattr(op, "c", None)]:     # a reduction's, a gemm's output
+        buf = getattr(region, "buffer", None)
+        lay = layouts.get(buf.name) if buf is not None else None
+        if buf is None or not buf.is_fragment or not isinstance(lay, Fragment) or not lay.is_static:
+            continue
+        threads = np.asarray(lay.thread_table()) + (lay.thread_range or (0, 0))[0]
+        outside = sorted({int(t) for t in np.unique(threads) if not lo <= t < lo + ext})
+        if outside:
+            out.append(f"{op.describe()} runs on threads [{lo}, {lo + ext}) but writes fragment {buf.name}, "
+                       f"held also by threads {outside[:4]}{'...' if len(outside) > 4 else ''}")
+    return out
+
+
 def validate(result) -> list[str]:
     """Every violated invariant of an inference result, judged by exact enumeration (empty: valid)."""
     from cases import _support
@@ -1066,6 +1088,7 @@ def validate(result) -> list[str]:
     for op in graph.ops:
         nest = nest_of(op)
         if nest is None:
+            problems += _conditioned_write_problems(op, result.buffers)
             continue
         decision = result.op_loops.get(op.index)
         if decision is None:

@@ -1065,3 +1065,56 @@ def test_a_reduction_under_a_condition_is_judged_where_lowering_combines(worker)
     outcomes = _outcomes(worker, OWNER_SUBSET_UNDER_CONDITION, pins=[("f1", "blocked", (16,))],
                          models=COST_MODELS)
     _assert_ok_or_refused_by_inference(outcomes)
+
+
+# seed 1920 kernel 0 (a wrong result): ``Tx.min(f1, f0)`` runs under ``if tx >= 26`` and gives the one-element
+# f1 threads 26-29; the store after the condition then upgraded f1 to every thread (a superset of holders is
+# always accepted as an upgrade). Threads 0-25 never ran the reduction, and replica 0 (thread 0) stored its
+# stale f1: O2[2] came out 0. A conditioned reduction's result may now be held only by threads that run it;
+# here a conversion after the condition gives the store its copy.
+CONDITIONED_REDUCTION_UPGRADED = '''
+@T.prim_func
+def main(A0: T.Buffer((2, 4), "float32"), O0: T.Buffer((4,), "float32"), A1: T.Buffer((4,), "float32"), A2: T.Buffer((6,), "float32"), O1: T.Buffer((7,), "float32"), O2: T.Buffer((4,), "float32")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 32)
+    f0 = T.alloc_buffer((4,), "float32", scope="local.fragment")
+    f1 = T.alloc_buffer((1,), "float32", scope="local.fragment")
+    s0 = T.alloc_buffer((4,), "float32", scope="shared")
+    Tx.copy(f0[0:4], A0[0:1, 0:4])
+    for i in T.parallel(4):
+        O0[i] = f0[3 - i]
+    if tx >= 26:
+        for i in T.parallel(4):
+            f0[i] = (A1[i] * A2[i + 2])
+        Tx.min(f1[0:1], f0[0:4], axes=[0])
+    Tx.copy(s0[0:4], f0[0:4])
+    Tx.copy(O1[0:4], s0[0:4])
+    Tx.copy(O2[2:2 + 1], f1[0:1])
+'''
+
+
+def test_a_conditioned_reduction_result_is_not_held_outside_the_condition():
+    _check_end_to_end(CONDITIONED_REDUCTION_UPGRADED)
+    func = parse(CONDITIONED_REDUCTION_UPGRADED)
+    for model in COST_MODELS:
+        result = infer_layouts(func, cost_model=model)
+        holders = result.buffers["f1"].holder_table()
+        assert holders.min() >= 26 and holders.max() < 32, model
+        assert [(c["src"], c["dst"]) for c in result.conversions] == [("f1", "f1_cv")], model
+
+
+def test_a_conditioned_reduction_held_outside_the_condition_is_refused_in_strict_mode():
+    from tilelayout.errors import TileLayoutError
+    with pytest.raises(TileLayoutError, match=r"min f1\[0:1\] <- f0\[0:4\] axes=\[0\] \(op #3\) runs on threads "
+                                              r"\[26, 32\) \(its enclosing conditions\) and needs every thread that "
+                                              r"holds its result to run it, but .* gave f1 holders outside them"):
+        infer_layouts(parse(CONDITIONED_REDUCTION_UPGRADED), cost_model="register-count", conflicts="strict")
+
+
+def test_the_validator_names_a_conditioned_write_held_outside_the_condition(monkeypatch):
+    """Handed the pre-fix decision (the check disabled), the fuzzer's validator flags it from the tables."""
+    from tilelayout.passes.inference import op_rules
+    monkeypatch.setattr(op_rules, "check_reduction_barrier", lambda op, state: None)
+    problems = validate(infer_layouts(parse(CONDITIONED_REDUCTION_UPGRADED), cost_model="register-count"))
+    assert any("runs on threads [26, 32) but writes fragment f1, held also by threads [0, 1, 2, 3]" in p
+               for p in problems), problems

@@ -568,7 +568,10 @@ def combining_layout(reduced: Fragment, dst: Fragment | None) -> Fragment:
 
 def check_reduction_barrier(op: ReduceOp, state) -> None:
     """A reduction under a thread-dependent condition may combine partials only with warp shuffles: the
-    shared-memory exchange needs a block-wide barrier that threads outside the condition never reach."""
+    shared-memory exchange needs a block-wide barrier that threads outside the condition never reach. Nor
+    may its result have holders outside the condition: they never run the reduction and would keep a stale
+    value (fuzz seed 1920: a one-element destination upgraded to every thread by a later store, after the
+    reduction under ``if tx >= 26`` had given it threads 26-29)."""
     if op.thread_range is None or not op.src.buffer.is_fragment or state.layout(op.src.buffer) is None:
         return
     from ..hardware import warp_size
@@ -577,6 +580,14 @@ def check_reduction_barrier(op: ReduceOp, state) -> None:
     work = combining_layout(reduced_layout(state.layout(op.src.buffer), op.axes), dst)
     if work is None or not work.is_static:
         return
+    lo, ext = op.thread_range
+    holders = work.holder_table()
+    if holders.size and (int(holders.min()) < lo or int(holders.max()) >= lo + ext):
+        raise LayoutConflictError(
+            f"buffer {op.dst.buffer.name}: {op.describe()} runs on threads [{lo}, {lo + ext}) (its enclosing "
+            f"conditions) and needs every thread that holds its result to run it, but {state.setter(op.dst.buffer)} "
+            f"gave {op.dst.buffer.name} holders outside them ({work!r}), which would keep a stale value; read the "
+            f"result through a copy made after the condition, or reduce outside it")
     if needs_barrier(work, state.block_threads, warp_size(state.target)):
         lo, ext = op.thread_range
         raise InferenceError(
