@@ -1114,7 +1114,7 @@ def test_a_conditioned_reduction_held_outside_the_condition_is_refused_in_strict
 def test_the_validator_names_a_conditioned_write_held_outside_the_condition(monkeypatch):
     """Handed the pre-fix decision (the check disabled), the fuzzer's validator flags it from the tables."""
     from tilelayout.passes.inference import op_rules
-    monkeypatch.setattr(op_rules, "check_reduction_barrier", lambda op, state: None)
+    monkeypatch.setattr(op_rules, "check_conditioned_reduction", lambda op, state: None)
     problems = validate(infer_layouts(parse(CONDITIONED_REDUCTION_UPGRADED), cost_model="register-count"))
     assert any("runs on threads [26, 32) but writes fragment f1, held also by threads [0, 1, 2, 3]" in p
                for p in problems), problems

@@ -31,7 +31,7 @@ STRICT, COMMON, FREE = 2, 1, 0
 LEVEL_NAMES = {STRICT: "strict", COMMON: "common", FREE: "free"}
 
 __all__ = ["STRICT", "COMMON", "FREE", "LEVEL_NAMES", "LoopDecision", "infer_op", "decide_loop",
-           "check_reduction_barrier", "check_cells_invertible"]
+           "check_conditioned_reduction", "check_cells_invertible"]
 
 
 @dataclass(frozen=True)
@@ -542,7 +542,7 @@ def check_cells_invertible(op, state) -> None:
             raise InferenceError(f"buffer {buf.name}: {op.describe()} walks the registers of its layout {lay!r}, "
                                  f"which has no closed-form inverse: {err}") from None
     if isinstance(op, ReduceOp):
-        check_reduction_barrier(op, state)
+        check_conditioned_reduction(op, state)
 
 
 def reduced_layout(src: Fragment, axes) -> Fragment:
@@ -566,7 +566,7 @@ def combining_layout(reduced: Fragment, dst: Fragment | None) -> Fragment:
     return reduced
 
 
-def check_reduction_barrier(op: ReduceOp, state) -> None:
+def check_conditioned_reduction(op: ReduceOp, state) -> None:
     """A reduction under a thread-dependent condition may combine partials only with warp shuffles: the
     shared-memory exchange needs a block-wide barrier that threads outside the condition never reach. Nor
     may its result have holders outside the condition: they never run the reduction and would keep a stale
