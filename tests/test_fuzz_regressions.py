@@ -1118,3 +1118,53 @@ def test_the_validator_names_a_conditioned_write_held_outside_the_condition(monk
     problems = validate(infer_layouts(parse(CONDITIONED_REDUCTION_UPGRADED), cost_model="register-count"))
     assert any("runs on threads [26, 32) but writes fragment f1, held also by threads [0, 1, 2, 3]" in p
                for p in problems), problems
+
+
+# seed 1985 kernel 1 (a wrong result, GPU and CPU alike): an offset read ``f0[i + 17, j + 1]`` of a fragment laid
+# out ``(i * 33 + j) % 32`` / ``(i * 33 + j) // 32`` is partitioned under the guard ``562 <= x < 760`` (x = s * 32 +
+# tx) and reads register ``((x - 562) // 33 * 33 + (x + 32) % 33 + 562) // 32``, which is s. TVM's buffer
+# flattening simplifies indices with the enclosing conditions as the iter map's predicate, and with that
+# predicate apache-tvm 0.27 rewrites the index to ``s - 1``: all 180 outputs read the previous register. The
+# index guard now checks each index with and without the enclosing conditions, on the points where they hold.
+OFFSET_READ_UNDER_GUARD = '''
+@T.prim_func
+def main(A0: T.Buffer((48, 33), "float32"), A1: T.Buffer((4,), "float32"), O0: T.Buffer((12, 15), "float32"), O1: T.Buffer((48, 33), "float32")):
+    bx = T.launch_thread("blockIdx.x", 2)
+    tx = T.launch_thread("threadIdx.x", 32)
+    f0 = T.alloc_buffer((24, 33), "float32", scope="local.fragment")
+    f1 = T.alloc_buffer((2,), "float32", scope="local.fragment")
+    s0 = T.alloc_buffer((2,), "float32", scope="shared")
+    Tx.copy(f0[0:24, 0:33], A0[bx * 24:bx * 24 + 24, 0:33])
+    Tx.copy(s0[0:2], A1[bx * 2:bx * 2 + 2])
+    Tx.copy(f1[0:2], s0[0:2])
+    for i in T.parallel(6):
+        for j in T.parallel(15):
+            O0[bx * 6 + i, j] = f0[i + 17, j + 1] * T.float32(2.0)
+    Tx.fill(f1[0:1], T.float32(0.5))
+    Tx.copy(O1[bx * 24:bx * 24 + 24, 0:33], f0[0:24, 0:33])
+'''
+
+
+def test_an_index_under_a_guard_survives_flattening_with_the_guard_as_predicate():
+    _check_end_to_end(OFFSET_READ_UNDER_GUARD)
+
+
+def test_the_index_guard_checks_an_index_under_the_conditions_flattening_passes_on():
+    """The register index of seed 1985 is rewritten right without a predicate and wrong with the guard as one
+    (``s - 1``); the guard's check sees it only with the conditions, and only where they hold."""
+    import tvm
+    from tvm import tirx
+    from tvm.ir import Range
+    from tilelayout.passes.lowering.index_guard import _changed_by_flattening
+    s, tx = tirx.Var("s", "int32"), tirx.Var("tx", "int32")
+    x = s * 32 + tx
+    index = tirx.floordiv(tirx.floordiv(x - 562, 33) * 33 + tirx.floormod(x + 32, 33) + 562, 32)
+    guard = (562 <= x, x < 760, tirx.floormod(x + 32, 33) < 15)
+    ranges = {s: (0, 24), tx: (0, 32)}
+    dom = {s: Range.from_min_extent(0, 24), tx: Range.from_min_extent(0, 32)}
+    (rewritten,) = tvm.sym.iter_map_simplify([index], dom, predicate=tirx.all(*guard), simplify_trivial_iterators=False)
+    assert str(rewritten) == "(s * 32 + tx + -562 + 18) // 32 + 16", "apache-tvm changed this rewrite"
+    assert not _changed_by_flattening([index], [25], ranges)
+    assert _changed_by_flattening([index], [25], ranges, guard)
+    # ``x // 32 * 32 + x % 32`` is rewritten right under the same guard: left alone, so it can vectorise
+    assert not _changed_by_flattening([tirx.floordiv(x, 32) * 32 + tirx.floormod(x, 32)], [768], ranges, guard)

@@ -3,11 +3,16 @@
 Buffer flattening (in TVM's GPU pipeline and in the CPU check) simplifies every flattened index with
 ``iter_map_simplify``, which rewrites some modular forms wrongly: ``(3 - j) % 4`` over ``j < 128`` loses its
 offset, so ``(127 - j) // 4 * 4 + (3 - j) % 4`` becomes ``124 - j`` (``127 - j`` is right). Partitioned code
-produces such forms for reversed, offset and diagonal fragment accesses. Every index holding a floor
-division or modulo is checked here the way flattening will treat it -- rewritten with TVM's own
-``iter_map_simplify`` over the loop and thread ranges in scope, then compared with the original by exact
-enumeration -- and an index whose value would change is hidden behind a ``Let`` (which the rewriting does
-not look through). Indices TVM handles correctly are left alone, so vectorisation still sees them.
+produces such forms for reversed, offset and diagonal fragment accesses. Flattening also hands the
+enclosing ``if`` conditions to ``iter_map_simplify`` as its predicate, which can turn a right rewrite
+wrong: with ``x = s * 32 + tx`` under the partition guard ``562 <= x < 760``, the register index
+``((x - 562) // 33 * 33 + (x + 32) % 33 + 562) // 32`` (which is ``s``) becomes ``s - 1`` (fuzz seed 1985),
+though without the predicate it is rewritten correctly. Every index holding a floor division or modulo is
+checked here the way flattening will treat it -- rewritten with TVM's own ``iter_map_simplify`` over the
+loop and thread ranges in scope, with and without the enclosing conditions as predicate, then compared with
+the original by exact enumeration wherever the conditions hold -- and an index whose value would change is
+hidden behind a ``Let`` (which the rewriting does not look through). Indices TVM handles correctly are left
+alone, so vectorisation still sees them.
 """
 from __future__ import annotations
 
@@ -47,35 +52,54 @@ def _flat(indices: list, shape: list):
     return out
 
 
-def _changed_by_flattening(indices: list, shape: list, ranges: dict) -> bool:
-    """Would ``iter_map_simplify`` of the flattened index compute a different value somewhere in ``ranges``?"""
+def _changed_by_flattening(indices: list, shape: list, ranges: dict, conditions: tuple = ()) -> bool:
+    """Would ``iter_map_simplify`` of the flattened index, with or without ``conditions`` (the enclosing
+    ``if`` conditions) as its predicate, compute a different value somewhere in ``ranges`` where the
+    conditions hold?"""
     flat = _flat(indices, shape)
     variables = [v for v in _free(flat) if v in ranges]
     if len(variables) != len(_free(flat)):
         return False                      # a value flattening has no range for: it does not rewrite it
     dom = {v: Range.from_min_extent(*ranges[v]) for v in variables}
-    try:
-        out = tvm.sym.iter_map_simplify([flat], dom, simplify_trivial_iterators=False)
-    except Exception:  # TVM refuses: flattening keeps the original too
+    predicate = tirx.all(*conditions) if conditions else None
+    rewrites = []
+    for pred in ([None, predicate] if predicate is not None else [None]):
+        try:
+            if pred is None:
+                out = tvm.sym.iter_map_simplify([flat], dom, simplify_trivial_iterators=False)
+            else:
+                out = tvm.sym.iter_map_simplify([flat], dom, predicate=pred, simplify_trivial_iterators=False)
+        except Exception:  # TVM refuses: flattening keeps the original too
+            continue
+        if len(out) == 1 and not tvm_ffi.structural_equal(out[0], flat):
+            rewrites.append(out[0])
+    if not rewrites:
         return False
-    if len(out) != 1 or tvm_ffi.structural_equal(out[0], flat):
-        return False
+    # enumerate over the index's variables and the conditions' (when every one of them has a range)
+    names = list(variables)
+    for v in (_free(predicate) if predicate is not None else []):
+        if not any(v.same_as(w) for w in names):
+            names.append(v)
+    if any(v not in ranges for v in names):
+        names, predicate = list(variables), None      # a condition on a value without a range: compare everywhere
     size = 1
-    for v in variables:
+    for v in names:
         size *= ranges[v][1]
     if size > ENUMERATION_LIMIT:
         return True
-    env, shape_all = {}, [ranges[v][1] for v in variables]
-    for axis, v in enumerate(variables):
-        view = [1] * len(variables)
+    env, shape_all = {}, [ranges[v][1] for v in names]
+    for axis, v in enumerate(names):
+        view = [1] * len(names)
         view[axis] = ranges[v][1]
         env[v] = (np.arange(ranges[v][1], dtype=np.int64) + ranges[v][0]).reshape(view)
     try:
         want = np.broadcast_to(evaluate(flat, env), shape_all)
-        got = np.broadcast_to(evaluate(out[0], env), shape_all)
+        where = np.broadcast_to(evaluate(predicate, env), shape_all).astype(bool) if predicate is not None \
+            else np.ones(shape_all, dtype=bool)
+        return any(not np.array_equal(want[where], np.broadcast_to(evaluate(out, env), shape_all)[where])
+                   for out in rewrites)
     except TileLayoutError:
         return True
-    return not np.array_equal(want, got)
 
 
 def _hide(indices: list) -> list:
@@ -94,14 +118,34 @@ def protect_indices(body, tx=None, threads: int = 1):
     if tx is not None:
         ranges[tx] = (0, threads)
 
+    conditions: list = []
+
     def fix(buf, indices):
         indices = list(indices)
         if not any(_has_div_mod(i) for i in indices):
             return None
         shape = [int_value(s) for s in buf.shape]
-        if any(s is None for s in shape) or not _changed_by_flattening(indices, shape, ranges):
+        if any(s is None for s in shape) or not _changed_by_flattening(indices, shape, ranges, tuple(conditions)):
             return None
         return _hide(indices)
+
+    handlers: list = []
+
+    def under(cond, stmt):
+        """``stmt`` protected with ``cond`` among the enclosing conditions (as flattening records them)."""
+        if stmt is None:
+            return None
+        conditions.append(cond)
+        try:
+            return mutate(stmt, handlers)
+        finally:
+            conditions.pop()
+
+    def on_if(node, mutator):
+        cond = mutate(node.condition, handlers)
+        then = under(node.condition, node.then_case)
+        other = under(tirx.Not(node.condition), node.else_case)
+        return tirx.IfThenElse(cond, then, other)
 
     def on_for(loop, mutator):
         lo, ext = int_value(loop.min), int_value(loop.extent)
@@ -123,4 +167,5 @@ def protect_indices(body, tx=None, threads: int = 1):
         new = fix(e.source, e.indices)
         return e if new is None else tirx.BufferLoad(e.source, new)
 
-    return mutate(body, [(tirx.For, on_for), (tirx.BufferStore, on_store), (TensorLoad, on_load)])
+    handlers += [(tirx.For, on_for), (tirx.IfThenElse, on_if), (tirx.BufferStore, on_store), (TensorLoad, on_load)]
+    return mutate(body, handlers)
