@@ -66,6 +66,19 @@ def index_table(d: dict) -> np.ndarray:
     return flat
 
 
+def block_threads(d: dict) -> np.ndarray:
+    """``thread_table`` counted from thread 0 of the block (the range minimum added): what two layouts bound
+    to different thread ranges must be compared in."""
+    rng = d.get("thread_range")
+    return thread_table(d) + (int(rng[0]) if rng else 0)
+
+
+def block_limit(d: dict) -> int:
+    """One past the last block thread the layout may use."""
+    rng = d.get("thread_range")
+    return (int(rng[0]) + int(rng[1])) if rng else int(d["threads"])
+
+
 def thread_count(d: dict) -> int:
     """Threads the layout may use: the bound thread range's extent, else its ``threads`` field."""
     rng = d.get("thread_range")
@@ -107,7 +120,7 @@ def _holder_keys(d: dict, limit: int) -> np.ndarray:
     key = (json.dumps(d, sort_keys=True), limit)
     hit = _HOLDERS.get(key)
     if hit is None:
-        threads = thread_table(d)
+        threads = block_threads(d)
         size = int(np.prod(threads.shape[:-1]))
         elem = np.repeat(np.arange(size, dtype=np.int64), threads.shape[-1])
         if len(_HOLDERS) > 256:
@@ -140,8 +153,8 @@ def assert_owned(loop_key: str, loop: dict, frag_name: str, frag: dict,
     """
     lshape = [int(s) for s in loop["input_shape"]]
     fshape = [int(s) for s in frag["input_shape"]]
-    loop_threads = thread_table(loop)                                   # (*lshape, Rl)
-    limit = max(thread_count(loop), thread_count(frag))
+    loop_threads = block_threads(loop)                                  # (*lshape, Rl)
+    limit = max(block_limit(loop), block_limit(frag))
     coords = [np.asarray(c, dtype=np.int64) for c in index(*np.indices(lshape))]
     coords = [np.broadcast_to(c, lshape) for c in coords]
     for axis, (c, extent) in enumerate(zip(coords, fshape)):
@@ -189,7 +202,7 @@ def _owned_by_lookup(loop_key: str, loop_threads: np.ndarray, frag_name: str, fr
     """``assert_owned`` by comparing each iteration's threads with its element's few holders directly (no sorted
     keys), when both sides have few replicas and, for a write, no element is written by two iterations (then
     an element's writers are one iteration's threads). False: not applicable, judge by sorted keys."""
-    held_by = thread_table(frag)
+    held_by = block_threads(frag)
     rf, rl = held_by.shape[-1], loop_threads.shape[-1]
     if rf * rl > 16:
         return False
@@ -212,8 +225,8 @@ def conversion_kind(src: dict, dst: dict, threads: int | None = None, warp: int 
     """The least general way a conversion between two recorded fragment layouts can be done, by enumeration
     of both: ``noop`` when every holder in ``dst`` already holds the element in ``src``, ``shuffle`` when
     every needed element is held in the reader's warp (and ``src`` is not replicated), else ``shared``."""
-    threads = threads or max(thread_count(src), thread_count(dst))
-    s, d = thread_table(src), thread_table(dst)                      # (*shape, R) each
+    threads = max(threads or 0, block_limit(src), block_limit(dst))
+    s, d = block_threads(src), block_threads(dst)                    # (*shape, R) each
     size = int(np.prod(s.shape[:-1]))
     s, d = s.reshape(size, -1), d.reshape(size, -1)
     holds = np.zeros((size, threads), dtype=bool)
@@ -226,16 +239,16 @@ def conversion_kind(src: dict, dst: dict, threads: int | None = None, warp: int 
 
 
 def row_holders(d: dict) -> list[frozenset]:
-    """For each index of the first axis, the set of threads holding any element of that row."""
-    threads = thread_table(d)
+    """For each index of the first axis, the set of (block) threads holding any element of that row."""
+    threads = block_threads(d)
     if threads.size and threads.min() < 0:
         return [frozenset(int(t) for t in r) for r in threads.reshape(threads.shape[0], -1)]
     return [frozenset(np.nonzero(r)[0].tolist()) for r in _row_threads(d, 0)]
 
 
 def _row_threads(d: dict, width: int) -> np.ndarray:
-    """(rows, threads) membership: does thread t hold any element of row i (at least ``width`` columns)."""
-    threads = thread_table(d)
+    """(rows, threads) membership: does block thread t hold any element of row i (at least ``width`` columns)."""
+    threads = block_threads(d)
     rows = threads.reshape(threads.shape[0], -1)
     holds = np.zeros((rows.shape[0], max(width, int(rows.max(initial=-1)) + 1)), dtype=bool)
     holds[np.arange(rows.shape[0])[:, None], rows] = True
@@ -245,11 +258,11 @@ def _row_threads(d: dict, width: int) -> np.ndarray:
 def assert_same_rows(name_a: str, a: dict, name_b: str, b: dict) -> None:
     """Row i of ``a`` and row i of ``b`` live in exactly the same threads (attention's S, P, O and row
     vectors: a row statistic is usable wherever its row is, and nowhere else is it needed)."""
-    if min(int(thread_table(x).min(initial=0)) for x in (a, b)) < 0:
+    if min(int(block_threads(x).min(initial=0)) for x in (a, b)) < 0:
         ra, rb = row_holders(a), row_holders(b)
         assert ra == rb, f"{name_a} and {name_b} do not live in the same threads row by row"
         return
-    width = max(int(thread_table(x).max(initial=-1)) + 1 for x in (a, b))
+    width = max(int(block_threads(x).max(initial=-1)) + 1 for x in (a, b))
     ra, rb = _row_threads(a, width), _row_threads(b, width)
     assert len(ra) == len(rb), f"{name_a} has {len(ra)} rows, {name_b} has {len(rb)}"
     for i in np.nonzero((ra != rb).any(axis=1))[0][:1]:

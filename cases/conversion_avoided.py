@@ -39,7 +39,7 @@ def check(variant, model, result):
     x, r = bufs["x"], bufs["r"]
     _support.assert_valid_fragment("r", r)
     # every thread holding an element of row i of x holds r[i]
-    xt, rt = _support.thread_table(x), _support.thread_table(r)
+    xt, rt = _support.block_threads(x), _support.block_threads(r)
     for i in range(xt.shape[0]):
         missing = set(xt[i].reshape(-1).tolist()) - set(rt[i].reshape(-1).tolist())
         assert not missing, f"row {i}: threads {sorted(missing)[:4]} hold x but not r"

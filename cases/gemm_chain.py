@@ -75,7 +75,7 @@ def check(variant, model, result):
         _support.assert_valid_fragment(name, bufs[name])
         _support.assert_replicate(name, bufs[name], 1)
     # the cast P = S needs no data from another thread: P[i, j] lives where S[i, j] does
-    s_thr, p_thr = _support.thread_table(bufs["S"]), _support.thread_table(bufs["P"])
+    s_thr, p_thr = _support.block_threads(bufs["S"]), _support.block_threads(bufs["P"])
     assert np.array_equal(s_thr, p_thr), "P = S is not thread-local: P's A layout and S's accumulator differ"
     _support.assert_same_rows("S", bufs["S"], "O", bufs["O"])
     # all warps on M: a row lives in one quad of lanes of one warp

@@ -12,9 +12,9 @@ from cases import _support
 
 
 def _reference(loop: Fragment, frag: Fragment, index, write: bool) -> str | None:
-    """'missing', 'stale' or None, by looping over every iteration and thread."""
-    lt = np.asarray(loop.thread_table(), dtype=np.int64)
-    ft = np.asarray(frag.thread_table(), dtype=np.int64)
+    """'missing', 'stale' or None, by looping over every iteration and (block) thread."""
+    lt = np.asarray(loop.thread_table(), dtype=np.int64) + (loop.thread_range or (0, 0))[0]
+    ft = np.asarray(frag.thread_table(), dtype=np.int64) + (frag.thread_range or (0, 0))[0]
     holders = {}
     for pos in np.ndindex(*ft.shape[:-1]):
         holders[pos] = set(int(t) for t in ft[pos])
@@ -72,7 +72,21 @@ def _check_one(data):
     frag = _fragment(data.draw, (8,) if rows else (8, 8), threads)
     index = (lambda i, j: (i,)) if rows else (lambda i, j: (i, j))
     write = data.draw(st.booleans())
+    # layouts bound to thread ranges that start elsewhere are compared in block threads
+    loop = loop.bind_thread_range(data.draw(st.sampled_from([0, 0, 8, 16])), threads)
+    frag = frag.bind_thread_range(data.draw(st.sampled_from([0, 0, 8, 16])), threads)
     assert _verdict(loop, frag, index, write) == _reference(loop, frag, index, write)
+
+
+def test_ownership_is_judged_in_block_threads_across_thread_ranges():
+    """Fuzz seed 1998 kernel 4: a loop bound to threads [50, 128) as ``_rep * 12 + 2`` (block threads 52, 64,
+    ..., 112) reads element 4 of a fragment bound to [0, 128) as ``_rep * 12 + _i`` (4, 16, ..., 112): owned.
+    Counted from each range's own start, the check once compared thread 2 with 4, 16, ... and failed; the
+    same maps with the loop bound at 0 really are not owned."""
+    frag = Fragment([12], lambda i, r: r * 12 + i, lambda i: 0, replicate=10).bind_thread_range(0, 128)
+    loop = Fragment([1], lambda i, r: r * 12 + 2, lambda i: 0, replicate=6)
+    assert _verdict(loop.bind_thread_range(50, 78), frag, lambda i: (i + 4,), False) is None
+    assert _verdict(loop.bind_thread_range(0, 128), frag, lambda i: (i + 4,), False) == "missing"
 
 
 def test_repeat_detection_equals_unique():
