@@ -1136,6 +1136,19 @@ def _tolerance(kernel: Kernel, func):
     return (1e-3, atol)
 
 
+def _cross_tolerance(kernel: Kernel, func):
+    """Tolerance between the two references (``--cross-check``). They agree exactly except for an f32 gemm: the
+    interpreter reads its operands as tf32, as the tensor cores (and so the lowered kernel) do, while the
+    compiled sequential semantics multiply in full f32. Truncating both operands to tf32's 10 mantissa bits
+    moves a product by at most 2^-9 of its size; with standard-normal inputs (operands below 4) the sum of K
+    products moves by at most about K * 2^-8 (seeds 2158 and 2165, both K = 8: first differences 0.0021 and 0.0018)."""
+    tol = _tolerance(kernel, func)
+    if "gemm-float32" not in kernel.notes:
+        return tol
+    rtol, atol = tol if tol is not None else (1e-3, 0.0)
+    return (rtol, max(atol, 2.0 ** -8 * float(kernel.sum_extent)))
+
+
 def pin_layout(kind: str, shape: tuple, threads: int):
     """The layout a pin of ``kind`` puts on a fragment of ``shape`` (see ``VALID_PINS`` / ``INVALID_PINS``)."""
     import tilelayout as tl
@@ -1238,7 +1251,7 @@ def check(kernel: Kernel, models=COST_MODELS, numeric: bool = True, cross: bool 
             if cross:
                 try:
                     problems, _ = compare_outputs(expected, sequential_outputs(func), expected.exact,
-                                                  None if expected.exact else _tolerance(kernel, func))
+                                                  None if expected.exact else _cross_tolerance(kernel, func))
                 except TileLayoutError:
                     problems = []          # the sequential semantics do not model it (threadIdx reads)
                 if problems:
