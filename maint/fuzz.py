@@ -1041,6 +1041,7 @@ def _conditioned_write_problems(op, layouts: dict) -> list[str]:
     """An op with its own rule (a reduction, a gemm) under a thread-dependent condition writes a fragment:
     every holder of it must be a thread that runs the op, or it keeps a stale value (fuzz seed 1920). Read
     off the fragment's own thread table."""
+    from cases import _support
     from tilelayout.fragment import Fragment
     if getattr(op, "thread_range", None) is None:
         return []
@@ -1051,7 +1052,7 @@ def _conditioned_write_problems(op, layouts: dict) -> list[str]:
         lay = layouts.get(buf.name) if buf is not None else None
         if buf is None or not buf.is_fragment or not isinstance(lay, Fragment) or not lay.is_static:
             continue
-        threads = np.asarray(lay.thread_table()) + (lay.thread_range or (0, 0))[0]
+        threads = _support.block_threads(lay.to_dict())
         outside = sorted({int(t) for t in np.unique(threads) if not lo <= t < lo + ext})
         if outside:
             out.append(f"{op.describe()} runs on threads [{lo}, {lo + ext}) but writes fragment {buf.name}, "

@@ -197,13 +197,18 @@ def _wavefronts(lanes: np.ndarray, steps: np.ndarray, byte_addr: np.ndarray, acc
     return _seated_wavefronts(_seats(lanes, steps, access_bytes, warp), lanes, steps, byte_addr, access_bytes, warp)
 
 
+def _per_phase(access_bytes: int, warp: int) -> int:
+    """Lanes one 128-byte phase serves for accesses of ``access_bytes`` (32 of 4 bytes, 8 of 16 bytes)."""
+    return max(1, min(warp, _WAVEFRONT // max(access_bytes, _BANK_BYTES)))
+
+
 def _seats(lanes: np.ndarray, steps: np.ndarray, access_bytes: int, warp: int):
     """Where each access sits in a (phase, step) row of at most 128 bytes' worth of words: (seat, rows), or
     None when some lane has two accesses in one step (never for an injective fragment), a thread id is
     negative, or the rows would be mostly empty. Depends on who accesses when, not on the addresses."""
     if lanes.size == 0 or lanes.min() < 0:
         return None
-    per_phase = max(1, min(warp, _WAVEFRONT // max(access_bytes, _BANK_BYTES)))
+    per_phase = _per_phase(access_bytes, warp)
     ids = np.arange(int(lanes.max()) + 1, dtype=np.int64)     # per thread id, then gathered: no per-cell division
     phase = ((ids // warp) * (warp // per_phase) + (ids % warp) // per_phase)[lanes]
     group = phase * (int(steps.max()) + 1) + steps
@@ -223,7 +228,7 @@ def _seated_wavefronts(seats, lanes, steps, byte_addr: np.ndarray, access_bytes:
         return _wavefronts_sorted(lanes, steps, byte_addr, access_bytes, warp)
     seat, rows = seats
     words_per = max(1, access_bytes // _BANK_BYTES)
-    per_phase = max(1, min(warp, _WAVEFRONT // max(access_bytes, _BANK_BYTES)))
+    per_phase = _per_phase(access_bytes, warp)
     words = byte_addr // _BANK_BYTES
     # int32 rows sort faster; addresses of a shared tile are far below 2^31
     kind = np.int32 if int(words.max()) + words_per < 2 ** 31 else np.int64
@@ -315,7 +320,7 @@ def _wavefronts_sorted(lanes: np.ndarray, steps: np.ndarray, byte_addr: np.ndarr
     if byte_addr.size == 0:
         return 0
     words_per = max(1, access_bytes // _BANK_BYTES)
-    per_phase = max(1, min(warp, _WAVEFRONT // max(access_bytes, _BANK_BYTES)))
+    per_phase = _per_phase(access_bytes, warp)
     phase = (lanes // warp) * (warp // per_phase) + (lanes % warp) // per_phase
     words = ((byte_addr // _BANK_BYTES)[:, None] + np.arange(words_per)[None, :]).reshape(-1)
     group = np.repeat(phase * (int(steps.max()) + 1) + steps, words_per)
@@ -367,7 +372,6 @@ class _Side:
     _tiles: dict = field(default_factory=dict)
     _vectors: dict = field(default_factory=dict)
     _aligned: dict = field(default_factory=dict)
-    _classes: dict = field(default_factory=dict)
     _seated: dict = field(default_factory=dict)
 
     def firsts(self, v: int) -> tuple:
@@ -486,19 +490,17 @@ def _access(side: _Side, stride: int, per: int, cols: int, slots_inner: int, ele
         first, thread, steps = side.firsts(v)
         row, col, chunk = side.tile(cols, per)
         steps = chunk[first] * (int(steps.max()) + 1) + steps
-        hit = side._seated[key] = (thread, steps, _seats(thread, steps, v * elem_bytes, warp),
-                                   _ideal(thread, steps, v * elem_bytes, warp), row[first], col[first])
-    thread, steps, seats, ideal, row, col = hit
+        seats = _seats(thread, steps, v * elem_bytes, warp)
+        row, col = row[first], col[first]
+        classes = None if seats is None else _RowClasses(seats, row, col, _per_phase(v * elem_bytes, warp))
+        hit = side._seated[key] = (thread, steps, seats, _ideal(thread, steps, v * elem_bytes, warp), row, col,
+                                   classes)
+    thread, steps, seats, ideal, row, col, classes = hit
     access_bytes = v * elem_bytes
-    if seats is not None:
-        classes = side._classes.get(key)
-        if classes is None:
-            per_phase = max(1, min(warp, _WAVEFRONT // max(access_bytes, _BANK_BYTES)))
-            classes = side._classes[key] = _RowClasses(seats, row, col, per_phase)
-        if classes.worth:
-            count = classes.wavefronts(stride, elem_bytes, max(1, access_bytes // _BANK_BYTES))
-            if count is not None:
-                return count, ideal, v
+    if classes is not None and classes.worth:
+        count = classes.wavefronts(stride, elem_bytes, max(1, access_bytes // _BANK_BYTES))
+        if count is not None:
+            return count, ideal, v
     byte_addr = (row * stride + col) * elem_bytes
     return (_seated_wavefronts(seats, thread, steps, byte_addr, access_bytes, warp), ideal, v)
 

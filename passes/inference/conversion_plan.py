@@ -199,14 +199,15 @@ def split_fragment(func, graph, split: Split):
 
 def conversion_costs(ops, state, graph, target) -> list:
     """[(ConvertOp, ConversionCost)] of the conversions among ``ops`` whose two sides have layouts in ``state``."""
-    out = []
+    out, proven = [], None
     for op in ops:
         if not isinstance(op, ConvertOp):
             continue
         src, dst = state.layouts.get(op.src.buffer.name), state.layouts.get(op.dst.buffer.name)
         if src is None or dst is None:
             continue
-        _require_register_walk(op, src, dst, _instruction_layouts(state))
+        proven = _instruction_layouts(state) if proven is None else proven
+        _require_register_walk(op, src, dst, proven)
         out.append((op, _cost(op, src, dst, graph, target)))
     return out
 

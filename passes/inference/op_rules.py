@@ -589,7 +589,6 @@ def check_conditioned_reduction(op: ReduceOp, state) -> None:
             f"gave {op.dst.buffer.name} holders outside them ({work!r}), which would keep a stale value; read the "
             f"result through a copy made after the condition, or reduce outside it")
     if needs_barrier(work, state.block_threads, warp_size(state.target)):
-        lo, ext = op.thread_range
         raise InferenceError(
             f"{op.describe()} runs under a thread-dependent condition (threads [{lo}, {lo + ext})), but the holders of "
             f"a result element ({work!r}) span warps, so combining them needs a block-wide barrier that the other "

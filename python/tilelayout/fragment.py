@@ -431,7 +431,7 @@ class Fragment(Layout):
     @cached_property
     def _holders(self) -> np.ndarray:
         """Holder threads of every element (row-major), each row sorted: shape (size, replicate), read-only."""
-        tab = self.thread_table().reshape(self.size, -1) + (self._thread_range or (0, 0))[0]
+        tab = self._thread_rows()
         if tab.shape[1] > 1 and not (tab[:, 1:] >= tab[:, :-1]).all():     # most maps already grow with _rep
             tab = np.sort(tab, axis=1)
         out = np.ascontiguousarray(tab)
