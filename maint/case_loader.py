@@ -34,17 +34,39 @@ def load_case(cases_dir: Path, name: str) -> ModuleType:
     if str(cases_dir.parent) not in sys.path:
         sys.path.insert(0, str(cases_dir.parent))   # so cases can import their package's helpers
     path = cases_dir / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"_golden_case_{name}", path)
+    spec = importlib.util.spec_from_file_location(_module_name(name, path), path)
     module = importlib.util.module_from_spec(spec)
+    # registered like any import: TVMScript's ``@T.prim_func`` walks the caller's stack with ``inspect``, whose
+    # file -> module lookup rescans every loaded module for a frame whose file no registered module has
+    # (a fifth of the golden suite's parse time before the case modules were registered)
+    sys.modules[spec.name] = module
+    try:
+        _execute(spec, module, name, path)
+        _validate(name, module)
+    except UsageError:
+        del sys.modules[spec.name]      # a broken case leaves nothing behind
+        raise
+    _LOADED[key] = module
+    return module
+
+
+def _execute(spec, module: ModuleType, name: str, path: Path) -> None:
     try:
         spec.loader.exec_module(module)
     except SystemExit as err:       # a case that exits while importing is broken, not "done"
         raise UsageError(f"case {name}: cannot import {path}: it called sys.exit({err.code!r})") from None
     except Exception as err:
         raise UsageError(f"case {name}: cannot import {path}: {type(err).__name__}: {err}") from None
-    _validate(name, module)
-    _LOADED[key] = module
-    return module
+
+
+def _module_name(name: str, path: Path) -> str:
+    """``_golden_case_<name>``, numbered when a case of that name from another directory holds it already."""
+    base = candidate = f"_golden_case_{name}"
+    k = 1
+    while candidate in sys.modules and Path(getattr(sys.modules[candidate], "__file__", "") or "") != path:
+        k += 1
+        candidate = f"{base}_{k}"
+    return candidate
 
 
 def _validate(name: str, module: ModuleType) -> None:

@@ -412,5 +412,15 @@ def _explain(pattern: str, modules: dict, models: list, stdout) -> int:
     return 0
 
 
+def _exit_now(code: int) -> None:
+    """Leave without the interpreter's teardown: freeing TVM's registries and every module's objects took
+    0.2-0.3 s after a check run, a tenth of the whole run. Nothing is left to do by then: the worker pool is
+    joined, every file written is closed, and the two streams are flushed here."""
+    import os
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    _exit_now(main())

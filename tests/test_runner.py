@@ -370,3 +370,25 @@ def test_progress_writes_only_to_a_terminal():
     run.Progress(tty)(3, 46, "reduce_broadcast/64x128_t128")
     run.Progress(pipe)(3, 46, "reduce_broadcast/64x128_t128")
     assert "[3/46] reduce_broadcast/64x128_t128" in tty.getvalue() and pipe.getvalue() == ""
+
+
+def test_case_modules_are_registered_so_inspect_finds_them(tmp_path):
+    """TVMScript's ``@T.prim_func`` looks up the module of every frame on the stack; a case module missing
+    from ``sys.modules`` made each lookup rescan every loaded module. Two directories holding a case of the
+    same name get two modules, and a case that fails to import leaves nothing behind."""
+    import inspect
+    import sys
+    dirs = [tmp_path / "a" / "cases", tmp_path / "b" / "cases"]
+    for k, d in enumerate(dirs):
+        d.mkdir(parents=True)
+        (d / "same.py").write_text(f'"""Case {k}."""\ndef build():\n    return {k}\nVARIANTS = {{"v": build}}\n')
+    a, b = (case_loader.load_case(d, "same") for d in dirs)
+    assert a is not b and a.__name__ != b.__name__
+    for k, module in enumerate((a, b)):
+        assert sys.modules[module.__name__] is module and module.VARIANTS["v"]() == k
+        code = module.build.__code__
+        assert inspect.getmodule(code, code.co_filename) is module
+    (dirs[0] / "broken.py").write_text('"""Broken."""\nraise RuntimeError("no")\n')
+    with pytest.raises(case_loader.UsageError, match="broken: cannot import"):
+        case_loader.load_case(dirs[0], "broken")
+    assert not any(name.startswith("_golden_case_broken") for name in sys.modules)
