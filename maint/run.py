@@ -32,7 +32,6 @@ if str(ROOT) not in sys.path:
 
 from maint import snapshot  # noqa: E402
 
-import warnings  # noqa: E402
 # the runner reports conversions through --explain; their shared-memory warning would repeat on every case run
 warnings.filterwarnings("ignore", message="layout conversion through shared memory")
 

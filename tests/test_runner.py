@@ -377,7 +377,6 @@ def test_case_modules_are_registered_so_inspect_finds_them(tmp_path):
     from ``sys.modules`` made each lookup rescan every loaded module. Two directories holding a case of the
     same name get two modules, and a case that fails to import leaves nothing behind."""
     import inspect
-    import sys
     dirs = [tmp_path / "a" / "cases", tmp_path / "b" / "cases"]
     for k, d in enumerate(dirs):
         d.mkdir(parents=True)
@@ -392,3 +391,13 @@ def test_case_modules_are_registered_so_inspect_finds_them(tmp_path):
     with pytest.raises(case_loader.UsageError, match="broken: cannot import"):
         case_loader.load_case(dirs[0], "broken")
     assert not any(name.startswith("_golden_case_broken") for name in sys.modules)
+
+
+def test_the_command_line_keeps_its_exit_status_and_output(tmp_path):
+    """``run.py`` leaves through ``os._exit`` (no interpreter teardown): the status and every line printed must
+    still arrive. An empty expected directory makes every pair a mismatch: status 1."""
+    proc = subprocess.run([sys.executable, str(ROOT / "maint" / "run.py"), "--case", "elementwise_copy/fp16",
+                           "--expected-dir", str(tmp_path)], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[-1].startswith("0/2 variant-model pairs match") and "no snapshot in expected" in lines[0]
