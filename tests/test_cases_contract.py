@@ -179,3 +179,24 @@ def test_ragged_extent_check_accepts_a_predicated_layout_and_rejects_bad_ones():
     short = frag("_j % 128", "_j // 128", [1, 128])
     with pytest.raises(AssertionError, match="cover"):
         module.check("loop_1x229_t128", "register-count", {"buffers": {"frag": good}, "loops": {"i,j[1x229]": short}})
+
+
+# --------------------------------------------------------------------------- TileLang's examples/topk
+
+def test_moe_topk_check_accepts_tilelang_and_rejects_owner_subsets_and_split_layouts():
+    """TileLang's layouts pass; a row maximum kept by one owner per row (the element nests read it on every
+    holder of the row) fails, and so does an ``expand_idx`` laid out unlike ``scores``."""
+    import copy
+    module = case("moe_topk")
+    variant = "e128_k6_b64_t128"
+    for model in ("register-count", "io-aware"):
+        module.check(variant, model, PEER[model][f"moe_topk/{variant}"])
+    good = PEER["register-count"][f"moe_topk/{variant}"]
+    owner = copy.deepcopy(good)
+    owner["buffers"]["max_val"] = frag("_i % 4 * 32 + _i // 4", "0", (64,), threads=128)
+    with pytest.raises(AssertionError, match="max_val"):
+        module.check(variant, "register-count", owner)
+    split = copy.deepcopy(good)
+    split["buffers"]["expand_idx"] = frag("_i // 2 * 2 + _j // 64", "_i % 2 * 64 + _j % 64", (64, 128), threads=128)
+    with pytest.raises(AssertionError, match="expand_idx"):
+        module.check(variant, "register-count", split)

@@ -753,3 +753,35 @@ KERNELS.update({
     "gemm_pipelined/rowsum_sm80_s2": lambda: _rowsum_pipelined(64, 256, 32, 2),
     "gemm_pipelined/rowsum_sm90_s3": lambda: _rowsum_pipelined(64, 256, 32, 3),
 })
+
+
+def _moe_topk(blocks, bm, n, k, threads):
+    """TileLang's examples/topk kernel, as written there (top-k gating over a block of token rows)."""
+    @T.prim_func
+    def main(logits: T.Tensor((blocks * bm, n), T.float32), gates: T.Tensor((blocks * bm, k), T.float32),
+             indices: T.Tensor((blocks * bm, k), T.int32)):
+        with T.Kernel(blocks, threads=threads) as bx:
+            scores = T.alloc_fragment((bm, n), T.float32)
+            max_val = T.alloc_fragment((bm,), T.float32)
+            expand_idx = T.alloc_fragment((bm, n), T.int32)
+            max_idx = T.alloc_fragment((bm,), T.int32)
+            T.copy(logits[bx * bm, 0], scores)
+            for t in T.serial(k):
+                T.fill(expand_idx, -1)
+                T.reduce_max(scores, max_val, dim=1, clear=True)
+                for i, j in T.Parallel(bm, n):
+                    expand_idx[i, j] = T.if_then_else(max_val[i] == scores[i, j], j, expand_idx[i, j])
+                T.reduce_max(expand_idx, max_idx, dim=1, clear=True)
+                for i, j in T.Parallel(bm, n):
+                    scores[i, j] = T.if_then_else(max_val[i] == scores[i, j], -10000.0, scores[i, j])
+                for i in T.Parallel(bm):
+                    gates[bx * bm + i, t] = max_val[i]
+                    indices[bx * bm + i, t] = max_idx[i]
+    return main
+
+
+KERNELS.update({
+    "moe_topk/e128_k6_b64_t128": lambda: _moe_topk(5, 64, 128, 6, 128),
+    "moe_topk/e64_k8_b128_t256": lambda: _moe_topk(2, 128, 64, 8, 256),
+    "moe_topk/e256_k4_b32_t128": lambda: _moe_topk(3, 32, 256, 4, 128),
+})
