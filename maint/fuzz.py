@@ -20,7 +20,8 @@ of a fragment), fragment -> fragment copies, fills (whole and partial), sum/max/
 axis or all axes (also accumulating), Tx elementwise tile ops and casts, and ``T.parallel`` nests doing
 elementwise math with broadcast rows/columns, constant-index, reversed, shifted, strided
 (``f[i // 2]``, ``f[2 * i + 1]``), transposed and partial-extent accesses, guarded stores and
-``T.if_then_else``, serial inner loops, and software-pipelined (``num_stages``) copy loops. Steps are drawn by weight (``Gen.STEPS``); the classes that
+``T.if_then_else``, serial inner loops, software-pipelined (``num_stages``) copy loops, and fp8 quantisation
+(a fragment scaled and cast to e4m3 / e5m2, then stored or decoded for later steps). Steps are drawn by weight (``Gen.STEPS``); the classes that
 found silent miscompiles have their own steps: ops under ``if tx < c:`` (and ``else:``), partial visits at an
 offset (``f[i + c, j + d]``, read or written), copies into/out of interior boxes of a fragment, reversed
 indices in one or both dimensions and diagonals (``f[i, i]``, read or updated), one fragment read at several
@@ -773,7 +774,7 @@ class Gen:
              "partial": 6, "step_fill": 4, "step_copy_frag": 3, "serial_inner": 1, "partial_copy": 3,
              "tile_elementwise": 3, "transposed_frag": 2, "guarded_store": 2, "step_store": 2,
              "thread_region": 5, "offset_visit": 5, "sub_region_copy": 4, "reversed_read": 5,
-             "multi_index_read": 3, "reduce_permuted": 4, "gemm": 3, "pipelined": 3, "cumsum": 3}
+             "multi_index_read": 3, "reduce_permuted": 4, "gemm": 3, "pipelined": 3, "cumsum": 3, "quantize": 3}
 
     #: gemm operand dtype -> (weight, accumulator, K choices); fp8 (e4m3 / e5m2 codes through byte storage and
     #: bit decoding on the CPU), tf32 (f32 operands read truncated) and f64 (m8n8k4) exercise the bug classes of
@@ -854,6 +855,39 @@ class Gen:
             self.defined.update((p.name, o.name))
             self.sum_extent = max(self.sum_extent, n)
             self.notes.append("gemm-chain")
+
+    def quantize(self) -> None:
+        """fp8 quantisation as per-token cast kernels write it: a fragment loaded fresh from global (exact values:
+        one fp8 rounding turns any earlier rounding difference into a 12-25% error) is scaled by a power of two
+        (exact in float16 and float32 alike) and cast to an fp8 fragment, in a parallel nest or by ``Tx.cast``;
+        large scales push elements past the format's largest finite value. The fp8 fragment is then stored to
+        global, or decoded into a fragment of the kernel's dtype that later steps use. Bug classes: a float ->
+        fp8 conversion into an allocated fp8 fragment that the CPU build did not compile, and overflow read
+        as ml_dtypes' NaN / infinity where CUDA saturates to the largest finite value."""
+        rng = self.rng
+        shape = rng.choice(self.shapes())
+        a = self.new_frag(shape)
+        self.load(a)
+        fp8 = rng.choice(("float8_e4m3fn", "float8_e5m2"))
+        q = Buf(self.fresh("q"), a.shape, fp8, "local.fragment")
+        self.hidden.append(q)          # no other step does arithmetic in fp8
+        full = _region(shape)
+        scale = rng.choice((1.0, 1.0, 16.0, 512.0, 4096.0))
+        if scale == 1.0 and rng.random() < 0.5:
+            self.body.append(f"Tx.cast({q.name}[{full}], {a.name}[{full}])")
+            self.notes.append("fp8-tile-cast")
+        else:
+            self.nest(shape, lambda iv: [f'{q.name}[{", ".join(iv)}] = T.Cast("{fp8}", '
+                                         f'{a.name}[{", ".join(iv)}] * {_const(a.dtype, scale)})'])
+            self.notes.append("fp8-quantize")
+        if rng.random() < 0.3:
+            g, reg = self.global_region(shape, fp8, "out")
+            self.body.append(f"Tx.copy({g}[{reg}], {q.name}[{full}])")
+            self.notes.append("fp8-store")
+            return
+        r = self.new_frag(shape, a.dtype)
+        self.nest(shape, lambda iv: [f'{r.name}[{", ".join(iv)}] = T.Cast("{a.dtype}", {q.name}[{", ".join(iv)}])'])
+        self.defined.add(r.name)
 
     def pipelined(self) -> None:
         """A serial loop annotated ``num_stages`` (2..4) over 1..5 tiles of a global buffer: each iteration

@@ -1213,3 +1213,41 @@ def test_the_cross_check_allows_tf32_operands_in_a_float32_gemm():
     allowed, _ = compare_outputs(interpreter, sequential, interpreter.exact, _cross_tolerance(kernel, func))
     assert allowed == []
     assert _cross_tolerance(Kernel("", 128, ["gemm"], True, 8), func) == _tolerance(kernel, func)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Bug class (the fuzzer's ``quantize`` step, the ``fp8_quantize`` case): a float -> fp8 conversion stored
+# into an allocated fp8 fragment did not compile for the CPU check ("bitcast float to i8"), so no such kernel
+# could be checked; and the numpy interpreter took overflow as ml_dtypes does (e4m3: NaN, e5m2: infinity)
+# where CUDA's conversion saturates to the largest finite value.
+
+QUANTIZE = '''
+@T.prim_func
+def main(A: T.Buffer((64, 16), "float32"), B: T.Buffer((64, 16), "float32"), C: T.Buffer((64, 16), "float8_e5m2")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 128)
+    f = T.alloc_buffer((64, 16), "float32", scope="local.fragment")
+    q = T.alloc_buffer((64, 16), "float8_e4m3fn", scope="local.fragment")
+    r = T.alloc_buffer((64, 16), "float32", scope="local.fragment")
+    e = T.alloc_buffer((64, 16), "float8_e5m2", scope="local.fragment")
+    Tx.copy(f[0:64, 0:16], A[0:64, 0:16])
+    for i in T.parallel(64):
+        for j in T.parallel(16):
+            q[i, j] = T.Cast("float8_e4m3fn", f[i, j] * T.float32(512.0))
+    for i in T.parallel(64):
+        for j in T.parallel(16):
+            r[i, j] = T.Cast("float32", q[i, j])
+    Tx.copy(B[0:64, 0:16], r[0:64, 0:16])
+    Tx.cast(e[0:64, 0:16], f[0:64, 0:16])
+    Tx.copy(C[0:64, 0:16], e[0:64, 0:16])
+'''
+
+
+def test_a_float_to_fp8_quantisation_is_checked_and_saturates_like_cuda():
+    _check_end_to_end(QUANTIZE)
+    func = parse(QUANTIZE)
+    out = reference_outputs(func)
+    a, b = out["A"], out["B"]
+    big = np.abs(a.astype(np.float64) * 512) > 464
+    assert big.any() and not np.isnan(b).any()
+    assert (np.abs(b[big]) == 448).all()

@@ -70,6 +70,69 @@ def test_cpu_fp8_decodes_every_code_like_ml_dtypes(dtype):
     assert np.array_equal(np.signbit(ts[1].numpy()), np.signbit(a.astype(np.float32)))
 
 
+# ------------------------------------------------------------------------------------ fp8 encoding on the CPU
+
+def _encode_kernel(dtype: str, src: str, n: int):
+    @T.prim_func
+    def kernel(A: T.Buffer((n,), src), B: T.Buffer((n,), dtype), D: T.Buffer((n,), "uint8")):
+        S = T.alloc_buffer((n,), dtype)
+        for i in range(n):
+            S[i] = T.Cast(dtype, A[i])
+            B[i] = T.Cast(dtype, A[i])
+        for i in range(n):
+            D[i] = T.reinterpret("uint8", S[i])
+    return kernel
+
+
+def _nearest_codes(x: np.ndarray, dtype: str) -> np.ndarray:
+    """The fp8 code CUDA's conversion gives each finite or infinite ``x`` (NaN excluded), found from the table
+    of the format's values rather than from bits: the nearest value, ties to the even code, magnitudes past
+    the largest finite value saturating to it, the sign kept."""
+    largest = {E4M3: 0x7E, E5M2: 0x7B}[dtype]
+    table = np.arange(largest + 1, dtype=np.uint8).view(getattr(ml_dtypes, dtype)).astype(np.float64)
+    a = np.minimum(np.abs(x.astype(np.float64)), table[-1])
+    hi = np.clip(np.searchsorted(table, a), 1, largest)
+    lo = hi - 1
+    d_lo, d_hi = a - table[lo], table[hi] - a
+    code = np.where(d_lo < d_hi, lo, np.where(d_hi < d_lo, hi, np.where(lo % 2 == 0, lo, hi)))
+    return (code | np.where(np.signbit(x), 0x80, 0)).astype(np.uint8)
+
+
+def _encoding_inputs(dtype: str, src: str) -> np.ndarray:
+    """Every value of the format, every midpoint between neighbours and one float32 step either side of each,
+    values past the largest finite one, infinity, zero, float32 subnormals, random values over ten decades;
+    both signs; in ``src``."""
+    largest = {E4M3: 0x7E, E5M2: 0x7B}[dtype]
+    table = np.arange(largest + 1, dtype=np.uint8).view(getattr(ml_dtypes, dtype)).astype(np.float64)
+    edge = np.concatenate([table, (table[1:] + table[:-1]) / 2, table[-1] * np.array([1.01, 1.0625, 1.07, 10, 1e30]),
+                           [np.inf, 0.0, 1e-40, 1e-30]]).astype(np.float32)
+    rng = np.random.default_rng(0)
+    x = np.concatenate([edge, np.nextafter(edge, np.float32(np.inf)), np.nextafter(edge, np.float32(-np.inf)),
+                        (rng.standard_normal(4000) * 10.0 ** rng.uniform(-5, 5, 4000)).astype(np.float32)])
+    x = np.concatenate([x, -x, [np.nan]])
+    with np.errstate(over="ignore"):
+        return x.astype(getattr(ml_dtypes, src) if src == "bfloat16" else src)
+
+
+@pytest.mark.parametrize("src", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("dtype", [E4M3, E5M2])
+def test_cpu_fp8_encodes_like_cuda(dtype, src):
+    """A conversion to fp8, stored into an allocated fp8 buffer (which TVM's LLVM backend cannot compile on its
+    own) or a parameter, gives CUDA's code for every edge of the format: the nearest value, ties to even,
+    saturation past the largest finite value (infinity too), NaN kept, signed zeros."""
+    x = _encoding_inputs(dtype, src)
+    ex = tvm.compile(tvm.IRModule({"main": cpu_fp8(_encode_kernel(dtype, src, x.size))}), target="llvm")
+    ts = [tvm.runtime.tensor(x), tvm.runtime.tensor(np.zeros(x.size, getattr(ml_dtypes, dtype))),
+          tvm.runtime.tensor(np.zeros(x.size, "uint8"))]
+    ex["main"](*ts)
+    stored, param = ts[2].numpy(), ts[1].numpy().view(np.uint8)
+    finite = ~np.isnan(x.astype(np.float64))
+    want = _nearest_codes(x[finite], dtype)
+    np.testing.assert_array_equal(stored[finite], want)
+    np.testing.assert_array_equal(param[finite], want)
+    assert np.isnan(stored[~finite].view(getattr(ml_dtypes, dtype)).astype(np.float32)).all()
+
+
 # ------------------------------------------------------------------------------------ instruction facts
 
 def test_fp8_instructions_reuse_the_8bit_k32_fragments():

@@ -1,19 +1,22 @@
 """CPU builds only: fp8 as the GPU sees it, where apache-tvm 0.27's LLVM backend gets it wrong.
 
-Two faults of that backend, both measured over all 256 codes against ml_dtypes:
+Three faults of that backend, the first two measured over all 256 codes against ml_dtypes:
 
 - it legalises an allocated fp8 buffer's loads to f32 conversions, so the bit-level reinterpretation every
   tensor-core operand packing needs (``reinterpret("uint8", A_s[i])``: four fp8 codes into one 32-bit
   register) stops compiling ("Invalid bitcast");
 - its fp8 -> f32 conversion is wrong for zero and subnormals (e4m3 code 0 becomes 2^-7; 18 e4m3 and 16 e5m2
-  codes differ, e5m2 infinities and NaNs become finite).
+  codes differ, e5m2 infinities and NaNs become finite);
+- a float -> fp8 conversion stored into an allocated fp8 buffer does not compile at all ("bitcast float to
+  i8": the per-token fp8 quantisation of the ``fp8_quantize`` case).
 
 So, before the CPU compile: allocated fp8 buffers are held as bytes (uint8), a load becomes
 ``reinterpret(fp8, A_s_bytes[i])`` (folded away where the kernel takes the bits again) and a store stores the
 value's bits; every conversion of an fp8 value to a wider float decodes the code from its bit fields
-(``emulate_mma.fp8_to_f32``, the PTX definition). Parameters keep their dtype (the caller's arrays). The
-reverse conversion (float -> fp8) is left to TVM: it flushes e4m3 subnormal results to zero on the CPU (a
-known difference; no gemm path converts to fp8). CUDA builds never run this pass.
+(``emulate_mma.fp8_to_f32``, the PTX definition); every conversion of a 16- or 32-bit float to fp8 is encoded
+bit by bit as CUDA's conversion does it (``f32_to_fp8``: round to nearest even, saturating to the largest
+finite value, which is what ``__nv_fp8_e4m3(float)`` and ``cvt.rn.satfinite`` give). Parameters keep their
+dtype (the caller's arrays). A float64 source is still left to TVM. CUDA builds never run this pass.
 """
 from __future__ import annotations
 
@@ -44,8 +47,56 @@ def _reinterpret_arg(expr, dtype: str):
 
 
 def cpu_fp8(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    """``func`` with fp8 storage and fp8 -> float conversions made exact for the CPU (module docstring)."""
-    return exact_decoding(byte_storage(func))
+    """``func`` with fp8 storage and both conversions made exact for the CPU (module docstring)."""
+    return exact_decoding(byte_storage(exact_encoding(func)))
+
+
+#: per fp8 format: (mantissa bits, exponent bias, largest finite code)
+_ENCODING = {"float8_e4m3fn": (3, 7, 0x7E), "float8_e5m2": (2, 15, 0x7B)}
+
+
+def f32_to_fp8(value, dtype: str):
+    """The uint8 code of the float32 ``value`` in ``dtype``, as CUDA converts: round to nearest even,
+    magnitudes past the largest finite value (infinity too) saturate to it, NaN stays NaN, the sign is kept
+    (also on zero and on results that underflow to zero).
+
+    On the 24-bit significand ``v`` of ``|value| = v * 2^(E - 23)``: the result's significand keeps
+    ``mbits + 1`` bits for a normal result, fewer below the smallest normal exponent ``emin`` (one fewer per
+    binade); rounding ``v`` right by that shift gives ``q``, and the code is ``max(E - emin, 0) << mbits``
+    plus ``q`` (a carry out of the significand moves into the exponent field by itself)."""
+    mbits, bias, largest = _ENCODING[dtype]
+    emin = 1 - bias
+    i64 = lambda v: tirx.const(v, "int64")        # noqa: E731
+    bits = tirx.Cast("int64", tirx.reinterpret("uint32", tirx.Cast("float32", value)))
+    sign = tirx.shift_right(bits, i64(31))
+    field = tirx.bitwise_and(tirx.shift_right(bits, i64(23)), i64(0xFF))
+    man = tirx.bitwise_and(bits, i64(0x7FFFFF))
+    exp = field - i64(127)
+    sig = tirx.bitwise_or(man, i64(1 << 23))
+    shift = tirx.min(i64(23 - mbits) + tirx.max(emin - exp, i64(0)), i64(40))
+    q = tirx.shift_right(sig, shift)
+    rest = tirx.bitwise_and(sig, tirx.shift_left(i64(1), shift) - i64(1))
+    half = tirx.shift_left(i64(1), shift - i64(1))
+    up = tirx.Or(rest > half, tirx.And(rest == half, tirx.bitwise_and(q, i64(1)) == i64(1)))
+    code = tirx.max(exp - i64(emin), i64(0)) * i64(1 << mbits) + q + tirx.Select(up, i64(1), i64(0))
+    code = tirx.min(code, i64(largest))
+    code = tirx.Select(field == i64(0), i64(0), code)          # zero, and float32 subnormals (far below fp8's)
+    nan = i64(0x7F) if dtype == "float8_e4m3fn" else \
+        tirx.bitwise_or(i64(0x7E), tirx.bitwise_and(tirx.shift_right(man, i64(23 - mbits)), i64(3)))
+    code = tirx.Select(tirx.And(field == i64(0xFF), man != i64(0)), nan, code)
+    return tirx.Cast("uint8", tirx.bitwise_or(code, tirx.shift_left(sign, i64(7))))
+
+
+def exact_encoding(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    """Every ``Cast(fp8, x)`` of a 16- or 32-bit float ``x`` (formats with an ``_ENCODING``) encoded bit by bit
+    (``f32_to_fp8``); widening those sources to float32 is exact."""
+    def on_cast(c):
+        dst, src = str(c.ty), str(c.value.ty)
+        if dst not in _ENCODING or src not in ("float32", "float16", "bfloat16"):
+            return c
+        return tirx.reinterpret(dst, f32_to_fp8(c.value, dst))
+
+    return func.with_body(mapped(func.body, [(tirx.Cast, on_cast)]))
 
 
 def exact_decoding(func: tirx.PrimFunc) -> tirx.PrimFunc:

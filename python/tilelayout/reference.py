@@ -16,7 +16,7 @@ misreading in lowering. Semantics, written from the ops' definitions:
   when some thread satisfies the condition; a plain store that reads ``threadIdx`` runs once per
   thread; ``blockIdx`` runs the body once per block, with fresh allocations;
 - arithmetic keeps TIR's dtypes (float16 rounds after every operation, as the hardware does; float8
-  goes through ml_dtypes); reductions, gemm and transcendental functions are computed in float64
+  goes through ml_dtypes, saturating to the largest finite value as CUDA's conversion does); reductions, gemm and transcendental functions are computed in float64
   and rounded once (``ReferenceRun.exact`` is False then: compare with a tolerance); a gemm of two
   float32 operands reads them as tensor cores do (tf32: the low 13 mantissa bits dropped);
 - allocated float buffers start as NaN, so a value read before it is written shows as NaN.
@@ -53,6 +53,17 @@ class ReferenceOutOfBounds(UnsupportedByReference):
 class ReferenceRun:
     outputs: dict            # parameter name -> final array
     exact: bool              # False when a float reduction, gemm or transcendental was evaluated
+
+
+def _narrow(values: np.ndarray, dt: np.dtype) -> np.ndarray:
+    """``values`` converted to ``dt``; into float8 as CUDA converts (``cvt.rn.satfinite``, the
+    ``__nv_fp8_*`` constructors): magnitudes past the largest finite value, infinities included, become that
+    value, where ml_dtypes gives NaN (e4m3) or infinity (e5m2). Rounding is to nearest even either way."""
+    if dt.name.startswith("float8"):
+        import ml_dtypes
+        top = float(ml_dtypes.finfo(dt).max)
+        values = np.clip(np.asarray(values, dtype=np.float64), -top, top)     # NaN stays NaN
+    return np.asarray(values).astype(dt)
 
 
 def numpy_dtype(dtype: str) -> np.dtype:
@@ -245,7 +256,7 @@ class _Interpreter:
             return f(*args)
         if _is_float(dt) and dt.itemsize < 2 or dt.name == "bfloat16":
             # ml_dtypes floats: compute wide, round once per operation
-            return f(*[a.astype(np.float32) for a in args]).astype(dt)
+            return _narrow(f(*[a.astype(np.float32) for a in args]), dt)
         return f(*[a.astype(dt, copy=False) for a in args]).astype(dt, copy=False)
 
     def convert(self, value: np.ndarray, dt: np.dtype) -> np.ndarray:
@@ -259,8 +270,8 @@ class _Interpreter:
                 self.refuse("a conversion of a non-finite float to an integer")
             return np.trunc(v).astype(dt)
         if _is_float(dt) and (_is_float(value.dtype) and value.dtype.itemsize < 2 or value.dtype.name == "bfloat16"):
-            return value.astype(np.float32).astype(dt)
-        return value.astype(dt)
+            return _narrow(value.astype(np.float32), dt)
+        return _narrow(value, dt)
 
     def division(self, e, dt, ctx) -> np.ndarray:
         a, b = self.ev(e.a, ctx), self.ev(e.b, ctx)
