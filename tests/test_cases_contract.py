@@ -200,3 +200,23 @@ def test_moe_topk_check_accepts_tilelang_and_rejects_owner_subsets_and_split_lay
     split["buffers"]["expand_idx"] = frag("_i // 2 * 2 + _j // 64", "_i % 2 * 64 + _j % 64", (64, 128), threads=128)
     with pytest.raises(AssertionError, match="expand_idx"):
         module.check(variant, "register-count", split)
+
+
+# --------------------------------------------------------------------------- TileLang's examples/cast
+
+def test_fp8_quantize_check_accepts_tilelang_and_rejects_a_dropped_pin_and_split_tiles():
+    """TileLang's layouts pass (pinned and free); a plan that ignores the user's pin fails, and so does a
+    quantised tile laid out unlike its source (a conversion inside the kernel)."""
+    import copy
+    module = case("fp8_quantize")
+    for variant in module.VARIANTS:
+        for model in ("register-count", "io-aware"):
+            module.check(variant, model, PEER[model][f"fp8_quantize/{variant}"])
+    pinned = PEER["register-count"]["fp8_quantize/b8_g128_t128_pinned"]
+    free = PEER["register-count"]["fp8_quantize/b8_g128_t128"]
+    with pytest.raises(AssertionError, match="pin"):
+        module.check("b8_g128_t128_pinned", "register-count", free)
+    split = copy.deepcopy(pinned)
+    split["buffers"]["y_q8"] = copy.deepcopy(free["buffers"]["y_q8"])
+    with pytest.raises(AssertionError, match="y_q8"):
+        module.check("b8_g128_t128_pinned", "register-count", split)

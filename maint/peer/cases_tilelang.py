@@ -785,3 +785,43 @@ KERNELS.update({
     "moe_topk/e64_k8_b128_t256": lambda: _moe_topk(2, 128, 64, 8, 256),
     "moe_topk/e256_k4_b32_t128": lambda: _moe_topk(3, 32, 256, 4, 128),
 })
+
+
+def _fp8_quantize(row_blocks, groups, bm, group, threads, pin):
+    """TileLang's examples/cast per-token (per 128-column group) fp8 cast, with |x| taken in a nest before the
+    row maximum as the TIRx port has to (TIRx has no absmax reduction), so both sides infer the same program."""
+    m, n = row_blocks * bm, groups * group
+
+    @T.prim_func
+    def main(X: T.Tensor((m, n), T.float32), X_fp8: T.Tensor((m, n), "float8_e4m3"),
+             X_amax: T.Tensor((m, groups), T.float32)):
+        with T.Kernel(row_blocks, groups, threads=threads) as (bx, by):
+            y = T.alloc_fragment((bm, group), T.float32)
+            y_abs = T.alloc_fragment((bm, group), T.float32)
+            amax = T.alloc_fragment((bm,), T.float32)
+            s = T.alloc_fragment((bm,), T.float32)
+            y_q = T.alloc_fragment((bm, group), T.float32)
+            y_q8 = T.alloc_fragment((bm, group), "float8_e4m3")
+            if pin:
+                T.annotate_layout({y: T.Fragment(y.shape, forward_thread_fn=lambda i, j: (i // (bm // 4)) * 32 + j % 32)})
+            T.copy(X[bx * bm:(bx + 1) * bm, by * group:(by + 1) * group], y)
+            for i, j in T.Parallel(bm, group):
+                y_abs[i, j] = T.abs(y[i, j])
+            T.reduce_max(y_abs, amax, dim=1)
+            for i in T.Parallel(bm):
+                amax[i] = T.max(amax[i], 1e-4)
+                s[i] = amax[i] / 448.0
+            for i, j in T.Parallel(bm, group):
+                y_q[i, j] = T.clamp(y[i, j] / s[i], -448.0, 448.0)
+            T.copy(y_q, y_q8)
+            for i in T.Parallel(bm):
+                X_amax[bx * bm + i, by] = s[i]
+            T.copy(y_q8, X_fp8[bx * bm:(bx + 1) * bm, by * group:(by + 1) * group])
+    return main
+
+
+KERNELS.update({
+    "fp8_quantize/b8_g128_t128_pinned": lambda: _fp8_quantize(2, 2, 8, 128, 128, True),
+    "fp8_quantize/b8_g128_t128": lambda: _fp8_quantize(2, 2, 8, 128, 128, False),
+    "fp8_quantize/b32_g128_t256": lambda: _fp8_quantize(2, 2, 32, 128, 256, False),
+})
