@@ -20,8 +20,9 @@ of a fragment), fragment -> fragment copies, fills (whole and partial), sum/max/
 axis or all axes (also accumulating), Tx elementwise tile ops and casts, and ``T.parallel`` nests doing
 elementwise math with broadcast rows/columns, constant-index, reversed, shifted, strided
 (``f[i // 2]``, ``f[2 * i + 1]``), transposed and partial-extent accesses, guarded stores and
-``T.if_then_else``, serial inner loops, software-pipelined (``num_stages``) copy loops, and fp8 quantisation
-(a fragment scaled and cast to e4m3 / e5m2, then stored or decoded for later steps). Steps are drawn by weight (``Gen.STEPS``); the classes that
+``T.if_then_else``, serial inner loops, software-pipelined (``num_stages``) copy loops, fp8 quantisation
+(a fragment scaled and cast to e4m3 / e5m2, then stored or decoded for later steps), and ops under ``if fl[k]``
+on a local copy of a global mask (block-sparse attention's pattern). Steps are drawn by weight (``Gen.STEPS``); the classes that
 found silent miscompiles have their own steps: ops under ``if tx < c:`` (and ``else:``), partial visits at an
 offset (``f[i + c, j + d]``, read or written), copies into/out of interior boxes of a fragment, reversed
 indices in one or both dimensions and diagonals (``f[i, i]``, read or updated), one fragment read at several
@@ -774,7 +775,8 @@ class Gen:
              "partial": 6, "step_fill": 4, "step_copy_frag": 3, "serial_inner": 1, "partial_copy": 3,
              "tile_elementwise": 3, "transposed_frag": 2, "guarded_store": 2, "step_store": 2,
              "thread_region": 5, "offset_visit": 5, "sub_region_copy": 4, "reversed_read": 5,
-             "multi_index_read": 3, "reduce_permuted": 4, "gemm": 3, "pipelined": 3, "cumsum": 3, "quantize": 3}
+             "multi_index_read": 3, "reduce_permuted": 4, "gemm": 3, "pipelined": 3, "cumsum": 3, "quantize": 3,
+             "flagged": 3}
 
     #: gemm operand dtype -> (weight, accumulator, K choices); fp8 (e4m3 / e5m2 codes through byte storage and
     #: bit decoding on the CPU), tf32 (f32 operands read truncated) and f64 (m8n8k4) exercise the bug classes of
@@ -855,6 +857,48 @@ class Gen:
             self.defined.update((p.name, o.name))
             self.sum_extent = max(self.sum_extent, n)
             self.notes.append("gemm-chain")
+
+    def flagged(self) -> None:
+        """Block-sparse style: a local array copied from a global int mask (``fl[v] = M[v]``, block-uniform) and
+        a fragment accumulated under ``if fl[k] > 0`` in a serial loop, sometimes through shared memory (barriers
+        inside the branch); in one kernel of ten the copy adds the thread index, which must be refused by name.
+        Bug classes: conditions on per-thread data in the front end (``uniform_locals``) and an ``if`` around
+        barriers on per-thread values in the CPU serialisation."""
+        rng = self.rng
+        srcs = self.frags()
+        if not srcs:
+            return self.elementwise()
+        src = rng.choice(srcs)
+        shape, full = src.shape, _region(src.shape)
+        n = rng.choice((2, 3, 4))
+        mask = Buf(self.fresh("M"), (n,), "int32", "param")
+        self.params.append(mask)
+        flags = Buf(self.fresh("fl"), (n,), "int32", "local")
+        self.hidden.append(flags)          # no other step reads or writes it
+        acc = self.new_frag(shape, src.dtype)
+        varying = rng.random() < 0.1
+        lines = [f"for v in T.serial({n}):", f"    {flags.name}[v] = {mask.name}[v]{' + tx' if varying else ''}",
+                 f"Tx.fill({acc.name}[{full}], {_const(src.dtype, 0.0)})",
+                 f"for k in T.serial({n}):", f"    if {flags.name}[k] > 0:"]
+        ivars = ["i", "j"][:len(shape)]
+        idx = ", ".join(ivars)
+        read = f"{src.name}[{idx}]"
+        if rng.random() < 0.5:
+            stage = Buf(self.fresh("s"), shape, src.dtype, "shared")
+            self.allocs.append(stage)
+            lines.append(f"        Tx.copy({stage.name}[{full}], {src.name}[{full}])")
+            read = f"{stage.name}[{idx}]"
+            self.notes.append("flag-shared")
+        pad = "        "
+        for v, e in zip(ivars, shape):
+            lines.append(f"{pad}for {v} in T.parallel({e}):")
+            pad += "    "
+        lines.append(f'{pad}{acc.name}[{idx}] = {acc.name}[{idx}] + {read} * T.Cast("{src.dtype}", k + 1)')
+        self.body.append("\n".join(lines))
+        self.defined.add(acc.name)
+        self.notes.append("flag-varying" if varying else "flag-uniform")
+        if rng.random() < 0.6:
+            self.store(acc)
 
     def quantize(self) -> None:
         """fp8 quantisation as per-token cast kernels write it: a fragment loaded fresh from global (exact values:

@@ -39,6 +39,7 @@ from .ops import (  # noqa: F401  (re-exported: the data model used to live here
 )
 from ..ir_utils import walk
 from .composite_ops import COMPOSITE_OPS, expand_composite
+from .uniform_locals import UniformLocals, uniform_local_buffers
 
 __all__ = [
     "FrontendError", "BufferInfo", "Region", "Access", "Loop", "TileOp", "CopyOp", "FillOp",
@@ -85,6 +86,7 @@ class _Builder:
         self.keys: dict[str, int] = {}
         self.thread_extents: dict[str, Any] = {}
         self.bound: dict = {}          # Var bound by a `Bind` statement -> its value (for thread conditions)
+        self.uniform = uniform_local_buffers(func.body)     # local buffers equal in every thread
 
     # -- buffers ---------------------------------------------------------------------------
     def info(self, var: Any) -> BufferInfo:
@@ -266,7 +268,7 @@ class _Builder:
     def add(self, cls: type, stmt: Any, **fields: Any) -> None:
         op = cls(index=len(self.graph.ops), stmt=stmt, serial_loops=tuple(self.loops),
                  conditions=tuple(self.conds), **fields)
-        rng = thread_range_of(op, self.graph.thread_var, self.graph.thread_extent, self.bound)
+        rng = thread_range_of(op, self.graph.thread_var, self.graph.thread_extent, self.bound, self.uniform)
         if rng is not None:
             op = dataclasses.replace(op, thread_range=rng)
         self.graph.ops.append(op)
@@ -464,10 +466,12 @@ def _per_thread_loads(expr: Any) -> list:
     return sorted(set(found))
 
 
-def thread_range_of(op: TileOp, thread_var: Any, threads: int, bound: dict | None = None) -> tuple | None:
+def thread_range_of(op: TileOp, thread_var: Any, threads: int, bound: dict | None = None,
+                    uniform: UniformLocals = UniformLocals()) -> tuple | None:
     """(min, extent) of the threads that run ``op`` under its enclosing conditions, None when every thread does.
 
-    A condition that does not read the thread index is uniform across the block and leaves the range alone;
+    A condition that does not read the thread index (nor a per-thread value other than the ``uniform`` local
+    buffers, see ``uniform_locals``) is uniform across the block and leaves the range alone;
     one that reads only the thread index is decided by enumerating every launched thread and must select a
     non-empty contiguous range (``tx < 64``, ``64 <= tx < 128``); anything else (``tx % 2 == 0``, the thread
     index mixed with other values) is refused: the op's layouts could not be bound to the threads that run it.
@@ -479,12 +483,14 @@ def thread_range_of(op: TileOp, thread_var: Any, threads: int, bound: dict | Non
     mask = np.ones(threads, dtype=bool)
     for cond in op.conditions:
         for part in _conjuncts(_inline_bound(cond, bound or {})):
-            private = _per_thread_loads(part)
+            private = [name for name in _per_thread_loads(part) if name not in uniform]
             if private:
+                reasons = "".join(f" ({name}: {uniform.reason(name)})" for name in private if uniform.reason(name))
                 raise FrontendError(
                     f"{op.describe()}: its condition `{_text(part)}` reads the per-thread value(s) "
-                    f"{', '.join(private)}, so the threads that run it cannot be told; guard tile ops and parallel "
-                    f"loops with a condition on {thread_var.name} alone (`{thread_var.name} < 64`)")
+                    f"{', '.join(private)}{reasons}, so the threads that run it cannot be told; guard tile ops and "
+                    f"parallel loops with a condition on {thread_var.name} alone (`{thread_var.name} < 64`), or on a "
+                    f"local copy of block-uniform data (`flags[k] = Mask[bx, k]`)")
             free = _free_vars(part)
             if not any(v.same_as(thread_var) for v in free):
                 continue

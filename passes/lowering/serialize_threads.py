@@ -12,14 +12,13 @@ program once, sequentially, as one thread -- tile ops over whole regions, parall
 iteration, fragments as full logical arrays -- so it depends on no layout at all.
 """
 from __future__ import annotations
-from tilelayout.expr import mentions as _uses_any
 
 import tvm
-import tvm_ffi
 from tvm import tirx
-from tvm.ir import TensorLoad, Var
+from tvm.ir import TensorLoad
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
+from tilelayout.expr import mentions as _uses_any
 from tilelayout.layout import substitute
 
 from ..ir_utils import int_value, mapped, mutate, walk
@@ -249,6 +248,8 @@ class _Phases:
                         parts.append(self.serialize(case))
                         self.guards.pop()
                 return tirx.SeqStmt(parts) if len(parts) > 1 else parts[0]
+            if self._reads_per_thread(stmt.condition):
+                return self._uniform_branch(stmt)
             other = self.serialize(stmt.else_case) if stmt.else_case is not None else None
             return tirx.IfThenElse(stmt.condition, self.serialize(stmt.then_case), other)
         if isinstance(stmt, tirx.AttrStmt):
@@ -256,6 +257,29 @@ class _Phases:
         if isinstance(stmt, tirx.BufferStore) and _has(stmt, _is_shuffle):
             return self.shuffle(stmt)
         return self.thread_loop(stmt)
+
+    def _reads_per_thread(self, expr) -> bool:
+        hits = []
+        walk(expr, [(TensorLoad, lambda e: hits.append(1) if any(
+            pt and e.source.same_as(b) for b, (_, pt) in self.remap.items()) else None)])
+        return bool(hits)
+
+    def _uniform_branch(self, stmt):
+        """An ``if`` around barriers on per-thread values without the thread index: a local copy of block-uniform
+        data (the front end accepts only those, ``inference/uniform_locals.py``). The serial program takes it once,
+        on thread 0's value, after a phase asserting every thread's value agrees: threads that disagreed would
+        split at the barriers inside on a GPU, so the check fails loudly instead of running one side."""
+        if self.guards:
+            raise LoweringError("cannot run on the CPU: a condition on per-thread values around a barrier inside a "
+                                "thread-dependent region")
+        first = _rebuffer(stmt.condition, self.remap, tirx.const(0, "int32"))
+        t = tirx.Var("t", "int32")
+        each = _rebuffer(stmt.condition, self.remap, t)
+        agree = tirx.For(t, 0, self.nthreads, tirx.ForKind.SERIAL, tirx.AssertStmt(
+            tirx.Cast("int32", each) == tirx.Cast("int32", first), tvm.ir.StringImm("RuntimeError"),
+            [tvm.ir.StringImm(f"threads disagree on the block-uniform condition {stmt.condition}")]))
+        other = self.serialize(stmt.else_case) if stmt.else_case is not None else None
+        return tirx.SeqStmt([agree, tirx.IfThenElse(first, self.serialize(stmt.then_case), other)])
 
     def shuffle(self, store):
         """``x = f(shfl_xor(v, m))`` -> phase 1: every thread publishes v; phase 2: read the partner's."""
