@@ -220,3 +220,25 @@ def test_fp8_quantize_check_accepts_tilelang_and_rejects_a_dropped_pin_and_split
     split["buffers"]["y_q8"] = copy.deepcopy(free["buffers"]["y_q8"])
     with pytest.raises(AssertionError, match="y_q8"):
         module.check("b8_g128_t128_pinned", "register-count", split)
+
+
+# --------------------------------------------------------------------------- TileLang's examples/blocksparse_attention
+
+def test_block_sparse_attention_matches_tilelang_and_its_dense_twin():
+    """TileLang's layouts of its own example pass our check on sm_80 (on sm_90 TileLang binds them to the
+    consumer warpgroup [128, 256), a mapping of its warp specialisation, not ours); a layout unlike the dense
+    kernel's fails."""
+    import copy
+    from maint.peer.compare import load_peer_output
+    module = case("block_sparse_attention")
+    sm80 = load_peer_output(arch="sm_80")
+    for variant in ("sm80_d64_b64x64_t128_causal", "sm80_d128_b128x128_t256"):
+        for model in ("register-count", "io-aware"):
+            theirs = sm80[model][f"block_sparse_attention/{variant}"]
+            mine = {"buffers": theirs["buffers"],
+                    "loops": {k: v for k, v in theirs["loops"].items() if k.count("#") == 0 or int(k.split("#")[1]) <= 4}}
+            module.check(variant, model, mine)
+    bad = copy.deepcopy(sm80["register-count"]["block_sparse_attention/sm80_d64_b64x64_t128_causal"])
+    bad["buffers"]["Q_shared"] = bad["buffers"]["K_shared"] | {"input_shape": [64, 65]}
+    with pytest.raises(AssertionError, match="Q_shared"):
+        module.check("sm80_d64_b64x64_t128_causal", "register-count", bad)

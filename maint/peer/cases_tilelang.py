@@ -825,3 +825,74 @@ KERNELS.update({
     "fp8_quantize/b8_g128_t128": lambda: _fp8_quantize(2, 2, 8, 128, 128, False),
     "fp8_quantize/b32_g128_t256": lambda: _fp8_quantize(2, 2, 32, 128, 256, False),
 })
+
+
+def _block_sparse(dim, bm, bn, threads, causal, seq):
+    """TileLang's examples/blocksparse_attention kernel as written there (mask row in a local array, the whole
+    attention step under ``if block_mask[k] != 0``, T.Pipelined with num_stages=1)."""
+    scale = (1.0 / dim) ** 0.5 * 1.44269504
+    blocks, qblocks = seq // bn, seq // bm
+    shape = [1, 1, seq, dim]
+
+    @T.prim_func
+    def main(Q: T.Tensor(shape, T.float16), K: T.Tensor(shape, T.float16), V: T.Tensor(shape, T.float16),
+             BlockSparseMask: T.Tensor([1, 1, qblocks, blocks], "bool"), O: T.Tensor(shape, T.float16)):
+        with T.Kernel(qblocks, 1, 1, threads=threads) as (bx, by, bz):
+            Q_shared = T.alloc_shared([bm, dim], T.float16)
+            K_shared = T.alloc_shared([bn, dim], T.float16)
+            V_shared = T.alloc_shared([bn, dim], T.float16)
+            O_shared = T.alloc_shared([bm, dim], T.float16)
+            acc_s = T.alloc_fragment([bm, bn], T.float32)
+            acc_s_cast = T.alloc_fragment([bm, bn], T.float16)
+            acc_o = T.alloc_fragment([bm, dim], T.float32)
+            scores_max = T.alloc_fragment([bm], T.float32)
+            scores_max_prev = T.alloc_fragment([bm], T.float32)
+            scores_scale = T.alloc_fragment([bm], T.float32)
+            scores_sum = T.alloc_fragment([bm], T.float32)
+            logsum = T.alloc_fragment([bm], T.float32)
+            block_mask = T.alloc_local([blocks], "bool")
+            T.copy(Q[bz, by, bx * bm:(bx + 1) * bm, :], Q_shared)
+            T.fill(acc_o, 0)
+            T.fill(logsum, 0)
+            T.fill(scores_max, -T.infinity(T.float32))
+            for vj in T.serial(blocks):
+                block_mask[vj] = BlockSparseMask[bz, by, bx, vj]
+            loop_range = T.min(T.ceildiv(seq, bn), T.ceildiv((bx + 1) * bm, bn)) if causal else T.ceildiv(seq, bn)
+            for k in T.Pipelined(loop_range, num_stages=1):
+                if block_mask[k] != 0:
+                    T.copy(K[bz, by, k * bn:(k + 1) * bn, :], K_shared)
+                    if causal:
+                        for i, j in T.Parallel(bm, bn):
+                            acc_s[i, j] = T.if_then_else(bx * bm + i >= k * bn + j, 0, -T.infinity(acc_s.dtype))
+                    else:
+                        T.clear(acc_s)
+                    T.gemm(Q_shared, K_shared, acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
+                    T.copy(scores_max, scores_max_prev)
+                    T.fill(scores_max, -T.infinity(T.float32))
+                    T.reduce_max(acc_s, scores_max, dim=1, clear=False)
+                    for i in T.Parallel(bm):
+                        scores_max[i] = T.max(scores_max[i], scores_max_prev[i])
+                    for i in T.Parallel(bm):
+                        scores_scale[i] = T.exp2(scores_max_prev[i] * scale - scores_max[i] * scale)
+                    for i, j in T.Parallel(bm, bn):
+                        acc_s[i, j] = T.exp2(acc_s[i, j] * scale - scores_max[i] * scale)
+                    T.reduce_sum(acc_s, scores_sum, dim=1)
+                    for i in T.Parallel(bm):
+                        logsum[i] = logsum[i] * scores_scale[i] + scores_sum[i]
+                    T.copy(acc_s, acc_s_cast)
+                    for i, j in T.Parallel(bm, dim):
+                        acc_o[i, j] *= scores_scale[i]
+                    T.copy(V[bz, by, k * bn:(k + 1) * bn, :], V_shared)
+                    T.gemm(acc_s_cast, V_shared, acc_o, policy=T.GemmWarpPolicy.FullRow)
+            for i, j in T.Parallel(bm, dim):
+                acc_o[i, j] /= logsum[i]
+            T.copy(acc_o, O_shared)
+            T.copy(O_shared, O[bz, by, bx * bm:(bx + 1) * bm, :])
+    return main
+
+
+KERNELS.update({
+    "block_sparse_attention/sm80_d64_b64x64_t128_causal": lambda: _block_sparse(64, 64, 64, 128, True, 256),
+    "block_sparse_attention/sm90_d64_b64x64_t128_causal": lambda: _block_sparse(64, 64, 64, 128, True, 256),
+    "block_sparse_attention/sm80_d128_b128x128_t256": lambda: _block_sparse(128, 128, 128, 256, False, 512),
+})

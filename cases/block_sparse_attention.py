@@ -1,0 +1,155 @@
+"""Block-sparse flash attention (TileLang's ``examples/blocksparse_attention`` kernel, ported as written).
+
+Each query block copies its row of the block mask into a per-thread array (``block_mask[j] = Mask[b, h, bx, j]``)
+and runs the whole attention step (K and V tiles through shared memory, two gemms, the online softmax) under
+``if block_mask[k] != 0``. Every store into ``block_mask`` is block-uniform, so every thread takes the branch
+and the ops under it run on the whole block (``inference/uniform_locals.py``); before, the condition was
+refused as a per-thread value. Pinned:
+
+- every fragment and shared tile is laid out exactly as in the dense kernel of the same shape
+  (``flash_attention``'s snapshot): the branch changes which steps run, not where data lives;
+- the structural invariants of the dense kernel hold (``flash_attention.check``: all warps on M, row statistics
+  on the quad of lanes that shares a row, swizzled shared tiles);
+- lowered and run on the CPU, the kernel matches numpy attention under the expanded block mask (a query block
+  whose mask row is empty divides 0 by 0, in the kernel, in the example and here alike).
+"""
+import json
+from pathlib import Path
+
+import numpy as np
+import tvm
+from tvm.script import tirx as T
+from tvm.tirx.script import tile as Tx
+
+from cases import _support, flash_attention as dense
+
+TILELANG = """TileLang 0.1.15 runs its example as written (T.alloc_local block_mask, T.Pipelined with num_stages=1)
+and agrees with us, both models: on sm_80 every buffer and loop is the same mapping, and its module holds more
+parallel loops (13 against our 7 at 64x64, 11 against 7 at 128x128: its T.Pipelined expands the body before
+layout inference), each laid out like one of ours; on sm_90 every fragment is the same mapping after moving
+TileLang's thread range [128, 256) to [0, 128) (its pipelined loop becomes a consumer warpgroup after a
+producer one)."""
+
+
+NEG_INF = float("-inf")
+
+
+def _block_sparse(arch: str, dim: int, bm: int, bn: int, threads: int, causal: bool, seq: int):
+    scale = (1.0 / dim) ** 0.5 * 1.44269504
+    blocks, qblocks = seq // bn, seq // bm
+    shape = (1, 1, seq, dim)
+
+    @T.prim_func
+    def kernel(Q: T.Buffer(shape, "float16"), K: T.Buffer(shape, "float16"), V: T.Buffer(shape, "float16"),
+               BlockSparseMask: T.Buffer((1, 1, qblocks, blocks), "bool"), O: T.Buffer(shape, "float16")):
+        bx = T.launch_thread("blockIdx.x", qblocks)
+        by = T.launch_thread("blockIdx.y", 1)
+        bz = T.launch_thread("blockIdx.z", 1)
+        tx = T.launch_thread("threadIdx.x", threads)
+        Q_shared = T.alloc_buffer((bm, dim), "float16", scope="shared.dyn")
+        K_shared = T.alloc_buffer((bn, dim), "float16", scope="shared.dyn")
+        V_shared = T.alloc_buffer((bn, dim), "float16", scope="shared.dyn")
+        O_shared = T.alloc_buffer((bm, dim), "float16", scope="shared.dyn")
+        acc_s = T.alloc_buffer((bm, bn), "float32", scope="local.fragment")
+        acc_s_cast = T.alloc_buffer((bm, bn), "float16", scope="local.fragment")
+        acc_o = T.alloc_buffer((bm, dim), "float32", scope="local.fragment")
+        scores_max = T.alloc_buffer((bm,), "float32", scope="local.fragment")
+        scores_max_prev = T.alloc_buffer((bm,), "float32", scope="local.fragment")
+        scores_scale = T.alloc_buffer((bm,), "float32", scope="local.fragment")
+        scores_sum = T.alloc_buffer((bm,), "float32", scope="local.fragment")
+        logsum = T.alloc_buffer((bm,), "float32", scope="local.fragment")
+        block_mask = T.alloc_buffer((blocks,), "bool", scope="local")
+        Tx.copy(Q_shared[0:bm, 0:dim], Q[bz, by, bx * bm:bx * bm + bm, 0:dim])
+        Tx.fill(acc_o[0:bm, 0:dim], T.float32(0))
+        Tx.fill(logsum[0:bm], T.float32(0))
+        Tx.fill(scores_max[0:bm], T.float32(NEG_INF))
+        for vj in T.serial(blocks):
+            block_mask[vj] = BlockSparseMask[bz, by, bx, vj]
+        for k in T.serial(T.min(blocks, (bx * bm + bm + bn - 1) // bn) if causal else blocks):
+            if block_mask[k]:
+                Tx.copy(K_shared[0:bn, 0:dim], K[bz, by, k * bn:k * bn + bn, 0:dim])
+                if causal:
+                    for i in T.parallel(bm):
+                        for j in T.parallel(bn):
+                            acc_s[i, j] = T.if_then_else(bx * bm + i >= k * bn + j, T.float32(0), T.float32(NEG_INF))
+                else:
+                    Tx.fill(acc_s[0:bm, 0:bn], T.float32(0))
+                Tx.gemm(acc_s[0:bm, 0:bn], Q_shared[0:bm, 0:dim], K_shared[0:bn, 0:dim], acc_s[0:bm, 0:bn], False,
+                        True, T.float32(1), T.float32(1), warp_policy="full_row")
+                Tx.copy(scores_max_prev[0:bm], scores_max[0:bm])
+                Tx.fill(scores_max[0:bm], T.float32(NEG_INF))
+                Tx.max(scores_max[0:bm], acc_s[0:bm, 0:bn], axes=[1], accum=True)
+                for i in T.parallel(bm):
+                    scores_max[i] = T.max(scores_max[i], scores_max_prev[i])
+                for i in T.parallel(bm):
+                    scores_scale[i] = T.exp2(scores_max_prev[i] * T.float32(scale) - scores_max[i] * T.float32(scale))
+                for i in T.parallel(bm):
+                    for j in T.parallel(bn):
+                        acc_s[i, j] = T.exp2(acc_s[i, j] * T.float32(scale) - scores_max[i] * T.float32(scale))
+                Tx.sum(scores_sum[0:bm], acc_s[0:bm, 0:bn], axes=[1])
+                for i in T.parallel(bm):
+                    logsum[i] = logsum[i] * scores_scale[i] + scores_sum[i]
+                Tx.copy(acc_s_cast[0:bm, 0:bn], acc_s[0:bm, 0:bn])
+                for i in T.parallel(bm):
+                    for j in T.parallel(dim):
+                        acc_o[i, j] = acc_o[i, j] * scores_scale[i]
+                Tx.copy(V_shared[0:bn, 0:dim], V[bz, by, k * bn:k * bn + bn, 0:dim])
+                Tx.gemm(acc_o[0:bm, 0:dim], acc_s_cast[0:bm, 0:bn], V_shared[0:bn, 0:dim], acc_o[0:bm, 0:dim],
+                        False, False, T.float32(1), T.float32(1), warp_policy="full_row")
+        for i in T.parallel(bm):
+            for j in T.parallel(dim):
+                acc_o[i, j] = acc_o[i, j] / logsum[i]
+        Tx.copy(O_shared[0:bm, 0:dim], acc_o[0:bm, 0:dim])
+        Tx.copy(O[bz, by, bx * bm:bx * bm + bm, 0:dim], O_shared[0:bm, 0:dim])
+
+    return kernel.with_attr("target", tvm.target.Target({"kind": "cuda", "arch": arch}))
+
+
+#: the example's test (1 batch, 1 head, 256 tokens, d 64, 64x64 blocks, 128 threads, causal) on both targets, and
+#: a 128x128-block, 256-thread, non-causal one; names follow ``flash_attention`` (same shapes, same layouts)
+VARIANTS = {
+    "sm80_d64_b64x64_t128_causal": lambda: _block_sparse("sm_80", 64, 64, 64, 128, True, 256),
+    "sm90_d64_b64x64_t128_causal": lambda: _block_sparse("sm_90", 64, 64, 64, 128, True, 256),
+    "sm80_d128_b128x128_t256": lambda: _block_sparse("sm_80", 128, 128, 128, 256, False, 512),
+}
+
+
+def _attention(causal: bool, block: int):
+    """The example's reference in numpy (float64): scores masked by the block mask expanded to tokens (and the
+    causal triangle), softmax, times V. A row with nothing left gives NaN, as the kernel's 0 / 0 does."""
+    def ref(d):
+        q, k, v = (d[n].astype(np.float64) for n in ("Q", "K", "V"))
+        s = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+        keep = np.kron(d["BlockSparseMask"].astype(np.float64), np.ones((block, block))) > 0
+        if causal:
+            rows, cols = s.shape[-2:]
+            keep &= np.arange(rows)[:, None] >= np.arange(cols)[None, :]
+        s = np.where(keep, s, -np.inf)
+        with np.errstate(invalid="ignore"):
+            p = np.exp(s - s.max(-1, keepdims=True))
+            return {"O": (p / p.sum(-1, keepdims=True)) @ v}
+    return ref
+
+
+REFERENCE = {name: _attention(name.endswith("_causal"), 128 if "b128" in name else 64) for name in VARIANTS}
+TOLERANCE = {name: (2e-2, 2e-2) for name in VARIANTS}        # P is rounded to fp16 before P V, as in the dense case
+
+_DENSE = Path(__file__).resolve().parent.parent / "expected" / "flash_attention.json"
+
+
+def _placement(d: dict) -> tuple:
+    """Where a layout puts each element, whatever its spelling: threads (block-based) and flat slots of a
+    fragment, flat offsets of a shared tile (a pipelined tile's stage dimension of one changes nothing)."""
+    if d["kind"] == "Fragment":
+        return "Fragment", _support.block_threads(d).tolist(), _support.index_table(d).tolist()
+    return "Layout", _support.index_table(d).tolist()
+
+
+def check(variant, model, result):
+    dense.check(variant, model, result)
+    recorded = json.loads(_DENSE.read_text()).get(variant, {}).get(model)
+    assert recorded is not None, f"flash_attention has no snapshot of {variant}/{model} to compare with"
+    for name, layout in recorded["buffers"].items():
+        got = result["buffers"].get(name)
+        assert got is not None and _placement(got) == _placement(layout), \
+            f"{name} is laid out unlike the dense kernel's: {got} vs {layout}"
