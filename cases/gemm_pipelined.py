@@ -30,15 +30,15 @@ as fills.
 Difference: we keep one thread group that issues cp.async from every thread (no TMA producer warps)."""
 
 
-def _gemm(m: int, n: int, k: int, bk: int, stages: int, arch: str, threads: int = 128):
+def _gemm(m: int, n: int, k: int, bk: int, stages: int, arch: str, threads: int = 128, scope: str = "shared"):
     steps = k // bk
 
     @T.prim_func
     def kernel(A: T.Buffer((m, k), "float16"), B: T.Buffer((k, n), "float16"), C: T.Buffer((m, n), "float32")):
         bx = T.launch_thread("blockIdx.x", 1)
         tx = T.launch_thread("threadIdx.x", threads)
-        A_s = T.alloc_buffer((m, bk), "float16", scope="shared")
-        B_s = T.alloc_buffer((bk, n), "float16", scope="shared")
+        A_s = T.alloc_buffer((m, bk), "float16", scope=scope)
+        B_s = T.alloc_buffer((bk, n), "float16", scope=scope)
         acc_f = T.alloc_buffer((m, n), "float32", scope="local.fragment")
         Tx.fill(acc_f[0:m, 0:n], T.float32(0))
         for ko in T.serial(steps, annotations={"num_stages": stages}):

@@ -80,7 +80,8 @@ def lower_func(func, target=None, cost_model=None, infer: bool = True, verify: b
     from .index_guard import protect_indices
     tx, threads = thread_launch(func)
     func = func.with_body(protect_indices(func.body, tx, threads))
-    return unfold_thread_dims(fence_shared_atomics(func), dims)
+    from .shared_liveness import keep_shared_alive
+    return unfold_thread_dims(keep_shared_alive(fence_shared_atomics(func)), dims)
 
 
 def lower(func, target=None, cost_model=None, infer: bool = True, verify: bool = True) -> tvm.IRModule:
@@ -226,7 +227,8 @@ def build_cpu_lowered(lowered) -> CpuKernel:
     """An already lowered PrimFunc (``lower_func``'s result, possibly edited) run on the CPU: the GPU's index
     rewriting, cp.async emulation (``emulate_async_copy``), then the threads serialised."""
     from .emulate_async_copy import emulate_async_copies
-    serial = serialize_threads(emulate_async_copies(device_index_rewrites(lowered)))
+    from .shared_liveness import drop_keep_alive     # separate CPU arrays: no merged shared memory to protect
+    serial = serialize_threads(emulate_async_copies(device_index_rewrites(drop_keep_alive(lowered))))
     return _cpu_compile(cpu_index_guard(serial), _name(lowered))
 
 

@@ -39,6 +39,7 @@ from tilelayout.expr import mentions, row_major_offset, substitute
 from ..ir_utils import int_value, mapped, mutate, walk
 from .lower_gemm import ptx_call
 from .pipeline_plan import PIPELINE_KEY, PIPELINE_REPORT_ATTR, read_plan, stage_stride
+from .shared_liveness import drop_keep_alive, keep_shared_alive
 
 __all__ = ["SoftwarePipeline", "software_pipeline", "CP_ASYNC_SIZES"]
 
@@ -57,7 +58,12 @@ def SoftwarePipeline():
 
 
 def software_pipeline(func):
-    """``func`` with every ``cp.async``-mode pipelined loop rewritten (module docstring)."""
+    """``func`` with every ``cp.async``-mode pipelined loop rewritten (module docstring); the shared-tile
+    markers of ``shared_liveness`` are renewed, since the staged tiles replace the allocations they name."""
+    return keep_shared_alive(_software_pipeline(drop_keep_alive(func)))
+
+
+def _software_pipeline(func):
     loops = []
     walk(func.body, [(tirx.For, lambda f: loops.append(f) if f.annotations is not None and
                       PIPELINE_KEY in f.annotations else None)])

@@ -1,0 +1,103 @@
+"""Shared tiles reached through ``address_of`` stay alive for the whole kernel (``lowering/shared_liveness.py``).
+
+apache-tvm 0.27 merges the dynamic shared tiles of a kernel and reuses the bytes of tiles it believes dead, but
+its liveness analysis does not see ``address_of(B[i])``: flash attention's Q tile (stored once, then read only by
+``ldmatrix``) shared its bytes with the K tile, a wrong result on every GPU. These tests run TVM's own merge on
+the lowered kernels and check the merged size, since the CPU check keeps each tile in its own array and cannot
+see the overlap.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tvm
+from tvm import s_tir, tirx
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from cases import block_sparse_attention, flash_attention, gemm_pipelined  # noqa: E402
+from tilelayout.passes.ir_utils import walk  # noqa: E402
+from tilelayout.passes.lowering import lower_tile_ops, pipeline, shared_liveness, software_pipeline  # noqa: E402
+from tilelayout.passes.lowering.pipeline import check_numeric, cuda_source, lower  # noqa: E402
+from tilelayout.passes.lowering.shared_liveness import drop_keep_alive, is_keep_alive, keep_shared_alive  # noqa: E402
+
+
+def _shared_bytes(func) -> dict:
+    """name -> bytes of every dynamic shared tile the lowered ``func`` allocates."""
+    out = {}
+    walk(func.body, [(tirx.AllocBuffer, lambda a: out.__setitem__(str(a.buffer.name), int(np.prod(
+        [int(s) for s in a.buffer.shape])) * tvm.DataType(str(a.buffer.dtype)).bits // 8)
+        if str(a.buffer.scope()) == "shared.dyn" else None)])
+    return out
+
+
+def _merged_bytes(mod) -> int:
+    """Size of the one dynamic shared buffer TVM's CUDA pipeline merges the tiles into."""
+    mod = s_tir.transform.MergeSharedMemoryAllocations()(tirx.transform.FlattenBuffer()(mod))
+    found = []
+    walk(mod[list(mod.functions)[0]].body, [(tirx.AllocBuffer, lambda a: found.append(
+        int(a.buffer.shape[0])) if str(a.buffer.scope()) == "shared.dyn" else None)])
+    assert len(found) == 1, found
+    return found[0]
+
+
+KERNELS = {
+    "flash_attention": lambda: flash_attention.VARIANTS["sm80_d64_b64x64_t128"](),
+    "flash_attention_sm90a": lambda: flash_attention._flash("sm_90a", 64, 64, 64, 128, False),
+    "block_sparse_attention": lambda: block_sparse_attention.VARIANTS["sm80_d64_b64x64_t128_causal"](),
+    "pipelined_gemm_dynamic_shared": lambda: gemm_pipelined._gemm(64, 128, 128, 32, 3, "sm_80", scope="shared.dyn"),
+}
+
+
+@pytest.mark.parametrize("name", list(KERNELS))
+def test_tvm_never_puts_two_addressed_tiles_on_the_same_bytes(name):
+    """Every tile here is reached through address_of (ldmatrix, wgmma descriptors, cp.async): the merged
+    buffer must hold all of them side by side."""
+    mod = lower(KERNELS[name](), cost_model="register-count")
+    tiles = _shared_bytes(mod[list(mod.functions)[0]])
+    assert _merged_bytes(mod) >= sum(tiles.values()), tiles
+
+
+def test_without_the_markers_tvm_overlaps_q_and_k(monkeypatch):
+    """The bug the markers prevent, shown on flash attention: without them TVM merges Q, K, V and O (8 KiB
+    each) into 16 KiB."""
+    for module in (shared_liveness, lower_tile_ops, software_pipeline):
+        monkeypatch.setattr(module, "keep_shared_alive", lambda f: f)
+    monkeypatch.setattr(pipeline, "lower_func", _lower_func_unmarked(pipeline.lower_func))
+    mod = lower(KERNELS["flash_attention"](), cost_model="register-count")
+    tiles = _shared_bytes(mod[list(mod.functions)[0]])
+    assert _merged_bytes(mod) < sum(tiles.values())
+
+
+def _lower_func_unmarked(lower_func):
+    def unmarked(*args, **kwargs):
+        return drop_keep_alive(lower_func(*args, **kwargs))
+    return unmarked
+
+
+def test_a_pipelined_gemm_on_dynamic_shared_memory_compiles_and_runs():
+    """cp.async tiles are reached only through address_of: TVM's merge used to stop with an internal error
+    ("buffer_byte_offsets") on every pipelined kernel with dynamic shared tiles (TileLang's T.alloc_shared)."""
+    func = KERNELS["pipelined_gemm_dynamic_shared"]()
+    assert "cp.async" in cuda_source(func, cost_model="register-count") or "cp_async" in cuda_source(func)
+    res = check_numeric(func, cost_model="register-count", reference=gemm_pipelined.REFERENCE["sm80_s3_k128"],
+                        tolerance=gemm_pipelined.TOLERANCE["sm80_s3_k128"])
+    assert res.ok, res.message
+
+
+def test_markers_are_idempotent_and_dropped_for_the_cpu():
+    lowered = pipeline.lower_func(KERNELS["flash_attention"](), cost_model="register-count")
+    marks = []
+    walk(lowered.body, [(tirx.Evaluate, lambda e: marks.append(e) if is_keep_alive(e) else None)])
+    assert len(marks) == 2 * 3      # Q, K, V (ldmatrix reads them; O is plain loads): after the allocations, at the end
+    again = []
+    walk(keep_shared_alive(lowered).body, [(tirx.Evaluate, lambda e: again.append(e) if is_keep_alive(e) else None)])
+    assert len(again) == len(marks)
+    left = []
+    walk(drop_keep_alive(lowered).body, [(tirx.Evaluate, lambda e: left.append(e) if is_keep_alive(e) else None)])
+    assert not left
