@@ -24,7 +24,8 @@ from cases import block_sparse_attention, flash_attention, gemm_pipelined  # noq
 from tilelayout.passes.ir_utils import walk  # noqa: E402
 from tilelayout.passes.lowering import lower_tile_ops, pipeline, shared_liveness, software_pipeline  # noqa: E402
 from tilelayout.passes.lowering.pipeline import check_numeric, cuda_source, lower  # noqa: E402
-from tilelayout.passes.lowering.shared_liveness import drop_keep_alive, is_keep_alive, keep_shared_alive  # noqa: E402
+from tilelayout.passes.lowering.shared_liveness import (drop_keep_alive, is_keep_alive, keep_shared_alive,  # noqa: E402
+                                                        merge_overlap)
 
 
 def _shared_bytes(func) -> dict:
@@ -57,10 +58,12 @@ KERNELS = {
 @pytest.mark.parametrize("name", list(KERNELS))
 def test_tvm_never_puts_two_addressed_tiles_on_the_same_bytes(name):
     """Every tile here is reached through address_of (ldmatrix, wgmma descriptors, cp.async): the merged
-    buffer must hold all of them side by side."""
+    buffer must hold all of them side by side (checked here from the sizes, and by ``merge_overlap``, which the
+    fuzzer runs)."""
     mod = lower(KERNELS[name](), cost_model="register-count")
     tiles = _shared_bytes(mod[list(mod.functions)[0]])
     assert _merged_bytes(mod) >= sum(tiles.values()), tiles
+    assert merge_overlap(mod) is None
 
 
 def test_without_the_markers_tvm_overlaps_q_and_k(monkeypatch):
@@ -72,6 +75,7 @@ def test_without_the_markers_tvm_overlaps_q_and_k(monkeypatch):
     mod = lower(KERNELS["flash_attention"](), cost_model="register-count")
     tiles = _shared_bytes(mod[list(mod.functions)[0]])
     assert _merged_bytes(mod) < sum(tiles.values())
+    assert "share bytes" in merge_overlap(mod)
 
 
 def _lower_func_unmarked(lower_func):

@@ -92,3 +92,32 @@ def keep_shared_alive(func: tirx.PrimFunc) -> tirx.PrimFunc:
         return tirx.SeqStmt(seq[:last + 1] + marks + seq[last + 1:] + [_marker(b) for b in bufs])
 
     return func.with_body(mapped(func.body, [(tirx.SeqStmt, on_seq)]))
+
+
+def merge_overlap(mod) -> str | None:
+    """What TVM's CUDA build will do to the dynamic shared tiles of a lowered module, checked: its merge
+    (``FlattenBuffer``, then ``MergeSharedMemoryAllocations``) must give every tile some ``address_of`` reaches
+    bytes of its own, so the merged buffer holds at least all of them side by side. None when it does, else
+    what is short. For tests and the fuzzer: the CPU check keeps every tile in its own array and cannot see an
+    overlap."""
+    from tvm import s_tir
+    func = mod[list(mod.functions)[0]]
+    sizes = {}
+    for buf in _addressed(func.body):
+        if str(buf.scope()) == "shared.dyn":
+            n = 1
+            for s in buf.shape:
+                n *= int(s)
+            sizes[str(buf.name)] = n * tvm.DataType(str(buf.dtype)).bits // 8
+    if not sizes:
+        return None
+    merged = s_tir.transform.MergeSharedMemoryAllocations()(tirx.transform.FlattenBuffer()(mod))
+    found: list = []
+    walk(merged[list(merged.functions)[0]].body, [(tirx.AllocBuffer, lambda a: found.append(
+        int(a.buffer.shape[0]) * tvm.DataType(str(a.buffer.dtype)).bits // 8)
+        if str(a.buffer.scope()) == "shared.dyn" else None)])
+    total = sum(found)
+    if total < sum(sizes.values()):
+        return (f"TVM's shared-memory merge gives {total} bytes to tiles that need {sum(sizes.values())} side by "
+                f"side ({', '.join(f'{k} {v}' for k, v in sizes.items())}): two of them share bytes")
+    return None
