@@ -106,3 +106,12 @@ def test_the_cpu_check_fails_loudly_when_threads_disagree_on_the_flag():
     with pytest.raises(Exception, match="disagree"):
         kernel(A, np.array([0, 1, 0, 0], dtype="int32"), np.zeros_like(A))
     build_cpu_lowered(lowered)(A, np.array([0, 1, 0, 0], dtype="int32"), np.zeros_like(A))   # unedited: runs
+
+
+def test_a_flag_a_tile_op_writes_is_varying():
+    """A tile op's per-thread writes into a local buffer are not followed: one uniform store besides does not
+    make the buffer uniform."""
+    text = FLAGGED.replace("    for v in T.serial(4):\n        STORE",
+                           "    for v in T.serial(4):\n        flags[v] = M[v]\n    Tx.fill(flags[0:4], 1)")
+    with pytest.raises(TileLayoutError, match="tile op .* writes it"):
+        tl.infer_layouts(_parse(text))

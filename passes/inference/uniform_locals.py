@@ -9,8 +9,9 @@ thread, as under a condition on ``blockIdx``.
 A local buffer is uniform when every store to it (anywhere in the function, so order does not matter) has a
 value and indices that read no thread index, no variable bound to one, no fragment element (one holder's value,
 not every thread's) and no non-uniform local buffer, and sits under conditions and loop bounds of the same kind
-and outside parallel and thread-bound loops (whose iterations are split over the threads). Decided by a fixed
-point over all stores: a buffer found varying can make others varying.
+and outside parallel and thread-bound loops (whose iterations are split over the threads); a tile op writing it
+makes it varying (its per-thread values are not followed). Decided by a fixed point over all stores: a buffer
+found varying can make others varying.
 """
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from typing import Any
 
 import tvm_ffi
 from tvm import tirx
-from tvm.ir import TensorLoad
+from tvm.ir import TensorLoad, TensorRegion
+from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from ..ir_utils import walk
 
@@ -33,6 +35,7 @@ class _Store:
     buffer: str
     reads: list = field(default_factory=list)      # expressions whose uniformity decides the store's (value,
     split: bool = False                            # indices, conditions, loop bounds); inside a split loop
+    opaque: str = ""                               # why the store is varying whatever it reads (a tile op)
 
 
 class _Collector:
@@ -74,6 +77,10 @@ class _Collector:
                                           self.split > 0))
         elif isinstance(s, tirx.Bind):
             self.binds[s.var] = s.value
+        elif isinstance(s, TilePrimitiveCall):
+            dst = s.args[0] if s.args else None
+            if isinstance(dst, TensorRegion) and str(dst.source.scope()) in _LOCAL:
+                self.stores.append(_Store(str(dst.source.name), [], True, f"tile op {s.op.name} writes it"))
         elif isinstance(s, tirx.While):       # its trip count may differ between threads, as a condition's value
             self.context.append(s.condition)
             self.stmt(s.body)
@@ -151,8 +158,8 @@ def uniform_local_buffers(body: Any) -> UniformLocals:
         for st in c.stores:
             if st.buffer in why:
                 continue
-            reason = "a store to it runs inside a parallel or thread-bound loop" if st.split else next(
-                (f"a store to it {r}" for r in map(varying_read, st.reads) if r is not None), None)
+            reason = st.opaque or ("a store to it runs inside a parallel or thread-bound loop" if st.split else next(
+                (f"a store to it {r}" for r in map(varying_read, st.reads) if r is not None), None))
             if reason is not None:
                 why[st.buffer] = reason
                 changed = True
