@@ -52,7 +52,6 @@ __all__ = ["LowerTileOps", "lower_tile_ops", "elementwise_value", "reduce_identi
 SHARED_LIMIT_BYTES = 48 * 1024
 
 
-
 def LowerTileOps(target=None):
     """Pass: tile ops -> annotated parallel nests (copy/fill/elementwise) or per-thread code (reduce/gemm)."""
 
