@@ -227,8 +227,7 @@ def build_cpu_lowered(lowered) -> CpuKernel:
     """An already lowered PrimFunc (``lower_func``'s result, possibly edited) run on the CPU: the GPU's index
     rewriting, cp.async emulation (``emulate_async_copy``), then the threads serialised."""
     from .emulate_async_copy import emulate_async_copies
-    from .shared_liveness import drop_keep_alive     # separate CPU arrays: no merged shared memory to protect
-    serial = serialize_threads(emulate_async_copies(device_index_rewrites(drop_keep_alive(lowered))))
+    serial = serialize_threads(emulate_async_copies(device_index_rewrites(lowered)))
     return _cpu_compile(cpu_index_guard(serial), _name(lowered))
 
 
