@@ -172,7 +172,7 @@ class Gen:
     def shared_scope(self) -> str:
         """Scope of every shared tile of the kernel: dynamic shared memory (TileLang's ``T.alloc_shared``) in a
         third of the kernels. Bug class: TVM merges dynamic tiles and reused the bytes of tiles that ldmatrix /
-        cp.async reach through ``address_of`` (``check`` runs TVM's merge on such kernels)."""
+        cp.async reach through ``address_of`` (``check`` runs TVM's CUDA pipeline up to that merge)."""
         if self._dynamic_shared is None:
             self._dynamic_shared = self.rng.random() < 0.33
         return "shared.dyn" if self._dynamic_shared else "shared"
@@ -1353,17 +1353,18 @@ def check(kernel: Kernel, models=COST_MODELS, numeric: bool = True, cross: bool 
         except Exception as err:   # noqa: BLE001
             out.append(Outcome("crash", model, "lower: " + _short(err) + "\n" + traceback.format_exc(limit=-3)))
             continue
-        if res.ok and "shared.dyn" in kernel.text:
-            overlap = _merge_overlap(func, model)
-            if overlap is not None:
-                out.append(Outcome("mismatch", model, overlap))
+        if res.ok:
+            problem = _cuda_build_problem(func, model)
+            if problem is not None:
+                out.append(Outcome("mismatch", model, problem))
                 continue
         out.append(Outcome("ok" if res.ok else "mismatch", model, "" if res.ok else res.message[:400]))
     return out
 
 
-def _merge_overlap(func, model: str) -> str | None:
-    """What the CPU check cannot see: TVM's CUDA build merging dynamic shared tiles onto shared bytes
+def _cuda_build_problem(func, model: str) -> str | None:
+    """What the CPU check cannot see: TVM's CUDA pipeline, run up to its merge of dynamic shared tiles, failing
+    (its barrier insertion inside a condition, the merge itself) or merging tiles onto shared bytes
     (``shared_liveness.merge_overlap`` on the kernel lowered for its GPU)."""
     from tilelayout.passes.lowering.pipeline import lower
     from tilelayout.passes.lowering.shared_liveness import merge_overlap

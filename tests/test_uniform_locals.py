@@ -115,3 +115,23 @@ def test_a_flag_a_tile_op_writes_is_varying():
                            "    for v in T.serial(4):\n        flags[v] = M[v]\n    Tx.fill(flags[0:4], 1)")
     with pytest.raises(TileLayoutError, match="tile op .* writes it"):
         tl.infer_layouts(_parse(text))
+
+
+def test_a_uniform_branch_around_a_shared_tile_builds_for_cuda(monkeypatch):
+    """TVM's barrier insertion refuses inside any if it is not told is thread-invariant: the flag branch (a
+    shared tile written and read inside) is wrapped in tvm_thread_invariant, thread guards are not; without the
+    wrapper the CUDA build stops ("Cannot insert syncs inside condition", fuzz seeds 2470-2494)."""
+    from tilelayout.passes.lowering import lower_tile_ops, pipeline, uniform_branches
+    func = _parse(UNIFORM)
+    lowered = lower_func(func, cost_model="register-count")
+    conds = []
+    walk(lowered.body, [(tirx.IfThenElse, lambda s: conds.append(s.condition))])
+    wrapped = [c for c in conds if uniform_branches.is_marked(c)]
+    assert wrapped and all("flags" in str(c) for c in wrapped)
+    assert all("tx" in str(c) or "threadIdx" in str(c) for c in conds if not uniform_branches.is_marked(c))
+    assert "__global__" in pipeline.cuda_source(func, cost_model="register-count")
+    for module in (pipeline, lower_tile_ops):
+        monkeypatch.setattr(module, "mark_uniform_branches", lambda f: f, raising=False)
+    monkeypatch.setattr(uniform_branches, "mark_uniform_branches", lambda f: f)
+    with pytest.raises(TileLayoutError, match="Cannot insert syncs"):
+        pipeline.cuda_source(func, cost_model="register-count")

@@ -44,6 +44,7 @@ from . import lower_gemm as _gemm
 from .lower_gemm import _region_index
 from .loop_partition import LoweringError, buffer_layouts, check_thread_fit, per_thread_cells
 from .shared_liveness import keep_shared_alive
+from .uniform_branches import mark_uniform_branches
 
 __all__ = ["LowerTileOps", "lower_tile_ops", "elementwise_value", "reduce_identity",
            "reduce_combine", "SHARED_LIMIT_BYTES"]
@@ -112,7 +113,7 @@ def lower_tile_ops(func, target=None):
         stmts = [lowering.lower(op, node) for op in mine]
         return stmts[0] if len(stmts) == 1 else tirx.SeqStmt(stmts)
 
-    out = keep_shared_alive(func.with_body(mutate(func.body, [(TilePrimitiveCall, on_tile)])))
+    out = keep_shared_alive(mark_uniform_branches(func.with_body(mutate(func.body, [(TilePrimitiveCall, on_tile)]))))
     if lowering.reports:
         out = out.with_attr(_gemm.GEMM_REPORT_ATTR, dict(lowering.reports))
     return out

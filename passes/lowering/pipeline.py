@@ -81,7 +81,8 @@ def lower_func(func, target=None, cost_model=None, infer: bool = True, verify: b
     tx, threads = thread_launch(func)
     func = func.with_body(protect_indices(func.body, tx, threads))
     from .shared_liveness import keep_shared_alive
-    return unfold_thread_dims(keep_shared_alive(fence_shared_atomics(func)), dims)
+    from .uniform_branches import mark_uniform_branches
+    return unfold_thread_dims(keep_shared_alive(mark_uniform_branches(fence_shared_atomics(func))), dims)
 
 
 def lower(func, target=None, cost_model=None, infer: bool = True, verify: bool = True) -> tvm.IRModule:

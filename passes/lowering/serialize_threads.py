@@ -156,9 +156,11 @@ def SerializeThreads():
 
 def serialize_threads(func):
     """The thread-bound ``func`` as a CPU function (see the module docstring). The shared-tile markers of
-    ``shared_liveness`` are dropped: every tile becomes its own CPU array, with no merged memory to protect."""
+    ``shared_liveness`` are dropped (every tile becomes its own CPU array, with no merged memory to protect) and
+    the ``tvm_thread_invariant`` wrappers of ``uniform_branches`` removed (they only guide TVM's barriers)."""
     from .shared_liveness import drop_keep_alive
-    func = drop_keep_alive(func)
+    from .uniform_branches import unwrap
+    func = unwrap(drop_keep_alive(func))
     blocks, threads, body = _launches(func)
     body = atomics_as_updates(body)
     nthreads = 1
