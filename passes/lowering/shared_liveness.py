@@ -41,6 +41,17 @@ def is_keep_alive(stmt) -> bool:
     return all(isinstance(a, tirx.IntImm) and int(a) == 0 for a in (call.args[2], call.args[4]))
 
 
+def _tile_bits(buf) -> int | None:
+    """Bits a tile occupies, or None for a symbolic shape."""
+    shape = [int_value(x) for x in buf.shape]
+    if not shape or any(x is None for x in shape):
+        return None
+    total = tvm.DataType(str(buf.dtype)).bits
+    for x in shape:
+        total *= x
+    return total
+
+
 def _marker(buf) -> tirx.Stmt:
     """The whole tile as its extent: TVM's buffer compaction then keeps every element (a widened tiny tile
     would otherwise be trimmed back to the one element its code touches)."""
@@ -87,15 +98,10 @@ def widen_tiny_dynamic_tiles(func: tirx.PrimFunc) -> tuple:
 
     def on_alloc(a):
         buf = a.buffer
+        total = _tile_bits(buf)
+        if str(buf.scope()) != "shared.dyn" or total is None or total > 32:
+            return a
         shape = [int_value(x) for x in buf.shape]
-        bits = tvm.DataType(str(buf.dtype)).bits
-        if str(buf.scope()) != "shared.dyn" or any(x is None for x in shape) or not shape:
-            return a
-        total = bits
-        for x in shape:
-            total *= x
-        if total > 32:
-            return a
         grow = -(-64 // total)
         new = tirx.decl_buffer(shape[:-1] + [shape[-1] * grow], str(buf.dtype), name=str(buf.name),
                                scope="shared.dyn", data_alignment=int(buf.data_alignment))
@@ -133,13 +139,9 @@ def _small_dynamic(body) -> list:
     found: list = []
 
     def on_alloc(a):
-        shape = [int_value(x) for x in a.buffer.shape]
-        if str(a.buffer.scope()) == "shared.dyn" and shape and all(x is not None for x in shape):
-            total = tvm.DataType(str(a.buffer.dtype)).bits
-            for x in shape:
-                total *= x
-            if total <= 64:
-                found.append(a.buffer)
+        total = _tile_bits(a.buffer)
+        if str(a.buffer.scope()) == "shared.dyn" and total is not None and total <= 64:
+            found.append(a.buffer)
 
     walk(body, [(tirx.AllocBuffer, on_alloc)])
     return found
@@ -177,13 +179,7 @@ def merge_overlap(mod) -> str | None:
     the CPU check keeps every tile in its own array and cannot see either."""
     from tvm.ir.instrument import pass_instrument
     func = mod[list(mod.functions)[0]]
-    sizes = {}
-    for buf in _addressed(func.body):
-        if str(buf.scope()) == "shared.dyn":
-            n = 1
-            for x in buf.shape:
-                n *= int(x)
-            sizes[str(buf.name)] = n * tvm.DataType(str(buf.dtype)).bits // 8
+    sizes = {str(b.name): (_tile_bits(b) or 0) // 8 for b in _addressed(func.body) if str(b.scope()) == "shared.dyn"}
     captured: list = []
 
     class _Stop(Exception):
