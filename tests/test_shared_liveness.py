@@ -69,19 +69,12 @@ def test_tvm_never_puts_two_addressed_tiles_on_the_same_bytes(name):
 def test_without_the_markers_tvm_overlaps_q_and_k(monkeypatch):
     """The bug the markers prevent, shown on flash attention: without them TVM merges Q, K, V and O (8 KiB
     each) into 16 KiB."""
-    for module in (shared_liveness, lower_tile_ops, software_pipeline):
+    for module in (shared_liveness, lower_tile_ops, software_pipeline):     # lower_func imports it from the first
         monkeypatch.setattr(module, "keep_shared_alive", lambda f: f)
-    monkeypatch.setattr(pipeline, "lower_func", _lower_func_unmarked(pipeline.lower_func))
     mod = lower(KERNELS["flash_attention"](), cost_model="register-count")
     tiles = _shared_bytes(mod[list(mod.functions)[0]])
     assert _merged_bytes(mod) < sum(tiles.values())
     assert "share bytes" in merge_overlap(mod)
-
-
-def _lower_func_unmarked(lower_func):
-    def unmarked(*args, **kwargs):
-        return drop_keep_alive(lower_func(*args, **kwargs))
-    return unmarked
 
 
 def test_a_pipelined_gemm_on_dynamic_shared_memory_compiles_and_runs():
@@ -138,6 +131,6 @@ def test_a_one_float_dynamic_tile_beside_others_compiles(monkeypatch):
         assert merge_overlap(mod) is None
         assert "__global__" in cuda_source(func, cost_model=model)
         assert check_numeric(func, cost_model=model).ok
-    monkeypatch.setattr(shared_liveness, "widen_tiny_dynamic_tiles", lambda f: (f, []))
+    monkeypatch.setattr(shared_liveness, "widen_tiny_dynamic_tiles", lambda f: f)
     monkeypatch.setattr(shared_liveness, "_small_dynamic", lambda body: [])
     assert "failed" in merge_overlap(lower(func, cost_model="register-count"))

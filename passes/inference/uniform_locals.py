@@ -119,6 +119,7 @@ class UniformLocals:
 
     uniform: frozenset = frozenset()
     why: tuple = ()          # ((buffer name, reason), ...) in the order they were found varying
+    thread_vars: tuple = ()  # the block's thread index variables (``threadIdx`` launches and bound loops)
 
     def __contains__(self, name: str) -> bool:
         return name in self.uniform
@@ -132,7 +133,7 @@ def uniform_local_buffers(body: Any) -> UniformLocals:
     c = _Collector()
     c.stmt(body)
     if not c.stores:
-        return UniformLocals()
+        return UniformLocals(thread_vars=tuple(c.thread_vars))
     varying_vars = list(c.thread_vars)
     why: dict = {}
 
@@ -164,4 +165,4 @@ def uniform_local_buffers(body: Any) -> UniformLocals:
                 why[st.buffer] = reason
                 changed = True
     stored = {st.buffer for st in c.stores}
-    return UniformLocals(frozenset(stored - set(why)), tuple(why.items()))
+    return UniformLocals(frozenset(stored - set(why)), tuple(why.items()), tuple(c.thread_vars))

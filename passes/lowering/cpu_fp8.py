@@ -51,8 +51,9 @@ def cpu_fp8(func: tirx.PrimFunc) -> tirx.PrimFunc:
     return exact_decoding(byte_storage(exact_encoding(func)))
 
 
-#: per fp8 format: (mantissa bits, exponent bias, largest finite code)
-_ENCODING = {"float8_e4m3fn": (3, 7, 0x7E), "float8_e5m2": (2, 15, 0x7B)}
+#: largest finite code of each fp8 format (its bit fields are ``emulate_mma._FP8_FORMAT``'s); e4m3fn has no
+#: infinity, so its exponent 15 still holds finite values up to mantissa 6, while e5m2's exponent 31 is infinity
+_LARGEST = {"float8_e4m3fn": 0x7E, "float8_e5m2": 0x7B}
 
 
 def f32_to_fp8(value, dtype: str):
@@ -64,7 +65,9 @@ def f32_to_fp8(value, dtype: str):
     ``mbits + 1`` bits for a normal result, fewer below the smallest normal exponent ``emin`` (one fewer per
     binade); rounding ``v`` right by that shift gives ``q``, and the code is ``max(E - emin, 0) << mbits``
     plus ``q`` (a carry out of the significand moves into the exponent field by itself)."""
-    mbits, bias, largest = _ENCODING[dtype]
+    from .emulate_mma import _FP8_FORMAT
+    _, mbits, bias = _FP8_FORMAT[dtype]
+    largest = _LARGEST[dtype]
     emin = 1 - bias
     i64 = lambda v: tirx.const(v, "int64")        # noqa: E731
     bits = tirx.Cast("int64", tirx.reinterpret("uint32", tirx.Cast("float32", value)))
@@ -88,11 +91,11 @@ def f32_to_fp8(value, dtype: str):
 
 
 def exact_encoding(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    """Every ``Cast(fp8, x)`` of a 16- or 32-bit float ``x`` (formats with an ``_ENCODING``) encoded bit by bit
+    """Every ``Cast(fp8, x)`` of a 16- or 32-bit float ``x`` (formats with a ``_LARGEST``) encoded bit by bit
     (``f32_to_fp8``); widening those sources to float32 is exact."""
     def on_cast(c):
         dst, src = str(c.ty), str(c.value.ty)
-        if dst not in _ENCODING or src not in ("float32", "float16", "bfloat16"):
+        if dst not in _LARGEST or src not in ("float32", "float16", "bfloat16"):
             return c
         return tirx.reinterpret(dst, f32_to_fp8(c.value, dst))
 

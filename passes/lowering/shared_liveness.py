@@ -10,12 +10,14 @@ the loop) on the same bytes, and the kernel multiplied K by K: a wrong result on
 CPU check, which keeps each tile in its own array. A tile only ``cp.async`` writes was never seen at all, and
 the merge stopped with an internal error.
 
-So every shared tile that some ``address_of`` reaches is named directly (``tvm_access_ptr(t, B, 0, 0, 0)``,
-which the merge analysis counts as a use of ``B`` and which generates no code) once right after the tiles are
-allocated and once at the end of the block they are allocated in: it is live across the whole kernel and never
-shares bytes. That is what the shared-memory budget (``pipeline_plan``) assumes already. Tiles reached only by
-loads and stores keep TVM's reuse, whose analysis sees them. The CPU build drops the markers
-(``drop_keep_alive``); passes that replace shared allocations (``software_pipeline``) re-mark afterwards.
+So every shared tile that some ``address_of`` reaches is named directly (``tvm_access_ptr(t, B, 0, size, 0)``:
+no access mode, so no barrier analysis counts it, and no code; the merge analysis counts it as a use of ``B``)
+once right after the tiles are allocated and once at the end of the block they are allocated in: it is live
+across the whole kernel and never shares bytes. That is what the shared-memory budget (``pipeline_plan``)
+assumes already. Tiles reached only by loads and stores keep TVM's reuse, whose analysis sees them. The same pass
+never places a dynamic tile of 32 bits or less, so those are widened and marked too
+(``widen_tiny_dynamic_tiles``). The CPU build drops the markers (``drop_keep_alive``); passes that replace
+shared allocations (``software_pipeline``) re-mark afterwards.
 """
 from __future__ import annotations
 
@@ -41,25 +43,28 @@ def is_keep_alive(stmt) -> bool:
     return all(isinstance(a, tirx.IntImm) and int(a) == 0 for a in (call.args[2], call.args[4]))
 
 
-def _tile_bits(buf) -> int | None:
-    """Bits a tile occupies, or None for a symbolic shape."""
+def _elements(buf) -> int | None:
+    """Elements of a tile, or None for a symbolic shape."""
     shape = [int_value(x) for x in buf.shape]
     if not shape or any(x is None for x in shape):
         return None
-    total = tvm.DataType(str(buf.dtype)).bits
+    n = 1
     for x in shape:
-        total *= x
-    return total
+        n *= x
+    return n
+
+
+def _tile_bits(buf) -> int | None:
+    """Bits a tile occupies, or None for a symbolic shape."""
+    n = _elements(buf)
+    return None if n is None else n * tvm.DataType(str(buf.dtype)).bits
 
 
 def _marker(buf) -> tirx.Stmt:
     """The whole tile as its extent: TVM's buffer compaction then keeps every element (a widened tiny tile
     would otherwise be trimmed back to the one element its code touches)."""
-    size = 1
-    for x in buf.shape:
-        size *= int_value(x) or 1
     return tirx.Evaluate(tirx.call_intrin("handle", "tirx.tvm_access_ptr", tirx.type_annotation(str(buf.dtype)),
-                                          buf, 0, size, 0))
+                                          buf, 0, _elements(buf) or 1, 0))
 
 
 def _addressed(body) -> list:
@@ -88,10 +93,10 @@ def drop_keep_alive(func: tirx.PrimFunc) -> tirx.PrimFunc:
     return func.with_body(mapped(func.body, [(tirx.SeqStmt, on_seq)]))
 
 
-def widen_tiny_dynamic_tiles(func: tirx.PrimFunc) -> tuple:
-    """(``func`` with every dynamic shared tile of 32 bits or less widened to 64 bits, the widened tiles): the
-    last dimension is lengthened, every index stays in bounds, and ``keep_shared_alive`` marks them too (TVM's
-    compaction would trim them back). TVM's merge never frees such a tile ("small arrays stay in
+def widen_tiny_dynamic_tiles(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    """``func`` with every dynamic shared tile of 32 bits or less widened to 64 bits: the last dimension is
+    lengthened, every index stays in bounds, and ``keep_shared_alive`` marks it (``_small_dynamic``; TVM's
+    compaction would trim it back). TVM's merge never frees such a tile ("small arrays stay in
     registers") and gives offsets only to tiles it has freed, so a kernel with one beside other dynamic tiles
     stopped with an internal error (``buffer_byte_offsets``; fuzz seed 2446 kernel 10, a one-float tile)."""
     swap: list = []
@@ -110,7 +115,7 @@ def widen_tiny_dynamic_tiles(func: tirx.PrimFunc) -> tuple:
 
     body = mapped(func.body, [(tirx.AllocBuffer, on_alloc)])
     if not swap:
-        return func, []
+        return func
 
     def new_of(buf):
         return next((n for o, n in swap if o.same_as(buf)), None)
@@ -129,7 +134,7 @@ def widen_tiny_dynamic_tiles(func: tirx.PrimFunc) -> tuple:
         return c
 
     body = mapped(body, [(TensorLoad, on_load), (tirx.BufferStore, on_store), (tvm.ir.Call, on_call)])
-    return func.with_body(body), [n for _, n in swap]
+    return func.with_body(body)
 
 
 def _small_dynamic(body) -> list:
@@ -151,7 +156,7 @@ def keep_shared_alive(func: tirx.PrimFunc) -> tirx.PrimFunc:
     """``func`` with every addressed shared tile named right after its allocation block and at its end (module
     docstring), and tiny dynamic tiles widened (``widen_tiny_dynamic_tiles``); earlier markers are replaced, so
     running it again changes nothing."""
-    func, _ = widen_tiny_dynamic_tiles(drop_keep_alive(func))
+    func = widen_tiny_dynamic_tiles(drop_keep_alive(func))
     addressed = _addressed(func.body)
     addressed += [b for b in _small_dynamic(func.body) if not any(b.same_as(a) for a in addressed)]
     if not addressed:
@@ -165,8 +170,8 @@ def keep_shared_alive(func: tirx.PrimFunc) -> tirx.PrimFunc:
             return s
         bufs = [seq[k].buffer for k in here]
         last = max(k for k, x in enumerate(seq) if isinstance(x, tirx.AllocBuffer))
-        marks = [_marker(b) for b in bufs]
-        return tirx.SeqStmt(seq[:last + 1] + marks + seq[last + 1:] + [_marker(b) for b in bufs])
+        # two sets of nodes, not one reused: the merge keys its liveness events by statement node
+        return tirx.SeqStmt(seq[:last + 1] + [_marker(b) for b in bufs] + seq[last + 1:] + [_marker(b) for b in bufs])
 
     return func.with_body(mapped(func.body, [(tirx.SeqStmt, on_seq)]))
 

@@ -29,19 +29,12 @@ def is_marked(cond) -> bool:
     return isinstance(cond, tvm.ir.Call) and isinstance(cond.op, tvm.ir.Op) and str(cond.op.name) == _INVARIANT
 
 
-def _thread_vars(func) -> list:
-    found: list = []
-    walk(func.body, [(tirx.AttrStmt, lambda a: found.append(a.node.var) if a.attr_key == "thread_extent"
-                      and str(a.node.thread_tag).startswith("threadIdx") else None)])
-    return found
-
-
 def mark_uniform_branches(func: tirx.PrimFunc) -> tirx.PrimFunc:
     """``func`` with the condition of every block-uniform ``if`` wrapped in ``tvm_thread_invariant``."""
-    threads = _thread_vars(func)
+    uniform = uniform_local_buffers(func.body)
+    threads = uniform.thread_vars
     if not threads:
         return func
-    uniform = uniform_local_buffers(func.body)
 
     def invariant(cond) -> bool:
         names: list = []
