@@ -115,6 +115,17 @@ def _cast(expr: str, src: str, dst: str) -> str:
     return expr if src == dst else f'T.Cast("{dst}", {expr})'
 
 
+def _nest_lines(shape, body_fn, extents=None) -> list[str]:
+    """Lines of a ``T.parallel`` nest over ``shape`` (loop variables i, j, k) whose body ``body_fn(ivars)`` gives."""
+    extents = list(extents or shape)
+    ivars = ["i", "j", "k"][:len(shape)]
+    lines, pad = [], ""
+    for v, e in zip(ivars, extents):
+        lines.append(f"{pad}for {v} in T.parallel({e}):")
+        pad += "    "
+    return lines + [pad + stmt for stmt in body_fn(ivars)]
+
+
 def _region(shape, offsets=None) -> str:
     offsets = offsets or ["0"] * len(shape)
     parts = []
@@ -132,7 +143,7 @@ class Gen:
         self.params: list[Buf] = []
         self.allocs: list[Buf] = []
         self.hidden: list[Buf] = []      # allocations no random step may pick (dtypes the steps do not handle)
-        self._dynamic_shared: bool | None = None     # decided at the first gemm / pipelined tile
+        self._dynamic_shared: bool | None = None     # decided at the kernel's first shared tile
         self.body: list[str] = []
         self.defined: set[str] = set()
         self.counter = Counter()
@@ -439,15 +450,7 @@ class Gen:
         return expr
 
     def nest(self, shape, body_fn, extents=None) -> None:
-        extents = list(extents or shape)
-        ivars = ["i", "j", "k"][:len(shape)]
-        lines, pad = [], ""
-        for v, e in zip(ivars, extents):
-            lines.append(f"{pad}for {v} in T.parallel({e}):")
-            pad += "    "
-        for stmt in body_fn(ivars):
-            lines.append(pad + stmt)
-        self.body.append("\n".join(lines))
+        self.body.append("\n".join(_nest_lines(shape, body_fn, extents)))
 
     def elementwise(self) -> None:
         """``dst[i, j] = expr`` over a fragment (new or existing), sometimes also storing to global."""
@@ -889,20 +892,17 @@ class Gen:
         lines = [f"for v in T.serial({n}):", f"    {flags.name}[v] = {mask.name}[v]{' + tx' if varying else ''}",
                  f"Tx.fill({acc.name}[{full}], {_const(src.dtype, 0.0)})",
                  f"for k in T.serial({n}):", f"    if {flags.name}[k] > 0:"]
-        ivars = ["i", "j"][:len(shape)]
-        idx = ", ".join(ivars)
-        read = f"{src.name}[{idx}]"
+        read = src
         if rng.random() < 0.5:
-            stage = Buf(self.fresh("s"), shape, src.dtype, self.shared_scope())
-            self.allocs.append(stage)
-            lines.append(f"        Tx.copy({stage.name}[{full}], {src.name}[{full}])")
-            read = f"{stage.name}[{idx}]"
+            read = Buf(self.fresh("s"), shape, src.dtype, self.shared_scope())
+            self.allocs.append(read)
+            lines.append(f"        Tx.copy({read.name}[{full}], {src.name}[{full}])")
             self.notes.append("flag-shared")
-        pad = "        "
-        for v, e in zip(ivars, shape):
-            lines.append(f"{pad}for {v} in T.parallel({e}):")
-            pad += "    "
-        lines.append(f'{pad}{acc.name}[{idx}] = {acc.name}[{idx}] + {read} * T.Cast("{src.dtype}", k + 1)')
+
+        def accumulate(ivars):
+            idx = ", ".join(ivars)
+            return [f'{acc.name}[{idx}] = {acc.name}[{idx}] + {read.name}[{idx}] * T.Cast("{src.dtype}", k + 1)']
+        lines += ["        " + line for line in _nest_lines(shape, accumulate)]
         self.body.append("\n".join(lines))
         self.defined.add(acc.name)
         self.notes.append("flag-varying" if varying else "flag-uniform")
@@ -1289,8 +1289,9 @@ def check(kernel: Kernel, models=COST_MODELS, numeric: bool = True, cross: bool 
     ``cross`` it is also compared with the TVM-compiled sequential semantics (kind ``oracle`` on a difference)."""
     from tilelayout.errors import TileLayoutError
     from tilelayout.passes.inference.layout_inference import infer_layouts
-    from tilelayout.passes.lowering.pipeline import check_numeric, compare_outputs, reference_outputs, \
-        sequential_outputs
+    from tilelayout.passes.lowering.pipeline import build_cpu_lowered, check_numeric, compare_outputs, lower, \
+        reference_outputs, sequential_outputs
+    from tilelayout.passes.lowering.shared_liveness import merge_overlap
     from tilelayout.reference import ReferenceOutOfBounds, UnsupportedByReference
     try:
         func = parse(kernel.text)
@@ -1346,7 +1347,9 @@ def check(kernel: Kernel, models=COST_MODELS, numeric: bool = True, cross: bool 
                     return out + [Outcome("oracle", m, "interpreter vs sequential semantics: " + "; ".join(problems))
                                   for m in models[len(out):]]
         try:
-            res = check_numeric(func, cost_model=model, expected=expected, tolerance=_tolerance(kernel, func))
+            lowered = lower(func, cost_model=model)          # one lowering: the CPU run and the CUDA check
+            res = check_numeric(func, cost_model=model, expected=expected, tolerance=_tolerance(kernel, func),
+                                kernel=build_cpu_lowered(lowered[list(lowered.functions)[0]]))
         except TileLayoutError as err:
             out.append(Outcome("unsupported", model, "lower: " + _short(err)))
             continue
@@ -1354,21 +1357,15 @@ def check(kernel: Kernel, models=COST_MODELS, numeric: bool = True, cross: bool 
             out.append(Outcome("crash", model, "lower: " + _short(err) + "\n" + traceback.format_exc(limit=-3)))
             continue
         if res.ok:
-            problem = _cuda_build_problem(func, model)
+            # what the CPU check cannot see: TVM's CUDA pipeline, run up to its merge of dynamic shared tiles,
+            # failing (its barrier insertion inside a condition, the merge itself) or merging tiles onto shared
+            # bytes (``shared_liveness.merge_overlap``)
+            problem = merge_overlap(lowered)
             if problem is not None:
                 out.append(Outcome("mismatch", model, problem))
                 continue
         out.append(Outcome("ok" if res.ok else "mismatch", model, "" if res.ok else res.message[:400]))
     return out
-
-
-def _cuda_build_problem(func, model: str) -> str | None:
-    """What the CPU check cannot see: TVM's CUDA pipeline, run up to its merge of dynamic shared tiles, failing
-    (its barrier insertion inside a condition, the merge itself) or merging tiles onto shared bytes
-    (``shared_liveness.merge_overlap`` on the kernel lowered for its GPU)."""
-    from tilelayout.passes.lowering.pipeline import lower
-    from tilelayout.passes.lowering.shared_liveness import merge_overlap
-    return merge_overlap(lower(func, cost_model=model))
 
 
 # ----------------------------------------------------------------------------------------- driver
