@@ -4,12 +4,13 @@ Shared by the runner and the tools beside it (lanes, gpu_check), so none of them
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
 
-__all__ = ["UsageError", "discover", "load_case"]
+__all__ = ["UsageError", "discover", "load_case", "share_source_parses"]
 
 
 class UsageError(Exception):
@@ -84,3 +85,43 @@ def _validate(name: str, module: ModuleType) -> None:
         unknown = sorted(set(getattr(module, table, {}) or {}) - set(variants))
         if unknown:
             raise UsageError(f"case {name}: {table} names unknown variants {unknown}")
+
+
+@contextlib.contextmanager
+def share_source_parses():
+    """While open, TVMScript turns each distinct kernel source into its syntax tree once (per process);
+    yields whether sharing is on.
+
+    Most cases build every variant from one function (45 sources for 95 variants), and apache-tvm 0.27's
+    parser converts that function's text to its own syntax tree on every ``@T.prim_func`` call, twice (once
+    to parse, once more, eagerly, for a well-formedness error it may never report): a tenth of the golden
+    suite's CPU time. The tree depends only on the text, and the parser does not change it
+    (``tests/test_case_loader.py`` parses every variant with and without sharing and compares the printed
+    kernels). Only the golden runner opens this; the library never touches TVM's parser. Without
+    ``Source.as_ast`` (another TVM) nothing is changed. Worker processes forked inside inherit it."""
+    try:
+        from tvm.script.parser.core import diagnostics
+    except ImportError:
+        yield False
+        return
+    source_cls = getattr(diagnostics, "Source", None)
+    parse = source_cls.__dict__.get("as_ast") if source_cls is not None else None
+    if parse is None or getattr(parse, "_shared_by_source", False):
+        yield parse is not None
+        return
+    trees: dict = {}
+
+    def as_ast(self):
+        text = self.source
+        tree = trees.get(text)
+        if tree is None:
+            tree = trees[text] = parse(self)
+        return tree
+
+    as_ast._shared_by_source = True
+    as_ast.__doc__ = parse.__doc__
+    source_cls.as_ast = as_ast
+    try:
+        yield True
+    finally:
+        source_cls.as_ast = parse

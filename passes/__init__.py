@@ -1,14 +1,31 @@
 """TVM passes of tilelayout (installed as ``tilelayout.passes``): layout inference and the lowering after it."""
 from .inference.cost_models import (AttemptCost, available_cost_models, get_cost_model, layout_config,
                           register_cost_model, resolve_cost_model_name)
+import importlib
+
 from .inference.layout_inference import Attempt, InferenceResult, LayoutInference, infer_layouts
-from .lowering.loop_partition import LoopPartition
-from .lowering.loop_vectorize import LoopVectorize
-from .lowering.lower_tile_ops import LowerTileOps
-from .lowering.pipeline_plan import PlanPipelines
-from .lowering.software_pipeline import SoftwarePipeline
-from .lowering.pipeline import build_cpu, check_case, check_numeric, cuda_source, lower
-from .lowering.serialize_threads import SequentialSemantics, SerializeThreads
+
+#: the lowering passes, imported on first use: inference alone (the golden runner, a compiler that only
+#: infers) does not pay for compiling and importing the lowering modules (76 ms when Python writes no bytecode)
+_LOWERING = {
+    "LoopPartition": ".lowering.loop_partition", "LoopVectorize": ".lowering.loop_vectorize",
+    "LowerTileOps": ".lowering.lower_tile_ops", "PlanPipelines": ".lowering.pipeline_plan",
+    "SoftwarePipeline": ".lowering.software_pipeline", "build_cpu": ".lowering.pipeline",
+    "check_case": ".lowering.pipeline", "check_numeric": ".lowering.pipeline", "cuda_source": ".lowering.pipeline",
+    "lower": ".lowering.pipeline", "SequentialSemantics": ".lowering.serialize_threads",
+    "SerializeThreads": ".lowering.serialize_threads",
+}
+
+
+def __getattr__(name: str):
+    if name == "lowering":
+        return importlib.import_module(".lowering", __name__)
+    module = _LOWERING.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
 
 __all__ = ["LayoutInference", "LowerTileOps", "LoopPartition", "LoopVectorize", "PlanPipelines", "SoftwarePipeline",
            "SerializeThreads",

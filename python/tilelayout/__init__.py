@@ -23,9 +23,18 @@ from .annotate import annotate_layouts, get_pinned_layouts, read_layout_annotati
 from . import cute, tla  # noqa: E402
 from .plot import PlotError, plot_layout
 from . import passes  # noqa: E402  (passes build on the core objects above)
-from .passes import (AttemptCost, InferenceResult, available_cost_models, build_cpu, cuda_source, infer_layouts,
-                     layout_config, lower, register_cost_model)
+from .passes import (AttemptCost, InferenceResult, available_cost_models, infer_layouts, layout_config,
+                     register_cost_model)
 from .passes.inference.conversion import ConversionWarning
+
+
+def __getattr__(name: str):
+    """``lower``, ``cuda_source`` and ``build_cpu`` load the lowering modules on first use (see ``passes``)."""
+    if name in ("lower", "cuda_source", "build_cpu"):
+        value = getattr(passes, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def get_layouts(func):
