@@ -18,6 +18,7 @@ _LOWERING = {
 
 
 def __getattr__(name: str):
+    """A lowering pass or helper (or the ``lowering`` package), imported the first time it is asked for."""
     if name == "lowering":
         return importlib.import_module(".lowering", __name__)
     module = _LOWERING.get(name)
