@@ -1,8 +1,8 @@
 """TVM passes of tilelayout (installed as ``tilelayout.passes``): layout inference and the lowering after it."""
-from .inference.cost_models import (AttemptCost, available_cost_models, get_cost_model, layout_config,
-                          register_cost_model, resolve_cost_model_name)
 import importlib
 
+from .inference.cost_models import (AttemptCost, available_cost_models, get_cost_model, layout_config,
+                          register_cost_model, resolve_cost_model_name)
 from .inference.layout_inference import Attempt, InferenceResult, LayoutInference, infer_layouts
 
 #: the lowering passes, imported on first use: inference alone (the golden runner, a compiler that only

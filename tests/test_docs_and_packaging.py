@@ -93,3 +93,28 @@ def test_packaging_metadata_is_complete():
 def test_installed_version_matches_the_package():
     from importlib.metadata import version
     assert version("tilelayout") == tl.__version__
+
+
+def test_lowering_is_imported_on_first_use_only():
+    """``import tilelayout`` and inference leave the lowering modules unloaded; every lowering name of the
+    public API still resolves (to the very object its module defines) the first time it is asked for."""
+    script = (
+        "import sys, tilelayout as tl\n"
+        "loaded = lambda: sorted(m for m in sys.modules if m.startswith('tilelayout.passes.lowering'))\n"
+        "assert loaded() == [], loaded()\n"
+        "from tilelayout.passes.lowering import pipeline\n"
+        "assert tl.lower is pipeline.lower and tl.cuda_source is pipeline.cuda_source\n"
+        "assert tl.build_cpu is pipeline.build_cpu and tl.passes.check_numeric is pipeline.check_numeric\n"
+        "from tilelayout.passes import LowerTileOps, SerializeThreads\n"
+        "from tilelayout.passes.lowering.lower_tile_ops import LowerTileOps as direct\n"
+        "assert LowerTileOps is direct and callable(SerializeThreads)\n"
+        "for name in tl.passes.__all__: getattr(tl.passes, name)\n"
+        "try:\n"
+        "    tl.passes.no_such_pass\n"
+        "except AttributeError as err:\n"
+        "    assert 'no_such_pass' in str(err)\n"
+        "else:\n"
+        "    raise SystemExit('an unknown name resolved')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
