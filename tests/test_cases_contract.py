@@ -242,3 +242,29 @@ def test_block_sparse_attention_matches_tilelang_and_its_dense_twin():
     bad["buffers"]["Q_shared"] = bad["buffers"]["K_shared"] | {"input_shape": [64, 65]}
     with pytest.raises(AssertionError, match="Q_shared"):
         module.check("sm80_d64_b64x64_t128_causal", "register-count", bad)
+
+
+# --------------------------------------------------------------------------- TileLang's deepseek_mla / flash_decoding combine
+
+def test_split_kv_combine_check_accepts_tilelang_and_rejects_split_or_replicated_rows():
+    """TileLang's layouts pass in every variant under both models; an accumulator laid out unlike the partial
+    row (an exchange per split), a replicated row, and a layout given to a local scalar fail."""
+    import copy
+    module = case("split_kv_combine")
+    for variant in module.VARIANTS:
+        for model in ("register-count", "io-aware"):
+            module.check(variant, model, PEER[model][f"split_kv_combine/{variant}"])
+    good = PEER["register-count"]["split_kv_combine/mla_d512_s4_t128"]
+    split = copy.deepcopy(good)
+    split["buffers"]["o_accum_local"] = frag("_i % 128", "_i // 128", (512,))
+    with pytest.raises(AssertionError, match="differ"):
+        module.check("mla_d512_s4_t128", "register-count", split)
+    replicated = copy.deepcopy(good)
+    for name in ("po_local", "o_accum_local"):
+        replicated["buffers"][name] = frag("_i // 8", "_i % 8", (512,), rep=2)
+    with pytest.raises(AssertionError):
+        module.check("mla_d512_s4_t128", "register-count", replicated)
+    scalar = copy.deepcopy(good)
+    scalar["buffers"]["scale_local"] = frag("0", "0", (1,))
+    with pytest.raises(AssertionError, match="scale_local"):
+        module.check("mla_d512_s4_t128", "register-count", scalar)

@@ -896,3 +896,44 @@ KERNELS.update({
     "block_sparse_attention/sm90_d64_b64x64_t128_causal": lambda: _block_sparse(64, 64, 64, 128, True, 256),
     "block_sparse_attention/sm80_d128_b128x128_t256": lambda: _block_sparse(128, 128, 128, 256, False, 512),
 })
+
+
+def _split_kv_combine(batch, heads, num_split, dim, threads):
+    """The combine kernel of TileLang's examples/deepseek_mla (and examples/flash_decoding), as written there."""
+    @T.prim_func
+    def main(glse: T.Tensor((batch, heads, num_split), T.float32),
+             Output_partial: T.Tensor((batch, heads, num_split, dim), T.float16),
+             Output: T.Tensor((batch, heads, dim), T.float16)):
+        with T.Kernel(heads, batch, threads=threads) as (by, bz):
+            po_local = T.alloc_fragment([dim], T.float16)
+            o_accum_local = T.alloc_fragment([dim], T.float32)
+            lse_local_split = T.alloc_local([1], T.float32)
+            lse_logsum_local = T.alloc_local([1], T.float32)
+            lse_max_local = T.alloc_local([1], T.float32)
+            scale_local = T.alloc_local([1], T.float32)
+            T.clear(lse_logsum_local)
+            T.clear(o_accum_local)
+            lse_max_local[0] = -T.infinity(T.float32)
+            for k in T.serial(num_split):
+                lse_max_local[0] = T.max(lse_max_local[0], glse[bz, by, k])
+            for k in T.Pipelined(num_split, num_stages=1):
+                lse_local_split[0] = glse[bz, by, k]
+                lse_logsum_local[0] += T.exp2(lse_local_split[0] - lse_max_local[0])
+            lse_logsum_local[0] = T.log2(lse_logsum_local[0]) + lse_max_local[0]
+            for k in T.serial(num_split):
+                for i in T.Parallel(dim):
+                    po_local[i] = Output_partial[bz, by, k, i]
+                lse_local_split[0] = glse[bz, by, k]
+                scale_local[0] = T.exp2(lse_local_split[0] - lse_logsum_local[0])
+                for i in T.Parallel(dim):
+                    o_accum_local[i] += po_local[i] * scale_local[0]
+            for i in T.Parallel(dim):
+                Output[bz, by, i] = o_accum_local[i]
+    return main
+
+
+KERNELS.update({
+    "split_kv_combine/mla_d512_s4_t128": lambda: _split_kv_combine(2, 4, 4, 512, 128),
+    "split_kv_combine/gqa_d128_s16_t128": lambda: _split_kv_combine(2, 3, 16, 128, 128),
+    "split_kv_combine/d64_s8_t64": lambda: _split_kv_combine(1, 2, 8, 64, 64),
+})
