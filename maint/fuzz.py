@@ -788,7 +788,7 @@ class Gen:
              "tile_elementwise": 3, "transposed_frag": 2, "guarded_store": 2, "step_store": 2,
              "thread_region": 5, "offset_visit": 5, "sub_region_copy": 4, "reversed_read": 5,
              "multi_index_read": 3, "reduce_permuted": 4, "gemm": 3, "pipelined": 3, "cumsum": 3, "quantize": 3,
-             "flagged": 3}
+             "flagged": 3, "unpack_nibbles": 3}
 
     #: gemm operand dtype -> (weight, accumulator, K choices); fp8 (e4m3 / e5m2 codes through byte storage and
     #: bit decoding on the CPU), tf32 (f32 operands read truncated) and f64 (m8n8k4) exercise the bug classes of
@@ -941,6 +941,36 @@ class Gen:
         r = self.new_frag(shape, a.dtype)
         self.nest(shape, lambda iv: [f'{r.name}[{", ".join(iv)}] = T.Cast("{a.dtype}", {q.name}[{", ".join(iv)}])'])
         self.defined.add(r.name)
+
+    def unpack_nibbles(self) -> None:
+        """int4 values packed two per int8 byte (TileLang's dequantising gemms): a packed fragment loaded from
+        global, half as wide as the unpacked one, and a parallel nest writing element ``j`` from nibble ``j % 2``
+        of byte ``j // 2``, unsigned (``(b >> 4 * (j % 2)) & 15``) or sign-extended (``(b << 4 * (1 - j % 2)) >>
+        4``, whose ``<<`` wraps the byte), cast to a float fragment that later steps use. Bug classes: two
+        iterations reading one element (the packed fragment's layout comes from the nest through ``j // 2``),
+        shifts and masks of signed bytes lowered for the CPU and CUDA and judged with C's semantics."""
+        rng = self.rng
+        shape = rng.choice([s for s in self.shapes() if s[-1] % 2 == 0] or [None])
+        if shape is None:
+            return
+        packed = Buf(self.fresh("p"), tuple(shape[:-1]) + (shape[-1] // 2,), "int8", "local.fragment")
+        self.hidden.append(packed)     # no other step does arithmetic on the packed bytes
+        self.load(packed)
+        out = self.new_frag(shape)
+        signed = rng.random() < 0.4
+
+        def body(iv):
+            *lead, j = iv
+            byte = f'{packed.name}[{", ".join(lead + [f"{j} // 2"])}]'
+            if signed:
+                nibble = (f'T.shift_right(T.shift_left({byte}, T.Cast("int8", 4 - {j} % 2 * 4)), T.int8(4))')
+            else:
+                nibble = f'T.bitwise_and(T.shift_right({byte}, T.Cast("int8", {j} % 2 * 4)), T.int8(15))'
+            return [f'{out.name}[{", ".join(iv)}] = T.Cast("{out.dtype}", {nibble})']
+
+        self.nest(shape, body)
+        self.defined.add(out.name)
+        self.notes.append("unpack-signed" if signed else "unpack-unsigned")
 
     def pipelined(self) -> None:
         """A serial loop annotated ``num_stages`` (2..4) over 1..5 tiles of a global buffer: each iteration
@@ -1364,8 +1394,36 @@ def check(kernel: Kernel, models=COST_MODELS, numeric: bool = True, cross: bool 
             if problem is not None:
                 out.append(Outcome("mismatch", model, problem))
                 continue
+            problem = _nvcc_problem(lowered) if os.environ.get(NVCC_ENV) else None
+            if problem is not None:
+                out.append(Outcome("crash", model, problem))
+                continue
         out.append(Outcome("ok" if res.ok else "mismatch", model, "" if res.ok else res.message[:400]))
     return out
+
+
+#: set (by ``--nvcc``) to compile every lowered kernel's CUDA to PTX; the environment reaches the forked workers
+NVCC_ENV = "TILELAYOUT_FUZZ_NVCC"
+
+
+def _nvcc_problem(lowered) -> str | None:
+    """Why nvcc rejects the CUDA that apache-tvm generates for a lowered kernel, or None. Bug class: source TVM
+    emits but nvcc refuses (eight-lane 32-bit index vectors of a gathered register read, printed as
+    ``make_longlong4`` with eight arguments), which neither the CPU run nor TVM's own passes can see."""
+    import shutil
+    import tvm
+    from tilelayout.passes.lowering.pipeline import compile_ptx
+    if shutil.which("nvcc") is None:
+        return None
+    target = lowered[list(lowered.functions)[0]].attrs["target"]
+    try:
+        source = tvm.compile(lowered, target=target).mod.imports[0].inspect_source("cuda")
+        compile_ptx(source, target)
+    except Exception as err:  # noqa: BLE001 -- nvcc's complaint is the finding
+        text = str(err).splitlines()
+        lines = [line.split("): ", 1)[-1] for line in text if ": error" in line] or text or ["?"]
+        return "nvcc rejects the generated CUDA: " + lines[0].strip()[:300]
+    return None
 
 
 # ----------------------------------------------------------------------------------------- driver
@@ -1449,11 +1507,15 @@ def main(argv=None) -> int:
     ap.add_argument("--in-process", action="store_true", help="check in this process (for debugging)")
     ap.add_argument("--progress", action="store_true", help="print each kernel index before checking it")
     ap.add_argument("-v", "--verbose", action="store_true", help="print unsupported messages in full")
+    ap.add_argument("--nvcc", action="store_true",
+                    help="also compile every lowered kernel's CUDA to PTX with nvcc (when it is on PATH; ~1 s each)")
     ap.add_argument("--register-budget", type=int,
                     help="plan for this many registers per thread: whole-tile replicas become layout conversions")
     args = ap.parse_args(argv)
     if args.register_budget:       # the environment reaches the forked checking processes
         os.environ["TILELAYOUT_REGISTER_BUDGET"] = str(args.register_budget)
+    if args.nvcc:
+        os.environ[NVCC_ENV] = "1"
     models = (args.model,) if args.model else COST_MODELS
     numeric, cross = not args.no_numeric, args.cross_check
     seeds = _seeds(args.seeds) if args.seeds else [args.seed]

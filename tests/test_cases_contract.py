@@ -268,3 +268,51 @@ def test_split_kv_combine_check_accepts_tilelang_and_rejects_split_or_replicated
     scalar["buffers"]["scale_local"] = frag("0", "0", (1,))
     with pytest.raises(AssertionError, match="scale_local"):
         module.check("mla_d512_s4_t128", "register-count", scalar)
+
+
+# --------------------------------------------------------------------------- TileLang's dequantize_gemm
+
+def test_dequant_gemm_equals_tilelang_and_check_rejects_a_moved_packed_tile():
+    """On sm_80 TileLang's B_local, B_dequantize_local and Ct_local equal our snapshots as mappings and its
+    multi-buffered A_shared equals ours stage by stage; on sm_90a its fragments are ours shifted to the
+    consumer warpgroup [128, 256). Our check accepts TileLang's sm_80 layouts and fails a packed tile held
+    apart from the nibbles it unpacks into, and an operand outside the PTX lanes."""
+    import copy
+    import json
+
+    import numpy as np
+
+    from maint import snapshot
+    from maint.peer.compare import flat_offsets
+    module = case("dequant_gemm")
+    ours = json.loads((ROOT / "expected" / "dequant_gemm.json").read_text())
+    fragments = ("B_local", "B_dequantize_local", "Ct_local")
+    for arch, variants in (("sm_80", ("sm80_b128x128x32_s3_t128", "sm80_b64x64x64_s2_t128")),
+                           ("sm_90a", ("sm90a_b128x128x32_s3_t128",))):
+        peer = load_peer_output(arch=arch)
+        for variant in variants:
+            for model in ("register-count", "io-aware"):
+                theirs, mine = peer[model][f"dequant_gemm/{variant}"], ours[variant][model]
+                for name in fragments:
+                    t = copy.deepcopy(theirs["buffers"][name])
+                    if arch == "sm_90a":
+                        assert t["thread_range"][0] == 128, f"{variant}: TileLang no longer warp-specialises {name}"
+                        t["thread_range"] = [0, t["thread_range"][1]]
+                    assert snapshot.compare_mapping(t, mine["buffers"][name]) == snapshot.SAME, (variant, model, name)
+                stages = theirs["buffers"]["A_shared"]["input_shape"][0]
+                staged = flat_offsets(theirs["buffers"]["A_shared"]).reshape(stages, -1)
+                single = flat_offsets(mine["buffers"]["A_shared"]).reshape(-1)
+                for s in range(stages):
+                    assert np.array_equal(staged[s] - s * single.size, single), (variant, model, s)
+                if arch == "sm_80":
+                    module.check(variant, model, {"buffers": {**theirs["buffers"], "A_shared": mine["buffers"]["A_shared"]},
+                                                  "loops": {k: v for k, v in theirs["loops"].items() if "#" not in k}})
+    good = ours["sm80_b64x64x64_s2_t128"]["register-count"]
+    moved = copy.deepcopy(good)
+    moved["buffers"]["B_local"] = frag("_i % 32 * 4 + _j // 8", "_i // 32 * 8 + _j % 8", (64, 32))
+    with pytest.raises(AssertionError, match="B_local"):
+        module.check("sm80_b64x64x64_s2_t128", "register-count", moved)
+    lanes = copy.deepcopy(good)
+    lanes["buffers"]["B_dequantize_local"]["forward_thread"] = "_rep * 64 + _i // 32 * 32 + _i % 8 * 4 + _j % 4"
+    with pytest.raises(AssertionError, match="B_dequantize_local|PTX"):
+        module.check("sm80_b64x64x64_s2_t128", "register-count", lanes)

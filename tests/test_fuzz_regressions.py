@@ -1251,3 +1251,78 @@ def test_a_float_to_fp8_quantisation_is_checked_and_saturates_like_cuda():
     big = np.abs(a.astype(np.float64) * 512) > 464
     assert big.any() and not np.isnan(b).any()
     assert (np.abs(b[big]) == 448).all()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Bug class (the fuzzer's ``unpack_nibbles`` step with ``--nvcc``, the ``dequant_gemm`` case): a parallel nest
+# unpacking int4 values from bytes (``f[i, j] = ... p[i, j // 2] ...``) was vectorised by 8 lanes of float16
+# with the packed register read gathered (two lanes per register), so TVM built 8-lane int32 index vectors,
+# which its CUDA code generator prints as ``make_longlong4`` with eight arguments: nvcc rejected the kernel.
+# The CPU run cannot see it. Loads of physical register arrays now keep the width at which every aligned
+# group of lanes reads one register or consecutive ones.
+
+UNPACK = '''
+@T.prim_func
+def main(A: T.Buffer((64, 64), "int8"), O: T.Buffer((64, 128), "float16")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 128)
+    f = T.alloc_buffer((64, 128), "float16", scope="local.fragment")
+    p = T.alloc_buffer((64, 64), "int8", scope="local.fragment")
+    Tx.copy(p[0:64, 0:64], A[0:64, 0:64])
+    for i in T.parallel(64):
+        for j in T.parallel(128):
+            f[i, j] = T.Cast("float16", T.shift_right(T.shift_left(p[i, j // 2], T.Cast("int8", 4 - j % 2 * 4)), T.int8(4)))
+    Tx.copy(O[0:64, 0:128], f[0:64, 0:128])
+'''
+
+
+def test_an_unpacking_nest_never_gathers_registers_into_a_vector():
+    """Every vectorised slot loop of the lowered kernel reads each register array at one register per group
+    of lanes or at consecutive ones, checked by enumerating the load's index over the loop's whole domain."""
+    from tvm import tirx
+    from tvm.ir import TensorLoad
+    from tilelayout.evaluate import evaluate
+    from tilelayout.passes.ir_utils import walk
+    from tilelayout.passes.lowering.pipeline import lower
+    _check_end_to_end(UNPACK)
+    func = parse(UNPACK)
+    out = reference_outputs(func)
+    packed = out["A"].astype(np.int64)
+    nibbles = np.stack([(packed << 4 & 0xFF) ^ 0x80, (packed & 0xFF) ^ 0x80], axis=-1) - 0x80   # sign-extended
+    np.testing.assert_array_equal(out["O"], (nibbles >> 4).reshape(64, 128).astype(np.float16))
+    for model in COST_MODELS:
+        lowered = lower(func, cost_model=model)
+        loops = []
+        walk(lowered[list(lowered.functions)[0]].body,
+             [(tirx.For, lambda n: loops.append(n) if n.kind == tirx.ForKind.VECTORIZED else None)])
+        checked = 0
+        for loop in loops:
+            width = int(loop.extent)
+            loads = []
+            walk(loop.body, [(TensorLoad, lambda n: loads.append(n) if str(n.source.scope()).startswith("local")
+                              else None)])
+            for load in loads:
+                checked += 1
+                free = []
+                walk(load.indices[0], [(tirx.Var, lambda v: free.append(v) if not any(v.same_as(w) for w in free)
+                                        else None)])
+                free = [v for v in free if not v.same_as(loop.loop_var)]
+                for row in np.random.default_rng(0).integers(0, 16, size=(32, len(free))):
+                    env = {v: np.int64(x) for v, x in zip(free, row)}
+                    env[loop.loop_var] = np.arange(width, dtype=np.int64)
+                    idx = np.broadcast_to(evaluate(load.indices[0], env), (width,))
+                    same, consecutive = (idx == idx[0]).all(), (np.diff(idx) == 1).all() and idx[0] % width == 0
+                    assert same or consecutive, f"{model}: {load} gathers {idx.tolist()} into one vector"
+        assert checked, f"{model}: no vectorised loop reads a register array (the unpacking nest stayed scalar)"
+
+
+@pytest.mark.skipif(__import__("shutil").which("nvcc") is None, reason="nvcc is not on PATH")
+def test_the_unpacking_nest_compiles_with_nvcc():
+    import os
+    from maint import fuzz
+    os.environ[fuzz.NVCC_ENV] = "1"
+    try:
+        outcomes = fuzz.check(fuzz.Kernel(UNPACK, 128))
+    finally:
+        del os.environ[fuzz.NVCC_ENV]
+    assert [o.kind for o in outcomes] == ["ok"] * len(COST_MODELS), outcomes

@@ -46,7 +46,8 @@ def test_without_a_gpu_the_check_says_so_and_passes(capsys, monkeypatch):
     assert "no CUDA GPU present" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("case", ["gemm_fp8/sm90a_e5m2_rs", "flash_attention/sm80_d64_b64x64_t128_causal"])
+@pytest.mark.parametrize("case", ["gemm_fp8/sm90a_e5m2_rs", "flash_attention/sm80_d64_b64x64_t128_causal",
+                                  "dequant_gemm/sm80_b64x64x64"])
 def test_offline_runs_gemm_and_attention_variants(case, tmp_path, capsys):
     out = tmp_path / "records.json"
     assert gpu_check.main(["--offline", "--case", case, "--json", str(out)]) == 0

@@ -352,3 +352,81 @@ def test_several_thread_dimensions_use_the_linear_thread_id_x_fastest():
     np.testing.assert_array_equal(out["C"], np.add.outer(np.arange(4) * 1000, np.arange(32)))
     a = inputs["A"]
     np.testing.assert_array_equal(out["B"], a - a.max(axis=1, keepdims=True))
+
+
+# ------------------------------------------------------------------------------------------- bitwise integers
+
+def _c_int(value: int, bits: int, signed: bool) -> int:
+    """``value`` wrapped to a ``bits``-wide two's-complement integer (the expected values below are Python
+    ints, whose shifts and masks act on an unbounded two's complement, then wrapped the way C stores them)."""
+    value &= (1 << bits) - 1
+    return value - (1 << bits) if signed and value >> (bits - 1) else value
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int32"])
+def test_shifts_and_masks_follow_c_on_every_value_and_amount(dtype):
+    """Every 8-bit value (a spread of 32-bit ones) by every legal amount: ``>>`` shifts the sign in for signed
+    types and zeros for unsigned, ``<<`` wraps, ``&``/``|``/``^``/``~`` act on the stored bits (the unpacking
+    of int4 weights packed in int8 bytes reads ``(b >> 4) & 15``)."""
+    bits, signed = 8 * np.dtype(dtype).itemsize, np.dtype(dtype).kind == "i"
+    values = np.arange(-128, 128) if dtype == "int8" else np.arange(256) if dtype == "uint8" else \
+        np.array([0, 1, -1, 7, -8, 123456789, -123456789, 2 ** 31 - 1, -2 ** 31, 0x55AA55AA - 2 ** 31])
+    amounts = np.arange(bits)
+    n = values.size * amounts.size
+    func = kernel(f'A: T.Buffer(({n},), "{dtype}"), S: T.Buffer(({n},), "{dtype}"), '
+                  f'O: T.Buffer((6, {n}), "{dtype}")',
+                  f'''
+for i in T.parallel({n}):
+    O[0, i] = T.shift_right(A[i], S[i])
+    O[1, i] = T.shift_left(A[i], S[i])
+    O[2, i] = T.bitwise_and(A[i], T.{dtype}(13))
+    O[3, i] = T.bitwise_or(A[i], S[i])
+    O[4, i] = T.bitwise_xor(A[i], T.{dtype}(6))
+    O[5, i] = T.bitwise_not(A[i])''')
+    a = np.repeat(values, amounts.size)
+    s = np.tile(amounts, values.size)
+    np_dtype = np.dtype(dtype)
+    res = run_reference(func, {"A": a.astype(np_dtype), "S": s.astype(np_dtype), "O": np.zeros((6, n), np_dtype)})
+    out = res.outputs["O"]
+    for k, (x, y) in enumerate(zip(a.tolist(), s.tolist())):
+        x = _c_int(x, bits, signed)
+        want = [x >> y, x << y, x & 13, x | y, x ^ 6, ~x]
+        got = [int(v) for v in out[:, k]]
+        assert got == [_c_int(w, bits, signed) for w in want], (dtype, x, y, got)
+
+
+@pytest.mark.parametrize("amount", ["T.int8(8)", "T.int8(-1)"])
+def test_a_shift_by_the_width_or_a_negative_amount_is_refused(amount):
+    func = kernel('A: T.Buffer((8,), "int8"), O: T.Buffer((8,), "int8")',
+                  f'for i in T.parallel(8):\n    O[i] = T.shift_right(A[i], {amount})')
+    with pytest.raises(UnsupportedByReference, match="shift by"):
+        run(func)
+
+
+def test_bitwise_operators_on_bools_combine_truth_values_and_the_rest_are_refused():
+    """``&``, ``|``, ``^`` of bools are logical; ``~`` and shifts of a bool promote it to int in C, which the
+    interpreter does not model (TVM builds no bitwise node on floats at all)."""
+    func = kernel('A: T.Buffer((8,), "int32"), O: T.Buffer((8,), "int32")',
+                  'for i in T.parallel(8):\n    O[i] = T.Select(T.bitwise_xor(A[i] > 0, A[i] % 2 == 0), 1, 0)')
+    inp, out, _ = run(func)
+    np.testing.assert_array_equal(out["O"], ((inp["A"] > 0) ^ (inp["A"] % 2 == 0)).astype(np.int32))
+    func = kernel('A: T.Buffer((8,), "int32"), O: T.Buffer((8,), "int32")',
+                  'for i in T.parallel(8):\n    O[i] = T.Select(T.bitwise_not(A[i] > 0), 1, 0)')
+    with pytest.raises(UnsupportedByReference, match="integers only"):
+        run(func)
+
+
+def test_nibble_unpacking_agrees_with_the_compiled_sequential_semantics():
+    """int4 weights packed two per signed byte, unpacked as TileLang's dequantisation examples do."""
+    func = kernel('B: T.Buffer((16, 8), "int8"), O: T.Buffer((16, 16), "float16")',
+                  f'''
+Tx.copy(b[0:16, 0:8], B[0:16, 0:8])
+for i in T.parallel(16):
+    for j in T.parallel(16):
+        O[i, j] = T.Cast("float16", T.bitwise_and(T.shift_right(b[i, j // 2], T.Cast("int8", j % 2 * 4)), T.int8(15)))''',
+                  allocs=f'b = T.alloc_buffer((16, 8), "int8", {F})')
+    ours, theirs = reference_outputs(func, seed=3), sequential_outputs(func, seed=3)
+    assert compare_outputs(ours, theirs, exact=True)[0] == []
+    packed = ours["B"].astype(np.int64) & 0xFF
+    np.testing.assert_array_equal(ours["O"][:, 0::2], packed % 16)
+    np.testing.assert_array_equal(ours["O"][:, 1::2], packed // 16)

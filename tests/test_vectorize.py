@@ -131,3 +131,29 @@ def test_pass_object_runs_alone():
 def test_lanes_of_a_scalar_kernel():
     lanes = vector_lanes(lower(_case("ragged_extent").VARIANTS["copy_1x229_t128"]()))
     assert lanes == {"X": 1, "Y": 1}
+
+
+@pytest.mark.parametrize("index,width", [("j", 8), ("0", 8), ("j // 2", 2), ("j // 8", 8), ("j % 4 * 2", 1),
+                                         ("j // 4 * 4 + j % 4", 8), ("(j + 1) // 2", 1)])
+def test_register_loads_keep_a_width_where_each_group_reads_one_register_or_consecutive_ones(index, width):
+    """The width rule on a register array read (``f[j] = p[index]`` over 16 lanes of float16): the widest power of
+    two at which, enumerated over the whole loop, every aligned group of lanes reads a single register or
+    consecutive aligned ones (a gather would need a vector of register indices; see loop_plan)."""
+    import numpy as np
+    from tilelayout.evaluate import evaluate
+    from tilelayout.exprparse import parse_expr
+    from tilelayout.passes.inference.loop_plan import plan_vector_width
+    from tilelayout.passes.lowering.loop_vectorize import _Buf
+    j = tirx.Var("j", "int32")
+    expr = parse_expr(index, {"j": j})
+    reads = [(_Buf("p", 16, [16], "local"), [expr], False), (_Buf("f", 16, [16], "local"), [j], True)]
+    got = plan_vector_width([j], [16], reads, 128)
+    assert got == width
+    values = np.broadcast_to(evaluate(expr, {j: np.arange(16, dtype=np.int64)}), (16,))
+
+    def fits(w):
+        groups = values.reshape(-1, w)
+        same = (groups == groups[:, :1]).all()
+        run = (np.diff(groups, axis=1) == 1).all() and (groups[:, 0] % w == 0).all()
+        return same or run
+    assert fits(got) and (got == 8 or not fits(2 * got))     # 8: float16's 128-bit cap

@@ -937,3 +937,37 @@ KERNELS.update({
     "split_kv_combine/gqa_d128_s16_t128": lambda: _split_kv_combine(2, 3, 16, 128, 128),
     "split_kv_combine/d64_s8_t64": lambda: _split_kv_combine(1, 2, 8, 64, 64),
 })
+
+
+# ------------------------------------------------------------------ cases/dequant_gemm (TileLang's README /
+# examples/dequantize_gemm: int4 weights packed two per int8, unpacked in registers, register-A gemm)
+
+def _dequant_gemm(m, n, k, bm, bn, bk, stages, threads):
+    kp, bkp = k // 2, bk // 2
+
+    @T.prim_func
+    def main(A: T.Tensor((m, k), T.float16), B: T.Tensor((n, kp), T.int8), Ct: T.Tensor((n, m), T.float16)):
+        with T.Kernel(n // bn, m // bm, threads=threads) as (bx, by):
+            A_shared = T.alloc_shared((bm, bk), T.float16)
+            B_shared = T.alloc_shared((bn, bkp), T.int8)
+            B_local = T.alloc_fragment((bn, bkp), T.int8)
+            B_dequantize_local = T.alloc_fragment((bn, bk), T.float16)
+            Ct_local = T.alloc_fragment((bn, bm), T.float32)
+            T.clear(Ct_local)
+            for ko in T.Pipelined(k // bk, num_stages=stages):
+                T.copy(A[by * bm, ko * bk], A_shared)
+                T.copy(B[bx * bn, ko * bkp], B_shared)
+                T.copy(B_shared, B_local)
+                for i, j in T.Parallel(bn, bk):
+                    B_dequantize_local[i, j] = ((B_local[i, j // 2] >> (j % 2 * 4).astype(T.int8))
+                                                & T.int8(15)).astype(T.float16)
+                T.gemm(B_dequantize_local, A_shared, Ct_local, transpose_B=True)
+            T.copy(Ct_local, Ct[bx * bn, by * bm])
+    return main
+
+
+KERNELS.update({
+    "dequant_gemm/sm80_b128x128x32_s3_t128": lambda: _dequant_gemm(256, 256, 256, 128, 128, 32, 3, 128),
+    "dequant_gemm/sm90a_b128x128x32_s3_t128": lambda: _dequant_gemm(256, 256, 256, 128, 128, 32, 3, 128),
+    "dequant_gemm/sm80_b64x64x64_s2_t128": lambda: _dequant_gemm(128, 64, 256, 64, 64, 64, 2, 128),
+})

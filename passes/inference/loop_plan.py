@@ -117,7 +117,11 @@ def plan_vector_width(loop_vars: Sequence, extents: Sequence[int], accesses: Seq
 
     Memory (global/shared) accesses must be contiguous and aligned along the innermost loop variable;
     a store that does not move with it must stay scalar; register accesses only cap the width by their
-    element size, except stores to physical register arrays, which must move contiguously with the lane.
+    element size, except accesses to physical register arrays (lowered fragments, locals): stores must move
+    contiguously with the lane, and loads must read one register per vector or consecutive ones. A load that
+    gathers (an unpacking read ``packed[j // 2]`` over lanes j) would need a vector of register indices, and
+    apache-tvm 0.27's CUDA code generator emits eight-lane 32-bit index vectors as ``make_longlong4`` with
+    eight arguments, which nvcc rejects.
     """
     inner, inner_ext = loop_vars[-1], extents[-1]
     if not isinstance(inner_ext, int):
@@ -133,6 +137,9 @@ def plan_vector_width(loop_vars: Sequence, extents: Sequence[int], accesses: Seq
                 # a physical register array (a lowered fragment, a local): lanes must write distinct consecutive
                 # slots, or a vector store would drop all but one update (``acc[0] += B[i, j]`` over lanes j)
                 local_width = math.gcd(local_width, _contiguous_width(
+                    linear_offset(indices, buf.shape), inner, inner_ext, local_width, bounds))
+            elif not buf.is_fragment:
+                local_width = math.gcd(local_width, _gather_free_width(
                     linear_offset(indices, buf.shape), inner, inner_ext, local_width, bounds))
             continue
         offset = linear_offset(indices, buf.shape)
@@ -157,6 +164,33 @@ def _contiguous_width(offset, inner, inner_ext: int, cap: int, bounds: dict) -> 
     while width > 1 and not is_contiguous_run(offset, inner, inner_ext, width, bounds):
         width //= 2
     return width
+
+
+def _gather_free_width(offset, inner, inner_ext: int, cap: int, bounds: dict) -> int:
+    """The widest power of two up to ``cap`` over which every aligned group of lanes reads one element
+    (a broadcast) or consecutive, aligned ones (a vector load) at ``offset``."""
+    if not _uses(offset, inner):
+        return _largest_pow2_at_most(cap)
+    width = _largest_pow2_at_most(cap)
+    while width > 1 and not (_same_in_group(offset, inner, inner_ext, width, bounds)
+                             or is_contiguous_run(offset, inner, inner_ext, width, bounds)):
+        width //= 2
+    return width
+
+
+def _same_in_group(offset, var, extent: int, width: int, bounds: dict) -> bool:
+    """``offset`` takes one value inside every aligned group of ``width`` iterations of ``var``."""
+    if extent % width:
+        return False
+    outer, lane = tirx.Var("v_outer", "int32"), tirx.Var("v_lane", "int32")
+    ana = sym.Analyzer()
+    for v, ext in bounds.items():
+        if v is not var:
+            ana.bind(v, Range(0, ext))
+    ana.bind(outer, Range(0, extent // width))
+    ana.bind(lane, Range(0, width))
+    base = substitute(offset, {var: outer * width})
+    return bool(ana.can_prove(substitute(offset, {var: outer * width + lane}) - base == 0))
 
 
 def _largest_pow2_at_most(n: int) -> int:

@@ -238,6 +238,9 @@ class _Interpreter:
                 return (a & b) if isinstance(e, tirx.And) else (a | b)
             if isinstance(e, tirx.Not):
                 return ~self.ev(e.a, ctx).astype(bool)
+            if isinstance(e, (tirx.BitwiseAnd, tirx.BitwiseOr, tirx.BitwiseXor, tirx.BitwiseNot, tirx.LShift,
+                              tirx.RShift)):
+                return self.bitwise(e, dt, ctx)
             if isinstance(e, tirx.Cast):
                 return self.convert(self.ev(e.value, ctx), dt)
             if isinstance(e, tirx.Select):
@@ -293,6 +296,29 @@ class _Interpreter:
         else:                                   # truncated division
             out = (a - np.fmod(a, b)) // b
         return out.astype(dt)
+
+    def bitwise(self, e, dt, ctx) -> np.ndarray:
+        """``&``, ``|``, ``^``, ``~``, ``<<`` and ``>>`` of integers in the expression's dtype, as C computes them
+        (weights unpacked from packed bytes): ``>>`` of a signed value shifts its sign in, ``<<`` wraps to the
+        dtype; a shift by a negative amount or by the width or more is undefined in C, so it is refused."""
+        logical = dt == np.dtype(bool) and isinstance(e, (tirx.BitwiseAnd, tirx.BitwiseOr, tirx.BitwiseXor))
+        if dt is None or _is_float(dt) or (dt == np.dtype(bool) and not logical):
+            # TVM builds no float bitwise node; ``~`` and shifts of a bool promote it to int in C
+            self.refuse(f"{type(e).__name__} of {dt if dt is not None else 'an untyped value'} (integers only)", e)
+        if isinstance(e, tirx.BitwiseNot):
+            return np.invert(self.ev(e.a, ctx).astype(dt))
+        a, b = self.ev(e.a, ctx).astype(dt), self.ev(e.b, ctx)
+        if isinstance(e, (tirx.LShift, tirx.RShift)):
+            amount = b.astype(np.int64)
+            bits = 8 * dt.itemsize
+            if amount.size and (amount.min() < 0 or amount.max() >= bits):
+                bad = int(amount[(amount < 0) | (amount >= bits)][0])
+                self.refuse(f"a shift by {bad} of a {bits}-bit value (undefined in C)", e)
+            if isinstance(e, tirx.RShift):
+                return np.right_shift(a, amount.astype(dt))
+            return np.left_shift(a.astype(np.int64), amount).astype(dt)
+        f = {tirx.BitwiseAnd: np.bitwise_and, tirx.BitwiseOr: np.bitwise_or, tirx.BitwiseXor: np.bitwise_xor}[type(e)]
+        return f(a, b.astype(dt))
 
     def choose(self, cond, then, other, dt, ctx) -> np.ndarray:
         """``cond ? then : other``, each side evaluated only where it is selected (no spurious bounds errors)."""
