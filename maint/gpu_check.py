@@ -69,11 +69,12 @@ def peak_gbps(device_name: str) -> float | None:
     return None
 
 
-def gemm_flops(func) -> int:
+def gemm_flops(func) -> int | None:
     """Floating-point operations of every ``Tx.gemm`` the kernel executes: ``2 * M * N * K`` per execution,
     summed over every block of the grid and every iteration of the serial loops around it (loop extents are
     evaluated per block, so a causal loop bound such as ``min(blocks, bx + 1)`` counts what runs). A gemm under a
-    thread condition counts once per block."""
+    thread condition counts once per block. None for a grid of symbolic size (``ceildiv(m, 64)`` blocks): the
+    count depends on the sizes the kernel is run at."""
     from tvm import tirx
     from tvm.tirx.tile_primitive import TilePrimitiveCall
     from tilelayout.passes.inference.frontend import GemmOp, build_op_graph
@@ -90,8 +91,11 @@ def gemm_flops(func) -> int:
 
     def on_attr(a):
         if a.attr_key == "thread_extent" and str(a.node.thread_tag).startswith("blockIdx."):
-            grid.setdefault(str(a.node.thread_tag), (a.node.var, int(a.value)))
+            value = a.value.value if isinstance(a.value, tirx.IntImm) else None
+            grid.setdefault(str(a.node.thread_tag), (a.node.var, value))
     walk(func.body, [(tirx.AttrStmt, on_attr)])
+    if any(ext is None for _, ext in grid.values()):
+        return None
     block_vars = [grid[t] for t in sorted(grid)]
 
     def count(stmt, ana, times: int) -> int:
@@ -171,12 +175,14 @@ def offline(args) -> int:
         failures += 0 if res.ok else 1
         t = res.times
         flops = gemm_flops(func)
+        gflop = f"{'-':>7}" if flops is None else f"{flops / 1e9:7.4f}"      # '-': a grid of symbolic size
         insts = gemm_report(next(iter(mod.functions.values())))
         print(f"{name + '/' + variant:52} {arch:7} {(t1 - t0) * 1e3:8.1f} {ptx:>6} {t['lower_build_s'] * 1e3:12.1f} "
-              f"{t['run_s'] * 1e3:12.1f} {t['warm_run_s'] * 1e3:11.2f} {flops / 1e9:7.4f}  {res.message[:60]}"
+              f"{t['run_s'] * 1e3:12.1f} {t['warm_run_s'] * 1e3:11.2f} {gflop}  {res.message[:60]}"
               + (f"\n    gemms: {insts}" if insts else ""))
         records.append({"variant": f"{name}/{variant}", "arch": arch, "ok": bool(res.ok), "message": res.message,
-                        "lower_ms": (t1 - t0) * 1e3, "nvcc_s": ptx, "gflop": flops / 1e9, "gemms": insts})
+                        "lower_ms": (t1 - t0) * 1e3, "nvcc_s": ptx, "gflop": None if flops is None else flops / 1e9,
+                        "gemms": insts})
     if not have_nvcc:
         print("nvcc not found: PTX compilation skipped")
     _write_json(args, {"mode": "offline", "variants": records})

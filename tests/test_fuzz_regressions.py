@@ -1326,3 +1326,62 @@ def test_the_unpacking_nest_compiles_with_nvcc():
     finally:
         del os.environ[fuzz.NVCC_ENV]
     assert [o.kind for o in outcomes] == ["ok"] * len(COST_MODELS), outcomes
+
+
+# ---------------------------------------------------------------------------------------------------
+# Bug class (fuzz seed 2807 kernel 29 with ``--nvcc``): the markers that keep addressed shared tiles alive went
+# after the last allocation of their statement sequence, and a gemm at the top level allocates its operand
+# registers there, so the markers landed after the tile's first stores. TVM's storage rewrite then placed the
+# fp8 operand tile on the bytes of a float32 tile that died before those stores, with the marker now naming
+# the float32 buffer, and the CUDA build stopped in LowerIntrin ("tvm_access_ptr element type must match the
+# source buffer"). The markers now follow the addressed tiles' own allocations.
+
+FP8_BESIDE_F32 = '''
+@T.prim_func
+def main(A0: T.Buffer((64, 48), "float32"), A1: T.Buffer((64, 65), "float8_e5m2"), A2: T.Buffer((32, 72), "float8_e5m2"), O0: T.Buffer((64, 48), "float32"), O1: T.Buffer((64, 32), "float32")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 64)
+    f0 = T.alloc_buffer((64, 48), "float32", scope="local.fragment")
+    s0 = T.alloc_buffer((64, 48), "float32", scope="shared.dyn")
+    s1 = T.alloc_buffer((64, 64), "float8_e5m2", scope="shared.dyn")
+    s2 = T.alloc_buffer((32, 64), "float8_e5m2", scope="shared.dyn")
+    f1 = T.alloc_buffer((64, 32), "float32", scope="local.fragment")
+    s3 = T.alloc_buffer((64, 32), "float32", scope="shared.dyn")
+    Tx.copy(s0[0:64, 0:48], A0[0:64, 0:48])
+    Tx.copy(f0[0:64, 0:48], s0[0:64, 0:48])
+    Tx.copy(s1[0:64, 0:64], A1[0:64, 1:1 + 64])
+    Tx.copy(s2[0:32, 0:64], A2[0:32, 8:8 + 64])
+    Tx.gemm(f1[0:64, 0:32], s1[0:64, 0:64], s2[0:32, 0:64], f1[0:64, 0:32], False, True, T.float32(1), T.float32(0), warp_policy="square")
+    Tx.copy(O0[0:64, 0:48], f0[0:64, 0:48])
+    Tx.copy(s3[0:64, 0:32], f1[0:64, 0:32])
+    Tx.copy(O1[0:64, 0:32], s3[0:64, 0:32])
+'''
+
+
+def test_keep_alive_markers_precede_the_first_use_of_an_addressed_tile_and_the_cuda_build_succeeds():
+    from tvm import tirx
+    from tvm.ir import TensorLoad
+    from tilelayout.passes.ir_utils import walk
+    from tilelayout.passes.lowering.pipeline import cuda_source, lower
+    from tilelayout.passes.lowering.shared_liveness import is_keep_alive, merge_overlap
+    _check_end_to_end(FP8_BESIDE_F32)
+    func = parse(FP8_BESIDE_F32)
+    for model in COST_MODELS:
+        lowered = lower(func, cost_model=model)
+        order: list = []           # ("mark" | "use", buffer name) in execution order of the top-level code
+
+        def on_stmt(s):
+            if is_keep_alive(s):
+                order.append(("mark", str(s.value.args[1].name)))
+
+        def on_store(s):
+            order.append(("use", str(s.buffer.name)))
+
+        walk(lowered[list(lowered.functions)[0]].body, [(tirx.Evaluate, on_stmt), (tirx.BufferStore, on_store),
+                                                         (TensorLoad, lambda e: order.append(("use", str(e.source.name))))])
+        for tile in ("s1", "s2"):
+            first_mark = order.index(("mark", tile))
+            first_use = min(k for k, (kind, name) in enumerate(order) if kind == "use" and name == tile)
+            assert first_mark < first_use, f"{model}: {tile} is used before the marker that keeps it alive"
+        assert merge_overlap(lowered) is None
+        assert "mma.sync" in cuda_source(func, cost_model=model)      # TVM's whole CUDA build, no GPU needed

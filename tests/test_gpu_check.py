@@ -25,6 +25,11 @@ def test_gemm_flops_counts_every_block_and_loop_iteration():
     assert gpu_check.gemm_flops(gemm_fp8.VARIANTS["sm90a_e4m3_ss_m64n128k64_t128"]()) == 2 * 64 * 128 * 64
     from cases import elementwise_copy
     assert gpu_check.gemm_flops(elementwise_copy.VARIANTS["fp16_128x128_t128"]()) == 0
+    # a grid of ceildiv(m, 64) blocks: the count depends on m, so none is given (it raised a TypeError)
+    from cases import dequant_gemm, dynamic_tiles
+    assert gpu_check.gemm_flops(dynamic_tiles.VARIANTS["gemm_m_64x64x32_t128"]()) is None
+    # two blocks of a 64x64 tile, four K steps of 64
+    assert gpu_check.gemm_flops(dequant_gemm.VARIANTS["sm80_b64x64x64_s2_t128"]()) == 2 * 4 * 2 * 64 ** 3
 
 
 def test_k_loop_gemms_count_each_iteration():
