@@ -16,7 +16,8 @@ from tvm.ir import Range
 from tilelayout.fragment import Fragment
 from tilelayout.layout import placeholder, substitute
 
-__all__ = ["plan_loop_layout", "plan_vector_width", "is_contiguous_run", "linear_offset", "select_min_padding_width"]
+__all__ = ["plan_loop_layout", "plan_vector_width", "is_contiguous_run", "same_in_group", "linear_offset",
+           "select_min_padding_width"]
 
 
 def linear_offset(indices: Sequence, shape: Sequence):
@@ -98,8 +99,9 @@ def _affine_run(terms: list, var, width: int, bounds: dict) -> bool:
     return coeff == 1
 
 
-def _proved_run(offset, var, extent: int, width: int, bounds: dict) -> bool:
-    """``is_contiguous_run`` by TVM's analyzer (any offset)."""
+def _lane_analyzer(var, extent: int, width: int, bounds: dict) -> tuple:
+    """(analyzer, group, lane): ``var`` written as ``group * width + lane``, every other loop variable of
+    ``bounds`` bound to its range."""
     outer, lane = tirx.Var("v_outer", "int32"), tirx.Var("v_lane", "int32")
     ana = sym.Analyzer()
     for v, ext in bounds.items():
@@ -107,6 +109,12 @@ def _proved_run(offset, var, extent: int, width: int, bounds: dict) -> bool:
             ana.bind(v, Range(0, ext))
     ana.bind(outer, Range(0, extent // width))
     ana.bind(lane, Range(0, width))
+    return ana, outer, lane
+
+
+def _proved_run(offset, var, extent: int, width: int, bounds: dict) -> bool:
+    """``is_contiguous_run`` by TVM's analyzer (any offset)."""
+    ana, outer, lane = _lane_analyzer(var, extent, width, bounds)
     base = ana.simplify(substitute(offset, {var: outer * width}))
     step = ana.simplify(substitute(offset, {var: outer * width + lane}) - base)
     return bool(ana.can_prove_equal(step, lane)) and bool(ana.can_prove(tirx.floormod(base, width) == 0))
@@ -172,25 +180,22 @@ def _gather_free_width(offset, inner, inner_ext: int, cap: int, bounds: dict) ->
     if not _uses(offset, inner):
         return _largest_pow2_at_most(cap)
     width = _largest_pow2_at_most(cap)
-    while width > 1 and not (_same_in_group(offset, inner, inner_ext, width, bounds)
+    while width > 1 and not (same_in_group(offset, inner, inner_ext, width, bounds)
                              or is_contiguous_run(offset, inner, inner_ext, width, bounds)):
         width //= 2
     return width
 
 
-def _same_in_group(offset, var, extent: int, width: int, bounds: dict) -> bool:
-    """``offset`` takes one value inside every aligned group of ``width`` iterations of ``var``."""
+def same_in_group(expr, var, extent: int, width: int, bounds: dict) -> bool:
+    """``expr`` (an index or a condition) takes one value inside every aligned group of ``width`` iterations of
+    ``var``: a register load is then a broadcast, a guard can be evaluated once per vector."""
     if extent % width:
         return False
-    outer, lane = tirx.Var("v_outer", "int32"), tirx.Var("v_lane", "int32")
-    ana = sym.Analyzer()
-    for v, ext in bounds.items():
-        if v is not var:
-            ana.bind(v, Range(0, ext))
-    ana.bind(outer, Range(0, extent // width))
-    ana.bind(lane, Range(0, width))
-    base = substitute(offset, {var: outer * width})
-    return bool(ana.can_prove(substitute(offset, {var: outer * width + lane}) - base == 0))
+    ana, outer, lane = _lane_analyzer(var, extent, width, bounds)
+    full, base = substitute(expr, {var: outer * width + lane}), substitute(expr, {var: outer * width})
+    if str(full.ty) == "bool":
+        return bool(ana.can_prove(tirx.EQ(tirx.Cast("int32", full), tirx.Cast("int32", base))))
+    return bool(ana.can_prove(full == base))
 
 
 def _largest_pow2_at_most(n: int) -> int:

@@ -12,15 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import tvm
-from tvm import sym, tirx
-from tvm.ir import Range, TensorLoad
+from tvm import tirx
+from tvm.ir import TensorLoad
 
 from tilelayout.layout import substitute
 
 from ..hardware import func_target, max_vector_load_bits, normalize_target
 from ..ir_utils import int_value, mapped, mutate, thread_launch, walk
 from .loop_partition import SLOT_LOOP_KEY
-from ..inference.loop_plan import plan_vector_width
+from ..inference.loop_plan import plan_vector_width, same_in_group
 from .atomics import has_atomic
 
 __all__ = ["LoopVectorize", "vectorize_function", "VECTOR_WIDTH_KEY"]
@@ -127,19 +127,7 @@ def slot_loop_width(loop, scope: list, tx, threads: int, target) -> int:
 
 def _invariant(expr, var, extent: int, width: int, outer: list) -> bool:
     """``expr`` takes one value inside every aligned group of ``width`` iterations of ``var``."""
-    if extent % width:
-        return False
-    hi, lane = tirx.Var("v_hi", "int32"), tirx.Var("v_lane", "int32")
-    ana = sym.Analyzer()
-    for v, e in outer:
-        ana.bind(v, Range(0, e))
-    ana.bind(hi, Range(0, extent // width))
-    ana.bind(lane, Range(0, width))
-    full = substitute(expr, {var: hi * width + lane})
-    base = substitute(expr, {var: hi * width})
-    if str(full.ty) == "bool":
-        return bool(ana.can_prove(tirx.EQ(tirx.Cast("int32", full), tirx.Cast("int32", base))))
-    return bool(ana.can_prove(full == base))
+    return same_in_group(expr, var, extent, width, dict(outer))
 
 
 def _vectorize(loop, scope: list, tx, threads: int, target):
