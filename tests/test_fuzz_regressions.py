@@ -1385,3 +1385,55 @@ def test_keep_alive_markers_precede_the_first_use_of_an_addressed_tile_and_the_c
             assert first_mark < first_use, f"{model}: {tile} is used before the marker that keeps it alive"
         assert merge_overlap(lowered) is None
         assert "mma.sync" in cuda_source(func, cost_model=model)      # TVM's whole CUDA build, no GPU needed
+
+
+# ---------------------------------------------------------------------------------------------------
+# Bug class (fuzz seed 2851 kernel 18 with ``--nvcc``): a float16 -> float8 conversion (``Tx.cast`` or a cast
+# in a nest, also through float8 and back) was vectorised by 8 lanes, and apache-tvm 0.27 prints an 8-lane
+# float8 conversion as a C cast between storage vectors (``(uint2)`` of a ``uint4``), which nvcc rejects (and
+# which would reinterpret bytes, not convert). 2 and 4 lanes use the ``__nv_fp8x4`` conversions; a float8
+# conversion now keeps at most 4 lanes, a float8-only copy its full width.
+
+FP8_CASTS = '''
+@T.prim_func
+def main(A: T.Buffer((16, 96), "float16"), O: T.Buffer((16, 96), "float8_e5m2"), P: T.Buffer((16, 96), "float16")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 48)
+    f = T.alloc_buffer((16, 96), "float16", scope="local.fragment")
+    q = T.alloc_buffer((16, 96), "float8_e5m2", scope="local.fragment")
+    Tx.copy(f[0:16, 0:96], A[0:16, 0:96])
+    Tx.cast(q[0:16, 0:96], f[0:16, 0:96])
+    Tx.copy(O[0:16, 0:96], q[0:16, 0:96])
+    for i in T.parallel(16):
+        for j in T.parallel(96):
+            P[i, j] = T.Cast("float16", T.Cast("float8_e4m3fn", f[i, j]))
+'''
+
+
+def test_float8_conversions_keep_four_lanes_and_float8_copies_their_full_width():
+    from tvm import tirx
+    from tilelayout.passes.ir_utils import walk
+    from tilelayout.passes.inference.loop_plan import has_float8_cast
+    from tilelayout.passes.lowering.pipeline import cuda_source, lower
+    _check_end_to_end(FP8_CASTS)
+    func = parse(FP8_CASTS)
+    for model in COST_MODELS:
+        lowered = lower(func, cost_model=model)
+        widths = {}      # converts float8? -> vector widths of the slot loops
+        walk(lowered[list(lowered.functions)[0]].body, [(tirx.For, lambda n: widths.setdefault(
+            has_float8_cast(n.body), []).append(int(n.extent)) if n.kind == tirx.ForKind.VECTORIZED else None)])
+        assert widths.get(True) and max(widths[True]) <= 4, (model, widths)   # measured: 8 lanes do not compile
+        assert max(widths[False]) == 8, (model, widths)        # the copies keep their 8 lanes
+        cuda_source(func, cost_model=model)
+
+
+@pytest.mark.skipif(__import__("shutil").which("nvcc") is None, reason="nvcc is not on PATH")
+def test_float8_conversions_compile_with_nvcc():
+    import os
+    from maint import fuzz
+    os.environ[fuzz.NVCC_ENV] = "1"
+    try:
+        outcomes = fuzz.check(fuzz.Kernel(FP8_CASTS, 48))
+    finally:
+        del os.environ[fuzz.NVCC_ENV]
+    assert [o.kind for o in outcomes] == ["ok"] * len(COST_MODELS), outcomes

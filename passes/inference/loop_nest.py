@@ -53,6 +53,12 @@ class LoopNest:
     def accesses_of(self, buffer: BufferInfo) -> list:
         return [a for a in self.accesses if a.buffer is buffer]
 
+    @cached_property
+    def casts_float8(self) -> bool:
+        """A user nest whose expressions convert to or from float8 (its vector width is capped for that)."""
+        from .loop_plan import has_float8_cast
+        return isinstance(self.op, ParallelOp) and has_float8_cast(self.op.root)
+
     @property
     def touches_fragment(self) -> bool:
         return any(a.buffer.is_fragment for a in self.accesses)

@@ -16,8 +16,10 @@ from tvm.ir import Range
 from tilelayout.fragment import Fragment
 from tilelayout.layout import placeholder, substitute
 
+from ..ir_utils import walk
+
 __all__ = ["plan_loop_layout", "plan_vector_width", "is_contiguous_run", "same_in_group", "linear_offset",
-           "select_min_padding_width"]
+           "select_min_padding_width", "has_float8_cast"]
 
 
 def linear_offset(indices: Sequence, shape: Sequence):
@@ -120,7 +122,8 @@ def _proved_run(offset, var, extent: int, width: int, bounds: dict) -> bool:
     return bool(ana.can_prove_equal(step, lane)) and bool(ana.can_prove(tirx.floormod(base, width) == 0))
 
 
-def plan_vector_width(loop_vars: Sequence, extents: Sequence[int], accesses: Sequence, max_bits: int) -> int:
+def plan_vector_width(loop_vars: Sequence, extents: Sequence[int], accesses: Sequence, max_bits: int,
+                      casts_float8: bool = False) -> int:
     """Vector width of a loop nest from its accesses (``accesses``: (BufferInfo, indices, is_write)).
 
     Memory (global/shared) accesses must be contiguous and aligned along the innermost loop variable;
@@ -138,6 +141,8 @@ def plan_vector_width(loop_vars: Sequence, extents: Sequence[int], accesses: Seq
     bounds = {v: e for v, e in zip(loop_vars, extents) if isinstance(e, int)}
     # the widest element of the statement caps every access's lanes (the rule the io-aware model uses too)
     lanes = max(1, max_bits // max(buf.bits for buf, _, _ in accesses)) if accesses else limit
+    if casts_float8 or _converts_float8(accesses):
+        lanes = min(lanes, FLOAT8_CONVERSION_LANES)
     memory_width, local_width = None, math.gcd(limit, lanes)
     for buf, indices, is_write in accesses:
         if buf.is_fragment or buf.is_local:
@@ -172,6 +177,32 @@ def _contiguous_width(offset, inner, inner_ext: int, cap: int, bounds: dict) -> 
     while width > 1 and not is_contiguous_run(offset, inner, inner_ext, width, bounds):
         width //= 2
     return width
+
+
+#: most lanes of a vectorised conversion to or from a float8 type: apache-tvm 0.27's CUDA generator converts
+#: 2 and 4 lanes (``__nv_fp8x4_e4m3`` and its kin) but prints 8 as a C cast between storage vectors (``(uint2)``
+#: of a ``uint4``), which nvcc rejects; measured for float16, bfloat16 and float32 both ways, e4m3 and e5m2
+FLOAT8_CONVERSION_LANES = 4
+
+
+def has_float8_cast(stmt) -> bool:
+    """``stmt`` converts a value to or from a float8 type somewhere in its expressions (``T.Cast("float16",
+    T.Cast("float8_e4m3fn", x))`` touches no float8 buffer, yet its vector needs a float8 conversion)."""
+    found = []
+
+    def on_cast(c):
+        if str(c.ty).startswith("float8") or str(c.value.ty).startswith("float8"):
+            found.append(c)
+
+    walk(stmt, [(tirx.Cast, on_cast)])
+    return bool(found)
+
+
+def _converts_float8(accesses: Sequence) -> bool:
+    """A statement reading or writing a float8 buffer beside a buffer of another dtype converts between them
+    (a cast to or from float8); a float8-only copy moves bytes and keeps its full width."""
+    dtypes = {str(buf.dtype) for buf, _, _ in accesses}
+    return any(d.startswith("float8") for d in dtypes) and len(dtypes) > 1
 
 
 def _gather_free_width(offset, inner, inner_ext: int, cap: int, bounds: dict) -> int:

@@ -20,7 +20,7 @@ from tilelayout.layout import substitute
 from ..hardware import func_target, max_vector_load_bits, normalize_target
 from ..ir_utils import int_value, mapped, mutate, thread_launch, walk
 from .loop_partition import SLOT_LOOP_KEY
-from ..inference.loop_plan import plan_vector_width, same_in_group
+from ..inference.loop_plan import has_float8_cast, plan_vector_width, same_in_group
 from .atomics import has_atomic
 
 __all__ = ["LoopVectorize", "vectorize_function", "VECTOR_WIDTH_KEY"]
@@ -37,6 +37,7 @@ class _Buf:
     bits: int
     shape: list
     scope: str
+    dtype: str = ""
 
     @property
     def is_fragment(self) -> bool:
@@ -87,7 +88,8 @@ def _accesses(body) -> list:
 
     def info(buf) -> _Buf:
         return _Buf(str(buf.name), tvm.DataType(buf.dtype).bits, [int_value(s) if int_value(s) is not None else s
-                                                                  for s in buf.shape], buf.scope() or "global")
+                                                                  for s in buf.shape], buf.scope() or "global",
+                    str(buf.dtype))
 
     walk(body, [(tirx.BufferStore, lambda s: out.append((info(s.buffer), list(s.indices), True))),
                 (TensorLoad, lambda e: out.append((info(e.source), list(e.indices), False)))])
@@ -118,7 +120,8 @@ def slot_loop_width(loop, scope: list, tx, threads: int, target) -> int:
     outer = list(scope) + ([(tx, threads)] if tx is not None else [])
     loop_vars = [v for v, _ in outer] + [loop.loop_var]
     extents = [e for _, e in outer] + [ext]
-    width = plan_vector_width(loop_vars, extents, [a for a in accesses if a[1]], max_bits)
+    width = plan_vector_width(loop_vars, extents, [a for a in accesses if a[1]], max_bits,
+                              has_float8_cast(loop.body))
     conds = _conditions(loop.body)
     while width > 1 and not all(_invariant(c, loop.loop_var, ext, width, outer) for c in conds):
         width //= 2
