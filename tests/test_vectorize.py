@@ -157,3 +157,62 @@ def test_register_loads_keep_a_width_where_each_group_reads_one_register_or_cons
         run = (np.diff(groups, axis=1) == 1).all() and (groups[:, 0] % w == 0).all()
         return same or run
     assert fits(got) and (got == 8 or not fits(2 * got))     # 8: float16's 128-bit cap
+
+
+def _lane_kernel(dtype: str, lanes: int, expr: str, n: int = 16):
+    """A kernel storing ``expr`` (over ``a[o * lanes + s]``) in a ``lanes``-wide vector loop."""
+    return tvm.script.from_source(f'''
+@T.prim_func
+def main(A: T.Buffer((512,), "{dtype}"), B: T.Buffer((512,), "{dtype}")):
+    T.func_attr({{"target": T.target({{"kind": "cuda", "arch": "sm_90"}})}})
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 32)
+    a = T.alloc_local(({n},), "{dtype}")
+    b = T.alloc_local(({n},), "{dtype}")
+    for s in T.serial({n}):
+        a[s] = A[tx * {n} + s]
+    for o in T.serial({n // lanes}):
+        for s in T.vectorized({lanes}):
+            b[o * {lanes} + s] = {expr.format(x=f"a[o * {lanes} + s]")}
+    for s in T.serial({n}):
+        B[tx * {n} + s] = b[s]
+''')
+
+
+#: (dtype, stored value): the operations apache-tvm 0.27's CUDA generator got wrong at 4 or 8 lanes
+LANE_LIMITED = [
+    ("int8", 'T.shift_right({x}, T.int8(4))'), ("int8", 'T.shift_left({x}, T.Cast("int8", (s + tx) % 2 * 4))'),
+    ("uint8", 'T.bitwise_and({x}, T.uint8(15))'), ("int32", 'T.bitwise_xor({x}, T.int32(6))'),
+    ("int8", '{x} * T.int8(3)'), ("int8", 'T.max({x}, T.int8(1))'), ("int16", 'T.min({x}, T.int16(1))'),
+    ("float16", 'T.Select({x} > T.float16(0), {x}, T.float16(0))'),
+    ("float16", 'T.Cast("float16", T.Cast("float8_e4m3fn", {x}))'),
+]
+
+
+@pytest.mark.parametrize("dtype,expr", LANE_LIMITED)
+def test_value_lane_cap_names_the_limit_of_every_measured_operation(dtype, expr):
+    from tilelayout.passes.inference.loop_plan import (FLOAT8_CONVERSION_LANES, INTEGER_BITWISE_LANES,
+                                                       NARROW_ARITHMETIC_LANES, value_lane_cap)
+    func = _lane_kernel(dtype, 2, expr)
+    want = INTEGER_BITWISE_LANES if "shift" in expr or "bitwise" in expr else \
+        FLOAT8_CONVERSION_LANES if "float8" in expr else NARROW_ARITHMETIC_LANES
+    assert value_lane_cap(func.body) == want
+
+
+def test_value_lane_cap_ignores_addresses_and_plain_moves():
+    from tilelayout.passes.inference.loop_plan import value_lane_cap
+    # index arithmetic (// and % in the load and store indices) is per lane scalar; a cast of a load, fp16 adds
+    assert value_lane_cap(_lane_kernel("float16", 8, '{x} + {x}').body) is None
+    assert value_lane_cap(_lane_kernel("float16", 8, 'T.Cast("float16", T.Cast("float32", {x}))').body) is None
+
+
+@pytest.mark.skipif(__import__("shutil").which("nvcc") is None, reason="nvcc is not on PATH")
+@pytest.mark.parametrize("dtype,expr", LANE_LIMITED)
+def test_every_lane_limited_operation_compiles_at_its_cap(dtype, expr):
+    """At the width ``value_lane_cap`` allows, TVM builds the kernel and nvcc compiles it to PTX."""
+    from tilelayout.passes.inference.loop_plan import value_lane_cap
+    from tilelayout.passes.lowering.pipeline import compile_ptx
+    cap = value_lane_cap(_lane_kernel(dtype, 2, expr).body)
+    func = _lane_kernel(dtype, cap, expr)
+    source = tvm.compile(func, target=func.attrs["target"]).mod.imports[0].inspect_source("cuda")
+    compile_ptx(source, func.attrs["target"])

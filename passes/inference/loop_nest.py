@@ -54,10 +54,10 @@ class LoopNest:
         return [a for a in self.accesses if a.buffer is buffer]
 
     @cached_property
-    def casts_float8(self) -> bool:
-        """A user nest whose expressions convert to or from float8 (its vector width is capped for that)."""
-        from .loop_plan import has_float8_cast
-        return isinstance(self.op, ParallelOp) and has_float8_cast(self.op.root)
+    def value_lane_cap(self):
+        """Most vector lanes a user nest's stored values allow (``loop_plan.value_lane_cap``), or None."""
+        from .loop_plan import value_lane_cap
+        return value_lane_cap(self.op.root) if isinstance(self.op, ParallelOp) else None
 
     @property
     def touches_fragment(self) -> bool:

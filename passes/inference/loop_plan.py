@@ -10,8 +10,9 @@ import functools
 import math
 from typing import Sequence
 
+import tvm
 from tvm import sym, tirx
-from tvm.ir import Range
+from tvm.ir import Range, TensorLoad
 
 from tilelayout.fragment import Fragment
 from tilelayout.layout import placeholder, substitute
@@ -19,7 +20,7 @@ from tilelayout.layout import placeholder, substitute
 from ..ir_utils import walk
 
 __all__ = ["plan_loop_layout", "plan_vector_width", "is_contiguous_run", "same_in_group", "linear_offset",
-           "select_min_padding_width", "has_float8_cast"]
+           "select_min_padding_width", "value_lane_cap"]
 
 
 def linear_offset(indices: Sequence, shape: Sequence):
@@ -123,7 +124,7 @@ def _proved_run(offset, var, extent: int, width: int, bounds: dict) -> bool:
 
 
 def plan_vector_width(loop_vars: Sequence, extents: Sequence[int], accesses: Sequence, max_bits: int,
-                      casts_float8: bool = False) -> int:
+                      value_cap: int | None = None) -> int:
     """Vector width of a loop nest from its accesses (``accesses``: (BufferInfo, indices, is_write)).
 
     Memory (global/shared) accesses must be contiguous and aligned along the innermost loop variable;
@@ -141,8 +142,10 @@ def plan_vector_width(loop_vars: Sequence, extents: Sequence[int], accesses: Seq
     bounds = {v: e for v, e in zip(loop_vars, extents) if isinstance(e, int)}
     # the widest element of the statement caps every access's lanes (the rule the io-aware model uses too)
     lanes = max(1, max_bits // max(buf.bits for buf, _, _ in accesses)) if accesses else limit
-    if casts_float8 or _converts_float8(accesses):
+    if _converts_float8(accesses):
         lanes = min(lanes, FLOAT8_CONVERSION_LANES)
+    if value_cap is not None:        # what the stored values' operations allow (``value_lane_cap``)
+        lanes = min(lanes, value_cap)
     memory_width, local_width = None, math.gcd(limit, lanes)
     for buf, indices, is_write in accesses:
         if buf.is_fragment or buf.is_local:
@@ -185,17 +188,44 @@ def _contiguous_width(offset, inner, inner_ext: int, cap: int, bounds: dict) -> 
 FLOAT8_CONVERSION_LANES = 4
 
 
-def has_float8_cast(stmt) -> bool:
-    """``stmt`` converts a value to or from a float8 type somewhere in its expressions (``T.Cast("float16",
-    T.Cast("float8_e4m3fn", x))`` touches no float8 buffer, yet its vector needs a float8 conversion)."""
-    found = []
+#: most lanes of a vector of integer ``&``, ``|``, ``^``, ``~``, ``<<`` or ``>>``: at 4 lanes apache-tvm 0.27 stops
+#: in LowerIntrin on an 8-bit shift by one amount for every lane, at 8 lanes nvcc rejects every integer width
+INTEGER_BITWISE_LANES = 2
+#: most lanes of an integer multiply, divide, modulo, min, max, or of any select: at 8 lanes (8- and 16-bit
+#: integers, float16 selects) apache-tvm 0.27 prints code nvcc rejects, or has no CUDA type for the mask
+NARROW_ARITHMETIC_LANES = 4
+_BITWISE = (tirx.BitwiseAnd, tirx.BitwiseOr, tirx.BitwiseXor, tirx.BitwiseNot, tirx.LShift, tirx.RShift)
+_INTEGER_ARITHMETIC = (tirx.Mul, tirx.Div, tirx.Mod, tirx.FloorDiv, tirx.FloorMod, tirx.Min, tirx.Max)
 
-    def on_cast(c):
-        if str(c.ty).startswith("float8") or str(c.value.ty).startswith("float8"):
-            found.append(c)
 
-    walk(stmt, [(tirx.Cast, on_cast)])
-    return bool(found)
+def value_lane_cap(stmt) -> int | None:
+    """The most lanes apache-tvm 0.27's CUDA generator emits correctly for the values ``stmt`` stores (measured
+    op by op with nvcc: ``tests/test_vectorize.py``), or None when nothing in them limits the width. Addresses
+    (the indices of loads and stores) are scalar per lane and do not count."""
+    caps: list = []
+
+    def visit(e) -> None:
+        if isinstance(e, TensorLoad) or not isinstance(e, tvm.ir.Expr):
+            return
+        if isinstance(e, tirx.Cast):
+            if str(e.ty).startswith("float8") or str(e.value.ty).startswith("float8"):
+                caps.append(FLOAT8_CONVERSION_LANES)
+            visit(e.value)
+            return
+        if isinstance(e, _BITWISE):
+            caps.append(INTEGER_BITWISE_LANES)
+        elif isinstance(e, tirx.Select) or (isinstance(e, _INTEGER_ARITHMETIC) and not str(e.ty).startswith(("float", "bfloat"))):
+            caps.append(NARROW_ARITHMETIC_LANES)
+        for name in ("a", "b", "value", "condition", "true_value", "false_value"):
+            child = getattr(e, name, None)
+            if child is not None and child is not e:
+                visit(child)
+        if isinstance(e, tvm.ir.Call):
+            for arg in e.args:
+                visit(arg)
+
+    walk(stmt, [(tirx.BufferStore, lambda s: visit(s.value))])
+    return min(caps) if caps else None
 
 
 def _converts_float8(accesses: Sequence) -> bool:

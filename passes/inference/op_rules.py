@@ -200,7 +200,7 @@ def _scan_lanes(nest: LoopNest, state) -> int:
 def _vector_width(nest: LoopNest, state, extents=None) -> int:
     max_bits = max_vector_load_bits(state.target, global_only=not nest.touches_shared and not nest.touches_fragment)
     accesses = [(a.buffer, a.indices, a.is_write) for a in nest.accesses if not a.is_constant]
-    return plan_vector_width(nest.loop_vars, extents or nest.extents, accesses, max_bits, nest.casts_float8)
+    return plan_vector_width(nest.loop_vars, extents or nest.extents, accesses, max_bits, nest.value_lane_cap)
 
 
 def _partial_fragment_plan(nest: LoopNest, state):

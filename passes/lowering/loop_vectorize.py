@@ -20,7 +20,7 @@ from tilelayout.layout import substitute
 from ..hardware import func_target, max_vector_load_bits, normalize_target
 from ..ir_utils import int_value, mapped, mutate, thread_launch, walk
 from .loop_partition import SLOT_LOOP_KEY
-from ..inference.loop_plan import has_float8_cast, plan_vector_width, same_in_group
+from ..inference.loop_plan import plan_vector_width, same_in_group, value_lane_cap
 from .atomics import has_atomic
 
 __all__ = ["LoopVectorize", "vectorize_function", "VECTOR_WIDTH_KEY"]
@@ -121,7 +121,7 @@ def slot_loop_width(loop, scope: list, tx, threads: int, target) -> int:
     loop_vars = [v for v, _ in outer] + [loop.loop_var]
     extents = [e for _, e in outer] + [ext]
     width = plan_vector_width(loop_vars, extents, [a for a in accesses if a[1]], max_bits,
-                              has_float8_cast(loop.body))
+                              value_lane_cap(loop.body))
     conds = _conditions(loop.body)
     while width > 1 and not all(_invariant(c, loop.loop_var, ext, width, outer) for c in conds):
         width //= 2
