@@ -1316,16 +1316,23 @@ def test_an_unpacking_nest_never_gathers_registers_into_a_vector():
         assert checked, f"{model}: no vectorised loop reads a register array (the unpacking nest stayed scalar)"
 
 
-@pytest.mark.skipif(__import__("shutil").which("nvcc") is None, reason="nvcc is not on PATH")
-def test_the_unpacking_nest_compiles_with_nvcc():
+def _nvcc_outcome_kinds(text: str, threads: int) -> list:
+    """The fuzzer's verdict per model on ``text`` with its nvcc check on (``--nvcc``)."""
     import os
     from maint import fuzz
     os.environ[fuzz.NVCC_ENV] = "1"
     try:
-        outcomes = fuzz.check(fuzz.Kernel(UNPACK, 128))
+        return [o.kind for o in fuzz.check(fuzz.Kernel(text, threads))]
     finally:
         del os.environ[fuzz.NVCC_ENV]
-    assert [o.kind for o in outcomes] == ["ok"] * len(COST_MODELS), outcomes
+
+
+needs_nvcc = pytest.mark.skipif(__import__("shutil").which("nvcc") is None, reason="nvcc is not on PATH")
+
+
+@needs_nvcc
+def test_the_unpacking_nest_compiles_with_nvcc():
+    assert _nvcc_outcome_kinds(UNPACK, 128) == ["ok"] * len(COST_MODELS)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -1428,16 +1435,9 @@ def test_float8_conversions_keep_four_lanes_and_float8_copies_their_full_width()
         cuda_source(func, cost_model=model)
 
 
-@pytest.mark.skipif(__import__("shutil").which("nvcc") is None, reason="nvcc is not on PATH")
+@needs_nvcc
 def test_float8_conversions_compile_with_nvcc():
-    import os
-    from maint import fuzz
-    os.environ[fuzz.NVCC_ENV] = "1"
-    try:
-        outcomes = fuzz.check(fuzz.Kernel(FP8_CASTS, 48))
-    finally:
-        del os.environ[fuzz.NVCC_ENV]
-    assert [o.kind for o in outcomes] == ["ok"] * len(COST_MODELS), outcomes
+    assert _nvcc_outcome_kinds(FP8_CASTS, 48) == ["ok"] * len(COST_MODELS)
 
 
 # ---------------------------------------------------------------------------------------------------
