@@ -186,6 +186,7 @@ LANE_LIMITED = [
     ("int8", '{x} * T.int8(3)'), ("int8", 'T.max({x}, T.int8(1))'), ("int16", 'T.min({x}, T.int16(1))'),
     ("float16", 'T.Select({x} > T.float16(0), {x}, T.float16(0))'),
     ("float16", 'T.Cast("float16", T.Cast("float8_e4m3fn", {x}))'),
+    ("int8", 'T.Cast("int8", s + o * 4 + tx)'),
 ]
 
 
@@ -194,7 +195,7 @@ def test_value_lane_cap_names_the_limit_of_every_measured_operation(dtype, expr)
     from tilelayout.passes.inference.loop_plan import (FLOAT8_CONVERSION_LANES, INTEGER_BITWISE_LANES,
                                                        NARROW_ARITHMETIC_LANES, value_lane_cap)
     func = _lane_kernel(dtype, 2, expr)
-    want = INTEGER_BITWISE_LANES if "shift" in expr or "bitwise" in expr else \
+    want = INTEGER_BITWISE_LANES if "shift" in expr or "bitwise" in expr or "{x}" not in expr else \
         FLOAT8_CONVERSION_LANES if "float8" in expr else NARROW_ARITHMETIC_LANES
     assert value_lane_cap(func.body) == want
 

@@ -189,7 +189,8 @@ FLOAT8_CONVERSION_LANES = 4
 
 
 #: most lanes of a vector of integer ``&``, ``|``, ``^``, ``~``, ``<<`` or ``>>``: at 4 lanes apache-tvm 0.27 stops
-#: in LowerIntrin on an 8-bit shift by one amount for every lane, at 8 lanes nvcc rejects every integer width
+#: in LowerIntrin on an 8-bit shift by one amount for every lane, at 8 lanes nvcc rejects every integer width;
+#: also of a loop index narrowed to 8 bits (4 lanes: nvcc rejects the char4 of an int4 ramp)
 INTEGER_BITWISE_LANES = 2
 #: most lanes of an integer multiply, divide, modulo, min, max, or of any select: at 8 lanes (8- and 16-bit
 #: integers, float16 selects) apache-tvm 0.27 prints code nvcc rejects, or has no CUDA type for the mask
@@ -210,6 +211,8 @@ def value_lane_cap(stmt) -> int | None:
         if isinstance(e, tirx.Cast):
             if str(e.ty).startswith("float8") or str(e.value.ty).startswith("float8"):
                 caps.append(FLOAT8_CONVERSION_LANES)
+            elif str(e.ty) in ("int8", "uint8") and not _reads_memory(e.value):
+                caps.append(INTEGER_BITWISE_LANES)   # 4 lanes of an index (a ramp) narrowed to bytes: nvcc rejects
             visit(e.value)
             return
         if isinstance(e, _BITWISE):
@@ -226,6 +229,12 @@ def value_lane_cap(stmt) -> int | None:
 
     walk(stmt, [(tirx.BufferStore, lambda s: visit(s.value))])
     return min(caps) if caps else None
+
+
+def _reads_memory(expr) -> bool:
+    found = []
+    walk(expr, [(TensorLoad, found.append)])
+    return bool(found)
 
 
 def _converts_float8(accesses: Sequence) -> bool:
