@@ -1407,9 +1407,10 @@ NVCC_ENV = "TILELAYOUT_FUZZ_NVCC"
 
 
 def _nvcc_problem(lowered) -> str | None:
-    """Why nvcc rejects the CUDA that apache-tvm generates for a lowered kernel, or None. Bug class: source TVM
-    emits but nvcc refuses (eight-lane 32-bit index vectors of a gathered register read, printed as
-    ``make_longlong4`` with eight arguments), which neither the CPU run nor TVM's own passes can see."""
+    """Why the CUDA build of a lowered kernel fails past the point ``merge_overlap`` checks, or None: TVM's own
+    build stopping (LowerIntrin on a marker renamed onto a buffer of another dtype, on an 8-bit vector shift),
+    or nvcc rejecting what TVM printed (8-lane index vectors as ``make_longlong4`` with eight arguments, 8-lane
+    float8 conversions as C casts between storage vectors). Neither the CPU run nor the merge check sees them."""
     import shutil
     import tvm
     from tilelayout.passes.lowering.pipeline import compile_ptx
@@ -1418,6 +1419,9 @@ def _nvcc_problem(lowered) -> str | None:
     target = lowered[list(lowered.functions)[0]].attrs["target"]
     try:
         source = tvm.compile(lowered, target=target).mod.imports[0].inspect_source("cuda")
+    except Exception as err:  # noqa: BLE001 -- TVM's complaint is the finding
+        return "TVM's CUDA build failed: " + (str(err).strip().splitlines() or ["?"])[-1][:300]
+    try:
         compile_ptx(source, target)
     except Exception as err:  # noqa: BLE001 -- nvcc's complaint is the finding
         text = str(err).splitlines()
