@@ -186,7 +186,7 @@ LANE_LIMITED = [
     ("int8", '{x} * T.int8(3)'), ("int8", 'T.max({x}, T.int8(1))'), ("int16", 'T.min({x}, T.int16(1))'),
     ("float16", 'T.Select({x} > T.float16(0), {x}, T.float16(0))'),
     ("float16", 'T.Cast("float16", T.Cast("float8_e4m3fn", {x}))'),
-    ("int8", 'T.Cast("int8", s + o * 4 + tx)'),
+    ("int8", 'T.Cast("int8", s + o * 4 + tx)'), ("float32", '{x} * T.float32(3)'), ("float32", 'T.max({x}, T.float32(0))'),
 ]
 
 
@@ -217,3 +217,27 @@ def test_every_lane_limited_operation_compiles_at_its_cap(dtype, expr):
     func = _lane_kernel(dtype, cap, expr)
     source = tvm.compile(func, target=func.attrs["target"]).mod.imports[0].inspect_source("cuda")
     compile_ptx(source, func.attrs["target"])
+
+
+def test_a_global_float32_multiply_on_sm100_keeps_four_lanes():
+    """Pure global statements get 256-bit vectors from sm_100 on, and apache-tvm 0.27 mis-emits an 8-lane float32
+    multiply (nvcc: "too many arguments in function call"); a plain copy keeps its 8 lanes."""
+    widths = {}
+    for expr in ("A[i, j] * T.float32(2.0)", "A[i, j]"):
+        func = tvm.script.from_source(f'''
+@T.prim_func
+def main(A: T.Buffer((64, 256), "float32"), B: T.Buffer((64, 256), "float32")):
+    T.func_attr({{"target": T.target({{"kind": "cuda", "arch": "sm_100"}})}})
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 128)
+    for i in T.parallel(64):
+        for j in T.parallel(256):
+            B[i, j] = {expr}
+''')
+        lowered = lower(func)
+        found = []
+        from tilelayout.passes.ir_utils import walk
+        walk(lowered[list(lowered.functions)[0]].body,
+             [(tirx.For, lambda n: found.append(int(n.extent)) if n.kind == tirx.ForKind.VECTORIZED else None)])
+        widths[expr] = max(found)
+    assert widths == {"A[i, j] * T.float32(2.0)": 4, "A[i, j]": 8}

@@ -192,11 +192,12 @@ FLOAT8_CONVERSION_LANES = 4
 #: in LowerIntrin on an 8-bit shift by one amount for every lane, at 8 lanes nvcc rejects every integer width;
 #: also of a loop index narrowed to 8 bits (4 lanes: nvcc rejects the char4 of an int4 ramp)
 INTEGER_BITWISE_LANES = 2
-#: most lanes of an integer multiply, divide, modulo, min, max, or of any select: at 8 lanes (8- and 16-bit
-#: integers, float16 selects) apache-tvm 0.27 prints code nvcc rejects, or has no CUDA type for the mask
+#: most lanes of an integer multiply, divide, modulo, min, max (a float32 one too: 256-bit statements on sm_100+),
+#: or of any select: at 8 lanes (8- and 16-bit integers, float32, float16 selects) apache-tvm 0.27 prints code
+#: nvcc rejects, or has no CUDA type for the mask
 NARROW_ARITHMETIC_LANES = 4
 _BITWISE = (tirx.BitwiseAnd, tirx.BitwiseOr, tirx.BitwiseXor, tirx.BitwiseNot, tirx.LShift, tirx.RShift)
-_INTEGER_ARITHMETIC = (tirx.Mul, tirx.Div, tirx.Mod, tirx.FloorDiv, tirx.FloorMod, tirx.Min, tirx.Max)
+_ARITHMETIC = (tirx.Mul, tirx.Div, tirx.Mod, tirx.FloorDiv, tirx.FloorMod, tirx.Min, tirx.Max)
 
 
 def value_lane_cap(stmt) -> int | None:
@@ -217,7 +218,8 @@ def value_lane_cap(stmt) -> int | None:
             return
         if isinstance(e, _BITWISE):
             caps.append(INTEGER_BITWISE_LANES)
-        elif isinstance(e, tirx.Select) or (isinstance(e, _INTEGER_ARITHMETIC) and not str(e.ty).startswith(("float", "bfloat"))):
+        elif isinstance(e, tirx.Select) or (isinstance(e, _ARITHMETIC) and (
+                not str(e.ty).startswith(("float", "bfloat")) or tvm.DataType(str(e.ty)).bits >= 32)):
             caps.append(NARROW_ARITHMETIC_LANES)
         for name in ("a", "b", "value", "condition", "true_value", "false_value"):
             child = getattr(e, name, None)
