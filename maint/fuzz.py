@@ -1065,9 +1065,23 @@ def _pick(rng: random.Random, weights: dict) -> str:
     return key
 
 
+#: target of a generated kernel -> weight; sm_90 (no attribute, the library's default) keeps the kernels of
+#: earlier runs unchanged. Bug classes: mma.sync against wgmma gemms (sm_80, sm_90a), the 256-bit vectors of
+#: pure global statements from sm_100 on (an 8-lane float32 multiply nvcc rejected)
+ARCHS = {"sm_90": 6, "sm_80": 2, "sm_90a": 1, "sm_100": 1}
+
+
 def generate(seed: int, index: int, max_steps: int = 5) -> Kernel:
-    """Kernel ``index`` of ``seed`` (independent of every other kernel)."""
-    return Gen(random.Random(f"tilelayout-fuzz:{seed}:{index}"), max_steps).build()
+    """Kernel ``index`` of ``seed`` (independent of every other kernel). Its target is drawn from a stream of its
+    own, so the kernel's text is the one earlier runs generated, with a target attribute added off sm_90."""
+    kernel = Gen(random.Random(f"tilelayout-fuzz:{seed}:{index}"), max_steps).build()
+    arch = _pick(random.Random(f"tilelayout-fuzz-arch:{seed}:{index}"), ARCHS)
+    if arch != "sm_90":
+        head, _, rest = kernel.text.partition("\n    bx = ")
+        attr = f'    T.func_attr({{"target": T.target({{"kind": "cuda", "arch": "{arch}"}})}})'
+        kernel.text = f"{head}\n{attr}\n    bx = {rest}"
+        kernel.notes = sorted(set(kernel.notes) | {f"arch-{arch}"})
+    return kernel
 
 
 # ----------------------------------------------------------------------------------------- checker

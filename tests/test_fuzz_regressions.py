@@ -1482,3 +1482,45 @@ def test_integer_shifts_keep_two_lanes_and_the_cuda_build_succeeds():
         walk(lowered[list(lowered.functions)[0]].body, [(tirx.For, on_for)])
         assert all(w <= 2 for w in shifts), (model, shifts)
         cuda_source(func, cost_model=model)          # TVM's whole CUDA build (LowerIntrin included)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Bug class (fuzz seed 3003 kernel 21 with ``--nvcc``): an index that TVM's flattening would rewrite wrongly is
+# hidden behind a ``Let`` (``index_guard``); inside an 8-lane vector store the hidden index took the lane with
+# it, so TVM's vectoriser built 8-lane int32 index vectors (``make_longlong4`` with eight arguments), which nvcc
+# rejects. An index that moves with the lane one element at a time now keeps the lane outside the ``Let``.
+
+GUARDED_STORE = '''
+@T.prim_func
+def main(A0: T.Buffer((16, 48), "float16"), A1: T.Buffer((16, 48), "float16"), O0: T.Buffer((16, 48), "float16")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 32)
+    f0 = T.alloc_buffer((16, 48), "float16", scope="local.fragment")
+    Tx.copy(f0[0:16, 0:48], A0[0:16, 0:48])
+    for i in T.parallel(16):
+        for j in T.parallel(48):
+            if i % 2 == 1:
+                O0[i, j] = (f0[i, j] * A1[i, j])
+'''
+
+
+def test_a_hidden_index_in_a_vector_store_keeps_the_lane_outside_the_let():
+    from tvm import tirx
+    from tilelayout.passes.ir_utils import walk
+    from tilelayout.passes.lowering.pipeline import cuda_source, lower
+    _check_end_to_end(GUARDED_STORE)
+    func = parse(GUARDED_STORE)
+    for model in COST_MODELS:
+        lowered = lower(func, cost_model=model)
+        hidden = []
+
+        def on_for(n):
+            if n.kind == tirx.ForKind.VECTORIZED:
+                walk(n.body, [(tirx.Let, lambda let: hidden.append((n.loop_var, let)))])
+        walk(lowered[list(lowered.functions)[0]].body, [(tirx.For, on_for)])
+        assert hidden, f"{model}: no index was hidden inside a vector loop (the case no longer exercises it)"
+        for lane, let in hidden:
+            used = []
+            walk(let.value, [(tirx.Var, lambda v: used.append(v) if v.same_as(lane) else None)])
+            assert not used, f"{model}: the vector lane is hidden in {let}"
+        assert "make_longlong4" not in cuda_source(func, cost_model=model)

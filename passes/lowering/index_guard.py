@@ -12,7 +12,8 @@ checked here the way flattening will treat it -- rewritten with TVM's own ``iter
 loop and thread ranges in scope, with and without the enclosing conditions as predicate, then compared with
 the original by exact enumeration wherever the conditions hold -- and an index whose value would change is
 hidden behind a ``Let`` (which the rewriting does not look through). Indices TVM handles correctly are left
-alone, so vectorisation still sees them.
+alone, so vectorisation still sees them; inside a vector loop a hidden index that moves one element per lane
+keeps the lane outside its ``Let`` (``_hide``), so it stays a ramp.
 """
 from __future__ import annotations
 
@@ -102,12 +103,53 @@ def _changed_by_flattening(indices: list, shape: list, ranges: dict, conditions:
         return True
 
 
-def _hide(indices: list) -> list:
+def _lane_part(idx, lane, ranges: dict):
+    """``idx - idx[lane := 0]`` when that is ``lane`` or 0 at every point of ``ranges`` (checked by exact
+    enumeration), else None: the part of an index inside a vector that can stay outside the ``Let``."""
+    from tilelayout.layout import substitute
+    if lane is None or not any(v.same_as(lane) for v in _free(idx)):
+        return None
+    names = _free(idx)
+    if any(v not in ranges for v in names):
+        return None
+    size = 1
+    for v in names:
+        size *= ranges[v][1]
+    if size > ENUMERATION_LIMIT:
+        return None
+    env, shape = {}, [ranges[v][1] for v in names]
+    for axis, v in enumerate(names):
+        view = [1] * len(names)
+        view[axis] = ranges[v][1]
+        env[v] = (np.arange(ranges[v][1], dtype=np.int64) + ranges[v][0]).reshape(view)
+    base = substitute(idx, {lane: tirx.const(0, "int32")})
+    try:
+        step = np.broadcast_to(evaluate(idx, env) - evaluate(base, env), shape)
+    except TileLayoutError:
+        return None
+    lanes = np.broadcast_to(env[lane], shape)
+    if np.array_equal(step, lanes):
+        return base, lane
+    if not step.any():
+        return base, None
+    return None
+
+
+def _hide(indices: list, lane=None, ranges: dict | None = None) -> list:
+    """Each index holding a floor division or modulo behind a ``Let``. Inside a vector loop (``lane``), an index
+    that moves with the lane one element at a time, or not at all, keeps the lane outside: ``Let(base) + lane``
+    is a ramp to TVM's vectoriser, where a hidden lane made it build 8-lane int32 index vectors that its CUDA
+    generator prints as ``make_longlong4`` with eight arguments (fuzz seed 3003 kernel 21)."""
     out = []
     for k, idx in enumerate(indices):
         if _has_div_mod(idx):
             v = tirx.Var(f"idx{k}", str(idx.ty) if hasattr(idx, "ty") else "int32")
-            idx = tirx.Let(v, idx, v)
+            split = _lane_part(idx, lane, ranges or {})
+            if split is None:
+                idx = tirx.Let(v, idx, v)
+            else:
+                base, moving = split
+                idx = tirx.Let(v, base, v) if moving is None else tirx.Let(v, base, v) + moving
         out.append(idx)
     return out
 
@@ -119,6 +161,7 @@ def protect_indices(body, tx=None, threads: int = 1):
         ranges[tx] = (0, threads)
 
     conditions: list = []
+    lanes: list = []              # enclosing vectorised loop variables, innermost last
 
     def fix(buf, indices):
         indices = list(indices)
@@ -127,7 +170,7 @@ def protect_indices(body, tx=None, threads: int = 1):
         shape = [int_value(s) for s in buf.shape]
         if any(s is None for s in shape) or not _changed_by_flattening(indices, shape, ranges, tuple(conditions)):
             return None
-        return _hide(indices)
+        return _hide(indices, lanes[-1] if lanes else None, ranges)
 
     handlers: list = []
 
@@ -151,9 +194,15 @@ def protect_indices(body, tx=None, threads: int = 1):
         lo, ext = int_value(loop.min), int_value(loop.extent)
         if lo is not None and ext is not None and ext > 0:
             ranges[loop.loop_var] = (lo, ext)
-        out = mutator.default_mutate(loop)
-        ranges.pop(loop.loop_var, None)
-        return out
+        vector = loop.kind == tirx.ForKind.VECTORIZED
+        if vector:
+            lanes.append(loop.loop_var)
+        try:
+            return mutator.default_mutate(loop)
+        finally:
+            ranges.pop(loop.loop_var, None)
+            if vector:
+                lanes.pop()
 
     def on_store(s, mutator):
         s = mutator.default_mutate(s)
