@@ -53,6 +53,16 @@ def _flat(indices: list, shape: list):
     return out
 
 
+def _grid(names: list, ranges: dict) -> tuple:
+    """(environment, shape): every variable of ``names`` over its range, as broadcastable axes of one grid."""
+    env, shape = {}, [ranges[v][1] for v in names]
+    for axis, v in enumerate(names):
+        view = [1] * len(names)
+        view[axis] = ranges[v][1]
+        env[v] = (np.arange(ranges[v][1], dtype=np.int64) + ranges[v][0]).reshape(view)
+    return env, shape
+
+
 def _changed_by_flattening(indices: list, shape: list, ranges: dict, conditions: tuple = ()) -> bool:
     """Would ``iter_map_simplify`` of the flattened index, with or without ``conditions`` (the enclosing
     ``if`` conditions) as its predicate, compute a different value somewhere in ``ranges`` where the
@@ -88,11 +98,7 @@ def _changed_by_flattening(indices: list, shape: list, ranges: dict, conditions:
         size *= ranges[v][1]
     if size > ENUMERATION_LIMIT:
         return True
-    env, shape_all = {}, [ranges[v][1] for v in names]
-    for axis, v in enumerate(names):
-        view = [1] * len(names)
-        view[axis] = ranges[v][1]
-        env[v] = (np.arange(ranges[v][1], dtype=np.int64) + ranges[v][0]).reshape(view)
+    env, shape_all = _grid(names, ranges)
     try:
         want = np.broadcast_to(evaluate(flat, env), shape_all)
         where = np.broadcast_to(evaluate(predicate, env), shape_all).astype(bool) if predicate is not None \
@@ -117,11 +123,7 @@ def _lane_part(idx, lane, ranges: dict):
         size *= ranges[v][1]
     if size > ENUMERATION_LIMIT:
         return None
-    env, shape = {}, [ranges[v][1] for v in names]
-    for axis, v in enumerate(names):
-        view = [1] * len(names)
-        view[axis] = ranges[v][1]
-        env[v] = (np.arange(ranges[v][1], dtype=np.int64) + ranges[v][0]).reshape(view)
+    env, shape = _grid(names, ranges)
     base = substitute(idx, {lane: tirx.const(0, "int32")})
     try:
         step = np.broadcast_to(evaluate(idx, env) - evaluate(base, env), shape)
