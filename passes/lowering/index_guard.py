@@ -25,6 +25,7 @@ from tvm.ir import Range, TensorLoad
 
 from tilelayout.errors import TileLayoutError
 from tilelayout.evaluate import evaluate
+from tilelayout.layout import substitute
 
 from ..ir_utils import int_value, mutate, walk
 
@@ -53,8 +54,14 @@ def _flat(indices: list, shape: list):
     return out
 
 
-def _grid(names: list, ranges: dict) -> tuple:
-    """(environment, shape): every variable of ``names`` over its range, as broadcastable axes of one grid."""
+def _grid(names: list, ranges: dict) -> tuple | None:
+    """(environment, shape): every variable of ``names`` over its range, as broadcastable axes of one grid;
+    None when the grid has more than ``ENUMERATION_LIMIT`` points."""
+    size = 1
+    for v in names:
+        size *= ranges[v][1]
+    if size > ENUMERATION_LIMIT:
+        return None
     env, shape = {}, [ranges[v][1] for v in names]
     for axis, v in enumerate(names):
         view = [1] * len(names)
@@ -93,12 +100,10 @@ def _changed_by_flattening(indices: list, shape: list, ranges: dict, conditions:
             names.append(v)
     if any(v not in ranges for v in names):
         names, predicate = list(variables), None      # a condition on a value without a range: compare everywhere
-    size = 1
-    for v in names:
-        size *= ranges[v][1]
-    if size > ENUMERATION_LIMIT:
+    grid = _grid(names, ranges)
+    if grid is None:
         return True
-    env, shape_all = _grid(names, ranges)
+    env, shape_all = grid
     try:
         want = np.broadcast_to(evaluate(flat, env), shape_all)
         where = np.broadcast_to(evaluate(predicate, env), shape_all).astype(bool) if predicate is not None \
@@ -112,18 +117,13 @@ def _changed_by_flattening(indices: list, shape: list, ranges: dict, conditions:
 def _lane_part(idx, lane, ranges: dict):
     """``idx - idx[lane := 0]`` when that is ``lane`` or 0 at every point of ``ranges`` (checked by exact
     enumeration), else None: the part of an index inside a vector that can stay outside the ``Let``."""
-    from tilelayout.layout import substitute
-    if lane is None or not any(v.same_as(lane) for v in _free(idx)):
-        return None
     names = _free(idx)
-    if any(v not in ranges for v in names):
+    if lane is None or not any(v.same_as(lane) for v in names) or any(v not in ranges for v in names):
         return None
-    size = 1
-    for v in names:
-        size *= ranges[v][1]
-    if size > ENUMERATION_LIMIT:
+    grid = _grid(names, ranges)
+    if grid is None:
         return None
-    env, shape = _grid(names, ranges)
+    env, shape = grid
     base = substitute(idx, {lane: tirx.const(0, "int32")})
     try:
         step = np.broadcast_to(evaluate(idx, env) - evaluate(base, env), shape)
