@@ -1426,15 +1426,15 @@ def _nvcc_problem(lowered) -> str | None:
     or nvcc rejecting what TVM printed (8-lane index vectors as ``make_longlong4`` with eight arguments, 8-lane
     float8 conversions as C casts between storage vectors). Neither the CPU run nor the merge check sees them."""
     import shutil
-    import tvm
-    from tilelayout.passes.lowering.pipeline import compile_ptx
+    from tilelayout.errors import LoweringError
+    from tilelayout.passes.lowering.pipeline import compile_ptx, lowered_cuda_source
     if shutil.which("nvcc") is None:
         return None
     target = lowered[list(lowered.functions)[0]].attrs["target"]
     try:
-        source = tvm.compile(lowered, target=target).mod.imports[0].inspect_source("cuda")
-    except Exception as err:  # noqa: BLE001 -- TVM's complaint is the finding
-        return "TVM's CUDA build failed: " + (str(err).strip().splitlines() or ["?"])[-1][:300]
+        source = lowered_cuda_source(lowered, target)
+    except LoweringError as err:  # TVM's complaint is the finding
+        return "TVM's CUDA build failed: " + str(err).rsplit("}: ", 1)[-1][:300]   # after the printed target
     try:
         compile_ptx(source, target)
     except Exception as err:  # noqa: BLE001 -- nvcc's complaint is the finding

@@ -146,8 +146,7 @@ def device_target(major: int, minor: int):
 # --------------------------------------------------------------------------------------- offline
 
 def offline(args) -> int:
-    from tilelayout.passes.lowering.pipeline import compile_ptx, check_case, lower
-    import tvm
+    from tilelayout.passes.lowering.pipeline import compile_ptx, check_case, lower, lowered_cuda_source
     have_nvcc = shutil.which("nvcc") is not None
     failures = 0
     records = []
@@ -162,7 +161,7 @@ def offline(args) -> int:
         t1 = time.perf_counter()
         ptx = "-"
         if have_nvcc:
-            src = tvm.compile(mod, target=target).mod.imports[0].inspect_source("cuda")
+            src = lowered_cuda_source(mod, target)
             t2 = time.perf_counter()
             try:
                 compile_ptx(src, target)

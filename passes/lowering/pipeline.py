@@ -108,8 +108,15 @@ def cuda_source(func, target=None, cost_model=None) -> str:
     target = normalize_target(func_target(_as_func(func), target))
     if target.kind.name != "cuda":
         raise ValueError(f"cuda_source needs a CUDA target, got {target}")
-    ex = _compile(lower(func, target, cost_model), target)
-    return _device_source(ex)
+    return lowered_cuda_source(lower(func, target, cost_model), target)
+
+
+def lowered_cuda_source(mod, target=None) -> str:
+    """CUDA C of an already lowered module (``lower``'s result): TVM's whole CUDA build, no GPU needed. A build
+    TVM stops raises ``LoweringError``."""
+    mod = mod if isinstance(mod, tvm.IRModule) else tvm.IRModule({"main": mod})
+    target = normalize_target(target if target is not None else func_target(next(iter(mod.functions.values()))))
+    return _device_source(_compile(mod, target))
 
 
 def _device_source(ex) -> str:
