@@ -35,6 +35,24 @@ def _check_end_to_end(text: str) -> None:
         assert res.ok, f"{model}: {res.message}"
 
 
+def _vector_loops(lowered) -> list:
+    """Every vectorised loop of a lowered one-function module, outermost first."""
+    from tvm import tirx
+    from tilelayout.passes.ir_utils import walk
+    loops: list = []
+    walk(lowered[list(lowered.functions)[0]].body,
+         [(tirx.For, lambda n: loops.append(n) if n.kind == tirx.ForKind.VECTORIZED else None)])
+    return loops
+
+
+def _nodes(tree, kind) -> list:
+    """Every node of type ``kind`` in ``tree``."""
+    from tilelayout.passes.ir_utils import walk
+    found: list = []
+    walk(tree, [(kind, found.append)])
+    return found
+
+
 def _roundtrip(layout: Layout) -> None:
     """inverse(forward(x)) == x at every point, by enumeration (the inverse is taken first: tabulating the
     layout before would fix its output shape by enumeration and hide a wrong symbolic one)."""
@@ -1282,7 +1300,6 @@ def test_an_unpacking_nest_never_gathers_registers_into_a_vector():
     from tvm import tirx
     from tvm.ir import TensorLoad
     from tilelayout.evaluate import evaluate
-    from tilelayout.passes.ir_utils import walk
     from tilelayout.passes.lowering.pipeline import lower
     _check_end_to_end(UNPACK)
     func = parse(UNPACK)
@@ -1291,22 +1308,16 @@ def test_an_unpacking_nest_never_gathers_registers_into_a_vector():
     nibbles = np.stack([(packed << 4 & 0xFF) ^ 0x80, (packed & 0xFF) ^ 0x80], axis=-1) - 0x80   # sign-extended
     np.testing.assert_array_equal(out["O"], (nibbles >> 4).reshape(64, 128).astype(np.float16))
     for model in COST_MODELS:
-        lowered = lower(func, cost_model=model)
-        loops = []
-        walk(lowered[list(lowered.functions)[0]].body,
-             [(tirx.For, lambda n: loops.append(n) if n.kind == tirx.ForKind.VECTORIZED else None)])
         checked = 0
-        for loop in loops:
+        for loop in _vector_loops(lower(func, cost_model=model)):
             width = int(loop.extent)
-            loads = []
-            walk(loop.body, [(TensorLoad, lambda n: loads.append(n) if str(n.source.scope()).startswith("local")
-                              else None)])
+            loads = [n for n in _nodes(loop.body, TensorLoad) if str(n.source.scope()).startswith("local")]
             for load in loads:
                 checked += 1
                 free = []
-                walk(load.indices[0], [(tirx.Var, lambda v: free.append(v) if not any(v.same_as(w) for w in free)
-                                        else None)])
-                free = [v for v in free if not v.same_as(loop.loop_var)]
+                for v in _nodes(load.indices[0], tirx.Var):
+                    if not v.same_as(loop.loop_var) and not any(v.same_as(w) for w in free):
+                        free.append(v)
                 for row in np.random.default_rng(0).integers(0, 16, size=(32, len(free))):
                     env = {v: np.int64(x) for v, x in zip(free, row)}
                     env[loop.loop_var] = np.arange(width, dtype=np.int64)
@@ -1369,7 +1380,7 @@ def test_keep_alive_markers_precede_the_first_use_of_an_addressed_tile_and_the_c
     from tvm import tirx
     from tvm.ir import TensorLoad
     from tilelayout.passes.ir_utils import walk
-    from tilelayout.passes.lowering.pipeline import cuda_source, lower
+    from tilelayout.passes.lowering.pipeline import lower, lowered_cuda_source
     from tilelayout.passes.lowering.shared_liveness import is_keep_alive, merge_overlap
     _check_end_to_end(FP8_BESIDE_F32)
     func = parse(FP8_BESIDE_F32)
@@ -1391,7 +1402,7 @@ def test_keep_alive_markers_precede_the_first_use_of_an_addressed_tile_and_the_c
             first_use = min(k for k, (kind, name) in enumerate(order) if kind == "use" and name == tile)
             assert first_mark < first_use, f"{model}: {tile} is used before the marker that keeps it alive"
         assert merge_overlap(lowered) is None
-        assert "mma.sync" in cuda_source(func, cost_model=model)      # TVM's whole CUDA build, no GPU needed
+        assert "mma.sync" in lowered_cuda_source(lowered)      # TVM's whole CUDA build, no GPU needed
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -1418,21 +1429,18 @@ def main(A: T.Buffer((16, 96), "float16"), O: T.Buffer((16, 96), "float8_e5m2"),
 
 
 def test_float8_conversions_keep_four_lanes_and_float8_copies_their_full_width():
-    from tvm import tirx
-    from tilelayout.passes.ir_utils import walk
     from tilelayout.passes.inference.loop_plan import FLOAT8_CONVERSION_LANES, value_lane_cap
-    from tilelayout.passes.lowering.pipeline import cuda_source, lower
+    from tilelayout.passes.lowering.pipeline import lower, lowered_cuda_source
     _check_end_to_end(FP8_CASTS)
     func = parse(FP8_CASTS)
     for model in COST_MODELS:
         lowered = lower(func, cost_model=model)
         widths = {}      # converts float8? -> vector widths of the slot loops
-        walk(lowered[list(lowered.functions)[0]].body, [(tirx.For, lambda n: widths.setdefault(
-            value_lane_cap(n.body) == FLOAT8_CONVERSION_LANES, []).append(int(n.extent))
-            if n.kind == tirx.ForKind.VECTORIZED else None)])
+        for n in _vector_loops(lowered):
+            widths.setdefault(value_lane_cap(n.body) == FLOAT8_CONVERSION_LANES, []).append(int(n.extent))
         assert widths.get(True) and max(widths[True]) <= 4, (model, widths)   # measured: 8 lanes do not compile
         assert max(widths[False]) == 8, (model, widths)        # the copies keep their 8 lanes
-        cuda_source(func, cost_model=model)
+        lowered_cuda_source(lowered)
 
 
 @needs_nvcc
@@ -1466,22 +1474,14 @@ def main(A: T.Buffer((12,), "int8"), O: T.Buffer((24,), "float16")):
 
 def test_integer_shifts_keep_two_lanes_and_the_cuda_build_succeeds():
     from tvm import tirx
-    from tilelayout.passes.ir_utils import walk
-    from tilelayout.passes.lowering.pipeline import cuda_source, lower
+    from tilelayout.passes.lowering.pipeline import lower, lowered_cuda_source
     _check_end_to_end(SHIFT_BY_ONE_AMOUNT)
     func = parse(SHIFT_BY_ONE_AMOUNT)
     for model in COST_MODELS:
         lowered = lower(func, cost_model=model)
-        shifts = []
-
-        def on_for(n):
-            found = []
-            walk(n.body, [(tirx.RShift, found.append)])
-            if n.kind == tirx.ForKind.VECTORIZED and found:
-                shifts.append(int(n.extent))
-        walk(lowered[list(lowered.functions)[0]].body, [(tirx.For, on_for)])
+        shifts = [int(n.extent) for n in _vector_loops(lowered) if _nodes(n.body, tirx.RShift)]
         assert all(w <= 2 for w in shifts), (model, shifts)
-        cuda_source(func, cost_model=model)          # TVM's whole CUDA build (LowerIntrin included)
+        lowered_cuda_source(lowered)          # TVM's whole CUDA build (LowerIntrin included)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -1506,21 +1506,14 @@ def main(A0: T.Buffer((16, 48), "float16"), A1: T.Buffer((16, 48), "float16"), O
 
 def test_a_hidden_index_in_a_vector_store_keeps_the_lane_outside_the_let():
     from tvm import tirx
-    from tilelayout.passes.ir_utils import walk
-    from tilelayout.passes.lowering.pipeline import cuda_source, lower
+    from tilelayout.passes.lowering.pipeline import lower, lowered_cuda_source
     _check_end_to_end(GUARDED_STORE)
     func = parse(GUARDED_STORE)
     for model in COST_MODELS:
         lowered = lower(func, cost_model=model)
-        hidden = []
-
-        def on_for(n):
-            if n.kind == tirx.ForKind.VECTORIZED:
-                walk(n.body, [(tirx.Let, lambda let: hidden.append((n.loop_var, let)))])
-        walk(lowered[list(lowered.functions)[0]].body, [(tirx.For, on_for)])
+        hidden = [(n.loop_var, let) for n in _vector_loops(lowered) for let in _nodes(n.body, tirx.Let)]
         assert hidden, f"{model}: no index was hidden inside a vector loop (the case no longer exercises it)"
         for lane, let in hidden:
-            used = []
-            walk(let.value, [(tirx.Var, lambda v: used.append(v) if v.same_as(lane) else None)])
+            used = [v for v in _nodes(let.value, tirx.Var) if v.same_as(lane)]
             assert not used, f"{model}: the vector lane is hidden in {let}"
-        assert "make_longlong4" not in cuda_source(func, cost_model=model)
+        assert "make_longlong4" not in lowered_cuda_source(lowered)
