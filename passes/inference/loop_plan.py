@@ -163,9 +163,7 @@ def plan_vector_width(loop_vars: Sequence, extents: Sequence[int], accesses: Seq
             if is_write:
                 return 1
             continue
-        width = _largest_pow2_at_most(min(limit, lanes))
-        while width > 1 and not is_contiguous_run(offset, inner, inner_ext, width, bounds):
-            width //= 2
+        width = _contiguous_width(offset, inner, inner_ext, min(limit, lanes), bounds)
         memory_width = width if memory_width is None else math.gcd(memory_width, width)
     if memory_width is None:
         return _largest_pow2_at_most(local_width)
@@ -176,8 +174,13 @@ def _contiguous_width(offset, inner, inner_ext: int, cap: int, bounds: dict) -> 
     """The widest power of two up to ``cap`` over which ``offset`` moves contiguously with ``inner``."""
     if not _uses(offset, inner):
         return 1
+    return _widest(cap, lambda w: is_contiguous_run(offset, inner, inner_ext, w, bounds))
+
+
+def _widest(cap: int, fits) -> int:
+    """The widest power of two up to ``cap`` that ``fits`` (1 when none wider does)."""
     width = _largest_pow2_at_most(cap)
-    while width > 1 and not is_contiguous_run(offset, inner, inner_ext, width, bounds):
+    while width > 1 and not fits(width):
         width //= 2
     return width
 
@@ -251,11 +254,8 @@ def _gather_free_width(offset, inner, inner_ext: int, cap: int, bounds: dict) ->
     (a broadcast) or consecutive, aligned ones (a vector load) at ``offset``."""
     if not _uses(offset, inner):
         return _largest_pow2_at_most(cap)
-    width = _largest_pow2_at_most(cap)
-    while width > 1 and not (same_in_group(offset, inner, inner_ext, width, bounds)
-                             or is_contiguous_run(offset, inner, inner_ext, width, bounds)):
-        width //= 2
-    return width
+    return _widest(cap, lambda w: same_in_group(offset, inner, inner_ext, w, bounds)
+                   or is_contiguous_run(offset, inner, inner_ext, w, bounds))
 
 
 def same_in_group(expr, var, extent: int, width: int, bounds: dict) -> bool:
