@@ -255,3 +255,90 @@ def test_row_classes_group_exactly_the_equal_rows(data):
         assert (table[reps][cls] == table).all()
         assert len(reps) == len(np.unique(want))
         assert all(len(set(want[cls == c])) == 1 for c in range(len(reps)))
+
+
+def _both_ways(src, dst, threads: int, elem_bytes: int, pad: int) -> tuple:
+    """(one-row count, seated count) of both sides of a one-round trip (``_access`` with and without the
+    shortcut for sides whose (phase, step) rows all have one shape), and how many sides took the shortcut."""
+    shape = [int(s) for s in src.input_shape]
+    sides = [(cv._side(src, threads, True), int(src.output_shape[-1])),
+             (cv._side(dst, threads, False), int(dst.output_shape[-1]))]
+    return _sides_both_ways(sides, int(np.prod(shape[:-1])), shape[-1], elem_bytes, pad)
+
+
+def _sides_both_ways(sides: list, rows: int, cols: int, elem_bytes: int, pad: int) -> tuple:
+    out, taken = [], 0
+    for side, inner in sides:
+        fast = cv._access(side, cols + pad, rows, cols, inner, elem_bytes, 32, whole=True)
+        slow = cv._access(side, cols + pad, rows, cols, inner, elem_bytes, 32, whole=False)
+        taken += cv._uniform_wavefronts(side, fast[2], cols, rows, cols + pad, elem_bytes, 32) is not None
+        out.append((fast, slow))
+    return out, taken
+
+
+def _table_side(elem: np.ndarray) -> "cv._Side":
+    """A side whose thread t holds element ``elem[t, s]`` in slot s (threads from 0, in (thread, slot) order)."""
+    threads, slots = elem.shape
+    return cv._Side(elem.reshape(-1).astype(np.int64), np.repeat(np.arange(threads, dtype=np.int64), slots),
+                    np.tile(np.arange(slots, dtype=np.int64), threads))
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=st.data())
+def test_one_row_count_equals_the_seated_count_on_arbitrary_tables(data):
+    """Counting one (phase, step) row and multiplying gives what seating every access gives, on (thread, slot)
+    tables of every kind: bit permutations (every row one shape), bit permutations with each tile row
+    rotated by its own amount (rows of several shapes), random permutations, repeated elements (a replicated
+    load side), and rows shifted by part of a word (odd columns at 1- and 2-byte elements)."""
+    threads = data.draw(st.sampled_from([32, 64, 128]))
+    slots = data.draw(st.sampled_from([1, 2, 4, 8]))
+    size = threads * slots
+    cols = data.draw(st.sampled_from([c for c in (4, 8, 16, 32, 64, 128) if size % c == 0]))
+    rng = np.random.default_rng(data.draw(st.integers(0, 10 ** 6)))
+    kind = data.draw(st.sampled_from(["bits", "rotated", "random", "replicated", "odd shift"]))
+    n = size.bit_length() - 1
+    perm = rng.permutation(n)
+    flat = np.arange(size)
+    bits = sum(((flat >> k) & 1) << int(perm[k]) for k in range(n))        # element of cell (t * slots + s)
+    if kind == "rotated":
+        row, col = bits // cols, bits % cols
+        bits = row * cols + (col + rng.integers(0, cols, size=size // cols)[row]) % cols
+    elif kind == "random":
+        bits = rng.permutation(size)
+    elif kind == "replicated":
+        half = bits.reshape(threads, slots)[: threads // 2]
+        bits = np.concatenate([half, half]) if rng.random() < 0.5 else np.repeat(half, 2, axis=0)
+    elif kind == "odd shift":       # each warp's rows moved on by 0-3 elements: shifts of part of a word
+        bits = (bits + rng.integers(0, 4, size=(threads // 32, slots))[flat // slots // 32, flat % slots]) % size
+    table = bits.reshape(threads, slots)
+    elem_bytes = data.draw(st.sampled_from([1, 2, 4, 8]))
+    pad = data.draw(st.sampled_from(cv._pads(elem_bytes)))
+    sides, _ = _sides_both_ways([(_table_side(table), slots)], size // cols, cols, elem_bytes, pad)
+    for fast, slow in sides:
+        assert fast == slow, (kind, elem_bytes, pad)
+
+
+def test_rows_of_one_shape_half_a_word_apart_are_seated():
+    """Lane pairs reading columns (1, 64) of their rows in step 0 and (2, 65) in step 1: one shape, one
+    column (half a 4-byte word at 2-byte elements) apart. Step 0 puts all 32 words in bank 0 (32 wavefronts),
+    step 1 splits them over banks 0 and 1 (16): the shortcut must not count step 0's row twice."""
+    lane = np.arange(32)[:, None]
+    table = np.arange(2)[None, :] + lane % 2 * 63 + lane // 2 * 256 + 1
+    sides, taken = _sides_both_ways([(_table_side(table), 2)], 32, 128, 2, 0)
+    (fast, slow), = sides
+    assert taken == 0 and fast == slow and fast[0] == 32 + 16
+
+
+def test_mma_accumulator_round_trips_are_counted_from_one_row():
+    """The conversion an io-aware epilogue prices (a wgmma / mma.sync accumulator to the row-major layout its
+    store coalesces) takes the one-row count on both sides at every padding, and the count is the seated one."""
+    from tilelayout import Fragment, make_mma_accumulator_fragment, make_wgmma_accumulator_fragment
+    row_major = Fragment([64, 128], lambda i, j: i % 4 * 32 + j // 4, lambda i, j: i // 4 * 4 + j % 4)
+    accumulators = [make_wgmma_accumulator_fragment(64, 128, 128), make_mma_accumulator_fragment(64, 128, 128)]
+    for acc in accumulators:
+        src, dst = acc.bind_thread_range(0, 128), row_major.bind_thread_range(0, 128)
+        for pad in cv._pads(4):
+            cv.clear_caches()
+            sides, taken = _both_ways(src, dst, 128, 4, pad)
+            assert taken == 2, (acc, pad)
+            assert all(fast == slow for fast, slow in sides)

@@ -373,6 +373,24 @@ class _Side:
     _vectors: dict = field(default_factory=dict)
     _aligned: dict = field(default_factory=dict)
     _seated: dict = field(default_factory=dict)
+    _uniform: dict = field(default_factory=dict)
+    _grid: object = False                      # False: not worked out yet
+
+    def grid(self) -> tuple | None:
+        """(first thread, threads, slots) when the cells are every slot 0..S-1 of every thread t0..t0+T-1, i.e.
+        in (thread, slot) order the rows of a T x S table (every unpadded injective fragment), else None."""
+        if self._grid is False:
+            self._grid = None
+            n = self.thread.size
+            if n:
+                t0 = int(self.thread[0])
+                threads = int(self.thread[-1]) - t0 + 1
+                if threads > 0 and n % threads == 0:
+                    slots = n // threads
+                    at = np.arange(n, dtype=np.int64)
+                    if (self.thread == t0 + at // slots).all() and (self.slot == at % slots).all():
+                        self._grid = (t0, threads, slots)
+        return self._grid
 
     def firsts(self, v: int) -> tuple:
         """(cells, thread, step) of the cells that start a ``v``-wide vector of their thread's slots: every
@@ -397,6 +415,8 @@ class _Side:
     def slot_groups(self, width: int) -> bool:
         """In (thread, slot) order, every run of ``width`` cells is one thread's aligned consecutive slots."""
         hit = self._groups.get(width)
+        if hit is None and self.grid() is not None:
+            hit = self._groups[width] = self.grid()[2] % width == 0     # table rows of S slots split evenly
         if hit is None:
             tt = self.thread.reshape(-1, width)
             ss = self.slot.reshape(-1, width)
@@ -478,12 +498,18 @@ def _thread_slot_order(thread: np.ndarray, slot: np.ndarray) -> np.ndarray:
     return order
 
 
-def _access(side: _Side, stride: int, per: int, cols: int, slots_inner: int, elem_bytes: int, warp: int):
+def _access(side: _Side, stride: int, per: int, cols: int, slots_inner: int, elem_bytes: int, warp: int,
+            whole: bool = False):
     """(wavefronts, ideal wavefronts, vector width) of one side of the round trip through a tile ``stride``
     elements per row, ``per`` rows per round; each round issues the slot loop again with only the lanes whose
     element it stages. Who accesses in which step depends on the vector width and the round size, not on
-    the padding: the accesses are seated once per (width, round size) of a side."""
+    the padding: the accesses are seated once per (width, round size) of a side. ``whole``: the tile is staged
+    in one round (then a side whose rows all have one shape is counted from one row, ``_uniform_wavefronts``)."""
     v = _vector(side, stride, per, cols, slots_inner, elem_bytes)
+    if whole:
+        count = _uniform_wavefronts(side, v, cols, per, stride, elem_bytes, warp)
+        if count is not None:
+            return count
     key = (v, per, cols, elem_bytes, warp)
     hit = side._seated.get(key)
     if hit is None:
@@ -503,6 +529,53 @@ def _access(side: _Side, stride: int, per: int, cols: int, slots_inner: int, ele
             return count, ideal, v
     byte_addr = (row * stride + col) * elem_bytes
     return (_seated_wavefronts(seats, thread, steps, byte_addr, access_bytes, warp), ideal, v)
+
+
+def _uniform_wavefronts(side: _Side, v: int, cols: int, rows: int, stride: int, elem_bytes: int, warp: int):
+    """(wavefronts, ideal, v) of a side staged in one round when its accesses form full (phase, step) rows of
+    one shape, else None (the caller seats every access). On a side that is a T x S (thread, slot) table
+    with whole warps, the row of phase g and step k holds the accesses of threads g*P .. g*P+P-1 (P lanes per
+    128-byte phase) at slot k*v; when every row's cells sit a fixed number of tile rows and columns from
+    their row's first cell, the same for every row, and the rows lie whole words apart, each row is the first
+    one with its banks renamed, so the side costs (rows) x (the first row's wavefronts). The shape test is
+    made once per (side, width); only the word test and one row's count depend on the stride."""
+    access_bytes = v * elem_bytes
+    key = (v, cols, rows, elem_bytes, warp)
+    if key not in side._uniform:
+        side._uniform[key] = _uniform_rows(side, v, cols, rows, elem_bytes, warp)
+    hit = side._uniform[key]
+    if hit is None:
+        return None
+    row0, col0, shift, count, ideal = hit
+    if elem_bytes % _BANK_BYTES and ((shift[0] * stride + shift[1]) * elem_bytes % _BANK_BYTES).any():
+        return None
+    words_per = max(1, access_bytes // _BANK_BYTES)
+    words = {int(w) + k for w in (row0 * stride + col0) * elem_bytes // _BANK_BYTES for k in range(words_per)}
+    per_bank: dict = {}
+    for w in words:                 # one row of at most 32 words: counted in Python, not with array calls
+        per_bank[w % _BANKS] = per_bank.get(w % _BANKS, 0) + 1
+    return max(per_bank.values()) * count, ideal, v
+
+
+def _uniform_rows(side: _Side, v: int, cols: int, rows: int, elem_bytes: int, warp: int):
+    """(first row's tile rows, its columns, (row shift, column shift) of every row, rows, ideal wavefronts)
+    for ``_uniform_wavefronts``, or None when the side is not a table of whole warps or its rows differ."""
+    grid = side.grid()
+    if grid is None:
+        return None
+    t0, threads, slots = grid
+    per_phase = _per_phase(v * elem_bytes, warp)
+    if t0 % warp or threads % warp or slots % v or warp % per_phase:
+        return None
+    shape = (threads // per_phase, per_phase, slots)
+    row, col, _ = side.tile(cols, rows)                  # staged in one round: the tile's own rows
+    tile_row, tile_col = row.reshape(shape)[:, :, ::v], col.reshape(shape)[:, :, ::v]
+    d_row, d_col = tile_row - tile_row[:, :1, :], tile_col - tile_col[:, :1, :]
+    if not ((d_row == d_row[:1, :, :1]).all() and (d_col == d_col[:1, :, :1]).all()):
+        return None
+    shift = (tile_row[:, 0, :] - tile_row[0, 0, 0], tile_col[:, 0, :] - tile_col[0, 0, 0])
+    ideal = (threads // warp) * (slots // v) * -(-warp * v * elem_bytes // _WAVEFRONT)
+    return tile_row[0, :, 0], tile_col[0, :, 0], shift, shape[0] * (slots // v), ideal
 
 
 def chunk_rows(rows: int, stride: int, elem_bytes: int, limit: int = SHARED_STAGE_LIMIT) -> int:
@@ -537,8 +610,8 @@ def _shared_cost(src: Fragment, dst: Fragment, threads: int, warp: int, elem_byt
     per = chunk_rows(rows, stride, elem_bytes) or rows
     stage = per * stride * elem_bytes
     put, get = _side(src, threads, True), _side(dst, threads, False)
-    store = _access(put, stride, per, cols, int(src.output_shape[-1]), elem_bytes, warp)
-    load = _access(get, stride, per, cols, int(dst.output_shape[-1]), elem_bytes, warp)
+    store = _access(put, stride, per, cols, int(src.output_shape[-1]), elem_bytes, warp, per == rows)
+    load = _access(get, stride, per, cols, int(dst.output_shape[-1]), elem_bytes, warp, per == rows)
     chunks = rows // per
     return ConversionCost("shared", (store[0] + load[0]) * _WAVEFRONT, stage_bytes=stage, pad=pad,
                           chunk_rows=per, chunks=chunks, wavefronts=store[0] + load[0],
