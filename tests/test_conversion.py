@@ -168,7 +168,7 @@ def test_noop_conversion_lowers_to_register_moves_and_computes():
     func = K.pinned_pair(128)
     graph = build_op_graph(func)
     loop = next(op for op in graph.ops if op.kind == "parallel")
-    split, name = split_fragment(func, graph, Split("x", loop.index, None, "test"))
+    split, name, _ = split_fragment(func, graph, Split("x", loop.index, None, "test"))
     permuted = tl.Fragment([64, 64], lambda i, j: i * 2 + j // 32, lambda i, j: 31 - j % 32)
     pinned = annotate_layouts(split, {"x": ROWS, name: permuted, "y": ROWS})
     result = tl.infer_layouts(pinned)

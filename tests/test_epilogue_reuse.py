@@ -78,3 +78,45 @@ def test_reuse_refuses_a_store_that_is_not_the_last_op(monkeypatch):
     mod = importlib.import_module("cases.conversion_two_consumers")
     _, taken = _infer(mod.VARIANTS["rows_vs_columns_64x64_t128"](), True, monkeypatch)
     assert False in taken
+
+
+def _graph_facts(graph) -> dict:
+    """What inference reads of an op graph, as plain data (statements and variables by identity)."""
+    from tilelayout.passes.inference.frontend import ParallelOp
+    return {
+        "threads": (graph.thread_extent, graph.thread_var.__chandle__() if graph.thread_var is not None else None),
+        "blocks": {k: (v.__chandle__(), str(graph.block_extents[k])) for k, v in graph.block_vars.items()},
+        "buffers": [(b.name, b.var.__chandle__(), b.scope, [str(x) for x in b.shape], b.dtype, b.bits,
+                     b.pinned_layout is None) for b in graph.buffers],
+        "ops": [(type(op).__name__, op.index, op.describe(), op.stmt.__chandle__(),
+                 [l.var.__chandle__() if l.var is not None else None for l in op.serial_loops],
+                 [str(c) for c in op.conditions], op.thread_range,
+                 [str(a) for a in op.accesses] if isinstance(op, ParallelOp) else
+                 [str(r) for r in op.regions()]) for op in graph.ops],
+        "floating": [(b.name, str(a)) for b, a in graph.floating],
+        "aliases": [[b.name for b in group] for group in graph.aliases],
+        "registered": (list(graph.registered_before), graph.registered_at_end),
+    }
+
+
+@pytest.mark.parametrize("case,variant", _variants())
+def test_split_graph_made_from_the_unsplit_one_equals_a_full_build(case, variant, monkeypatch):
+    """``graph_after_split`` gives the op graph walking the split function gives (same buffers in the same
+    order, ops on the same statements, same floating accesses and registers of the walk), wherever it answers;
+    and it answers on every gemm epilogue (the store is the program's last op)."""
+    from tilelayout.passes.inference import frontend
+    made, real = [], frontend.graph_after_split
+
+    def spy(prev, func, reader, replacement):
+        graph = real(prev, func, reader, replacement)
+        made.append(graph)
+        if graph is not None:
+            assert _graph_facts(graph) == _graph_facts(frontend.build_op_graph(func))
+        return graph
+
+    monkeypatch.setattr(conversion_plan, "graph_after_split", spy)
+    _infer(importlib.import_module(f"cases.{case}").VARIANTS[variant](), True, monkeypatch)
+    if case.startswith("gemm_"):
+        assert all(g is not None for g in made)
+    if case == "gemm_pipelined" and not variant.startswith("rowsum"):
+        assert made

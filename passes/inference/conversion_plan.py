@@ -39,7 +39,7 @@ from .resources import MAX_REGISTERS_PER_THREAD
 from .conversion import (CONFIG_KEY, STRICT, ConversionCost, conversion_cost,
                          hand_staged_cost, register_count32, register_walk_error, resolve_conflict_mode,
                          warn_shared)
-from .frontend import ConvertOp, CopyOp, ElementwiseOp, GemmOp, ParallelOp, ReduceOp
+from .frontend import ConvertOp, CopyOp, ElementwiseOp, GemmOp, ParallelOp, ReduceOp, graph_after_split
 
 __all__ = ["infer_with_conversions", "Split", "split_candidates", "split_fragment", "conversion_costs",
            "read_conversions", "register_budget", "MAX_SPLITS", "MAX_EPILOGUES"]
@@ -156,7 +156,8 @@ def conversion_call(dst_var, src_var, plan: dict):
 
 
 def split_fragment(func, graph, split: Split):
-    """``func`` with ``split`` applied: the new version allocated and converted right before the reader."""
+    """(``func`` with ``split`` applied: the new version allocated and converted right before the reader, the
+    new version's name, the statements that replaced the reader's: allocation, conversion, redirected reader)."""
     from ..lowering.loop_partition import mapped, mutate
     buf = graph.buffer(split.buffer)
     op = graph.ops[split.op_index]
@@ -186,13 +187,16 @@ def split_fragment(func, graph, split: Split):
     plan = {"src": buf.name, "dst": name, "kind": "pending"}
     conv = conversion_call(new, buf.var, plan)
 
+    replaced = []
+
     def on_node(node, mutator):
         if node.same_as(op.stmt):
-            return tirx.SeqStmt([tirx.AllocBuffer(new), conv, redirect(node)])
+            replaced.append(tirx.SeqStmt([tirx.AllocBuffer(new), conv, redirect(node)]))
+            return replaced[-1]
         return mutator.default_mutate(node)
 
     body = mutate(func.body, [(tirx.For, on_node), (TilePrimitiveCall, on_node)])
-    return func.with_body(body), name
+    return func.with_body(body), name, replaced[0]
 
 
 # ------------------------------------------------------------------------------------------ costs
@@ -355,10 +359,13 @@ def _try_splits(func, graph, splits, target, cost_model, budget, engine_cls, err
             tried.append(attempt)
             continue
         try:
-            rewritten, _ = split_fragment(func, graph, split)
-            trial = engine_cls(rewritten, target, cost_model, budget)
+            rewritten, _, replaced = split_fragment(func, graph, split)
+            reusing = reuse is not None and REUSE_UNSPLIT_RUN
+            # the split program's op graph from the unsplit one's where that is exact (``graph_after_split``)
+            known = graph_after_split(graph, rewritten, split.op_index, replaced) if reusing else None
+            trial = engine_cls(rewritten, target, cost_model, budget, graph=known)
             trial_state = None
-            if reuse is not None and REUSE_UNSPLIT_RUN:
+            if reusing:
                 trial_state = trial.run_after_epilogue_split(*reuse, split.op_index)
             if trial_state is None:
                 trial_state = trial.run()

@@ -87,6 +87,7 @@ class _Builder:
         self.thread_extents: dict[str, Any] = {}
         self.bound: dict = {}          # Var bound by a `Bind` statement -> its value (for thread conditions)
         self.uniform = uniform_local_buffers(func.body)     # local buffers equal in every thread
+        self.entry = (0, 0)            # ``registered()`` as the statement of the op being built began
 
     # -- buffers ---------------------------------------------------------------------------
     def info(self, var: Any) -> BufferInfo:
@@ -155,8 +156,11 @@ class _Builder:
             for c in s.seq:
                 self.stmt(c)
         elif isinstance(s, TilePrimitiveCall):
+            self.entry = self.registered()
             self.tile_op(s)
         elif isinstance(s, tirx.For):
+            if _KIND_NAMES.get(int(s.kind), "serial") == "parallel":
+                self.entry = self.registered()
             self.for_loop(s)
         elif isinstance(s, tirx.AttrStmt):
             self.attr(s)
@@ -272,6 +276,11 @@ class _Builder:
         if rng is not None:
             op = dataclasses.replace(op, thread_range=rng)
         self.graph.ops.append(op)
+        self.graph.registered_before.append(self.entry)
+
+    def registered(self) -> tuple:
+        """How many buffers and floating accesses the walk has recorded so far."""
+        return len(self.graph.buffers), len(self.graph.floating)
 
     def parallel(self, root: Any) -> None:
         nest = [root]
@@ -627,7 +636,38 @@ def build_op_graph(func: Any) -> OpGraph:
             b.info(p)
     b.stmt(func.body)
     b.graph.aliases = b.alias_groups()
+    b.graph.registered_at_end = b.registered()
     _check_region_handoffs(b.graph)
+    return b.graph
+
+
+def graph_after_split(prev: OpGraph, func: Any, reader: int, replacement: Any) -> OpGraph | None:
+    """The op graph of ``func``: ``prev.func`` with the statement of its op ``reader`` replaced by
+    ``replacement`` (an epilogue split's allocation, conversion and redirected store), made from ``prev``
+    instead of walking the whole function again; None when that is not shown to be what a full build gives.
+
+    It is when the reader is the last op, an unconditional tile op, and the walk recorded nothing (no buffer,
+    no floating access) from the start of its statement to the end: then a full build of ``func`` records
+    everything ``prev`` recorded before that statement, then exactly what the replacement records, then
+    nothing; the ops before the reader are the same statements, so ``prev``'s op objects stand for them.
+    """
+    op = prev.ops[reader] if 0 <= reader < len(prev.ops) else None
+    if op is None or reader != len(prev.ops) - 1 or op.conditions or isinstance(op, ParallelOp) \
+            or prev.registered_before[reader] != prev.registered_at_end:
+        return None
+    b = _Builder.__new__(_Builder)
+    b.func = func
+    b.graph = OpGraph(func=func, thread_var=prev.thread_var, thread_extent=prev.thread_extent,
+                      block_vars=dict(prev.block_vars), block_extents=dict(prev.block_extents),
+                      buffers=list(prev.buffers), ops=list(prev.ops[:reader]), floating=list(prev.floating),
+                      aliases=list(prev.aliases), registered_before=list(prev.registered_before[:reader]))
+    b.infos = {info.var: info for info in prev.buffers}
+    b.data_of, b.keys, b.thread_extents, b.bound = {}, {}, {}, {}
+    b.loops, b.conds = list(op.serial_loops), []
+    b.uniform = UniformLocals()        # read only for conditions, and the reader has none
+    b.entry = b.registered()
+    b.stmt(replacement)
+    b.graph.registered_at_end = b.registered()
     return b.graph
 
 

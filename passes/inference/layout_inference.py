@@ -238,12 +238,13 @@ def _merge_swizzles(a, b, buf):
 
 
 class _Engine:
-    def __init__(self, func, target, cost_model, budget: int | None = None, policy_override: dict | None = None):
+    def __init__(self, func, target, cost_model, budget: int | None = None, policy_override: dict | None = None,
+                 graph=None):
         self.func = func
         self.budget = budget            # per-thread 32-bit registers; attempts over it lose (None: no limit)
         self.target = normalize_target(func_target(func, target))
         self.model = get_cost_model(cost_model)
-        self.graph = build_op_graph(func)
+        self.graph = graph if graph is not None else build_op_graph(func)      # ``graph``: func's, made already
         check_block_threads(self.graph.thread_extent, self.target, self.graph.func_name)
         names = [b.name for b in self.graph.buffers]
         dup = sorted({n for n in names if names.count(n) > 1})

@@ -129,7 +129,20 @@ def _region_nest(op, dst: Region, srcs: list) -> LoopNest:
 
 
 def nest_of(op) -> LoopNest | None:
-    """The loop nest an op behaves like, or None for ops with their own rules (reduce, gemm)."""
+    """The loop nest an op behaves like, or None for ops with their own rules (reduce, gemm). Kept on the op:
+    the engine, the cost model and an epilogue split's engine (which shares the ops before the split with the
+    unsplit program's graph) all ask for it, and a nest is a fact about the op alone."""
+    hit = op.__dict__.get("_nest", _NO_NEST)
+    if hit is _NO_NEST:
+        hit = _build_nest(op)
+        object.__setattr__(op, "_nest", hit)       # ops are frozen dataclasses; the nest is not one of their fields
+    return hit
+
+
+_NO_NEST = object()
+
+
+def _build_nest(op) -> LoopNest | None:
     if isinstance(op, ParallelOp):
         extents = _static_extents(op.extents, op)
         for m in op.mins:

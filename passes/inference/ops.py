@@ -449,6 +449,9 @@ class OpGraph:
     ops: list = field(default_factory=list)
     floating: list = field(default_factory=list)        # [(BufferInfo, Access)]
     aliases: list = field(default_factory=list)         # [[BufferInfo, ...]] sharing data
+    # (buffers, floating accesses) the walk had recorded as each op's statement began, and at its end
+    registered_before: list = field(default_factory=list)
+    registered_at_end: tuple = (0, 0)
 
     def fragments(self) -> list[BufferInfo]:
         return [b for b in self.buffers if b.is_fragment]
