@@ -120,3 +120,42 @@ def test_split_graph_made_from_the_unsplit_one_equals_a_full_build(case, variant
         assert all(g is not None for g in made)
     if case == "gemm_pipelined" and not variant.startswith("rowsum"):
         assert made
+
+
+def _store_then(after: str):
+    """A 64x64 fragment stored to C, followed by ``after`` (TVMScript lines at the body's indentation)."""
+    import tvm
+    lines = [
+        "# from tvm.script import tirx as T",
+        "@T.prim_func",
+        "def kernel(A: T.Buffer((64, 64), \"float32\"), C: T.Buffer((64, 64), \"float32\"), "
+        "D: T.Buffer((64, 64), \"float32\")):",
+        "    bx = T.launch_thread(\"blockIdx.x\", 1)",
+        "    tx = T.launch_thread(\"threadIdx.x\", 128)",
+        "    F = T.alloc_buffer((64, 64), \"float32\", scope=\"local.fragment\")",
+        "    T.tile.copy(F[0:64, 0:64], A[0:64, 0:64])",
+        "    T.tile.copy(C[0:64, 0:64], F[0:64, 0:64])",
+    ] + [f"    {line}" for line in after]
+    return tvm.script.from_source("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize("after,answers", [
+    ([], True),
+    (["G = T.alloc_buffer((64, 64), \"float32\", scope=\"local.fragment\")"], False),   # a buffer after the store
+    (["T.tile.copy(D[0:64, 0:64], F[0:64, 0:64])"], False),                                   # the store is not last
+])
+def test_split_graph_is_made_only_when_nothing_follows_the_store(after, answers):
+    """The store to C, split: made from the unsplit graph (and equal to a full build) when it ends the walk; not
+    made when the walk records a buffer after it, or another op follows it."""
+    from tilelayout.passes.inference import frontend
+    from tilelayout.passes.inference.conversion_plan import Split, split_fragment
+    func = _store_then(after)
+    graph = frontend.build_op_graph(func)
+    split = Split("F", 1, None, "stage F")
+    rewritten, _, replaced = split_fragment(func, graph, split)
+    made = frontend.graph_after_split(graph, rewritten, 1, replaced)
+    assert (made is not None) == answers
+    if made is not None:
+        assert _graph_facts(made) == _graph_facts(frontend.build_op_graph(rewritten))
+        assert [type(op).__name__ for op in made.ops] == ["CopyOp", "ConvertOp", "CopyOp"]
+        assert made.ops[0] is graph.ops[0]

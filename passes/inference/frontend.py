@@ -646,15 +646,18 @@ def graph_after_split(prev: OpGraph, func: Any, reader: int, replacement: Any) -
     ``replacement`` (an epilogue split's allocation, conversion and redirected store), made from ``prev``
     instead of walking the whole function again; None when that is not shown to be what a full build gives.
 
-    It is when the reader is the last op, an unconditional tile op, and the walk recorded nothing (no buffer,
-    no floating access) from the start of its statement to the end: then a full build of ``func`` records
-    everything ``prev`` recorded before that statement, then exactly what the replacement records, then
-    nothing; the ops before the reader are the same statements, so ``prev``'s op objects stand for them.
+    It is when the reader is the last op, an unconditional copy made by a statement of its own, and the walk
+    recorded nothing (no buffer, no floating access) from the start of its statement to the end: then a full
+    build of ``func`` records everything ``prev`` recorded before that statement, then exactly what the
+    replacement records, then nothing; the ops before the reader are the same statements, so ``prev``'s op
+    objects stand for them.
     """
     op = prev.ops[reader] if 0 <= reader < len(prev.ops) else None
-    if op is None or reader != len(prev.ops) - 1 or op.conditions or isinstance(op, ParallelOp) \
+    if not isinstance(op, CopyOp) or reader != len(prev.ops) - 1 or op.conditions \
             or prev.registered_before[reader] != prev.registered_at_end:
         return None
+    if any(other.stmt.same_as(op.stmt) for other in prev.ops[:reader]):
+        return None             # one statement made several ops (a composite): rebuilt, it would make them again
     b = _Builder.__new__(_Builder)
     b.func = func
     b.graph = OpGraph(func=func, thread_var=prev.thread_var, thread_extent=prev.thread_extent,
