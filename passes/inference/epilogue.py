@@ -20,10 +20,17 @@ __all__ = ["epilogue_splits", "minimum_bytes"]
 def minimum_bytes(st, access) -> int:
     """Bytes of the distinct 128-byte segments the access's region covers: what a perfect store moves."""
     shape = [int(s) for s in st.frag.input_shape]
-    grids = np.meshgrid(*[np.arange(s) for s in shape], indexing="ij")
-    addr = access.base + sum(g * d for g, d in zip(grids, access.strides))
-    seg = np.unique(np.asarray(addr).reshape(-1) * access.elem_bytes // SEGMENT_BYTES)
-    return int(seg.size) * SEGMENT_BYTES * (st.repeat or 1)
+    addr = np.full((1,) * len(shape), access.base, dtype=np.int64)
+    for d, (extent, stride) in enumerate(zip(shape, access.strides)):     # broadcast, not a grid per axis
+        addr = addr + (np.arange(extent, dtype=np.int64) * int(stride)).reshape([-1 if k == d else 1
+                                                                                for k in range(len(shape))])
+    seg = (addr * access.elem_bytes // SEGMENT_BYTES).reshape(-1)
+    lo, span = int(seg.min()), int(seg.max()) - int(seg.min()) + 1
+    if span > 4 * seg.size + 4096:
+        return int(np.unique(seg).size) * SEGMENT_BYTES * (st.repeat or 1)
+    hit = np.zeros(span, dtype=bool)            # distinct segments by marking, not by sorting
+    hit[seg - lo] = True
+    return int(np.count_nonzero(hit)) * SEGMENT_BYTES * (st.repeat or 1)
 
 
 def epilogue_splits(engine, state) -> list:
