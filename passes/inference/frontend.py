@@ -89,6 +89,25 @@ class _Builder:
         self.uniform = uniform_local_buffers(func.body)     # local buffers equal in every thread
         self.entry = (0, 0)            # ``registered()`` as the statement of the op being built began
 
+    @classmethod
+    def continuing(cls, prev: OpGraph, func: Any, index: int) -> "_Builder":
+        """A builder for ``func`` standing where ``prev``'s walk stood as the statement of its unconditional op
+        ``index`` began: ``prev``'s buffers, floating accesses and earlier ops, inside that op's serial loops
+        (``graph_after_split``). Bindings and uniform locals only serve conditions, so they start empty."""
+        op = prev.ops[index]
+        b = cls.__new__(cls)
+        b.func = func
+        b.graph = OpGraph(func=func, thread_var=prev.thread_var, thread_extent=prev.thread_extent,
+                          block_vars=dict(prev.block_vars), block_extents=dict(prev.block_extents),
+                          buffers=list(prev.buffers), ops=list(prev.ops[:index]), floating=list(prev.floating),
+                          aliases=list(prev.aliases), registered_before=list(prev.registered_before[:index]))
+        b.infos = {info.var: info for info in prev.buffers}
+        b.data_of, b.keys, b.thread_extents, b.bound = {}, {}, {}, {}
+        b.loops, b.conds = list(op.serial_loops), []
+        b.uniform = UniformLocals()
+        b.entry = b.registered()
+        return b
+
     # -- buffers ---------------------------------------------------------------------------
     def info(self, var: Any) -> BufferInfo:
         found = self.infos.get(var)
@@ -658,19 +677,10 @@ def graph_after_split(prev: OpGraph, func: Any, reader: int, replacement: Any) -
         return None
     if any(other.stmt.same_as(op.stmt) for other in prev.ops[:reader]):
         return None             # one statement made several ops (a composite): rebuilt, it would make them again
-    b = _Builder.__new__(_Builder)
-    b.func = func
-    b.graph = OpGraph(func=func, thread_var=prev.thread_var, thread_extent=prev.thread_extent,
-                      block_vars=dict(prev.block_vars), block_extents=dict(prev.block_extents),
-                      buffers=list(prev.buffers), ops=list(prev.ops[:reader]), floating=list(prev.floating),
-                      aliases=list(prev.aliases), registered_before=list(prev.registered_before[:reader]))
-    b.infos = {info.var: info for info in prev.buffers}
-    b.data_of, b.keys, b.thread_extents, b.bound = {}, {}, {}, {}
-    b.loops, b.conds = list(op.serial_loops), []
-    b.uniform = UniformLocals()        # read only for conditions, and the reader has none
-    b.entry = b.registered()
+    b = _Builder.continuing(prev, func, reader)
     b.stmt(replacement)
     b.graph.registered_at_end = b.registered()
+    # no _check_region_handoffs: it passed on prev's ops, and the new ops run on the whole block
     return b.graph
 
 
