@@ -241,6 +241,12 @@ def _row_wavefronts(first: np.ndarray, words_per: int) -> np.ndarray:
     """Wavefronts of each row of seats, given each seat's first word (-1: an empty seat) and the words one
     access spans: per row, the most distinct words any one bank holds."""
     rows = first.shape[0]
+    if rows == 1:           # one row of at most 32 seats (a class, a uniform side): counted without array calls
+        words = {int(w) + k for w in first[0] if w >= 0 for k in range(words_per)}
+        per_bank: dict = {}
+        for w in words:
+            per_bank[w % _BANKS] = per_bank.get(w % _BANKS, 0) + 1
+        return np.array([max(per_bank.values(), default=0)], dtype=np.int64)
     if words_per == 1:
         table = first
     else:
@@ -549,12 +555,8 @@ def _uniform_wavefronts(side: _Side, v: int, cols: int, rows: int, stride: int, 
     row0, col0, shift, count, ideal = hit
     if elem_bytes % _BANK_BYTES and ((shift[0] * stride + shift[1]) * elem_bytes % _BANK_BYTES).any():
         return None
-    words_per = max(1, access_bytes // _BANK_BYTES)
-    words = {int(w) + k for w in (row0 * stride + col0) * elem_bytes // _BANK_BYTES for k in range(words_per)}
-    per_bank: dict = {}
-    for w in words:                 # one row of at most 32 words: counted in Python, not with array calls
-        per_bank[w % _BANKS] = per_bank.get(w % _BANKS, 0) + 1
-    return max(per_bank.values()) * count, ideal, v
+    first = ((row0 * stride + col0) * elem_bytes // _BANK_BYTES).reshape(1, -1)
+    return int(_row_wavefronts(first, max(1, access_bytes // _BANK_BYTES))[0]) * count, ideal, v
 
 
 def _uniform_rows(side: _Side, v: int, cols: int, rows: int, elem_bytes: int, warp: int):
