@@ -321,15 +321,18 @@ def _plan(extents: Sequence[int], threads: int, width: int, touches_fragment: bo
     slot = tirx.floordiv(group, threads) * width + tirx.floormod(flat, width)
     layout = Fragment.from_exprs(list(extents), thread, [slot])
     if isinstance(total, int) and total > 0:
-        # groups 0..G-1 (G = ceil(total / width)) land on threads g % threads, and the last block of
-        # threads * width points, starting at point q * width * threads, gives the largest slots
+        # injective: slot // width recovers group // threads and slot % width the point within its group,
+        # thread the group modulo threads; so (thread, slot) gives the group, the point and (row-major) the
+        # coordinates. Groups 0..G-1 (G = ceil(total / width)) land on threads g % threads, and the last
+        # block of threads * width points, starting at point q * width * threads, gives the largest slots
         # q * width + (its point % width): extent and slot count in exact arithmetic, no table
         q = (total - 1) // (width * threads)
         slots = q * width + min(width, total - q * width * threads)
-        layout.__dict__.setdefault("thread_extent", min(threads, -(-total // width)))
-        layout.__dict__.setdefault("_output_shape", [slots])
-    if touches_fragment and layout.thread_extent < threads:
+        layout._known_by_construction(min(threads, -(-total // width)), slots)
+        if touches_fragment and layout.thread_extent < threads:
+            # replica r of an element sits r thread-extents further on: still one-to-one, slots unchanged
+            copies = threads // layout.thread_extent
+            layout = layout.replicate(copies)._known_by_construction(layout.thread_extent * copies, slots)
+    elif touches_fragment and layout.thread_extent < threads:
         layout = layout.replicate(threads // layout.thread_extent)
-        if "_output_shape" not in layout.__dict__ and isinstance(total, int) and total > 0:
-            layout.__dict__["_output_shape"] = [slots]      # replicas change threads, never slots
     return layout.bind_thread_range(0, threads)

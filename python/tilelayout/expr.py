@@ -16,7 +16,7 @@ import numpy as np
 import tvm
 import tvm_ffi
 from tvm import sym, tirx
-from tvm.ir import Range
+from tvm.ir import PrimType, Range
 
 from .errors import LayoutError, TileLayoutError
 from .ir_walk import map_typed, walk_typed
@@ -122,9 +122,17 @@ def _text(e, names: dict) -> tuple:
         if seen is not e and not seen.same_as(e):
             raise _Unprintable
         return name, _ATOM
-    if kind is tirx.IntImm and e.ty.dtype == "int32":
+    if kind is tirx.IntImm and _is_int32(e.ty):
         return str(e.value), _ATOM
     raise _Unprintable
+
+
+#: TVM keeps one PrimType object per dtype it has made: identity is the cheap test, the dtype the sure one
+_INT32_TYPE = PrimType("int32")
+
+
+def _is_int32(ty) -> bool:
+    return ty.same_as(_INT32_TYPE) or ty.dtype == "int32"
 
 
 def call_user_fn(fn, args, what: str, role: str):

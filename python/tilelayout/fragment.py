@@ -176,6 +176,26 @@ class Fragment(Layout):
                              or k in self._RANGE_FREE})
         return obj
 
+    def _known_by_construction(self, thread_extent: int, slots: int) -> "Fragment":
+        """Record what a constructor proved about the fragment it built: an injective map of the (element,
+        replica) pairs into threads [0, thread_extent) x slots [0, slots) that reaches the last thread and the
+        last slot. Inference asks every loop and fragment for its injectivity, thread extent and slot count,
+        and learning them from the expressions (enumeration or a symbolic proof) is a large share of a small
+        kernel's time; a constructor that composes mixed-radix digits knows them exactly. Only facts not
+        already known are set (an interned equal fragment may have computed them); static shapes only. Tests
+        compare every constructor's facts with enumeration."""
+        size = self.size
+        if not isinstance(size, int):
+            return self
+        if size * self._replicate > thread_extent * slots:
+            raise LayoutError(f"{self!r}: {size * self._replicate} (element, replica) pairs cannot map one-to-one "
+                              f"into {thread_extent} threads x {slots} slots")
+        facts = self.__dict__
+        facts.setdefault("thread_extent", int(thread_extent))
+        facts.setdefault("_output_shape", [int(slots)])
+        facts.setdefault("_injectivity_error", None)
+        return self
+
     def bind_thread_range(self, min_thread: int, extent: int) -> "Fragment":
         """Copy bound to threads [min, min+extent); the thread map itself stays 0-based."""
         for name, val in (("min", min_thread), ("extent", extent)):

@@ -1,0 +1,78 @@
+"""Facts a constructor records about the fragment it builds (``Fragment._known_by_construction``) are the facts
+enumeration finds: injectivity, thread extent and slot count, over every parameter the constructors take.
+
+The reference evaluates the fragment's own expressions on a numpy grid (``evaluate_grid``, no Fragment cache)
+and counts (thread, slot) cells with a set; nothing is shared with the constructors' reasoning."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from tilelayout.errors import LayoutError
+from tilelayout.evaluate import evaluate_grid
+from tilelayout.fragment import Fragment
+from tilelayout.gemm_layouts import make_mma_accumulator_fragment, make_wgmma_accumulator_fragment
+from tilelayout.expr import placeholder, rep_placeholder
+from tilelayout.passes.inference import loop_plan
+
+
+def _enumerated(frag: Fragment) -> tuple:
+    """(injective, thread extent, slots) of ``frag``'s expressions over every (element, replica)."""
+    shape = [int(s) for s in frag.input_shape] + [frag.replicate_size]
+    variables = [placeholder(k) for k in range(len(shape) - 1)] + [rep_placeholder()]
+    thread = evaluate_grid([frag.forward_thread], variables, shape).reshape(-1)
+    slot = evaluate_grid(list(frag.forward_index), variables, shape).reshape(-1)
+    cells = set(zip(thread.tolist(), slot.tolist()))
+    return len(cells) == thread.size, int(thread.max()) + 1, int(slot.max()) + 1
+
+
+def _recorded(frag: Fragment) -> tuple:
+    facts = frag.__dict__
+    assert {"thread_extent", "_output_shape", "_injectivity_error"} <= set(facts), "facts not recorded"
+    return facts["_injectivity_error"] is None, facts["thread_extent"], facts["_output_shape"][0]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "float64"])
+def test_mma_accumulator_facts(dtype):
+    seen = 0
+    for m, n, threads in itertools.product([16, 32, 48, 64, 128], [8, 16, 24, 64, 128], [32, 64, 128, 256]):
+        for policy in ("square", "fullrow", "fullcol"):
+            try:
+                frag = make_mma_accumulator_fragment(m, n, threads, dtype, warp_policy=policy)
+            except LayoutError:
+                continue
+            assert _recorded(frag) == _enumerated(frag), (m, n, threads, dtype, policy)
+            seen += 1
+    assert seen > 40
+
+
+def test_wgmma_accumulator_facts():
+    seen = 0
+    for m, n, threads in itertools.product([64, 128, 192, 256], [8, 16, 24, 64, 128, 256], [128, 256, 384]):
+        partitions = [None] + [(wm, threads // 32 // wm) for wm in (4, 8, 12) if threads // 32 % wm == 0]
+        for partition in partitions:
+            try:
+                frag = make_wgmma_accumulator_fragment(m, n, threads, warp_partition=partition)
+            except LayoutError:
+                continue
+            assert _recorded(frag) == _enumerated(frag), (m, n, threads, partition)
+            seen += 1
+    assert seen > 30
+
+
+@pytest.mark.parametrize("touches_fragment", [False, True])
+def test_planned_loop_facts(touches_fragment):
+    for extents in ([1], [3], [7, 5], [64, 32], [32, 128], [2, 3, 5], [130], [256, 4], [1, 1, 96]):
+        for threads, width in itertools.product([32, 64, 128, 256], [1, 2, 4, 8]):
+            loop_plan.clear_caches()
+            plan = loop_plan.plan_loop_layout(extents, threads, width, touches_fragment)
+            assert _recorded(plan) == _enumerated(plan), (extents, threads, width, touches_fragment)
+            assert _recorded(plan)[0], "a planned loop is always injective"
+
+
+def test_facts_are_checked_against_the_cell_count():
+    frag = Fragment.from_exprs([8, 8], placeholder(0) * 8 + placeholder(1), [placeholder(0) * 0])
+    with pytest.raises(LayoutError, match="cannot map one-to-one"):
+        frag._known_by_construction(32, 1)
+
