@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
 import pytest
 
 from tilelayout.errors import LayoutError
-from tilelayout.evaluate import evaluate_grid
+from tilelayout.evaluate import evaluate, evaluate_grid
 from tilelayout.fragment import Fragment
 from tilelayout.gemm_layouts import make_mma_accumulator_fragment, make_wgmma_accumulator_fragment
 from tilelayout.expr import placeholder, rep_placeholder
@@ -76,3 +77,44 @@ def test_facts_are_checked_against_the_cell_count():
     with pytest.raises(LayoutError, match="cannot map one-to-one"):
         frag._known_by_construction(32, 1)
 
+
+
+def _fresh(frag: Fragment) -> Fragment:
+    """An equal fragment that carries none of ``frag``'s recorded facts (interning would hand back ``frag``)."""
+    out = Fragment.__new__(Fragment)
+    out._init_fragment([int(s) for s in frag.input_shape], frag.forward_thread, list(frag.forward_index),
+                       frag.replicate_size)
+    return out
+
+
+@pytest.mark.parametrize("touches_fragment", [False, True])
+def test_planned_loops_have_the_inverse_they_claim(touches_fragment):
+    """Every planned loop says its closed-form inverse exists (conversions then skip computing it): the
+    inverse lowering computes for an equal fragment exists and sends every (slot, thread) cell of the
+    forward map back to its coordinates and replica, checked by evaluating it on the forward table."""
+    grid = ([1], [3], [8], [7, 5], [64, 32], [2, 3, 5], [130], [256, 4], [1, 1, 96], [12, 48], [64, 5])
+    for extents in grid:
+        for threads, width in itertools.product([32, 96, 128, 256], [1, 2, 4, 8, 16]):
+            loop_plan.clear_caches()
+            plan = loop_plan.plan_loop_layout(extents, threads, width, touches_fragment)
+            assert plan.inverse_known_to_exist()
+            fresh = _fresh(plan)
+            assert not fresh.inverse_known_to_exist()
+            inv, _ = fresh.inverse_with_info(allow_padding=True)
+            shape = [int(s) for s in fresh.input_shape] + [fresh.replicate_size]
+            variables = [placeholder(k) for k in range(len(shape) - 1)] + [rep_placeholder()]
+            slot = evaluate_grid(list(fresh.forward_index), variables, shape).reshape(-1)
+            thread = evaluate_grid([fresh.forward_thread], variables, shape).reshape(-1)
+            env = dict(zip(inv.forward_vars, (slot, thread)))
+            back = np.stack([np.broadcast_to(evaluate(e, env), slot.shape) for e in inv.forward_index], axis=-1)
+            coords = np.stack(np.unravel_index(np.arange(slot.size), tuple(shape)), axis=-1)
+            assert np.array_equal(back, coords), (extents, threads, width, touches_fragment)
+
+
+def test_large_planned_loops_invert_without_enumeration():
+    for extents, threads, width in (([1024, 1024], 128, 8), ([4096, 256], 256, 4), ([1000, 1000], 128, 4),
+                                    ([3, 100000], 96, 2)):
+        loop_plan.clear_caches()
+        plan = loop_plan.plan_loop_layout(extents, threads, width, True)
+        assert plan.inverse_known_to_exist()
+        _fresh(plan).inverse_with_info(allow_padding=True)     # raises LayoutError when there is none

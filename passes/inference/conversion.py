@@ -637,6 +637,8 @@ def register_walk_error(lay: Fragment) -> str | None:
     """Why ``lay`` has no closed-form inverse (which walking its registers needs), or None; memoised by
     mapping, since conversion planning asks again for every split and every epilogue round."""
     from tilelayout.errors import LayoutError
+    if isinstance(lay, Fragment) and lay.inverse_known_to_exist():
+        return None             # its constructor proved it (a planned loop's layout, completed to a fragment)
     key = lay.key
     if key not in _WALK:
         if len(_WALK) > 2048:

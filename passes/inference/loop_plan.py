@@ -328,11 +328,14 @@ def _plan(extents: Sequence[int], threads: int, width: int, touches_fragment: bo
         # q * width + (its point % width): extent and slot count in exact arithmetic, no table
         q = (total - 1) // (width * threads)
         slots = q * width + min(width, total - q * width * threads)
-        layout._known_by_construction(min(threads, -(-total // width)), slots)
+        # a fused iterator split by the width and the threads: it has a closed-form inverse (tests invert
+        # plans over a grid of extents, widths and thread counts, padded and not, beyond enumeration too)
+        layout._known_by_construction(min(threads, -(-total // width)), slots, inverse=True)
         if touches_fragment and layout.thread_extent < threads:
             # replica r of an element sits r thread-extents further on: still one-to-one, slots unchanged
             copies = threads // layout.thread_extent
-            layout = layout.replicate(copies)._known_by_construction(layout.thread_extent * copies, slots)
+            layout = layout.replicate(copies)._known_by_construction(layout.thread_extent * copies, slots,
+                                                                     inverse=True)
     elif touches_fragment and layout.thread_extent < threads:
         layout = layout.replicate(threads // layout.thread_extent)
     return layout.bind_thread_range(0, threads)

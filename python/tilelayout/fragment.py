@@ -176,14 +176,16 @@ class Fragment(Layout):
                              or k in self._RANGE_FREE})
         return obj
 
-    def _known_by_construction(self, thread_extent: int, slots: int) -> "Fragment":
+    def _known_by_construction(self, thread_extent: int, slots: int, inverse: bool = False) -> "Fragment":
         """Record what a constructor proved about the fragment it built: an injective map of the (element,
         replica) pairs into threads [0, thread_extent) x slots [0, slots) that reaches the last thread and the
         last slot. Inference asks every loop and fragment for its injectivity, thread extent and slot count,
         and learning them from the expressions (enumeration or a symbolic proof) is a large share of a small
         kernel's time; a constructor that composes mixed-radix digits knows them exactly. Only facts not
         already known are set (an interned equal fragment may have computed them); static shapes only. Tests
-        compare every constructor's facts with enumeration."""
+        compare every constructor's facts with enumeration. ``inverse``: the constructor's layouts also have
+        the closed-form inverse lowering walks registers with (``inverse_with_info(allow_padding=True)``
+        succeeds); tests invert every such layout over a grid of its parameters."""
         size = self.size
         if not isinstance(size, int):
             return self
@@ -194,7 +196,14 @@ class Fragment(Layout):
         facts.setdefault("thread_extent", int(thread_extent))
         facts.setdefault("_output_shape", [int(slots)])
         facts.setdefault("_injectivity_error", None)
+        if inverse:
+            facts["_closed_form_inverse"] = True
         return self
+
+    def inverse_known_to_exist(self) -> bool:
+        """The constructor recorded (``_known_by_construction``) that ``inverse_with_info(allow_padding=True)``
+        succeeds, so a caller that only needs to know it does can skip computing it."""
+        return self.__dict__.get("_closed_form_inverse", False)
 
     def bind_thread_range(self, min_thread: int, extent: int) -> "Fragment":
         """Copy bound to threads [min, min+extent); the thread map itself stays 0-based."""
