@@ -44,6 +44,7 @@ def test_mma_accumulator_facts(dtype):
             except LayoutError:
                 continue
             assert _recorded(frag) == _enumerated(frag), (m, n, threads, dtype, policy)
+            assert frag.inverse_known_to_exist()      # tests/test_gemm_layouts.py inverts every plan shape
             seen += 1
     assert seen > 40
 
@@ -58,6 +59,8 @@ def test_wgmma_accumulator_facts():
             except LayoutError:
                 continue
             assert _recorded(frag) == _enumerated(frag), (m, n, threads, partition)
+            assert frag.inverse_known_to_exist()
+            _fresh(frag).inverse_with_info(allow_padding=True)
             seen += 1
     assert seen > 30
 

@@ -157,9 +157,10 @@ def make_mma_accumulator_fragment(m: int, n: int, threads: int, dtype="float32",
         local = j % 2 if bits == 64 else (i % 16) // 8 * 2 + j % 2
         return ((i // atom_m) % warp_rows) * (warp_cols * slots) + ((j // 8) % warp_cols) * slots + local
     # i and j split into mixed-radix digits (warp block, atom, row/column in the atom), and thread and slot
-    # are mixed-radix numbers of disjoint digit sets: a bijection onto every warp's lanes x the warp's slots
+    # are mixed-radix numbers of disjoint digit sets: a bijection onto every warp's lanes x the warp's slots,
+    # with a closed-form inverse (tests/test_gemm_layouts.py inverts every plan shape)
     return Fragment([m, n], thread, index)._known_by_construction(wm_count * wn_count * WARP,
-                                                                  warp_rows * warp_cols * slots)
+                                                                  warp_rows * warp_cols * slots, inverse=True)
 
 
 def make_wgmma_accumulator_fragment(m: int, n: int, threads: int = 128, warp_partition=None) -> Fragment:
@@ -192,7 +193,7 @@ def make_wgmma_accumulator_fragment(m: int, n: int, threads: int = 128, warp_par
     # as for mma.sync: thread and slot are mixed-radix numbers of disjoint digits of i and j, a bijection
     # onto the warpgroups' threads x (64-row blocks) * (8-column atoms) * 4 slots
     return Fragment([m, n], thread, index)._known_by_construction(wm_count * wn_count * WARP,
-                                                                  mg // 64 * per_block)
+                                                                  mg // 64 * per_block, inverse=True)
 
 
 def make_wgmma_fragment_a(m: int, k: int, threads: int = 128, dtype="float16", warp_partition=None) -> Fragment:
