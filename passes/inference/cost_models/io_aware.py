@@ -188,20 +188,17 @@ class IOAwareModel:
     name = "io-aware"
 
     def __init__(self):
-        self._nests: dict = {}
         self._costs: dict = {}
 
     def score(self, component, candidate_layouts: dict, context: ScoringContext) -> AttemptCost:
         if context.graph is not getattr(self, "_graph", None):  # a reused instance: new kernel, new caches
             self._graph, self._target = context.graph, context.target
-            self._nests, self._costs = {}, {}
+            self._costs = {}
         costs = []
         for op in component:
             if not isinstance(op, (CopyOp, ParallelOp)):
                 continue
-            nest = self._nests.get(op.index)
-            if nest is None:
-                nest = self._nests[op.index] = nest_of(op)
+            nest = nest_of(op)          # kept on the op (``loop_nest.nest_of``)
             key = statement_key(op, nest, candidate_layouts, context.loop_layouts)
             if key is None:
                 continue
