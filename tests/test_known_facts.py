@@ -13,7 +13,8 @@ import pytest
 from tilelayout.errors import LayoutError
 from tilelayout.evaluate import evaluate, evaluate_grid
 from tilelayout.fragment import Fragment
-from tilelayout.gemm_layouts import make_mma_accumulator_fragment, make_wgmma_accumulator_fragment
+from tilelayout.gemm_layouts import (make_gemm_fragment_a, make_gemm_fragment_b, make_mma_accumulator_fragment,
+                                     make_wgmma_accumulator_fragment, make_wgmma_fragment_a)
 from tilelayout.expr import placeholder, rep_placeholder
 from tilelayout.passes.inference import loop_plan
 
@@ -64,6 +65,43 @@ def test_wgmma_accumulator_facts():
             _fresh(frag).inverse_with_info(allow_padding=True)
             seen += 1
     assert seen > 30
+
+
+@pytest.mark.parametrize("dtype", ["float16", "int8", "float32"])
+@pytest.mark.parametrize("operand", ["A", "B"])
+def test_mma_operand_facts(operand, dtype):
+    """The register operands ldmatrix loads (replicated over the warps that share them) record the same facts
+    enumeration finds, and their closed-form inverse exists: a gemm that sets one no longer needs it checked."""
+    make = make_gemm_fragment_a if operand == "A" else make_gemm_fragment_b
+    seen = 0
+    for m, n, k, threads in itertools.product([16, 32, 64, 128], [8, 16, 64, 128], [8, 16, 32, 64], [32, 64, 128, 256]):
+        for policy, transposed in itertools.product(("square", "fullrow", "fullcol"), (False, True)):
+            try:
+                frag = make(m, n, k, threads, dtype, transposed, warp_policy=policy)
+            except LayoutError:
+                continue
+            assert _recorded(frag) == _enumerated(frag), (operand, m, n, k, threads, dtype, policy, transposed)
+            assert frag.inverse_known_to_exist()
+            _fresh(frag).inverse_with_info(allow_padding=True)
+            seen += 1
+    assert seen > 100
+
+
+def test_wgmma_operand_a_facts():
+    seen = 0
+    for m, k, threads, dtype in itertools.product([64, 128, 192, 256], [16, 32, 64], [128, 256, 384],
+                                                  ["float16", "float8_e4m3fn", "float32"]):
+        partitions = [None] + [(wm, threads // 32 // wm) for wm in (4, 8, 12) if threads // 32 % wm == 0]
+        for partition in partitions:
+            try:
+                frag = make_wgmma_fragment_a(m, k, threads, dtype, warp_partition=partition)
+            except LayoutError:
+                continue
+            assert _recorded(frag) == _enumerated(frag), (m, k, threads, dtype, partition)
+            assert frag.inverse_known_to_exist()
+            _fresh(frag).inverse_with_info(allow_padding=True)
+            seen += 1
+    assert seen > 40
 
 
 @pytest.mark.parametrize("touches_fragment", [False, True])

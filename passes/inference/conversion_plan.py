@@ -39,7 +39,7 @@ from .resources import MAX_REGISTERS_PER_THREAD
 from .conversion import (CONFIG_KEY, STRICT, ConversionCost, conversion_cost,
                          hand_staged_cost, register_count32, register_walk_error, resolve_conflict_mode,
                          warn_shared)
-from .frontend import ConvertOp, CopyOp, ElementwiseOp, GemmOp, ParallelOp, ReduceOp, graph_after_split
+from .frontend import ConvertOp, CopyOp, ElementwiseOp, ParallelOp, ReduceOp, graph_after_split
 
 __all__ = ["infer_with_conversions", "Split", "split_candidates", "split_fragment", "conversion_costs",
            "read_conversions", "register_budget", "MAX_SPLITS", "MAX_EPILOGUES"]
@@ -203,24 +203,16 @@ def split_fragment(func, graph, split: Split):
 
 def conversion_costs(ops, state, graph, target) -> list:
     """[(ConvertOp, ConversionCost)] of the conversions among ``ops`` whose two sides have layouts in ``state``."""
-    out, proven = [], None
+    out = []
     for op in ops:
         if not isinstance(op, ConvertOp):
             continue
         src, dst = state.layouts.get(op.src.buffer.name), state.layouts.get(op.dst.buffer.name)
         if src is None or dst is None:
             continue
-        proven = _instruction_layouts(state) if proven is None else proven
-        _require_register_walk(op, src, dst, proven)
+        _require_register_walk(op, src, dst)
         out.append((op, _cost(op, src, dst, graph, target)))
     return out
-
-
-def _instruction_layouts(state) -> set:
-    """Fragments whose layout a gemm set (its accumulator, a register A operand): its instruction's own
-    fragments, every one of which has a closed-form inverse (``tests/test_gemm_layouts.py`` inverts them over
-    the whole plan grid), so a conversion walking their registers need not invert them again."""
-    return {name for name, op in state.setters.items() if isinstance(op, GemmOp)}
 
 
 def _cost(op, src, dst, graph, target) -> ConversionCost:
@@ -230,14 +222,12 @@ def _cost(op, src, dst, graph, target) -> ConversionCost:
                            op.describe())
 
 
-def _require_register_walk(op, src, dst, proven: set) -> None:
+def _require_register_walk(op, src, dst) -> None:
     """Lowering a conversion walks the registers of both sides, which needs each layout's inverse in closed
     form; a side without one (e.g. a rotated row ``(i + 1) % 48``) cannot be converted, so the split that
-    needs it is refused here rather than after inference has chosen it. ``proven``: buffers whose layouts
-    are known to have one."""
+    needs it is refused here rather than after inference has chosen it (``register_walk_error`` trusts a
+    constructor that proved it, such as a gemm's accumulator)."""
     for side, lay, buf in (("source", src, op.src.buffer), ("destination", dst, op.dst.buffer)):
-        if buf.name in proven:
-            continue
         err = register_walk_error(lay)
         if err is not None:
             raise LayoutConflictError(f"{op.describe()}: no conversion applies: the {side} layout {lay!r} has no "

@@ -523,10 +523,9 @@ def check_cells_invertible(op, state) -> None:
     """Reductions and gemms are lowered by walking, in each thread, the register slots a fragment gives it, which
     needs the fragment's inverse in closed form; refuse a layout without one here, not in lowering.
 
-    Not asked of the register layouts a gemm set itself (its accumulator, a register A operand): they are its
-    instruction's fragments (``gemm_layouts``), each with a closed-form inverse (``tests/test_gemm_layouts.py``
-    inverts them for every plan shape), and only the opt-in scalar gemm walks them at all. Checking one took a
-    fifth of a pipelined sm_90 gemm's inference."""
+    A layout whose constructor proved the inverse exists (``Fragment.inverse_known_to_exist``: a gemm's own
+    accumulator and register operands, a planned loop's layout) is not inverted again: checking one took a fifth
+    of a pipelined sm_90 gemm's inference."""
     if not isinstance(op, (ReduceOp, GemmOp)):
         return
     for region in op.regions():
@@ -534,10 +533,8 @@ def check_cells_invertible(op, state) -> None:
         lay = state.layout(buf) if buf.is_fragment else None
         if lay is None:
             continue
-        if isinstance(op, GemmOp) and state.setters.get(buf.name) is op:
-            continue
         if isinstance(lay, Fragment) and lay.inverse_known_to_exist():
-            continue        # its constructor proved it (a reduction over an accumulator, a planned layout)
+            continue
         try:
             lay.inverse_with_info(allow_padding=True)
         except LayoutError as err:

@@ -223,7 +223,7 @@ def make_wgmma_fragment_a(m: int, k: int, threads: int = 128, dtype="float16", w
     def index(i, j):
         local = (j % k_atom) // (4 * kp) * (2 * kp) + (i % 16) // 8 * kp + j % kp
         return (j // k_atom) * (blocks * regs) + (i % mg) // 64 * regs + local
-    return _replicated([m, k], thread, index, wn_count)
+    return _replicated([m, k], thread, index, wn_count, wm_count * wn_count * WARP, k // k_atom * blocks * regs)
 
 
 def make_gemm_fragment_c(block_m: int, block_n: int, warp_m: int, warp_n: int) -> Fragment:
@@ -273,7 +273,8 @@ def make_gemm_fragment_a(m: int, n: int, k: int, threads: int, dtype="float16", 
         local = (j % k_atom) // (4 * kp) * (2 * kp) + (i % 16) // 8 * kp + j % kp
         return (j // k_atom) * (wm // 16 * regs) + (i % wm) // 16 * regs + local
     shape = [k, m] if transposed else [m, k]
-    return _replicated(shape, thread, index, wn_count)
+    # thread and slot are mixed-radix numbers of disjoint digits of (row, K, replica), as for the accumulator
+    return _replicated(shape, thread, index, wn_count, wm_count * wn_count * WARP, k // k_atom * (wm // 16 * regs))
 
 
 def make_gemm_fragment_b(m: int, n: int, k: int, threads: int, dtype="float16", transposed: bool = False,
@@ -297,11 +298,16 @@ def make_gemm_fragment_b(m: int, n: int, k: int, threads: int, dtype="float16", 
         local = (kk % k_atom) // (4 * kp) * kp + kk % kp
         return (kk // k_atom) * (wn // 8 * regs) + (j % wn) // 8 * regs + local
     shape = [n, k] if transposed else [k, n]
-    return _replicated(shape, thread, index, wm_count)
+    return _replicated(shape, thread, index, wm_count, wm_count * wn_count * WARP, k // k_atom * (wn // 8 * regs))
 
 
-def _replicated(shape, thread, index, replicate: int) -> Fragment:
+def _replicated(shape, thread, index, replicate: int, threads: int, slots: int) -> Fragment:
+    """An operand fragment whose (element, replica) pairs its constructor maps one-to-one onto ``threads`` x
+    ``slots`` by disjoint mixed-radix digits: those facts and its closed-form inverse are recorded
+    (``Fragment._known_by_construction``; ``tests/test_known_facts.py`` checks them by enumeration)."""
     if replicate == 1:
-        return Fragment(shape, lambda r, c: thread(r, c, 0), index)
-    return Fragment(shape, thread, index, replicate=replicate)
+        frag = Fragment(shape, lambda r, c: thread(r, c, 0), index)
+    else:
+        frag = Fragment(shape, thread, index, replicate=replicate)
+    return frag._known_by_construction(threads, slots, inverse=True)
 
