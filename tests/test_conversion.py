@@ -363,15 +363,21 @@ def test_a_conversion_writes_its_new_version_for_the_uninitialized_read_check():
 
 def test_a_conversion_does_not_invert_a_gemm_accumulator_again(monkeypatch):
     """The io-aware epilogue converts a wgmma accumulator before its store: lowering walks both sides' registers,
-    so both need a closed-form inverse, but neither is computed during inference: the accumulator's constructor
-    and the loop planner (which lays out the new version) proved it exists (``tests/test_known_facts.py``
-    checks those facts by enumeration). The inverses themselves exist, as lowering will need them."""
+    so both need a closed-form inverse, but the existence checks (``register_walk_error``,
+    ``check_cells_invertible``) invert neither: the accumulator's constructor and the loop planner (which lays
+    out the new version) proved it exists (``tests/test_known_facts.py`` checks those facts by enumeration).
+    The inverses themselves exist, as lowering will need them."""
+    import sys
     from tilelayout.fragment import Fragment
     pipelined = importlib.import_module("cases.gemm_pipelined")
     inverted = []
     real = Fragment.inverse_with_info
-    monkeypatch.setattr(Fragment, "inverse_with_info",
-                        lambda self, *a, **k: inverted.append(self.key) or real(self, *a, **k))
+
+    def spy(self, *args, **kwargs):
+        if sys._getframe(1).f_code.co_name in ("register_walk_error", "check_cells_invertible"):
+            inverted.append(self.key)
+        return real(self, *args, **kwargs)
+    monkeypatch.setattr(Fragment, "inverse_with_info", spy)
     result = _quiet_infer(pipelined.VARIANTS["sm90a_s2_k128"](), cost_model="io-aware")
     (conv,) = result.conversions
     assert (conv["src"], conv["dst"]) == ("acc_f", "acc_f_cv")
