@@ -160,3 +160,23 @@ def test_large_planned_loops_invert_without_enumeration():
         plan = loop_plan.plan_loop_layout(extents, threads, width, True)
         assert plan.inverse_known_to_exist()
         _fresh(plan).inverse_with_info(allow_padding=True)     # raises LayoutError when there is none
+
+
+def test_an_equal_fragment_built_earlier_learns_the_facts():
+    """Interning hands a constructor the live fragment with its key when one exists; one built earlier by a path
+    that proves nothing (here parsed from its serialised form, as a peer comparison does) must not make the
+    constructor's facts vanish: the interned fragment takes them on (a full test run once lost the epilogue's
+    skipped inverse this way)."""
+    import gc
+
+    from tilelayout import fragment, layout_from_dict
+    loop_plan.clear_caches()
+    serialised = loop_plan.plan_loop_layout([64, 128], 128, 4, True).bind_thread_range(0, 128).to_dict()
+    fragment.clear_caches()
+    loop_plan.clear_caches()
+    gc.collect()
+    earlier = layout_from_dict(serialised)
+    assert not earlier.inverse_known_to_exist() and "_injectivity_error" not in earlier.__dict__
+    bound = loop_plan.plan_loop_layout([64, 128], 128, 4, True).bind_thread_range(0, 128)
+    assert bound is earlier
+    assert bound.inverse_known_to_exist() and _recorded(bound) == _enumerated(bound)

@@ -53,6 +53,11 @@ def _interned(frag: "Fragment") -> "Fragment":
     key = frag.key
     hit = _INTERNED.get(key)
     if hit is not None:
+        # what a constructor proved about ``frag`` holds for every fragment with its key: an equal fragment
+        # built earlier by a path that proves nothing (a parsed layout, a derived one) learns it
+        for fact in Fragment._CONSTRUCTION_FACTS:
+            if fact in frag.__dict__:
+                hit.__dict__.setdefault(fact, frag.__dict__[fact])
         return hit
     _INTERNED[key] = frag
     return frag
@@ -175,6 +180,9 @@ class Fragment(Layout):
                              if (k.startswith("_") and not k.startswith("__") and k not in self._RANGE_DEPENDENT)
                              or k in self._RANGE_FREE})
         return obj
+
+    #: what ``_known_by_construction`` records (an interned equal fragment is given them too, see ``_interned``)
+    _CONSTRUCTION_FACTS = ("thread_extent", "_output_shape", "_injectivity_error", "_closed_form_inverse")
 
     def _known_by_construction(self, thread_extent: int, slots: int, inverse: bool = False) -> "Fragment":
         """Record what a constructor proved about the fragment it built: an injective map of the (element,
