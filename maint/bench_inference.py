@@ -4,10 +4,12 @@ with ``--peer PYTHON`` TileLang 0.1.15's own inference is timed on the twins of 
 run, each kernel right after ours (a second process answering requests), and the table gives the ratio and
 both register counts.
 
-    python maint/bench_inference.py [--repeat N] [--peer PEER_PYTHON] [--k 64 256] [--no-suite]
+    python maint/bench_inference.py [--repeat N] [--rounds R] [--peer PEER_PYTHON] [--k 64 256] [--no-suite]
 
 Kernels are built outside the timed region; each timed run starts cold (``clear_caches``: a compiler infers
-each kernel once), after one untimed warm-up of TVM itself; the median of ``--repeat`` runs is reported. Times
+each kernel once), after one untimed warm-up of TVM itself; the median of ``--repeat`` runs is reported (with
+``--rounds R``, R pairs of batches per kernel and model: the medians of the batch medians, and the median of
+the rounds' ratios, which a batch caught in one slow second of the machine no longer decides). Times
 are CPU time of the process (``time.process_time``, both sides), so other processes sharing the machine do not
 inflate them; the golden-suite figure is wall time of the whole command, once as this environment runs it and
 once (median of 3) with Python's bytecode cache warm, as a default Python setup has it from the second run.
@@ -75,21 +77,37 @@ def kernels() -> dict:
     return out
 
 
-def measure(func, model: str, repeat: int, peer: "PeerTimer | None" = None, name: str | None = None) -> tuple:
-    """(median ms of our cold runs, our registers per thread, TileLang's {"ms", "regs"} | {"error"} | None).
+def measure(func, model: str, repeat: int, peer: "PeerTimer | None" = None, name: str | None = None,
+            rounds: int = 1) -> tuple:
+    """(our ms, our registers per thread, TileLang's {"ms", "regs", "ratio"} | {"error"} | None).
     With ``peer``, TileLang times its twin of ``name`` right after our runs (its own warm-up run, then
     ``repeat`` runs), so both sides of a ratio are timed within the same second: the machine's speed drifts
     by up to 2x over minutes. Each side's runs stay back to back, after its own warm-up run, as in a batch of
-    its own (a first version alternated single runs; its slower figures could not be told apart from drift)."""
-    result = infer_layouts(func, None, model)       # warm-up: TVM's first analyzer use, imports
-    samples = []
-    for _ in range(repeat):
-        clear_caches()
-        t0 = time.process_time()
-        result = infer_layouts(func, None, model)
-        samples.append((time.process_time() - t0) * 1e3)
-    theirs = peer.time(name, model, repeat) if peer is not None else None
-    return statistics.median(samples), live_register_slots(result), theirs
+    its own (a first version alternated single runs; its slower figures could not be told apart from drift).
+    ``rounds`` > 1 repeats that pair of batches: each side's figure is the median of its batch medians and the
+    ratio the median of the rounds' ratios, so one batch caught in a slow second no longer decides a kernel."""
+    ours, theirs, ratios = [], None, []
+    for _ in range(rounds):
+        result = infer_layouts(func, None, model)       # warm-up: TVM's first analyzer use, imports
+        samples = []
+        for _ in range(repeat):
+            clear_caches()
+            t0 = time.process_time()
+            result = infer_layouts(func, None, model)
+            samples.append((time.process_time() - t0) * 1e3)
+        ours.append(statistics.median(samples))
+        if peer is None:
+            continue
+        reply = peer.time(name, model, repeat)
+        if "ms" not in reply:
+            theirs = reply
+            continue
+        theirs = theirs or {"ms": [], "regs": reply["regs"]}
+        theirs["ms"].append(reply["ms"])
+        ratios.append(ours[-1] / reply["ms"])
+    if theirs is not None and "error" not in theirs:
+        theirs = {"ms": statistics.median(theirs["ms"]), "regs": theirs["regs"], "ratio": statistics.median(ratios)}
+    return statistics.median(ours), live_register_slots(result), theirs
 
 
 class PeerTimer:
@@ -159,8 +177,8 @@ def suite_with_bytecode(runs: int = 3) -> tuple:
     return statistics.median(s[0] for s in samples), statistics.median(s[1] for s in samples)
 
 
-def _ratio(ours: float, theirs) -> str:
-    return f"{ours / theirs:5.2f}" if isinstance(theirs, (int, float)) and theirs > 0 else "    -"
+def _ratio(ratio) -> str:
+    return f"{ratio:5.2f}" if isinstance(ratio, (int, float)) else "    -"
 
 
 def main(argv=None) -> int:
@@ -170,6 +188,8 @@ def main(argv=None) -> int:
     ap.add_argument("--k", type=int, nargs="*", default=[64, 256])
     ap.add_argument("--no-suite", action="store_true", help="skip timing the golden runner")
     ap.add_argument("--only", help="only kernels whose name contains this")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="pairs of batches (ours, then TileLang's) per kernel and model; ratio: median over rounds")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore", TileLayoutResourceWarning)     # big benchmark tiles warn by design
     peer = PeerTimer(args.peer) if args.peer else None
@@ -186,14 +206,14 @@ def main(argv=None) -> int:
         row, regs = f"{name:46s}", []
         peer_regs = []
         for m in MODELS:
-            ms, r, theirs = measure(func, m, args.repeat, peer, name)
+            ms, r, theirs = measure(func, m, args.repeat, peer, name, args.rounds)
             regs.append(r)
             row += f" | {ms:18.1f}"
             if peer:
                 peer_regs.append(theirs.get("regs", "-"))
-                row += f" {theirs.get('ms', float('nan')):8.1f} {_ratio(ms, theirs.get('ms'))}"
-                if "ms" in theirs:
-                    ratios[m].append(ms / theirs["ms"])
+                row += f" {theirs.get('ms', float('nan')):8.1f} {_ratio(theirs.get('ratio'))}"
+                if "ratio" in theirs:
+                    ratios[m].append(theirs["ratio"])
                 if "regs" in theirs and r > theirs["regs"] and name.split("/")[0] not in BUG_CASES:
                     over.append(f"{name} ({m}): {r} > {theirs['regs']}")
         row += " | " + "/".join(str(r) for r in regs)

@@ -18,13 +18,16 @@ _SERVER = """\
 #!{python}
 import json, sys
 log = open({log!r}, "a")
-print(json.dumps({{"ready": ["case/ok", "case/broken"]}}), flush=True)
+print(json.dumps({{"ready": ["case/ok", "case/broken", "case/varying"]}}), flush=True)
+varying = iter([10.0, 10.0, 60.0])
 for line in sys.stdin:
     req = json.loads(line)
     log.write(line)
     log.flush()
     if req["name"] == "case/broken":
         reply = {{"error": "InternalError: no available layout found"}}
+    elif req["name"] == "case/varying":
+        reply = {{"ms": [next(varying)] * req["runs"], "regs": 64}}
     else:
         reply = {{"ms": [10.0 + k for k in range(req["runs"])], "regs": 64}}
     print(json.dumps(reply), flush=True)
@@ -46,7 +49,7 @@ def test_the_benchmark_asks_per_kernel_and_takes_the_median(tmp_path):
         func = bench_inference.chain_kernel(4)
         ours, regs, theirs = bench_inference.measure(func, "register-count", 3, peer, "case/ok")
         assert ours > 0 and regs > 0
-        assert theirs == {"ms": 11.0, "regs": 64}                   # median of 10, 11, 12
+        assert theirs == {"ms": 11.0, "regs": 64, "ratio": ours / 11.0}   # median of 10, 11, 12
         assert peer.time("case/broken", "io-aware", 3) == {"error": "InternalError: no available layout found"}
         assert peer.time("case/missing", "io-aware", 3) == {"error": "no TileLang twin"}
     finally:
@@ -55,6 +58,30 @@ def test_the_benchmark_asks_per_kernel_and_takes_the_median(tmp_path):
     # one request per kernel and model, for as many runs as ours; a kernel without a twin is never asked for
     assert asked == [{"name": "case/ok", "model": "register-count", "runs": 3},
                      {"name": "case/broken", "model": "io-aware", "runs": 3}]
+
+
+def test_rounds_repeat_both_batches_and_take_the_median_ratio(tmp_path, monkeypatch):
+    """With ``rounds``, each round times our batch and then asks for TileLang's; the ratio is the median of the
+    rounds' ratios (not the ratio of overall medians), so one slow batch on either side decides nothing."""
+    exe, log = _stand_in(tmp_path)
+    durations = iter([5.0] * 3 + [20.0] * 3 + [6.0] * 3)     # our batch medians 5, 20, 6; TileLang's 10, 10, 60
+    clock = {"t": 0.0, "calls": 0}
+
+    def process_time():                     # called at the start and at the end of each of our runs
+        clock["calls"] += 1
+        if clock["calls"] % 2 == 0:
+            clock["t"] += next(durations) / 1e3
+        return clock["t"]
+    monkeypatch.setattr(bench_inference.time, "process_time", process_time)
+    peer = bench_inference.PeerTimer(exe)
+    try:
+        ours, _, theirs = bench_inference.measure(bench_inference.chain_kernel(4), "register-count", 3, peer,
+                                                  "case/varying", rounds=3)
+    finally:
+        peer.close()
+    assert abs(ours - 6.0) < 1e-9 and theirs["ms"] == 10.0       # medians of the batch medians
+    assert abs(theirs["ratio"] - 0.5) < 1e-9                      # median of 0.5, 2 and 0.1, not 6 / 10
+    assert len(log.read_text().splitlines()) == 3
 
 
 def test_a_server_that_dies_is_reported(tmp_path):
