@@ -86,7 +86,7 @@ def measure(func, model: str, repeat: int, peer: "PeerTimer | None" = None, name
     its own (a first version alternated single runs; its slower figures could not be told apart from drift).
     ``rounds`` > 1 repeats that pair of batches: each side's figure is the median of its batch medians and the
     ratio the median of the rounds' ratios, so one batch caught in a slow second no longer decides a kernel."""
-    ours, theirs, ratios = [], None, []
+    ours, times, ratios, regs, error = [], [], [], None, None
     for _ in range(rounds):
         result = infer_layouts(func, None, model)       # warm-up: TVM's first analyzer use, imports
         samples = []
@@ -99,14 +99,14 @@ def measure(func, model: str, repeat: int, peer: "PeerTimer | None" = None, name
         if peer is None:
             continue
         reply = peer.time(name, model, repeat)
-        if "ms" not in reply:
-            theirs = reply
-            continue
-        theirs = theirs or {"ms": [], "regs": reply["regs"]}
-        theirs["ms"].append(reply["ms"])
+        if "ms" not in reply:           # TileLang fails (or has no twin): asking again gives the same answer
+            error = reply
+            break
+        times.append(reply["ms"])
         ratios.append(ours[-1] / reply["ms"])
-    if theirs is not None and "error" not in theirs:
-        theirs = {"ms": statistics.median(theirs["ms"]), "regs": theirs["regs"], "ratio": statistics.median(ratios)}
+        regs = reply["regs"]
+    theirs = None if peer is None else error or {"ms": statistics.median(times), "regs": regs,
+                                                  "ratio": statistics.median(ratios)}
     return statistics.median(ours), live_register_slots(result), theirs
 
 

@@ -84,6 +84,18 @@ def test_rounds_repeat_both_batches_and_take_the_median_ratio(tmp_path, monkeypa
     assert len(log.read_text().splitlines()) == 3
 
 
+def test_rounds_stop_asking_once_tilelang_fails(tmp_path):
+    exe, log = _stand_in(tmp_path)
+    peer = bench_inference.PeerTimer(exe)
+    try:
+        _, _, theirs = bench_inference.measure(bench_inference.chain_kernel(4), "io-aware", 2, peer, "case/broken",
+                                               rounds=3)
+    finally:
+        peer.close()
+    assert theirs == {"error": "InternalError: no available layout found"}
+    assert len(log.read_text().splitlines()) == 1
+
+
 def test_a_server_that_dies_is_reported(tmp_path):
     exe = tmp_path / "dead-python"
     exe.write_text(f"#!{sys.executable}\nimport sys\nsys.exit(3)\n")
