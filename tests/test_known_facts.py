@@ -35,6 +35,14 @@ def _recorded(frag: Fragment) -> tuple:
     return facts["_injectivity_error"] is None, facts["thread_extent"], facts["_output_shape"][0]
 
 
+def _assert_facts_and_inverse(frag: Fragment, where) -> None:
+    """A gemm constructor's recorded facts are the enumerated ones, and the closed-form inverse it claims exists
+    for an equal fragment without facts (``inverse_with_info`` raises LayoutError when there is none)."""
+    assert _recorded(frag) == _enumerated(frag), where
+    assert frag.inverse_known_to_exist(), where
+    _fresh(frag).inverse_with_info(allow_padding=True)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float16", "float64"])
 def test_mma_accumulator_facts(dtype):
     seen = 0
@@ -44,9 +52,7 @@ def test_mma_accumulator_facts(dtype):
                 frag = make_mma_accumulator_fragment(m, n, threads, dtype, warp_policy=policy)
             except LayoutError:
                 continue
-            assert _recorded(frag) == _enumerated(frag), (m, n, threads, dtype, policy)
-            assert frag.inverse_known_to_exist()
-            _fresh(frag).inverse_with_info(allow_padding=True)     # raises LayoutError when there is none
+            _assert_facts_and_inverse(frag, (m, n, threads, dtype, policy))
             seen += 1
     assert seen > 40
 
@@ -60,9 +66,7 @@ def test_wgmma_accumulator_facts():
                 frag = make_wgmma_accumulator_fragment(m, n, threads, warp_partition=partition)
             except LayoutError:
                 continue
-            assert _recorded(frag) == _enumerated(frag), (m, n, threads, partition)
-            assert frag.inverse_known_to_exist()
-            _fresh(frag).inverse_with_info(allow_padding=True)
+            _assert_facts_and_inverse(frag, (m, n, threads, partition))
             seen += 1
     assert seen > 30
 
@@ -80,9 +84,7 @@ def test_mma_operand_facts(operand, dtype):
                 frag = make(m, n, k, threads, dtype, transposed, warp_policy=policy)
             except LayoutError:
                 continue
-            assert _recorded(frag) == _enumerated(frag), (operand, m, n, k, threads, dtype, policy, transposed)
-            assert frag.inverse_known_to_exist()
-            _fresh(frag).inverse_with_info(allow_padding=True)
+            _assert_facts_and_inverse(frag, (operand, m, n, k, threads, dtype, policy, transposed))
             seen += 1
     assert seen > 100
 
@@ -97,9 +99,7 @@ def test_wgmma_operand_a_facts():
                 frag = make_wgmma_fragment_a(m, k, threads, dtype, warp_partition=partition)
             except LayoutError:
                 continue
-            assert _recorded(frag) == _enumerated(frag), (m, k, threads, dtype, partition)
-            assert frag.inverse_known_to_exist()
-            _fresh(frag).inverse_with_info(allow_padding=True)
+            _assert_facts_and_inverse(frag, (m, k, threads, dtype, partition))
             seen += 1
     assert seen > 40
 
