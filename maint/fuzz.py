@@ -1133,6 +1133,35 @@ def _cached_facts_problems(name: str, lay) -> list[str]:
     return out
 
 
+def _packed_inverse_problems(name: str, lay) -> list[str]:
+    """The cell -> (element, replica) maps the io-aware scorer and conversion pricing read without enumerating:
+    a constructor's recorded cell digits, and the CuTe packed inverse (from those digits or TVM's iter-map
+    rewrite, which once dropped an offset under a division: ``(n + 1) % 32`` read as ``n % 32``). Each must
+    send every cell to the (element, replica) the fragment's own tables put there."""
+    from tilelayout.passes.inference.cost_models import statement_score
+    if not lay.is_static or lay.size * lay.replicate_size > 1 << 16:
+        return []
+    table = statement_score.flat_packed_table(lay)
+    cells = int(lay.thread_extent) * int(np.prod([int(s) for s in lay.output_shape]))
+    out = []
+    digits = lay.cell_digits()
+    if digits is not None:
+        c, n, lower = np.arange(cells), np.zeros(cells, dtype=np.int64), 1
+        for ext, stride in digits:
+            n += (c // lower) % ext * stride
+            lower *= ext
+        if table.size != cells or not np.array_equal(table[n], c):
+            out.append(f"{name}: recorded cell digits {digits} do not read {lay!r} backwards")
+    if table.size == cells:
+        inv = statement_score.packed_inverse(lay, cells)
+        if not isinstance(inv, statement_score.Unconvertible):
+            from tilelayout import cute
+            back = np.asarray(cute.algebra.values(inv, np.arange(cells)), dtype=np.int64)
+            if not np.array_equal(table[back], np.arange(cells)):
+                out.append(f"{name}: the CuTe packed inverse {inv} is not the inverse of {lay!r}")
+    return out
+
+
 def _inverse_problems(name: str, lay) -> list[str]:
     """The closed-form inverse lowering walks a fragment (or loop) by: every (slot..., thread) cell of the box
     it reads must give a point outside the domain or the (element, replica) the fragment puts in that cell,
@@ -1217,6 +1246,7 @@ def validate(result) -> list[str]:
             problems.append(str(err))
         problems += _cached_facts_problems(buf.name, lay)
         problems += _inverse_problems(f"fragment {buf.name}", lay)
+        problems += _packed_inverse_problems(f"fragment {buf.name}", lay)
     for op in graph.ops:
         nest = nest_of(op)
         if nest is None:
@@ -1236,6 +1266,7 @@ def validate(result) -> list[str]:
         except AssertionError as err:
             problems.append(str(err))
         problems += _inverse_problems(f"loop of {op.describe()}", decision.layout)
+        problems += _packed_inverse_problems(f"loop of {op.describe()}", decision.layout)
         inner = [v.name for v in nest.inner_vars]
         for a in nest.fragment_accesses():
             if inner and any(n in str(e) for e in a.indices for n in inner):

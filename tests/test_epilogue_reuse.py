@@ -159,3 +159,25 @@ def test_split_graph_is_made_only_when_nothing_follows_the_store(after, answers)
         assert _graph_facts(made) == _graph_facts(frontend.build_op_graph(rewritten))
         assert [type(op).__name__ for op in made.ops] == ["CopyOp", "ConvertOp", "CopyOp"]
         assert made.ops[0] is graph.ops[0]
+
+
+@pytest.mark.parametrize("case,variant", [cv for cv in _variants() if cv[0].startswith("gemm_")])
+def test_split_engine_takes_the_unsplit_gemm_plans_planning_gives(case, variant, monkeypatch):
+    """The split program's engine takes the unsplit program's gemm plans (``_try_splits``): planning the split
+    program's gemms afresh gives the same plans, on every gemm kernel that stages its epilogue."""
+    from tilelayout.passes.inference.gemm_plan import plan_gemms
+    given = []
+    real_init = layout_inference._Engine.__init__
+
+    def spy(self, *args, gemm_plans=None, **kwargs):
+        real_init(self, *args, gemm_plans=gemm_plans, **kwargs)
+        if gemm_plans is not None:
+            given.append(self)
+
+    monkeypatch.setattr(layout_inference._Engine, "__init__", spy)
+    _infer(importlib.import_module(f"cases.{case}").VARIANTS[variant](), True, monkeypatch)
+    for engine in given:
+        fresh = plan_gemms(engine.ops, engine.graph.thread_extent, engine.target, engine.graph.op_thread_range)
+        assert fresh == engine.gemm_plans
+    if case == "gemm_pipelined" and not variant.startswith("rowsum"):
+        assert given, "the pipelined gemms stage their epilogue through a reused graph"

@@ -116,6 +116,30 @@ def test_symbolic_cute_conversion_equals_the_table_fit():
     assert converted > 50
 
 
+@pytest.mark.parametrize("thread,index", [
+    (lambda i, j: (j + 1) % 32, lambda i, j: i),                    # a rotated row: TVM reads it as j % 32
+    (lambda i, j: (j + 3) % 32, lambda i, j: i),
+    (lambda i, j: (i * 32 + j + 2) // 4 % 32, lambda i, j: (i * 32 + j + 2) % 4 + (i * 32 + j + 2) // 128 * 4),
+    (lambda i, j: j, lambda i, j: (i + 1) % 4),
+    (lambda i, j: (j - 1 + 32) % 32, lambda i, j: i),
+])
+def test_symbolic_cute_conversion_never_drops_an_offset(thread, index):
+    """apache-tvm 0.27's iter-map normalisation drops a constant under floordiv / floormod (``(n + 1) % 32`` ->
+    ``n % 32``): the symbolic conversion refuses those forms, and the packed inverse the scorer and the
+    conversion pricing read equals the table fit (exact enumeration)."""
+    from tilelayout.passes.inference.cost_models import statement_score
+    lay = Fragment([4, 32], thread, index).bind_thread_range(0, 32)
+    assert symbolic_flat_layout(lay) is None
+    statement_score.clear_caches()
+    inv = statement_score.packed_inverse(lay, 128)
+    table = flat_packed_table(lay)
+    if isinstance(inv, statement_score.Unconvertible):
+        assert cute.layout_from_table(table) is None
+    else:
+        cells = np.arange(table.size)
+        assert np.array_equal(table[cute.algebra.values(inv, cells)], cells)
+
+
 def test_symbolic_cute_conversion_of_the_1729_loop_needs_no_table():
     func = importlib.import_module("cases.broadcast_read").VARIANTS["issue1729_2x2560_t256"]()
     loop = infer_layouts(func, None, "io-aware").loops["i,j[2x2560]"]

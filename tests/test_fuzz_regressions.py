@@ -1517,3 +1517,27 @@ def test_a_hidden_index_in_a_vector_store_keeps_the_lane_outside_the_let():
             used = [v for v in _nodes(let.value, tirx.Var) if v.same_as(lane)]
             assert not used, f"{model}: the vector lane is hidden in {let}"
         assert "make_longlong4" not in lowered_cuda_source(lowered)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Bug 10 (found while giving constructors' fragments recorded cell digits): the io-aware scorer's CuTe packed
+# inverse came from apache-tvm 0.27's iter-map normalisation, which drops an offset under a division:
+# ``(n + 1) % 32`` comes back as ``n % 32``, so a rotated row was scored as the identity (a wrong cost, and a
+# wrong no-op verdict had conversion pricing read it). The rewrite is now refused for those forms (the table fit
+# decides), and ``maint/fuzz.validate`` checks every packed inverse and recorded digits against the tables.
+
+def test_fuzz_validator_judges_the_packed_inverse_on_every_cell():
+    from maint.fuzz import _packed_inverse_problems
+    from tilelayout import Fragment, cute
+    from tilelayout.passes.inference.cost_models import statement_score
+    rotated = Fragment([4, 32], lambda i, j: (j + 1) % 32, lambda i, j: i).bind_thread_range(0, 32)
+    statement_score.clear_caches()
+    assert _packed_inverse_problems("loop", rotated) == []
+    statement_score._INVERSES[rotated.key] = cute.Layout((4, 32), (32, 1))      # the identity TVM read it as
+    problems = _packed_inverse_problems("loop", rotated)
+    statement_score.clear_caches()
+    assert len(problems) == 1 and "CuTe packed inverse" in problems[0]
+    wrong = Fragment([4, 32], lambda i, j: j, lambda i, j: i)._known_by_construction(
+        32, 4, cell_digits=[(32, 1), (4, 32)])                                       # slot and thread swapped
+    assert any("recorded cell digits" in p for p in _packed_inverse_problems("f", wrong.bind_thread_range(0, 32)))
+

@@ -35,10 +35,37 @@ def _recorded(frag: Fragment) -> tuple:
     return facts["_injectivity_error"] is None, facts["thread_extent"], facts["_output_shape"][0]
 
 
-def _assert_facts_and_inverse(frag: Fragment, where) -> None:
+def _digits_problem(frag: Fragment) -> str | None:
+    """Why the recorded cell digits (``cell_digits``) are not the fragment read backwards, or None: every cell
+    c = thread * S + slot must name, through the digits, the (element, replica) n = row-major(coords) * R +
+    replica whose thread and slot the expressions give as c's, each n once."""
+    digits = frag.cell_digits()
+    if digits is None:
+        return "no cell digits recorded"
+    shape = [int(s) for s in frag.input_shape] + [frag.replicate_size]
+    variables = [placeholder(k) for k in range(len(shape) - 1)] + [rep_placeholder()]
+    thread = evaluate_grid([frag.forward_thread], variables, shape).reshape(-1)
+    slot = evaluate_grid(list(frag.forward_index), variables, shape).reshape(-1)
+    slots = int(np.prod([int(s) for s in frag.output_shape]))
+    cells = np.arange(thread.size)
+    n, lower = np.zeros_like(cells), 1
+    for ext, stride in digits:
+        n += (cells // lower) % ext * stride
+        lower *= ext
+    if lower != thread.size or sorted(n.tolist()) != list(range(thread.size)):
+        return f"digits {digits} do not name every (element, replica) once"
+    if not (np.array_equal(thread[n], cells // slots) and np.array_equal(slot[n], cells % slots)):
+        return f"digits {digits} name other cells than the expressions"
+    return None
+
+
+def _assert_facts_and_inverse(frag: Fragment, where, digits: bool = False) -> None:
     """A gemm constructor's recorded facts are the enumerated ones, and the closed-form inverse it claims exists
-    for an equal fragment without facts (``inverse_with_info`` raises LayoutError when there is none)."""
+    for an equal fragment without facts (``inverse_with_info`` raises LayoutError when there is none);
+    ``digits``: its cell digits are recorded and read it backwards."""
     assert _recorded(frag) == _enumerated(frag), where
+    if digits:
+        assert _digits_problem(frag) is None, (where, _digits_problem(frag))
     assert frag.inverse_known_to_exist(), where
     _fresh(frag).inverse_with_info(allow_padding=True)
 
@@ -52,7 +79,7 @@ def test_mma_accumulator_facts(dtype):
                 frag = make_mma_accumulator_fragment(m, n, threads, dtype, warp_policy=policy)
             except LayoutError:
                 continue
-            _assert_facts_and_inverse(frag, (m, n, threads, dtype, policy))
+            _assert_facts_and_inverse(frag, (m, n, threads, dtype, policy), digits=True)
             seen += 1
     assert seen > 40
 
@@ -66,7 +93,7 @@ def test_wgmma_accumulator_facts():
                 frag = make_wgmma_accumulator_fragment(m, n, threads, warp_partition=partition)
             except LayoutError:
                 continue
-            _assert_facts_and_inverse(frag, (m, n, threads, partition))
+            _assert_facts_and_inverse(frag, (m, n, threads, partition), digits=True)
             seen += 1
     assert seen > 30
 
@@ -112,6 +139,15 @@ def test_planned_loop_facts(touches_fragment):
             plan = loop_plan.plan_loop_layout(extents, threads, width, touches_fragment)
             assert _recorded(plan) == _enumerated(plan), (extents, threads, width, touches_fragment)
             assert _recorded(plan)[0], "a planned loop is always injective"
+            # every cell used in whole vector groups: the digits are recorded and read the plan backwards
+            injective, used, slots = _recorded(plan)
+            total = int(np.prod(extents))
+            full = used * slots == total * plan.replicate_size
+            if full and total % width == 0:
+                assert plan.cell_digits() is not None, (extents, threads, width, touches_fragment)
+            if plan.cell_digits() is not None:
+                assert full, (extents, threads, width, touches_fragment)
+                assert _digits_problem(plan) is None, (extents, threads, width, _digits_problem(plan))
 
 
 def test_facts_are_checked_against_the_cell_count():

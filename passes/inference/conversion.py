@@ -25,6 +25,8 @@ import numpy as np
 from tilelayout.errors import LayoutConflictError, warn_user
 from tilelayout.fragment import Fragment
 
+from .separable_cells import SeparableCells, clear_caches as clear_separable, separable_cells
+
 __all__ = ["ConversionCost", "ConversionWarning", "conversion_cost", "hand_staged_cost",
            "shared_cost", "CONFIG_KEY", "STRICT", "CONVERT", "MODES", "resolve_conflict_mode", "register_count32",
            "SHARED_STAGE_LIMIT"]
@@ -121,6 +123,15 @@ def _cells(frag: Fragment, threads: int):
 _CELLS: dict = {}
 
 
+def _cells_any_order(frag: Fragment, threads: int):
+    """``_cells`` in whatever order is cheapest: from the separable grid when the fragment has one (no
+    expression is evaluated), else enumerated. For the tests that only look cells up by element."""
+    grid = separable_cells(frag)
+    if grid is None:
+        return _cells(frag, threads)
+    return grid.elements(), grid.threads_of_cells(), grid.slots_of_cells(), grid.replicate
+
+
 def _enumerate_cells(frag: Fragment):
     lo = (frag.thread_range or (0, 0))[0]
     thread = np.asarray(frag.thread_table(), dtype=np.int64) + lo                # (*shape, R)
@@ -143,10 +154,32 @@ def _check(src: Fragment, dst: Fragment, what: str) -> None:
         raise LayoutConflictError(f"{what}: cannot convert between shapes {src.input_shape} and {dst.input_shape}")
 
 
+def _sampled_holders(src: Fragment, dst: Fragment):
+    """(the elements of one cell per thread of ``dst``'s grid, those threads, every thread holding each
+    element in ``src``) -- from ``src``'s own expressions at those points -- or None when ``dst`` has no
+    grid. Enough to refute the no-op and shuffle tests for a fraction of their price (a conversion worth
+    pricing usually moves every element); what it does not refute is tested on every cell."""
+    grid = separable_cells(dst)
+    if grid is None:
+        return None
+    from tilelayout.evaluate import evaluate
+    from tilelayout.layout import rep_placeholder
+    elem = (grid.row_t + grid.row_s[0]) * grid.cols + grid.col_t + grid.col_s[0]
+    coords = np.unravel_index(elem, tuple(int(s) for s in src.input_shape))
+    env = {v: c[:, None] for v, c in zip(src.forward_vars, coords)}
+    env[rep_placeholder()] = np.arange(src.replicate_size, dtype=np.int64)[None, :]
+    holders = np.broadcast_to(evaluate(src.forward_thread, env), (elem.size, src.replicate_size))
+    lo = (src.thread_range or (0, 0))[0]
+    return elem, np.arange(grid.t0, grid.t0 + grid.threads, dtype=np.int64), holders + lo
+
+
 def is_noop(src: Fragment, dst: Fragment, threads: int) -> bool:
     """Every thread holding an element in ``dst`` holds it in ``src``."""
-    se, st, _, reps = _cells(src, threads)
-    de, dt, _, _ = _cells(dst, threads)
+    sample = _sampled_holders(src, dst)
+    if sample is not None and not (sample[2] == sample[1][:, None]).any(axis=1).all():
+        return False
+    se, st, _, reps = _cells_any_order(src, threads)
+    de, dt, _, _ = _cells_any_order(dst, threads)
     if reps == 1:           # one holder per element: a lookup, not an (elements x threads) table
         holder = np.full(int(np.prod(src.input_shape)), -1, dtype=np.int64)
         holder[se] = st
@@ -163,8 +196,11 @@ def shuffle_plan(src: Fragment, dst: Fragment, threads: int, warp: int) -> dict 
     shares its warp). A slot every lane already holds locally maps to an empty list (register moves)."""
     if src.replicate_size != 1:
         return None
-    se, st, ss, _ = _cells(src, threads)
-    de, dt, ds, _ = _cells(dst, threads)
+    sample = _sampled_holders(src, dst)
+    if sample is not None and (sample[2][:, 0] // warp != sample[1] // warp).any():
+        return None
+    se, st, ss, _ = _cells_any_order(src, threads)
+    de, dt, ds, _ = _cells_any_order(dst, threads)
     size = int(np.prod(src.input_shape))
     holder, slot = np.full(size, -1, dtype=np.int64), np.full(size, -1, dtype=np.int64)
     holder[se], slot[se] = st, ss
@@ -355,7 +391,7 @@ def _vector(side: "_Side", stride: int, per: int, cols: int, slots_inner: int, e
     which stride (if any) keeps a group that crosses a tile row contiguous, and the stride modulo the width."""
     width = max(1, 16 // elem_bytes)
     while width > 1:
-        if slots_inner % width == 0 and side.thread.size % width == 0 and side.slot_groups(width):
+        if slots_inner % width == 0 and side.size % width == 0 and side.slot_groups(width):
             only = side.contiguous_stride(width, cols, per)
             if only is not False and (only is None or only == stride) and side.aligned(width, cols, per, stride):
                 return width
@@ -363,30 +399,69 @@ def _vector(side: "_Side", stride: int, per: int, cols: int, slots_inner: int, e
     return 1
 
 
-@dataclass
 class _Side:
     """The (element, thread, slot) cells one side of a round trip moves (the source: replica 0 of each
     element; the destination: every replica), sorted by (thread, slot); fixed per fragment, shared
     by every padding tried. A cell's staging address is ``row * stride + col`` elements (``tile``), and only
-    ``stride`` changes with the padding: everything else is kept per (tile width, rows per round)."""
+    ``stride`` changes with the padding: everything else is kept per (tile width, rows per round).
 
-    elem: np.ndarray
-    thread: np.ndarray
-    slot: np.ndarray
-    _groups: dict = field(default_factory=dict)
-    _firsts: dict = field(default_factory=dict)
-    _tiles: dict = field(default_factory=dict)
-    _vectors: dict = field(default_factory=dict)
-    _aligned: dict = field(default_factory=dict)
-    _seated: dict = field(default_factory=dict)
-    _uniform: dict = field(default_factory=dict)
-    _grid: object = False                      # False: not worked out yet
+    Built from enumerated cells, or from a fragment's ``SeparableCells`` (``separable``): then the cells are
+    made only if a count needs them, and a tile staged in one round answers the vector and row-shape tests
+    from the thread and slot parts of its rows and columns (the same answers, T + S numbers instead of T x S)."""
+
+    def __init__(self, elem=None, thread=None, slot=None, separable: SeparableCells | None = None):
+        self._elem, self._thread, self._slot = elem, thread, slot
+        self.separable = separable
+        self._groups: dict = {}
+        self._firsts: dict = {}
+        self._tiles: dict = {}
+        self._vectors: dict = {}
+        self._aligned: dict = {}
+        self._seated: dict = {}
+        self._uniform: dict = {}
+        self._grid = False                      # False: not worked out yet
+
+    def _made(self) -> None:
+        grid = self.separable
+        self._elem, self._thread, self._slot = grid.elements(), grid.threads_of_cells(), grid.slots_of_cells()
+
+    @property
+    def elem(self) -> np.ndarray:
+        if self._elem is None:
+            self._made()
+        return self._elem
+
+    @property
+    def thread(self) -> np.ndarray:
+        if self._thread is None:
+            self._made()
+        return self._thread
+
+    @property
+    def slot(self) -> np.ndarray:
+        if self._slot is None:
+            self._made()
+        return self._slot
+
+    @property
+    def size(self) -> int:
+        grid = self.separable
+        return grid.threads * grid.slots if grid is not None else int(self.thread.size)
+
+    def whole(self, cols: int, per: int):
+        """The separable grid when the tile is ``cols`` wide and staged in one round of ``per`` rows (the only
+        tile its parts describe), else None."""
+        grid = self.separable
+        return grid if grid is not None and grid.cols == cols and grid.rows == per else None
 
     def grid(self) -> tuple | None:
         """(first thread, threads, slots) when the cells are every slot 0..S-1 of every thread t0..t0+T-1, i.e.
         in (thread, slot) order the rows of a T x S table (every unpadded injective fragment), else None."""
         if self._grid is False:
             self._grid = None
+            if self.separable is not None:
+                self._grid = (self.separable.t0, self.separable.threads, self.separable.slots)
+                return self._grid
             n = self.thread.size
             if n:
                 t0 = int(self.thread[0])
@@ -431,7 +506,12 @@ class _Side:
         return hit
 
     def _grouped(self, width: int, cols: int, per: int) -> tuple:
-        """(rows, columns) of the cells in (thread, slot) order, one ``width``-cell group per row."""
+        """(rows, columns) of the cells in (thread, slot) order, one ``width``-cell group per row; of one
+        thread's slots only when the grid is separable (every thread's groups then differ by a shift of all
+        their cells, which no test below sees)."""
+        grid = self.whole(cols, per)
+        if grid is not None and grid.slots % width == 0:
+            return grid.row_s.reshape(-1, width), grid.col_s.reshape(-1, width)
         row, col, _ = self.tile(cols, per)
         return row.reshape(-1, width), col.reshape(-1, width)
 
@@ -463,14 +543,29 @@ class _Side:
         key = (width, cols, per, stride % width)
         hit = self._aligned.get(key)
         if hit is None:
-            rr, cc = self._grouped(width, cols, per)
-            hit = self._aligned[key] = not ((rr[:, 0] * (stride % width) + cc[:, 0]) % width).any()
+            m = stride % width
+            grid = self.whole(cols, per)
+            if grid is not None and grid.slots % width == 0:
+                # a group's start is a thread part plus a slot part, both 0 at thread 0 / slot 0: every sum of
+                # the two is 0 modulo the width exactly when every part is
+                hit = not ((grid.row_t * m + grid.col_t) % width).any() and \
+                    not ((grid.row_s[::width] * m + grid.col_s[::width]) % width).any()
+            else:
+                rr, cc = self._grouped(width, cols, per)
+                hit = not ((rr[:, 0] * m + cc[:, 0]) % width).any()
+            self._aligned[key] = hit
         return hit
 
 
 def _side(frag: Fragment, threads: int, stores: bool) -> _Side:
     key = (frag.key, threads, stores)
     hit = _SIDES.get(key)
+    if hit is None and (not stores or frag.replicate_size == 1):
+        grid = separable_cells(frag)            # a storing side of a replicated fragment is not a whole grid
+        if grid is not None:
+            if len(_SIDES) > 1024:
+                _SIDES.clear()
+            hit = _SIDES[key] = _Side(separable=grid)
     if hit is None:
         elem, thread, slot, reps = _cells(frag, threads)
         if stores:
@@ -570,13 +665,24 @@ def _uniform_rows(side: _Side, v: int, cols: int, rows: int, elem_bytes: int, wa
     if t0 % warp or threads % warp or slots % v or warp % per_phase:
         return None
     shape = (threads // per_phase, per_phase, slots)
+    ideal = (threads // warp) * (slots // v) * -(-warp * v * elem_bytes // _WAVEFRONT)
+    part = side.whole(cols, rows)
+    if part is not None:
+        # the row of phase g and step k sits at (thread part of its lane) + (slot part of slot k * v): every
+        # row has the first one's shape iff the thread parts of each phase differ from its first lane's alike
+        by_row, by_col = part.row_t.reshape(shape[:2]), part.col_t.reshape(shape[:2])
+        d_row, d_col = by_row - by_row[:, :1], by_col - by_col[:, :1]
+        if not ((d_row == d_row[:1]).all() and (d_col == d_col[:1]).all()):
+            return None
+        shift = ((by_row[:, :1] - by_row[0, 0]) + (part.row_s[None, ::v] - part.row_s[0]),
+                 (by_col[:, :1] - by_col[0, 0]) + (part.col_s[None, ::v] - part.col_s[0]))
+        return by_row[0] + part.row_s[0], by_col[0] + part.col_s[0], shift, shape[0] * (slots // v), ideal
     row, col, _ = side.tile(cols, rows)                  # staged in one round: the tile's own rows
     tile_row, tile_col = row.reshape(shape)[:, :, ::v], col.reshape(shape)[:, :, ::v]
     d_row, d_col = tile_row - tile_row[:, :1, :], tile_col - tile_col[:, :1, :]
     if not ((d_row == d_row[:1, :, :1]).all() and (d_col == d_col[:1, :, :1]).all()):
         return None
     shift = (tile_row[:, 0, :] - tile_row[0, 0, 0], tile_col[:, 0, :] - tile_col[0, 0, 0])
-    ideal = (threads // warp) * (slots // v) * -(-warp * v * elem_bytes // _WAVEFRONT)
     return tile_row[0, :, 0], tile_col[0, :, 0], shift, shape[0] * (slots // v), ideal
 
 
@@ -662,6 +768,7 @@ def clear_caches() -> None:
     _CELLS.clear()
     _SHARED.clear()
     _SIDES.clear()
+    clear_separable()
 
 
 def conversion_cost(src: Fragment, dst: Fragment, threads: int, warp: int, elem_bytes: int,

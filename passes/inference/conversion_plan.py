@@ -353,7 +353,10 @@ def _try_splits(func, graph, splits, target, cost_model, budget, engine_cls, err
             reusing = reuse is not None and REUSE_UNSPLIT_RUN
             # the split program's op graph from the unsplit one's where that is exact (``graph_after_split``)
             known = graph_after_split(graph, rewritten, split.op_index, replaced) if reusing else None
-            trial = engine_cls(rewritten, target, cost_model, budget, graph=known)
+            # a graph made that way keeps every gemm op, and the store it replaces touched one fragment, the one
+            # the conversion now reads: the gemms' chains, hence their plans, are the unsplit program's
+            plans = dict(reuse[0].gemm_plans) if known is not None else None
+            trial = engine_cls(rewritten, target, cost_model, budget, graph=known, gemm_plans=plans)
             trial_state = None
             if reusing:
                 trial_state = trial.run_after_epilogue_split(*reuse, split.op_index)

@@ -239,7 +239,7 @@ def _merge_swizzles(a, b, buf):
 
 class _Engine:
     def __init__(self, func, target, cost_model, budget: int | None = None, policy_override: dict | None = None,
-                 graph=None):
+                 graph=None, gemm_plans: dict | None = None):
         self.func = func
         self.budget = budget            # per-thread 32-bit registers; attempts over it lose (None: no limit)
         self.target = normalize_target(func_target(func, target))
@@ -257,8 +257,9 @@ class _Engine:
             for b in op.buffers():
                 self.users.setdefault(b.name, []).append(op.index)
         self.pinned_loops = self._pinned_loops()
-        self.gemm_plans = plan_gemms(self.ops, self.graph.thread_extent, self.target, self.graph.op_thread_range,
-                                     policy_override)
+        # ``gemm_plans``: the plans of a program whose gemms are these (an epilogue split's, see ``_try_splits``)
+        self.gemm_plans = gemm_plans if gemm_plans is not None else plan_gemms(
+            self.ops, self.graph.thread_extent, self.target, self.graph.op_thread_range, policy_override)
         self.attempts: list = []
         self.memo: dict = {}
         self.descriptions: dict = {}

@@ -328,14 +328,21 @@ def _plan(extents: Sequence[int], threads: int, width: int, touches_fragment: bo
         # q * width + (its point % width): extent and slot count in exact arithmetic, no table
         q = (total - 1) // (width * threads)
         slots = q * width + min(width, total - q * width * threads)
+        used = min(threads, -(-total // width))
+        # every cell used (no partial group, no partial round of the threads): cell thread * slots + slot holds
+        # the point slot // width * (width * used) + thread * width + slot % width
+        whole = total % width == 0 and (total // width) % used == 0
         # a fused iterator split by the width and the threads: it has a closed-form inverse (tests invert
         # plans over a grid of extents, widths and thread counts, padded and not, beyond enumeration too)
-        layout._known_by_construction(min(threads, -(-total // width)), slots, inverse=True)
+        layout._known_by_construction(used, slots, inverse=True, cell_digits=(
+            [(width, 1), (slots // width, width * used), (used, width)] if whole else None))
         if touches_fragment and layout.thread_extent < threads:
             # replica r of an element sits r thread-extents further on: still one-to-one, slots unchanged
             copies = threads // layout.thread_extent
             layout = layout.replicate(copies)._known_by_construction(layout.thread_extent * copies, slots,
-                                                                     inverse=True)
+                                                                     inverse=True, cell_digits=(
+                [(width, copies), (slots // width, width * used * copies), (used, width * copies), (copies, 1)]
+                if whole else None))
     elif touches_fragment and layout.thread_extent < threads:
         layout = layout.replicate(threads // layout.thread_extent)
     return layout.bind_thread_range(0, threads)

@@ -182,9 +182,11 @@ class Fragment(Layout):
         return obj
 
     #: what ``_known_by_construction`` records (an interned equal fragment is given them too, see ``_interned``)
-    _CONSTRUCTION_FACTS = ("thread_extent", "_output_shape", "_injectivity_error", "_closed_form_inverse")
+    _CONSTRUCTION_FACTS = ("thread_extent", "_output_shape", "_injectivity_error", "_closed_form_inverse",
+                           "_cell_digits")
 
-    def _known_by_construction(self, thread_extent: int, slots: int, inverse: bool = False) -> "Fragment":
+    def _known_by_construction(self, thread_extent: int, slots: int, inverse: bool = False,
+                               cell_digits=None) -> "Fragment":
         """Record what a constructor proved about the fragment it built: an injective map of the (element,
         replica) pairs into threads [0, thread_extent) x slots [0, slots) that reaches the last thread and the
         last slot. Inference asks every loop and fragment for its injectivity, thread extent and slot count,
@@ -193,7 +195,11 @@ class Fragment(Layout):
         already known are set (an interned equal fragment may have computed them); static shapes only. Tests
         compare every constructor's facts with enumeration. ``inverse``: the constructor's layouts also have
         the closed-form inverse lowering walks registers with (``inverse_with_info(allow_padding=True)``
-        succeeds); tests invert every such layout over a grid of its parameters."""
+        succeeds); tests invert every such layout over a grid of its parameters. ``cell_digits``: the same
+        bijection read backwards, when every cell is used (threads x slots == elements x replicas), as mixed-radix
+        digits of the cell ``thread * slots + slot``, lowest first: [(extent, stride), ...] such that the cell's
+        element and replica are ``n = sum(((cell // lower_k) % extent_k) * stride_k)`` with lower_k the product
+        of the extents before k, and ``n = row-major(coords) * replicate + replica`` (``cell_digits()``)."""
         size = self.size
         if not isinstance(size, int):
             return self
@@ -206,7 +212,18 @@ class Fragment(Layout):
         facts.setdefault("_injectivity_error", None)
         if inverse:
             facts["_closed_form_inverse"] = True
+        if cell_digits is not None:
+            digits = tuple((int(e), int(d)) for e, d in cell_digits if int(e) > 1)
+            if math.prod(e for e, _ in digits) != size * self._replicate or size * self._replicate != \
+                    thread_extent * slots:
+                raise LayoutError(f"{self!r}: cell digits {digits} do not cover {thread_extent} threads x {slots} "
+                                  f"slots once")
+            facts["_cell_digits"] = digits
         return self
+
+    def cell_digits(self) -> tuple | None:
+        """The cell -> (element, replica) digits a constructor recorded (``_known_by_construction``), else None."""
+        return self.__dict__.get("_cell_digits")
 
     def inverse_known_to_exist(self) -> bool:
         """The constructor recorded (``_known_by_construction``) that ``inverse_with_info(allow_padding=True)``

@@ -159,8 +159,14 @@ def make_mma_accumulator_fragment(m: int, n: int, threads: int, dtype="float32",
     # i and j split into mixed-radix digits (warp block, atom, row/column in the atom), and thread and slot
     # are mixed-radix numbers of disjoint digit sets: a bijection onto every warp's lanes x the warp's slots,
     # with a closed-form inverse (tests/test_gemm_layouts.py inverts every plan shape)
+    # the cell thread * S + slot read backwards, lowest digit first (slot digits, then thread digits), as
+    # strides of the element index i * n + j
+    row_half = [] if bits == 64 else [(2, 8 * n)]
+    digits = [(2, 1)] + row_half + [(warp_cols, 8), (warp_rows, atom_m * n),
+                                    (4, 2), (8, n), (wm_count, wm * n), (wn_count, wn)]
     return Fragment([m, n], thread, index)._known_by_construction(wm_count * wn_count * WARP,
-                                                                  warp_rows * warp_cols * slots, inverse=True)
+                                                                  warp_rows * warp_cols * slots, inverse=True,
+                                                                  cell_digits=digits)
 
 
 def make_wgmma_accumulator_fragment(m: int, n: int, threads: int = 128, warp_partition=None) -> Fragment:
@@ -192,8 +198,11 @@ def make_wgmma_accumulator_fragment(m: int, n: int, threads: int = 128, warp_par
         return (i % mg) // 64 * per_block + ((j % wn) // 8) * 4 + (i % 16) // 8 * 2 + j % 2
     # as for mma.sync: thread and slot are mixed-radix numbers of disjoint digits of i and j, a bijection
     # onto the warpgroups' threads x (64-row blocks) * (8-column atoms) * 4 slots
+    digits = [(2, 1), (2, 8 * n), (wn // 8, 8), (mg // 64, 64 * n),                 # slot digits
+              (4, 2), (8, n), (4, 16 * n), (groups_m, mg * n), (wn_count, wn)]        # thread digits
     return Fragment([m, n], thread, index)._known_by_construction(wm_count * wn_count * WARP,
-                                                                  mg // 64 * per_block, inverse=True)
+                                                                  mg // 64 * per_block, inverse=True,
+                                                                  cell_digits=digits)
 
 
 def make_wgmma_fragment_a(m: int, k: int, threads: int = 128, dtype="float16", warp_partition=None) -> Fragment:

@@ -90,12 +90,40 @@ def symbolic_flat_layout(frag):
     return None if merged is None else _assemble([merged], int)
 
 
+def _offset_under_division(expr) -> bool:
+    """Whether a floordiv / floormod in ``expr`` divides a sum with a constant term (``(_j + 1) % 32``).
+    apache-tvm 0.27's iter-map normalisation drops such offsets (``(n + 1) % 32`` comes back as ``n % 32``, a
+    rotation read as the identity), so the rewrite is not taken for them (the caller enumerates)."""
+    from tvm import tirx
+    stack = [expr]
+    while stack:
+        e = stack.pop()
+        kind = type(e)
+        if kind in (tirx.FloorDiv, tirx.FloorMod, tirx.Div, tirx.Mod):
+            inner = [e.a]
+            while inner:
+                x = inner.pop()
+                if type(x) in (tirx.Add, tirx.Sub):
+                    if any(type(o) is tirx.IntImm and int(o.value) != 0 for o in (x.a, x.b)):
+                        return True
+                    inner += [x.a, x.b]
+                elif type(x) is tirx.Mul:
+                    inner += [x.a, x.b]
+            stack += [e.a, e.b]
+        elif hasattr(e, "a") and hasattr(e, "b"):
+            stack += [e.a, e.b]
+    return False
+
+
 def symbolic_flat_modes(frag) -> list | None:
     """``symbolic_flat_layout`` as its flat (extent, stride) mode list ([(1, 0)] for a constant map); None
-    when the rewrite leaves anything unexplained or the domain has a single cell."""
+    when the rewrite leaves anything unexplained, the domain has a single cell, or an expression divides an
+    offset sum (``_offset_under_division``)."""
     from tvm import sym, tirx
     from tvm.ir import Range
     from tilelayout.layout import rep_placeholder, substitute
+    if any(_offset_under_division(e) for e in [frag.forward_thread, *frag.forward_index]):
+        return None
     try:
         shape = [int(s) for s in frag.input_shape]
         outs = [int(s) for s in frag.output_shape]
@@ -166,14 +194,22 @@ def clear_caches() -> None:
     STATEMENT_COSTS.clear()
 
 
-def _packed_inverse(frag, cells: int):
+def packed_inverse(frag, cells: int):
     """The right inverse (cell -> point) of the packed fragment, or Unconvertible(reason); computed once per
     fragment mapping, since every statement and attempt over the same fragment needs the same one."""
     from tilelayout import cute
     hit = _INVERSES.get(frag.key)
     if hit is not None:
         return hit
-    from tilelayout.cute.algebra import _from_lists, right_inverse_modes
+    from tilelayout.cute.algebra import _from_lists, coalesce_modes, right_inverse_modes
+    digits = frag.cell_digits() if hasattr(frag, "cell_digits") else None
+    if digits is not None and int(math.prod(e for e, _ in digits)) == cells:
+        # the constructor recorded the inverse itself (cell -> n as digits): coalesced, it is the mode list the
+        # rewrite below finds and inverts (tests compare the two on every constructor's fragments)
+        modes = coalesce_modes(list(digits))
+        out = _from_lists([e for e, _ in modes], [d for _, d in modes])
+        _INVERSES[frag.key] = out
+        return out
     modes = symbolic_flat_modes(frag)
     if modes is None:
         flat = cute.layout_from_table(flat_packed_table(frag))
@@ -203,7 +239,7 @@ def prepare_cute(frag, accesses) -> CuteStatement | Unconvertible:
     S = int(math.prod(frag.output_shape))
     if points * R != T * S:
         return Unconvertible(f"points x replication {points}x{R} != threads x slots {T}x{S}")
-    inv = _packed_inverse(frag, T * S)
+    inv = packed_inverse(frag, T * S)
     if isinstance(inv, Unconvertible):
         return inv
     out = CuteStatement(T, S, points, R, inv)
