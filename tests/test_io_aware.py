@@ -388,6 +388,35 @@ def test_spill_is_charged_exactly_when_a_slot_depends_on_the_thread(infer, name)
     assert seen == want
 
 
+@pytest.mark.parametrize("name", ["issue1729", "register_spill", "column_broadcast", "row_scale"])
+def test_dynamic_slots_are_exact_for_every_loop_and_fragment_layout_pairing(infer, name):
+    """``dynamic_slot_accesses`` is memoised per (nest, loop, touched fragments' layouts): every attempt's loop
+    paired with every attempt's fragment layouts, asked in one process, gives the exact answer for that pair
+    (a memo keyed on the loop alone would hand one pairing's answer to another)."""
+    from tilelayout.passes.inference.fragment_rules import dynamic_slot_accesses
+    r = infer(name)
+    ok = [a for a in r.attempts if a.error is None]
+    pairs = 0
+    for op in r.graph.ops:
+        if op.kind != "parallel":
+            continue
+        nest = nest_of(op)
+        for loop_from in ok:
+            loop = loop_from.loops.get(op.describe())
+            if loop is None:
+                continue
+            for layouts_from in ok:
+                layouts = layouts_from.layouts
+                if any(acc.buffer.name not in layouts for acc in nest.fragment_accesses()):
+                    continue
+                got = {id(acc) for acc in dynamic_slot_accesses(nest, loop, layouts)}
+                want = {id(acc) for acc in nest.fragment_accesses() if not acc.is_constant
+                        and _dynamic_slot(nest, loop, acc, layouts[acc.buffer.name])}
+                assert got == want, (name, loop_from.root, layouts_from.root)
+                pairs += 1
+    assert pairs >= 1
+
+
 def test_register_only_loop_spill_is_charged(infer):
     r = infer("register_spill")
     chosen = next(a for a in r.attempts if a.chosen)

@@ -162,6 +162,16 @@ def _sampled_holders(src: Fragment, dst: Fragment):
     grid = separable_cells(dst)
     if grid is None:
         return None
+    key = (src.key, src.thread_range, dst.key, dst.thread_range)
+    hit = _SAMPLES.get(key)
+    if hit is None:
+        if len(_SAMPLES) > 512:
+            _SAMPLES.clear()
+        hit = _SAMPLES[key] = _sample_holders(src, grid)
+    return hit
+
+
+def _sample_holders(src: Fragment, grid: SeparableCells) -> tuple:
     from tilelayout.evaluate import evaluate
     from tilelayout.layout import rep_placeholder
     elem = (grid.row_t + grid.row_s[0]) * grid.cols + grid.col_t + grid.col_s[0]
@@ -171,6 +181,10 @@ def _sampled_holders(src: Fragment, dst: Fragment):
     holders = np.broadcast_to(evaluate(src.forward_thread, env), (elem.size, src.replicate_size))
     lo = (src.thread_range or (0, 0))[0]
     return elem, np.arange(grid.t0, grid.t0 + grid.threads, dtype=np.int64), holders + lo
+
+
+#: sampled holders by (source key and range, destination key and range): the no-op and shuffle tests share them
+_SAMPLES: dict = {}
 
 
 def is_noop(src: Fragment, dst: Fragment, threads: int) -> bool:
@@ -768,6 +782,7 @@ def clear_caches() -> None:
     _CELLS.clear()
     _SHARED.clear()
     _SIDES.clear()
+    _SAMPLES.clear()
     clear_separable()
 
 
