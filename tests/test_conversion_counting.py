@@ -158,24 +158,30 @@ def _bound(frag, threads):
     return frag if frag.thread_range is not None else frag.bind_thread_range(0, threads)
 
 
-def test_shared_round_trip_cost_equals_the_cell_by_cell_count_on_golden_fragment_pairs():
-    """Every padding of every pair of same-shaped golden fragments (up to 2,048 elements each, so the
-    reference stays quick): the cost's wavefronts and vector widths are those the definitions give."""
-    frags = [f for f in _golden_fragments() if int(np.prod(f.input_shape)) <= 2048]
-    pairs = 0
+def same_shaped_pairs(frags: list):
+    """(a, b, threads, a bound, b bound) for every ordered pair of distinct fragments of one shape and thread
+    extent, each bound to threads from 0 unless it has a range already."""
     for a in frags:
         for b in frags:
             if list(a.input_shape) != list(b.input_shape) or a.thread_extent != b.thread_extent or a is b:
                 continue
             threads = int(a.thread_extent)
-            src, dst = _bound(a, threads), _bound(b, threads)
-            for elem_bytes in (2, 4):
-                for pad in cv._pads(elem_bytes):
-                    cv.clear_caches()
-                    got = cv.shared_cost(src, dst, threads, 32, elem_bytes, pad)
-                    assert (got.wavefronts, *got.vectors) == _round_trip_reference(src, dst, threads, 32, elem_bytes,
-                                                                                    pad), (a, b, elem_bytes, pad)
-            pairs += 1
+            yield a, b, threads, _bound(a, threads), _bound(b, threads)
+
+
+def test_shared_round_trip_cost_equals_the_cell_by_cell_count_on_golden_fragment_pairs():
+    """Every padding of every pair of same-shaped golden fragments (up to 2,048 elements each, so the
+    reference stays quick): the cost's wavefronts and vector widths are those the definitions give."""
+    pairs = 0
+    for a, b, threads, src, dst in same_shaped_pairs([f for f in _golden_fragments()
+                                                       if int(np.prod(f.input_shape)) <= 2048]):
+        for elem_bytes in (2, 4):
+            for pad in cv._pads(elem_bytes):
+                cv.clear_caches()
+                got = cv.shared_cost(src, dst, threads, 32, elem_bytes, pad)
+                assert (got.wavefronts, *got.vectors) == _round_trip_reference(src, dst, threads, 32, elem_bytes,
+                                                                                pad), (a, b, elem_bytes, pad)
+        pairs += 1
     assert pairs > 20
 
 
@@ -199,10 +205,11 @@ def _bit_fragment(rows: int, cols: int, perm: list, thread_bits: int, replicate:
     return Fragment([rows, cols], thread, lambda i, j: bits(i * cols + j, hi), replicate=replicate)
 
 
-@settings(max_examples=300, deadline=None)
-@given(data=st.data())
-def test_shared_round_trip_cost_equals_the_cell_by_cell_count_on_bit_permuted_fragments(data):
-    rows = data.draw(st.sampled_from([1, 2, 4, 8, 16]))
+def draw_bit_permuted_pair(data, make=None, rows_from=(1, 2, 4, 8, 16)) -> tuple:
+    """(source, destination, threads): two bit-permuted fragments of one random tile over one thread count,
+    each replicated or not, bound to threads from 0; ``make``: the fragment builder (``_bit_fragment``)."""
+    make = make or _bit_fragment
+    rows = data.draw(st.sampled_from(list(rows_from)))
     cols = data.draw(st.sampled_from([c for c in (4, 8, 16, 32, 64) if rows * c >= 32]))
     n = (rows * cols).bit_length() - 1
     threads = data.draw(st.sampled_from([t for t in (32, 64, 128) if t <= 2 * rows * cols]))
@@ -210,9 +217,15 @@ def test_shared_round_trip_cost_equals_the_cell_by_cell_count_on_bit_permuted_fr
     def fragment():
         replicate = data.draw(st.sampled_from([r for r in (1, 2) if threads // r <= rows * cols]))
         perm = data.draw(st.permutations(range(n)))
-        return _bit_fragment(rows, cols, list(perm), (threads // replicate).bit_length() - 1, replicate)
+        return make(rows, cols, list(perm), (threads // replicate).bit_length() - 1, replicate)
 
-    src, dst = fragment().bind_thread_range(0, threads), fragment().bind_thread_range(0, threads)
+    return fragment().bind_thread_range(0, threads), fragment().bind_thread_range(0, threads), threads
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_shared_round_trip_cost_equals_the_cell_by_cell_count_on_bit_permuted_fragments(data):
+    src, dst, threads = draw_bit_permuted_pair(data)
     elem_bytes = data.draw(st.sampled_from([1, 2, 4, 8]))
     pad = data.draw(st.sampled_from(cv._pads(elem_bytes)))
     cv.clear_caches()

@@ -16,7 +16,8 @@ from tilelayout.passes.inference import conversion as cv
 from tilelayout.passes.inference import separable_cells as sc
 from tilelayout.passes.inference.loop_plan import plan_loop_layout
 
-from test_conversion_counting import _bit_fragment, _golden_fragments, _round_trip_reference
+from test_conversion_counting import (_bit_fragment, _golden_fragments, _round_trip_reference,
+                                      draw_bit_permuted_pair, same_shaped_pairs)
 
 
 def _enumerated(frag):
@@ -142,20 +143,14 @@ def test_prices_with_grids_equal_prices_from_enumerated_cells_on_golden_pairs(mo
     """Pairs of same-shaped fragments from the golden kernels' results (up to 8,192 elements), at least one
     side with a grid: the no-op test, the shuffle count, every padding's round trip and the chosen way are
     what enumerated cells give."""
-    frags = [f for f in _inferred() if int(np.prod(f.input_shape)) <= 8192]
     pairs = 0
-    for a in frags:
-        for b in frags:
-            if list(a.input_shape) != list(b.input_shape) or a.thread_extent != b.thread_extent or a is b:
-                continue
-            if sc.separable_cells(a) is None and sc.separable_cells(b) is None:
-                continue
-            threads = int(a.thread_extent)
-            src, dst = (f if f.thread_range is not None else f.bind_thread_range(0, threads) for f in (a, b))
-            for elem_bytes in (2, 4):
-                assert _priced(src, dst, threads, elem_bytes, True, monkeypatch) == \
-                    _priced(src, dst, threads, elem_bytes, False, monkeypatch), (a, b, elem_bytes)
-            pairs += 1
+    for a, b, threads, src, dst in same_shaped_pairs([f for f in _inferred() if int(np.prod(f.input_shape)) <= 8192]):
+        if sc.separable_cells(a) is None and sc.separable_cells(b) is None:
+            continue
+        for elem_bytes in (2, 4):
+            assert _priced(src, dst, threads, elem_bytes, True, monkeypatch) == \
+                _priced(src, dst, threads, elem_bytes, False, monkeypatch), (a, b, elem_bytes)
+        pairs += 1
     assert pairs > 30
 
 
@@ -176,17 +171,7 @@ def test_prices_with_grids_equal_the_cell_by_cell_count_on_bit_permuted_fragment
     """Bit permutations (replicated or not) with their digits recorded: the grid describes them exactly, and
     every padding's wavefronts and vector widths are the definitions' (``_round_trip_reference``), as is the
     no-op test."""
-    rows = data.draw(st.sampled_from([1, 2, 4, 8, 16, 32]))
-    cols = data.draw(st.sampled_from([c for c in (4, 8, 16, 32, 64) if rows * c >= 32]))
-    n = (rows * cols).bit_length() - 1
-    threads = data.draw(st.sampled_from([t for t in (32, 64, 128) if t <= 2 * rows * cols]))
-
-    def fragment():
-        replicate = data.draw(st.sampled_from([r for r in (1, 2) if threads // r <= rows * cols]))
-        perm = data.draw(st.permutations(range(n)))
-        return _digit_bit_fragment(rows, cols, list(perm), (threads // replicate).bit_length() - 1, replicate)
-
-    src, dst = fragment().bind_thread_range(0, threads), fragment().bind_thread_range(0, threads)
+    src, dst, threads = draw_bit_permuted_pair(data, _digit_bit_fragment, (1, 2, 4, 8, 16, 32))
     cv.clear_caches()
     _assert_grid_is_the_fragment(dst)
     _assert_grid_is_the_fragment(src)

@@ -435,27 +435,16 @@ class _Side:
         self._uniform: dict = {}
         self._grid = False                      # False: not worked out yet
 
-    def _made(self) -> None:
-        grid = self.separable
-        self._elem, self._thread, self._slot = grid.elements(), grid.threads_of_cells(), grid.slots_of_cells()
-
-    @property
-    def elem(self) -> np.ndarray:
+    def _cells(self) -> tuple:
+        """(element, thread, slot) arrays, made from the grid the first time a count needs them."""
         if self._elem is None:
-            self._made()
-        return self._elem
+            grid = self.separable
+            self._elem, self._thread, self._slot = grid.elements(), grid.threads_of_cells(), grid.slots_of_cells()
+        return self._elem, self._thread, self._slot
 
-    @property
-    def thread(self) -> np.ndarray:
-        if self._thread is None:
-            self._made()
-        return self._thread
-
-    @property
-    def slot(self) -> np.ndarray:
-        if self._slot is None:
-            self._made()
-        return self._slot
+    elem = property(lambda self: self._cells()[0])
+    thread = property(lambda self: self._cells()[1])
+    slot = property(lambda self: self._cells()[2])
 
     @property
     def size(self) -> int:
