@@ -110,12 +110,28 @@ def measure(func, model: str, repeat: int, peer: "PeerTimer | None" = None, name
     return statistics.median(ours), live_register_slots(result), theirs
 
 
+def peer_config(items: list) -> dict:
+    """``--peer-config KEY=JSON`` items as a dict (a value that is not JSON is taken as a string)."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--peer-config wants KEY=VALUE, got {item!r}")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
 class PeerTimer:
     """TileLang 0.1.15 timing its own inference on request: ``maint/peer/time_tilelang.py --serve`` run
     under the peer's Python, one JSON request and reply per line."""
 
-    def __init__(self, python: str):
+    def __init__(self, python: str, config: dict | None = None):
         cmd = [python, str(ROOT / "maint" / "peer" / "time_tilelang.py"), *map(str, PEER_FILES), "--serve"]
+        if config:
+            cmd += ["--config", json.dumps(config, sort_keys=True)]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                      text=True, cwd=ROOT / "maint" / "peer")
         ready = json.loads(self._line(" ".join(cmd)))
@@ -188,11 +204,15 @@ def main(argv=None) -> int:
     ap.add_argument("--k", type=int, nargs="*", default=[64, 256])
     ap.add_argument("--no-suite", action="store_true", help="skip timing the golden runner")
     ap.add_argument("--only", help="only kernels whose name contains this")
+    ap.add_argument("--peer-config", metavar="KEY=JSON", action="append", default=[],
+                    help="a TileLang pass config for every kernel of the peer (repeatable), e.g. "
+                         "tl.disable_tma_lower=true tl.disable_warp_specialized=true: TileLang compiling sm_90 "
+                         "copies without TMA and one thread group, as we lower them")
     ap.add_argument("--rounds", type=int, default=1,
                     help="pairs of batches (ours, then TileLang's) per kernel and model; ratio: median over rounds")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore", TileLayoutResourceWarning)     # big benchmark tiles warn by design
-    peer = PeerTimer(args.peer) if args.peer else None
+    peer = PeerTimer(args.peer, peer_config(args.peer_config)) if args.peer else None
     funcs = {k: v for k, v in kernels().items() if not args.only or args.only in k}
     head = f"{'kernel':46s}"
     for m in MODELS:

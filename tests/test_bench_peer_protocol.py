@@ -106,3 +106,25 @@ def test_a_server_that_dies_is_reported(tmp_path):
         assert "TileLang timer stopped" in str(err)
     else:
         raise AssertionError("a dead timer must stop the benchmark with a message")
+
+
+def test_peer_configs_reach_the_timer(tmp_path):
+    """``--peer-config KEY=JSON`` (TileLang without TMA, say) is parsed into JSON values and handed to the timer
+    as ``--config``, which merges it into every kernel's pass config."""
+    assert bench_inference.peer_config(["tl.disable_tma_lower=true", "tl.note=plain"]) == \
+        {"tl.disable_tma_lower": True, "tl.note": "plain"}
+    try:
+        bench_inference.peer_config(["no-equals-sign"])
+    except SystemExit as err:
+        assert "KEY=VALUE" in str(err)
+    else:
+        raise AssertionError("a malformed --peer-config must stop the benchmark with a message")
+    argv_file = tmp_path / "argv.json"
+    exe = tmp_path / "argv-python"
+    exe.write_text(f"#!{sys.executable}\nimport json, sys\nopen({str(argv_file)!r}, 'w').write(json.dumps(sys.argv))\n"
+                   "print(json.dumps({'ready': []}), flush=True)\nsys.stdin.read()\n")
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    peer = bench_inference.PeerTimer(str(exe), {"tl.disable_tma_lower": True})
+    peer.close()
+    argv = json.loads(argv_file.read_text())
+    assert argv[argv.index("--config") + 1] == '{"tl.disable_tma_lower": true}'

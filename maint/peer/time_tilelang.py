@@ -140,8 +140,8 @@ def _error_text(err: Exception) -> str:
     return f"{type(err).__name__}: {first}"
 
 
-def time_kernel(build, target, model: str, repeat: int) -> dict:
-    config = {"tl.layout_cost_model": model}
+def time_kernel(build, target, model: str, repeat: int, extra: dict | None = None) -> dict:
+    config = {"tl.layout_cost_model": model, **(extra or {})}
     mod, regs = _prepare(build, target, config)
     return {"ms": statistics.median(_timed_runs(mod, target, config, repeat)), "regs": regs}
 
@@ -153,7 +153,7 @@ def _target_for(name: str, default):
     return tvm.target.Target({"kind": "cuda", "arch": f"sm_{named.group(1)}"}) if named else default
 
 
-def serve(kernels: dict, target, requests, replies) -> None:
+def serve(kernels: dict, target, requests, replies, extra: dict | None = None) -> None:
     """Answer one JSON request per line, ``{"name": ..., "model": ..., "runs": n}``, with one JSON line
     ``{"ms": [n samples], "regs": int}`` or ``{"error": text}``: the module is captured (and the pass run once
     untimed) on a kernel's first request, then every request times ``runs`` more runs. The benchmark asks
@@ -166,7 +166,7 @@ def serve(kernels: dict, target, requests, replies) -> None:
         req = json.loads(line)
         key = (req["name"], req["model"])
         try:
-            config = {"tl.layout_cost_model": req["model"]}
+            config = {"tl.layout_cost_model": req["model"], **(extra or {})}
             tgt = _target_for(req["name"], target)
             if key not in prepared:
                 prepared[key] = _prepare(kernels[req["name"]], tgt, config)
@@ -185,6 +185,8 @@ def main(argv=None) -> int:
     ap.add_argument("--arch", default="sm_90")
     ap.add_argument("--only", nargs="*")
     ap.add_argument("--serve", action="store_true", help="answer timing requests on stdin (see serve)")
+    ap.add_argument("--config", default="{}", help="JSON object of extra TileLang pass configs for every kernel, "
+                    'e.g. {"tl.disable_tma_lower": true, "tl.disable_warp_specialized": true}')
     args = ap.parse_args(argv)
     replies = sys.stdout
     if args.serve:
@@ -202,14 +204,14 @@ def main(argv=None) -> int:
     if args.serve:
         replies.write(json.dumps({"ready": sorted(kernels)}) + "\n")
         replies.flush()
-        serve(kernels, target, sys.stdin, replies)
+        serve(kernels, target, sys.stdin, replies, json.loads(args.config))
         return 0
     result = {m: {} for m in MODELS}
     for name in args.only or list(kernels):
         tgt = _target_for(name, target)
         for model in MODELS:
             try:
-                result[model][name] = time_kernel(kernels[name], tgt, model, args.repeat)
+                result[model][name] = time_kernel(kernels[name], tgt, model, args.repeat, json.loads(args.config))
             except Exception as err:  # report and keep going: TileLang fails on some kernels (#2398, #3005)
                 result[model][name] = {"error": _error_text(err)}
     print(json.dumps(result, indent=1, sort_keys=True))
