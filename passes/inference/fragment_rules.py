@@ -50,7 +50,19 @@ def _on_placeholders(nest: LoopNest, exprs: list) -> list:
 
 
 def access_points(nest: LoopNest, access) -> np.ndarray:
-    """Flat element index of the accessed fragment element at every loop point (shape: loop extents)."""
+    """Flat element index of the accessed fragment element at every loop point (shape: loop extents; read-only).
+    Kept on the nest per access: the ownership, coverage and spill checks of every attempt ask for the same."""
+    kept = nest.__dict__.setdefault("_access_points", {})
+    hit = kept.get(id(access))
+    if hit is not None and hit[0] is access:
+        return hit[1]
+    flat = _access_points(nest, access)
+    flat.setflags(write=False)
+    kept[id(access)] = (access, flat)
+    return flat
+
+
+def _access_points(nest: LoopNest, access) -> np.ndarray:
     env = grid_env(nest.loop_vars, nest.extents)
     shape = tuple(nest.extents)
     flat = np.zeros(shape, dtype=np.int64)
