@@ -201,17 +201,18 @@ def main(argv=None) -> int:
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         kernels.update(module.KERNELS)
+    extra = json.loads(args.config)
     if args.serve:
         replies.write(json.dumps({"ready": sorted(kernels)}) + "\n")
         replies.flush()
-        serve(kernels, target, sys.stdin, replies, json.loads(args.config))
+        serve(kernels, target, sys.stdin, replies, extra)
         return 0
     result = {m: {} for m in MODELS}
     for name in args.only or list(kernels):
         tgt = _target_for(name, target)
         for model in MODELS:
             try:
-                result[model][name] = time_kernel(kernels[name], tgt, model, args.repeat, json.loads(args.config))
+                result[model][name] = time_kernel(kernels[name], tgt, model, args.repeat, extra)
             except Exception as err:  # report and keep going: TileLang fails on some kernels (#2398, #3005)
                 result[model][name] = {"error": _error_text(err)}
     print(json.dumps(result, indent=1, sort_keys=True))

@@ -451,11 +451,13 @@ class _Side:
         grid = self.separable
         return grid.threads * grid.slots if grid is not None else int(self.thread.size)
 
-    def whole(self, cols: int, per: int):
+    def whole(self, cols: int, per: int, width: int = 1):
         """The separable grid when the tile is ``cols`` wide and staged in one round of ``per`` rows (the only
-        tile its parts describe), else None."""
+        tile its parts describe) and every thread's slots split into ``width``-slot groups, else None."""
         grid = self.separable
-        return grid if grid is not None and grid.cols == cols and grid.rows == per else None
+        if grid is None or grid.cols != cols or grid.rows != per or grid.slots % width:
+            return None
+        return grid
 
     def grid(self) -> tuple | None:
         """(first thread, threads, slots) when the cells are every slot 0..S-1 of every thread t0..t0+T-1, i.e.
@@ -512,8 +514,8 @@ class _Side:
         """(rows, columns) of the cells in (thread, slot) order, one ``width``-cell group per row; of one
         thread's slots only when the grid is separable (every thread's groups then differ by a shift of all
         their cells, which no test below sees)."""
-        grid = self.whole(cols, per)
-        if grid is not None and grid.slots % width == 0:
+        grid = self.whole(cols, per, width)
+        if grid is not None:
             return grid.row_s.reshape(-1, width), grid.col_s.reshape(-1, width)
         row, col, _ = self.tile(cols, per)
         return row.reshape(-1, width), col.reshape(-1, width)
@@ -547,8 +549,8 @@ class _Side:
         hit = self._aligned.get(key)
         if hit is None:
             m = stride % width
-            grid = self.whole(cols, per)
-            if grid is not None and grid.slots % width == 0:
+            grid = self.whole(cols, per, width)
+            if grid is not None:
                 # a group's start is a thread part plus a slot part, both 0 at thread 0 / slot 0: every sum of
                 # the two is 0 modulo the width exactly when every part is
                 hit = not ((grid.row_t * m + grid.col_t) % width).any() and \

@@ -150,26 +150,16 @@ def dynamic_slot_accesses(nest: LoopNest, loop: Fragment, layouts) -> list:
     thread index or on a serial inner loop variable: such a fragment cannot stay in registers.
     ``layouts``: buffer name -> layout. Decided by enumeration whenever the nest is static and the access
     does not involve an inner serial loop (the symbolic test can fail to simplify a provably constant
-    slot, e.g. for 3-D nests); symbolically otherwise. Memoised per (nest, loop, layouts of the fragments it
+    slot, e.g. for 3-D nests); symbolically otherwise. Kept on the nest per (loop, layouts of the fragments it
     touches): the loop rule asks for each candidate and the io-aware model's spill term again for the chosen one."""
-    key = (nest, loop.key, loop.thread_range, tuple(
-        (a.buffer.name, None if layouts.get(a.buffer.name) is None else
-         (layouts[a.buffer.name].key, getattr(layouts[a.buffer.name], "thread_range", None)))
+    key = (loop.key, loop.thread_range, tuple(
+        None if layouts.get(a.buffer.name) is None else
+        (layouts[a.buffer.name].key, getattr(layouts[a.buffer.name], "thread_range", None))
         for a in nest.fragment_accesses()))
-    hit = _DYNAMIC_SLOTS.get(key)
-    if hit is None:
-        if len(_DYNAMIC_SLOTS) > 4096:
-            _DYNAMIC_SLOTS.clear()
-        hit = _DYNAMIC_SLOTS[key] = tuple(_dynamic_slot_accesses(nest, loop, layouts))
-    return list(hit)
-
-
-#: dynamic-slot accesses by (nest, loop key and range, touched fragments' keys and ranges)
-_DYNAMIC_SLOTS: dict = {}
-
-
-def clear_caches() -> None:
-    _DYNAMIC_SLOTS.clear()
+    kept = nest.__dict__.setdefault("_dynamic_slots", {})
+    if key not in kept:
+        kept[key] = tuple(_dynamic_slot_accesses(nest, loop, layouts))
+    return list(kept[key])
 
 
 def _dynamic_slot_accesses(nest: LoopNest, loop: Fragment, layouts) -> list:

@@ -551,10 +551,9 @@ def _has_negative(layout) -> bool:
 def clear_caches() -> None:
     """Forget every process-wide memo inference keeps (shared plans, containment answers): the next run is cold."""
     from tilelayout import fragment, tile_layout_interop
-    from . import conversion, fragment_rules, loop_plan
+    from . import conversion, loop_plan
     from .cost_models import statement_score
     conversion.clear_caches()
-    fragment_rules.clear_caches()
     fragment.clear_caches()
     tile_layout_interop.clear_caches()
     loop_plan.clear_caches()

@@ -94,7 +94,7 @@ def _part(digits: list, count: int, unit: int) -> np.ndarray:
 
 
 def _derive(frag) -> SeparableCells | None:
-    recorded = frag.cell_digits() if hasattr(frag, "cell_digits") else None
+    recorded = frag.cell_digits()
     if recorded is None:
         return None
     try:

@@ -95,24 +95,23 @@ def _offset_under_division(expr) -> bool:
     apache-tvm 0.27's iter-map normalisation drops such offsets (``(n + 1) % 32`` comes back as ``n % 32``, a
     rotation read as the identity), so the rewrite is not taken for them (the caller enumerates)."""
     from tvm import tirx
-    stack = [expr]
-    while stack:
-        e = stack.pop()
-        kind = type(e)
-        if kind in (tirx.FloorDiv, tirx.FloorMod, tirx.Div, tirx.Mod):
-            inner = [e.a]
-            while inner:
-                x = inner.pop()
-                if type(x) in (tirx.Add, tirx.Sub):
-                    if any(type(o) is tirx.IntImm and int(o.value) != 0 for o in (x.a, x.b)):
-                        return True
-                    inner += [x.a, x.b]
-                elif type(x) is tirx.Mul:
-                    inner += [x.a, x.b]
-            stack += [e.a, e.b]
-        elif hasattr(e, "a") and hasattr(e, "b"):
-            stack += [e.a, e.b]
-    return False
+    from tilelayout.ir_walk import walk_typed
+    found = []
+
+    def on_division(node):
+        terms = [node.a]                 # the sum under the division, through products and nested sums
+        while terms:
+            x = terms.pop()
+            if type(x) in (tirx.Add, tirx.Sub):
+                if any(type(o) is tirx.IntImm and int(o.value) != 0 for o in (x.a, x.b)):
+                    found.append(node)
+                    return
+                terms += [x.a, x.b]
+            elif type(x) is tirx.Mul:
+                terms += [x.a, x.b]
+
+    walk_typed(expr, [((tirx.FloorDiv, tirx.FloorMod, tirx.Div, tirx.Mod), on_division)])
+    return bool(found)
 
 
 def symbolic_flat_modes(frag) -> list | None:
@@ -202,7 +201,7 @@ def packed_inverse(frag, cells: int):
     if hit is not None:
         return hit
     from tilelayout.cute.algebra import _from_lists, coalesce_modes, right_inverse_modes
-    digits = frag.cell_digits() if hasattr(frag, "cell_digits") else None
+    digits = frag.cell_digits()
     if digits is not None and int(math.prod(e for e, _ in digits)) == cells:
         # the constructor recorded the inverse itself (cell -> n as digits): coalesced, it is the mode list the
         # rewrite below finds and inverts (tests compare the two on every constructor's fragments)
