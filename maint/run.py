@@ -40,7 +40,8 @@ warnings.filterwarnings("ignore", message="layout conversion through shared memo
 COST_MODELS = ("register-count", "io-aware")
 
 
-from maint.case_loader import _LOADED, UsageError, discover, load_case, share_source_parses  # noqa: E402,F401  (the runner's case API)
+from maint.case_loader import (_LOADED, UsageError, discover, light_caller_stacks, load_case,  # noqa: E402,F401
+                               share_expression_code, share_source_parses)  # (the runner's case API)
 
 
 # --------------------------------------------------------------------------- running one variant
@@ -316,7 +317,7 @@ def main(argv: list[str] | None = None, stdout=None) -> int:
             from maint import review
             _settle_imports()
             return review.main(ROOT, args.expected_dir, args.base, args.html, args.out, stdout, force=args.force)
-        with share_source_parses():
+        with share_source_parses(), light_caller_stacks(), share_expression_code():
             return _check_or_record(args, stdout)
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)

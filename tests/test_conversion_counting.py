@@ -43,6 +43,23 @@ def test_row_sorted_wavefronts_equal_the_whole_array_count(data):
     assert cv._wavefronts(lanes, steps, addr, access, warp) == cv._wavefronts_sorted(lanes, steps, addr, access, warp)
 
 
+@settings(max_examples=400, deadline=None)
+@given(data=st.data())
+def test_one_row_wavefronts_are_the_most_distinct_words_in_one_bank(data):
+    """One row of seats (the uniform-side and row-class path) counts, per bank, the distinct words its accesses
+    span, aligned starts or not, repeated and empty seats included."""
+    words_per = data.draw(st.sampled_from([1, 2, 4]))
+    seats = data.draw(st.sampled_from([8, 16, 32]))
+    rng = np.random.default_rng(data.draw(st.integers(0, 10 ** 6)))
+    first = rng.integers(0, data.draw(st.sampled_from([8, 64, 2048])), size=seats)
+    if data.draw(st.booleans()):
+        first -= first % words_per                      # vector accesses start on their own alignment
+    first[rng.random(seats) < data.draw(st.sampled_from([0.0, 0.3, 1.0]))] = -1
+    words = {int(w) + k for w in first if w >= 0 for k in range(words_per)}
+    banks = [sum(1 for w in words if w % 32 == b) for b in range(32)]
+    assert int(cv._row_wavefronts(first.reshape(1, -1), words_per)[0]) == max(banks)
+
+
 @settings(max_examples=200, deadline=None)
 @given(data=st.data())
 def test_ideal_wavefronts_count_every_warp_step_group(data):

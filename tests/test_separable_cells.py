@@ -199,6 +199,29 @@ def _shuffles_without_grids(src, dst, threads, elem_bytes):
         cv.clear_caches()
 
 
+def test_holder_samples_from_the_source_grid_equal_the_evaluated_ones():
+    """The no-op and shuffle tests' sample (one cell per destination thread, every holder of its element in
+    the source) is read from a one-replica source's own grid: the same arrays as evaluating the source's thread
+    expression, on every pair of golden fragments over one shape that the sample applies to."""
+    frags = _inferred()
+    compared = 0
+    for dst in frags:
+        grid = sc.separable_cells(dst)
+        if grid is None:
+            continue
+        for src in frags:
+            if list(src.input_shape) != list(dst.input_shape) or sc.separable_cells(src) is None or \
+                    src.replicate_size != 1:
+                continue
+            fast = cv._sample_holders(src, grid)
+            slow = cv._sample_holders(src, grid, source_grid=False)
+            assert len(fast) == len(slow) == 3
+            for a, b in zip(fast, slow):
+                assert np.array_equal(np.broadcast_to(a, b.shape), b)
+            compared += 1
+    assert compared > 40
+
+
 def test_the_epilogue_conversion_reads_grids_and_no_expression_table(monkeypatch):
     """The conversion an io-aware gemm epilogue prices (wgmma accumulator to the store's planned layout) is
     priced from grids alone: neither fragment's thread or index table is evaluated."""

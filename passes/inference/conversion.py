@@ -171,10 +171,18 @@ def _sampled_holders(src: Fragment, dst: Fragment):
     return hit
 
 
-def _sample_holders(src: Fragment, grid: SeparableCells) -> tuple:
+def _sample_holders(src: Fragment, grid: SeparableCells, source_grid: bool = True) -> tuple:
+    """``_sampled_holders`` computed; ``source_grid``: a one-replica source with a grid of its own is looked up
+    in it instead of evaluating its thread expression (False: always evaluated; the tests compare both)."""
     from tilelayout.evaluate import evaluate
     from tilelayout.layout import rep_placeholder
     elem = (grid.row_t + grid.row_s[0]) * grid.cols + grid.col_t + grid.col_s[0]
+    own = separable_cells(src) if source_grid and src.replicate_size == 1 else None
+    if own is not None:
+        # one holder per element: the source's own grid, scattered into an element -> thread table, answers it
+        holder = np.empty(own.rows * own.cols, dtype=np.int64)
+        holder[own.elements()] = own.threads_of_cells()
+        return elem, np.arange(grid.t0, grid.t0 + grid.threads, dtype=np.int64), holder[elem][:, None]
     coords = np.unravel_index(elem, tuple(int(s) for s in src.input_shape))
     env = {v: c[:, None] for v, c in zip(src.forward_vars, coords)}
     env[rep_placeholder()] = np.arange(src.replicate_size, dtype=np.int64)[None, :]
@@ -292,11 +300,18 @@ def _row_wavefronts(first: np.ndarray, words_per: int) -> np.ndarray:
     access spans: per row, the most distinct words any one bank holds."""
     rows = first.shape[0]
     if rows == 1:           # one row of at most 32 seats (a class, a uniform side): counted without array calls
-        words = {int(w) + k for w in first[0] if w >= 0 for k in range(words_per)}
-        per_bank: dict = {}
+        starts = set(first[0].tolist())
+        starts.discard(-1)
+        if words_per > 1 and any(w % words_per for w in starts):
+            words = {w + k for w in starts for k in range(words_per)}
+        else:
+            # accesses of ``words_per`` aligned words (or single words): two starts name the same words or
+            # disjoint ones, and every bank of an access's aligned group of banks holds as many as its first
+            words = starts
+        per_bank = [0] * _BANKS
         for w in words:
-            per_bank[w % _BANKS] = per_bank.get(w % _BANKS, 0) + 1
-        return np.array([max(per_bank.values(), default=0)], dtype=np.int64)
+            per_bank[w % _BANKS] += 1
+        return np.array([max(per_bank)], dtype=np.int64)
     if words_per == 1:
         table = first
     else:

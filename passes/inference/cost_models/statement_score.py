@@ -388,7 +388,7 @@ def count_segments_split(by_thread: np.ndarray, by_step: np.ndarray, vector: int
         cols = np.ascontiguousarray(np.concatenate([key[:, None], replica.T], axis=1))
         key = np.unique(cols.view(np.dtype((np.void, cols.dtype.itemsize * cols.shape[1]))).ravel(),
                         return_inverse=True)[1].reshape(-1)
-    _, first_of, counts = np.unique(key, return_index=True, return_counts=True)
+    first_of, counts = _kinds(key)
     first = by_thread[:, None] + by_step[None, first_of]
     if replica is None:
         active = np.ones_like(first, dtype=bool)
@@ -398,6 +398,25 @@ def count_segments_split(by_thread: np.ndarray, by_step: np.ndarray, vector: int
         active = replica[:, first_of] == 0
     per_step = segments_per_step(first, vector, elem_bytes, active, warp_size, segment_bytes)
     return int((per_step * counts).sum())
+
+
+def _kinds(key: np.ndarray) -> tuple:
+    """(index of each distinct key's first step, how many steps have it), in any order (the caller sums a
+    product over kinds). Up to about a hundred steps (most statements) a dictionary pass is cheaper than
+    ``np.unique``'s call overhead and sort."""
+    if key.size > 96:
+        _, first_of, counts = np.unique(key, return_index=True, return_counts=True)
+        return first_of, counts
+    where: dict = {}
+    tally: list = []
+    for i, k in enumerate(key.tolist()):
+        slot = where.get(k)
+        if slot is None:
+            where[k] = len(tally)
+            tally.append([i, 1])
+        else:
+            tally[slot][1] += 1
+    return (np.array([t[0] for t in tally], dtype=np.int64), np.array([t[1] for t in tally], dtype=np.int64))
 
 
 def count_segments(first: np.ndarray, vector: int, elem_bytes: int, active: np.ndarray, warp_size: int,
