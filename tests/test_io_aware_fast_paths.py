@@ -184,3 +184,19 @@ def test_functional_dependence_check_equals_distinct_pairs(data):
         values = np.asarray(data.draw(st.lists(st.integers(0, 5), min_size=n, max_size=n)), dtype=np.int64)
     pairs = {(int(k), int(v)) for k, v in zip(keys, values)}
     assert varies_within(keys, values) == (len({k for k, _ in pairs}) != len(pairs))
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_step_kinds_name_each_distinct_key_once_with_its_count(data):
+    """``_kinds`` (a dictionary pass below 97 steps, ``np.unique`` above) gives each distinct key's first step
+    and how many steps share it, as ``np.unique`` does, in any order; empty keys included."""
+    from tilelayout.passes.inference.cost_models.statement_score import _kinds
+    size = data.draw(st.sampled_from([0, 1, 2, 7, 32, 96, 97, 200]))
+    key = np.random.default_rng(data.draw(st.integers(0, 10 ** 6))).integers(
+        0, data.draw(st.sampled_from([1, 3, 40, 10 ** 6])), size=size)
+    first_of, counts = _kinds(key)
+    _, want_first, want_counts = np.unique(key, return_index=True, return_counts=True)
+    got = sorted(zip(first_of.tolist(), counts.tolist()))
+    assert got == sorted(zip(want_first.tolist(), want_counts.tolist()))
+    assert first_of.dtype == np.int64 and counts.dtype == np.int64
