@@ -99,8 +99,12 @@ def share_source_parses():
     to parse, once more, eagerly, for a well-formedness error it may never report): a tenth of the golden
     suite's CPU time. The tree depends only on the text, and the parser does not change it
     (``tests/test_case_loader.py`` parses every variant with and without sharing and compares the printed
-    kernels). Only the golden runner opens this; the library never touches TVM's parser. Without
-    ``Source.as_ast`` (another TVM) nothing is changed. Worker processes forked inside inherit it."""
+    kernels). The text itself is found once per function definition too: the parser cuts it out of the file
+    with ``inspect.getblock``, which tokenizes from the definition on (0.2 s of a one-process golden run), and a
+    definition's lines do not change while the run reads its files (the same code object, the same lines).
+    Only the golden runner opens this; the library never touches TVM's parser. Without ``Source.as_ast`` (another
+    TVM) nothing is changed, and without a module-level ``getsourcelines`` the text is found as before. Worker
+    processes forked inside inherit it."""
     try:
         from tvm.script.parser.core import diagnostics
     except ImportError:
@@ -122,11 +126,27 @@ def share_source_parses():
 
     as_ast._shared_by_source = True
     as_ast.__doc__ = parse.__doc__
+    find_lines = getattr(diagnostics, "getsourcelines", None)
+    found: dict = {}
+
+    def getsourcelines(obj):
+        code = getattr(inspect.unwrap(obj), "__code__", None)
+        if code is None:
+            return find_lines(obj)
+        hit = found.get(code)
+        if hit is None:
+            hit = found[code] = find_lines(obj)
+        return list(hit[0]), hit[1]
+
     source_cls.as_ast = as_ast
+    if find_lines is not None:
+        diagnostics.getsourcelines = getsourcelines
     try:
         yield True
     finally:
         source_cls.as_ast = parse
+        if find_lines is not None:
+            diagnostics.getsourcelines = find_lines
 
 
 #: frames of the caller's stack that apache-tvm 0.27's ``@T.prim_func`` reads a source line of: its own frame, the

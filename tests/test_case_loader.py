@@ -51,21 +51,41 @@ def test_shared_trees_parse_every_variant_to_the_same_kernel():
 
 
 def test_sharing_ends_with_the_context():
-    original = diagnostics.Source.as_ast
+    original, lines = diagnostics.Source.as_ast, diagnostics.getsourcelines
     with share_source_parses():
-        assert diagnostics.Source.as_ast is not original
+        assert diagnostics.Source.as_ast is not original and diagnostics.getsourcelines is not lines
         with share_source_parses() as nested:        # nesting neither re-wraps nor restores early
             assert nested
-        assert diagnostics.Source.as_ast is not original
-    assert diagnostics.Source.as_ast is original
+        assert diagnostics.Source.as_ast is not original and diagnostics.getsourcelines is not lines
+    assert diagnostics.Source.as_ast is original and diagnostics.getsourcelines is lines
 
 
 def test_sharing_is_undone_when_the_run_raises():
-    original = diagnostics.Source.as_ast
+    original, lines = diagnostics.Source.as_ast, diagnostics.getsourcelines
     with pytest.raises(RuntimeError):
         with share_source_parses():
             raise RuntimeError("case failed")
-    assert diagnostics.Source.as_ast is original
+    assert diagnostics.Source.as_ast is original and diagnostics.getsourcelines is lines
+
+
+def test_a_definition_is_cut_out_of_its_file_once():
+    """While sharing, every variant built from one definition gets the lines TVM finds for it, found once."""
+    builds = _variants()
+    real = diagnostics.getsourcelines
+    calls: list = []
+
+    def counting(obj):
+        calls.append(obj.__code__)
+        return real(obj)
+
+    diagnostics.getsourcelines = counting
+    try:
+        with share_source_parses():
+            for build in builds.values():
+                build()
+    finally:
+        diagnostics.getsourcelines = real
+    assert len(calls) == len(set(calls)) < len(builds)
 
 
 def test_expression_code_shared_by_shape_builds_every_variant_alike():
