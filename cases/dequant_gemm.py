@@ -110,9 +110,10 @@ def check(variant, model, result):
     # each packed byte is held by exactly the threads holding both nibbles it unpacks into
     packed = _holders(bufs["B_local"])                       # (bn * bk / 2, R), element (row, col) at row * bk / 2 + col
     unpacked = _holders(bufs["B_dequantize_local"])          # (bn * bk, R'), element (row, k) at row * bk + k
+    as_arrays = _distinct(packed) and _distinct(unpacked)
     for nibble in (0, 1):
         got = unpacked[nibble::2]                            # element (row, 2 * col + nibble), in packed order
-        if _distinct(packed) and _distinct(got):
+        if as_arrays:
             same = np.zeros(len(packed), dtype=bool) if got.shape != packed.shape else (got == packed).all(axis=1)
         else:                                                # a thread holding an element twice: compare as sets
             same = np.array([set(a.tolist()) == set(b.tolist()) for a, b in zip(packed, got)], dtype=bool)
