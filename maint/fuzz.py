@@ -1162,6 +1162,36 @@ def _packed_inverse_problems(name: str, lay) -> list[str]:
     return out
 
 
+def _separable_grid_problems(name: str, lay) -> list[str]:
+    """The separable cell grid conversion pricing reads (memoised by mapping): the memo must give what deriving
+    it afresh gives (it once answered a planned layout with the None of an equal user-built mapping, which has
+    no recorded digits), and a grid must list the fragment's own (element, thread, slot) cells."""
+    from tilelayout.passes.inference import separable_cells as sc
+    if not lay.is_static or lay.size * lay.replicate_size > 1 << 16:
+        return []
+    memo, fresh = sc.separable_cells(lay), sc._derive(lay)
+    if (memo is None) != (fresh is None):
+        return [f"{name}: the memoised separable grid is {'missing' if memo is None else 'present'} but deriving "
+                f"it afresh gives {'none' if fresh is None else 'one'} ({lay!r})"]
+    if fresh is None:
+        return []
+    size = lay.size
+    lo = (lay.thread_range or (0, 0))[0]
+    threads = np.asarray(lay.thread_table()).reshape(size, -1) + lo
+    tab = np.asarray(lay.table()).reshape(size, -1)
+    slot = np.zeros(size, dtype=np.int64)
+    for k, ext in enumerate(lay.output_shape):
+        slot = slot * int(ext) + tab[:, k]
+    reps = threads.shape[1]
+    elem = np.repeat(np.arange(size), reps)
+    thread, slot = threads.reshape(-1), np.repeat(slot, reps)
+    order = np.lexsort((slot, thread))
+    if not (np.array_equal(fresh.elements(), elem[order]) and np.array_equal(fresh.threads_of_cells(), thread[order])
+            and np.array_equal(fresh.slots_of_cells(), slot[order])):
+        return [f"{name}: its separable grid does not list its own cells ({lay!r})"]
+    return []
+
+
 def _inverse_problems(name: str, lay) -> list[str]:
     """The closed-form inverse lowering walks a fragment (or loop) by: every (slot..., thread) cell of the box
     it reads must give a point outside the domain or the (element, replica) the fragment puts in that cell,
@@ -1247,6 +1277,7 @@ def validate(result) -> list[str]:
         problems += _cached_facts_problems(buf.name, lay)
         problems += _inverse_problems(f"fragment {buf.name}", lay)
         problems += _packed_inverse_problems(f"fragment {buf.name}", lay)
+        problems += _separable_grid_problems(f"fragment {buf.name}", lay)
     for op in graph.ops:
         nest = nest_of(op)
         if nest is None:
@@ -1267,6 +1298,7 @@ def validate(result) -> list[str]:
             problems.append(str(err))
         problems += _inverse_problems(f"loop of {op.describe()}", decision.layout)
         problems += _packed_inverse_problems(f"loop of {op.describe()}", decision.layout)
+        problems += _separable_grid_problems(f"loop of {op.describe()}", decision.layout)
         inner = [v.name for v in nest.inner_vars]
         for a in nest.fragment_accesses():
             if inner and any(n in str(e) for e in a.indices for n in inner):

@@ -1541,3 +1541,26 @@ def test_fuzz_validator_judges_the_packed_inverse_on_every_cell():
         32, 4, cell_digits=[(32, 1), (4, 32)])                                       # slot and thread swapped
     assert any("recorded cell digits" in p for p in _packed_inverse_problems("f", wrong.bind_thread_range(0, 32)))
 
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The separable cell grid of a fragment was memoised by its mapping alone, but only a constructor that records
+# cell digits has one: after an equal mapping built from user expressions had been asked (None), the planned
+# layout met later got that None too (slower pricing, never a wrong count: None sends it to enumeration). The
+# memo now keys on whether digits are recorded, and ``maint/fuzz.validate`` compares every memoised grid with a
+# fresh derivation and with the fragment's own cells.
+
+def test_fuzz_validator_compares_the_memoised_grid_with_a_fresh_one():
+    from maint.fuzz import _separable_grid_problems
+    from tilelayout import Fragment
+    from tilelayout.passes.inference import separable_cells as sc
+    from tilelayout.passes.inference.loop_plan import plan_loop_layout
+    sc.clear_caches()
+    planned = plan_loop_layout([64, 128], 128, 4, True)
+    assert _separable_grid_problems("loop", planned) == []
+    sc._SEPARABLE[(planned.key, planned.thread_range, True)] = None            # the stale answer it once gave
+    problems = _separable_grid_problems("loop", planned)
+    sc.clear_caches()
+    assert len(problems) == 1 and "memoised separable grid is missing" in problems[0]
+    twin = Fragment([64, 128], lambda i, j: i % 4 * 32 + j // 4, lambda i, j: i // 4 * 4 + j % 4)
+    assert _separable_grid_problems("fragment", twin.bind_thread_range(0, 128)) == []

@@ -114,6 +114,18 @@ def test_planned_loop_layouts_have_grids(extents, threads, width):
     _assert_grid_is_the_fragment(plan_loop_layout(extents, threads, width, True))
 
 
+def test_a_user_built_twin_does_not_hide_a_planned_grid():
+    """The same mapping written as user expressions (no recorded digits, so no grid) and then planned (digits
+    recorded): the planned one still gets its grid; the memo once answered it with the twin's None."""
+    from tilelayout import fragment
+    sc.clear_caches()
+    fragment.clear_caches()             # no interned planned twin from an earlier test lends it digits
+    twin = Fragment([64, 128], lambda i, j: i % 4 * 32 + j // 4, lambda i, j: i // 4 * 4 + j % 4)
+    bound = twin.bind_thread_range(0, 128)
+    assert bound.cell_digits() is None and sc.separable_cells(bound) is None
+    _assert_grid_is_the_fragment(plan_loop_layout([64, 128], 128, 4, True))
+
+
 def test_what_no_grid_describes_is_refused():
     """Fragments without recorded digits (a rotated row, which TVM's iter-map rewriting would misread as the
     identity), digits that do not cover the cells once, and a plan whose rows cross a thread."""

@@ -295,23 +295,27 @@ def _seated_wavefronts(seats, lanes, steps, byte_addr: np.ndarray, access_bytes:
     return int(_row_wavefronts(first.reshape(rows, per_phase), words_per).sum())
 
 
+def _one_row_wavefronts(starts: list, words_per: int) -> int:
+    """``_row_wavefronts`` of one row given as a list of first words (-1: an empty seat), in plain Python: a
+    row has at most 32 seats, fewer than the array calls' own overhead."""
+    found = set(starts)
+    found.discard(-1)
+    if words_per > 1 and any(w % words_per for w in found):
+        found = {w + k for w in found for k in range(words_per)}
+    # else accesses of ``words_per`` aligned words (or single words): two starts name the same words or
+    # disjoint ones, and every bank of an access's aligned group of banks holds as many as its first
+    per_bank = [0] * _BANKS
+    for w in found:
+        per_bank[w % _BANKS] += 1
+    return max(per_bank)
+
+
 def _row_wavefronts(first: np.ndarray, words_per: int) -> np.ndarray:
     """Wavefronts of each row of seats, given each seat's first word (-1: an empty seat) and the words one
     access spans: per row, the most distinct words any one bank holds."""
     rows = first.shape[0]
     if rows == 1:           # one row of at most 32 seats (a class, a uniform side): counted without array calls
-        starts = set(first[0].tolist())
-        starts.discard(-1)
-        if words_per > 1 and any(w % words_per for w in starts):
-            words = {w + k for w in starts for k in range(words_per)}
-        else:
-            # accesses of ``words_per`` aligned words (or single words): two starts name the same words or
-            # disjoint ones, and every bank of an access's aligned group of banks holds as many as its first
-            words = starts
-        per_bank = [0] * _BANKS
-        for w in words:
-            per_bank[w % _BANKS] += 1
-        return np.array([max(per_bank)], dtype=np.int64)
+        return np.array([_one_row_wavefronts(first[0].tolist(), words_per)], dtype=np.int64)
     if words_per == 1:
         table = first
     else:
@@ -670,13 +674,13 @@ def _uniform_wavefronts(side: _Side, v: int, cols: int, rows: int, stride: int, 
     row0, col0, shift, count, ideal = hit
     if elem_bytes % _BANK_BYTES and ((shift[0] * stride + shift[1]) * elem_bytes % _BANK_BYTES).any():
         return None
-    first = ((row0 * stride + col0) * elem_bytes // _BANK_BYTES).reshape(1, -1)
-    return int(_row_wavefronts(first, max(1, access_bytes // _BANK_BYTES))[0]) * count, ideal, v
+    first = [(r * stride + c) * elem_bytes // _BANK_BYTES for r, c in zip(row0, col0)]
+    return _one_row_wavefronts(first, max(1, access_bytes // _BANK_BYTES)) * count, ideal, v
 
 
 def _uniform_rows(side: _Side, v: int, cols: int, rows: int, elem_bytes: int, warp: int):
-    """(first row's tile rows, its columns, (row shift, column shift) of every row, rows, ideal wavefronts)
-    for ``_uniform_wavefronts``, or None when the side is not a table of whole warps or its rows differ."""
+    """(first row's tile rows, its columns (lists), (row shift, column shift) of every row, rows, ideal
+    wavefronts) for ``_uniform_wavefronts``, or None when the side is not a table of whole warps or its rows differ."""
     grid = side.grid()
     if grid is None:
         return None
@@ -696,14 +700,15 @@ def _uniform_rows(side: _Side, v: int, cols: int, rows: int, elem_bytes: int, wa
             return None
         shift = ((by_row[:, :1] - by_row[0, 0]) + (part.row_s[None, ::v] - part.row_s[0]),
                  (by_col[:, :1] - by_col[0, 0]) + (part.col_s[None, ::v] - part.col_s[0]))
-        return by_row[0] + part.row_s[0], by_col[0] + part.col_s[0], shift, shape[0] * (slots // v), ideal
+        return ((by_row[0] + part.row_s[0]).tolist(), (by_col[0] + part.col_s[0]).tolist(), shift,
+                shape[0] * (slots // v), ideal)
     row, col, _ = side.tile(cols, rows)                  # staged in one round: the tile's own rows
     tile_row, tile_col = row.reshape(shape)[:, :, ::v], col.reshape(shape)[:, :, ::v]
     d_row, d_col = tile_row - tile_row[:, :1, :], tile_col - tile_col[:, :1, :]
     if not ((d_row == d_row[:1, :, :1]).all() and (d_col == d_col[:1, :, :1]).all()):
         return None
     shift = (tile_row[:, 0, :] - tile_row[0, 0, 0], tile_col[:, 0, :] - tile_col[0, 0, 0])
-    return tile_row[0, :, 0], tile_col[0, :, 0], shift, shape[0] * (slots // v), ideal
+    return tile_row[0, :, 0].tolist(), tile_col[0, :, 0].tolist(), shift, shape[0] * (slots // v), ideal
 
 
 def chunk_rows(rows: int, stride: int, elem_bytes: int, limit: int = SHARED_STAGE_LIMIT) -> int:
@@ -733,7 +738,7 @@ _SHARED: dict = {}
 
 def _shared_cost(src: Fragment, dst: Fragment, threads: int, warp: int, elem_bytes: int, pad: int) -> ConversionCost:
     shape = [int(s) for s in src.input_shape]
-    rows, cols = int(np.prod(shape[:-1])), shape[-1]
+    rows, cols = math.prod(shape[:-1]), shape[-1]
     stride = cols + pad
     per = chunk_rows(rows, stride, elem_bytes) or rows
     stage = per * stride * elem_bytes

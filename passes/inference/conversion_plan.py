@@ -30,6 +30,7 @@ from tvm.ir import Range, TensorLoad, TensorRegion
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from tilelayout.errors import InferenceError, LayoutConflictError
+from tilelayout.ffi_array import as_list
 from tilelayout.fragment import Fragment
 
 from ..hardware import warp_size
@@ -151,7 +152,7 @@ def _region_type():
 def conversion_call(dst_var, src_var, plan: dict):
     """``T.tile.copy(dst[...], src[...], tilelayout_conversion=plan)``."""
     ty = _region_type()
-    regions = [TensorRegion(v, [Range.from_min_extent(0, s) for s in v.shape], ty) for v in (dst_var, src_var)]
+    regions = [TensorRegion(v, [Range.from_min_extent(0, s) for s in as_list(v.shape)], ty) for v in (dst_var, src_var)]
     return TilePrimitiveCall(*regions, op=tvm.ir.Op.get("tirx.tile.copy"), config={CONFIG_KEY: plan})
 
 
@@ -162,7 +163,7 @@ def split_fragment(func, graph, split: Split):
     buf = graph.buffer(split.buffer)
     op = graph.ops[split.op_index]
     name = _fresh_name(graph, buf.name)
-    new = tirx.decl_buffer(list(buf.var.shape), buf.dtype, name=name, scope="local.fragment")
+    new = tirx.decl_buffer(as_list(buf.var.shape), buf.dtype, name=name, scope="local.fragment")
     indices = op.accesses[split.access].indices if split.access is not None else None
 
     def on_load(e):
@@ -171,15 +172,15 @@ def split_fragment(func, graph, split: Split):
         if indices is not None and not (len(indices) == len(e.indices) and all(
                 tvm_ffi.structural_equal(x, y) for x, y in zip(indices, e.indices))):
             return e
-        return tirx.BufferLoad(new, list(e.indices))
+        return tirx.BufferLoad(new, as_list(e.indices))
 
     def redirect(stmt):
         if isinstance(stmt, TilePrimitiveCall):
-            args = list(stmt.args)
+            args = as_list(stmt.args)
             for k in range(1, len(args)):
                 a = args[k]
                 if isinstance(a, TensorRegion) and a.source.same_as(buf.var):
-                    args[k] = TensorRegion(new, list(a.region), a.ty)
+                    args[k] = TensorRegion(new, as_list(a.region), a.ty)
             return TilePrimitiveCall(*args, op=stmt.op, config=stmt.config) if stmt.config is not None else \
                 TilePrimitiveCall(*args, op=stmt.op)
         return mapped(stmt, [(TensorLoad, on_load)])
@@ -462,6 +463,6 @@ def _write_plans(func, records: list):
         if rec is None:
             return node
         plan = {"src": rec["src"], "dst": dst, **rec["cost"].to_dict()}
-        return TilePrimitiveCall(*list(node.args), op=node.op, config={CONFIG_KEY: plan})
+        return TilePrimitiveCall(*as_list(node.args), op=node.op, config={CONFIG_KEY: plan})
 
     return func.with_body(mutate(func.body, [(TilePrimitiveCall, on_call)]))

@@ -29,6 +29,7 @@ from tvm.ir import TensorLoad, TensorRegion
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from tilelayout.errors import TileLayoutError
+from tilelayout.ffi_array import as_list
 from tilelayout.lang import atomic_of, is_atomic_call
 from tilelayout.tile_layout_interop import is_default_tile_layout
 
@@ -49,7 +50,7 @@ __all__ = [
 def _check_int32_indexable(var: Any, shape: list) -> None:
     """A buffer whose shape is int32 gets int32 index arithmetic all the way to the CUDA source; past 2^31
     elements its flat indices wrap around and the kernel would touch the wrong addresses. Refuse it."""
-    if not all(_is_int(s) for s in shape) or any(str(getattr(s, "ty", "")) == "int64" for s in var.shape):
+    if not all(_is_int(s) for s in shape) or any(str(getattr(s, "ty", "")) == "int64" for s in as_list(var.shape)):
         return
     elements = 1
     for s in shape:
@@ -113,7 +114,7 @@ class _Builder:
         found = self.infos.get(var)
         if found is not None:
             return found
-        shape = [_const(s) for s in var.shape]
+        shape = [_const(s) for s in as_list(var.shape)]
         dtype = str(var.dtype)
         _check_int32_indexable(var, shape)
         layout = var.layout
@@ -143,10 +144,10 @@ class _Builder:
 
         def on_load(n: Any) -> None:
             if tirx.is_buffer_var(n.source):
-                out.append(Access(self.info(n.source), list(n.indices), True, False))
+                out.append(Access(self.info(n.source), as_list(n.indices), True, False))
 
         def on_store(n: Any) -> None:
-            out.append(Access(self.info(n.buffer), list(n.indices), False, True))
+            out.append(Access(self.info(n.buffer), as_list(n.indices), False, True))
 
         def on_tile(n: Any) -> None:
             raise FrontendError(
@@ -172,7 +173,7 @@ class _Builder:
     # -- statements ------------------------------------------------------------------------
     def stmt(self, s: Any) -> None:
         if isinstance(s, tirx.SeqStmt):
-            for c in s.seq:
+            for c in as_list(s.seq):
                 self.stmt(c)
         elif isinstance(s, TilePrimitiveCall):
             self.entry = self.registered()
@@ -346,7 +347,7 @@ class _Builder:
             raise FrontendError(f"{call.op.name}: {what} must be a buffer region, got "
                                 f"`{_text(arg)}`:\n{_stmt_text(call)}")
         info = self.info(arg.source)
-        ranges = list(arg.region)
+        ranges = as_list(arg.region)
         if len(ranges) != info.rank:
             raise FrontendError(
                 f"{call.op.name}: {what} region {_text(arg)} has rank {len(ranges)} but buffer "
@@ -367,7 +368,7 @@ class _Builder:
 
     def tile_op(self, call: Any) -> None:
         name = str(call.op.name)
-        args = list(call.args)
+        args = as_list(call.args)
         short = name.rsplit(".", 1)[-1]
         if name in ("tirx.tile.copy", "tirx.tile.copy_async"):
             self._arity(call, args, 2)
@@ -650,7 +651,7 @@ def build_op_graph(func: Any) -> OpGraph:
     if not isinstance(func, tirx.PrimFunc):
         raise FrontendError(f"build_op_graph expects a tvm.tirx.PrimFunc, got {type(func).__name__}")
     b = _Builder(func)
-    for p in func.params:
+    for p in as_list(func.params):
         if tirx.is_buffer_var(p):
             b.info(p)
     b.stmt(func.body)

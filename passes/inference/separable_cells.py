@@ -136,8 +136,10 @@ def _derive(frag) -> SeparableCells | None:
 
 
 def separable_cells(frag) -> SeparableCells | None:
-    """The separable cell grid of ``frag`` (module doc), or None; memoised by mapping and thread range."""
-    key = (frag.key, frag.thread_range)
+    """The separable cell grid of ``frag`` (module doc), or None; memoised by mapping, thread range and whether
+    a constructor recorded the cell digits: an equal mapping built from user expressions has none, and its
+    None must not hide the grid of the planned layout met later (interning then gives both the digits)."""
+    key = (frag.key, frag.thread_range, frag.cell_digits() is not None)
     if key not in _SEPARABLE:
         if len(_SEPARABLE) > 1024:
             _SEPARABLE.clear()
@@ -145,7 +147,7 @@ def separable_cells(frag) -> SeparableCells | None:
     return _SEPARABLE[key]
 
 
-#: separable grids by (fragment key, thread range)
+#: separable grids by (fragment key, thread range, cell digits recorded)
 _SEPARABLE: dict = {}
 
 

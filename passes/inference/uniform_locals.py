@@ -23,6 +23,8 @@ from tvm import tirx
 from tvm.ir import TensorLoad, TensorRegion
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
+from tilelayout.ffi_array import as_list
+
 from ..ir_utils import walk
 
 __all__ = ["UniformLocals", "uniform_local_buffers"]
@@ -50,7 +52,7 @@ class _Collector:
 
     def stmt(self, s: Any) -> None:
         if isinstance(s, tirx.SeqStmt):
-            for c in s.seq:
+            for c in as_list(s.seq):
                 self.stmt(c)
         elif isinstance(s, tirx.AttrStmt):
             if s.attr_key == "thread_extent" and str(s.node.thread_tag).startswith("threadIdx"):

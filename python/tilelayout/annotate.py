@@ -24,6 +24,7 @@ from typing import Any
 
 import tvm
 import tvm_ffi
+from .ffi_array import as_list
 from .ir_walk import mutate_typed, walk_typed
 from tvm import tirx
 
@@ -104,7 +105,7 @@ def function_buffers(func) -> list:
         if buf is not None and tirx.is_buffer_var(buf) and not any(buf.same_as(b) for b in out):
             out.append(buf)
 
-    for p in func.params:
+    for p in as_list(func.params):
         add(p)
 
     def on_alloc(node):
@@ -134,7 +135,7 @@ def _buffer_name(key) -> str:
 
 def _static(shape) -> list | None:
     out = []
-    for s in shape:
+    for s in as_list(shape):
         if isinstance(s, int):
             out.append(s)
         elif type(s).__name__ == "IntImm":
@@ -385,7 +386,7 @@ def get_pinned_layouts(func) -> dict:
     pins: dict = {}
     for buf in function_buffers(func):
         name, layout = str(buf.name), buf.layout
-        shape = [s for s in buf.shape]
+        shape = as_list(buf.shape)
         try:
             if is_default_tile_layout(layout, shape):
                 continue

@@ -19,6 +19,7 @@ from tvm import sym, tirx
 from tvm.ir import PrimType, Range
 
 from .errors import LayoutError, TileLayoutError
+from .ffi_array import as_list
 from .ir_walk import map_typed, walk_typed
 
 _NAMES = "ijklmnopqrstuvwxyzabcdefgh"
@@ -240,7 +241,7 @@ def free_vars(expr) -> list:
     Let inside ``expr`` binds are not reported."""
     if isinstance(expr, (int, float, np.integer)) or not isinstance(expr, tvm.ir.Expr):
         return []
-    return list(tirx.analysis.undefined_vars(expr, []))
+    return as_list(tirx.analysis.undefined_vars(expr, []))
 
 
 def mentions(expr, variables) -> bool:

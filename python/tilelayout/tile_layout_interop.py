@@ -54,6 +54,7 @@ from tvm.tirx.layout import Axis, ComposeLayout, Iter, TileLayout
 
 from .errors import EvaluationError, LayoutError
 from .evaluate import evaluate_grid
+from .ffi_array import as_list
 from .fragment import Fragment
 from .layout import (Layout, _exprs_equal, is_static, normalize_shape, placeholder, rep_placeholder, shape_size,
                      substitute)
@@ -772,6 +773,7 @@ def is_default_tile_layout(layout, shape) -> bool:
         return True
     if not isinstance(layout, TileLayout):
         return False
+    shape = as_list(shape)
     sizes = tuple(_int(s) for s in shape)
     if not all(isinstance(s, int) for s in sizes):
         return _is_default(layout, shape)
@@ -815,9 +817,9 @@ def _is_default(layout, shape) -> bool:
 def _is_row_major_identity(layout, shape) -> bool:
     """``S[(e0, e1, ...):(s0, s1, ...)]`` on memory axis ``m`` with row-major strides over exactly the buffer's
     element count: the flat index maps to itself whatever the buffer's shape."""
-    if list(layout.replica) or dict(layout.offset):
+    if as_list(layout.replica) or dict(layout.offset):
         return False
-    iters = list(layout.shard)
+    iters = as_list(layout.shard)
     if any(_axis_name(it.axis) != "m" for it in iters):
         return False
     extents, strides = [_int(it.extent) for it in iters], [_int(it.stride) for it in iters]
