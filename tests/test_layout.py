@@ -457,3 +457,34 @@ def test_inverse_memo_serves_equal_layouts_and_is_cleared():
             collide().inverse()
     layout_module.clear_caches()
     assert not layout_module._INVERSE_MEMO
+
+
+@pytest.mark.parametrize("shape", [[4], [64, 128], [2, 3], [1, 8], [8, 1], [2, 3, 4], [4, 1, 2], [2, 2, 2, 2],
+                                   [3, 5, 7, 2]])
+def test_an_axis_permutation_is_inverted_as_the_general_path_inverts_it(shape, monkeypatch):
+    """A layout whose outputs are its input axes reordered is inverted by writing the permutation down; the
+    inverse, its exactness and both output shapes are those TVM's iter-map path gives, and the inverse
+    undoes the layout on every point."""
+    import itertools
+    from tilelayout import layout as layout_module
+    for perm in itertools.permutations(range(len(shape))):
+        seen = []
+        for fast in (True, False):
+            monkeypatch.setattr(layout_module, "PERMUTATION_INVERSE", fast)
+            layout_module._INVERSE_MEMO.clear()
+            lay = Layout.from_exprs(shape, [placeholder(p) for p in perm])
+            inv, exact = lay.inverse_with_info()
+            seen.append((inv.key, exact, list(inv.output_shape), list(lay.output_shape)))
+            points = np.stack(np.meshgrid(*[np.arange(s) for s in shape], indexing="ij"), -1).reshape(-1, len(shape))
+            for x in points[:: max(1, len(points) // 64)]:
+                assert inv.map(lay.map(*[int(c) for c in x])) == [int(c) for c in x]
+        assert seen[0] == seen[1], (shape, perm, seen)
+    layout_module._INVERSE_MEMO.clear()
+
+
+def test_what_is_not_an_axis_permutation_takes_the_general_path():
+    from tilelayout import layout as layout_module
+    i, j = placeholder(0), placeholder(1)
+    for index in ([i, i], [j * 2, i], [j], [j, i, i]):
+        assert Layout.from_exprs([4, 8], index)._axis_permutation_inverse() is None
+    assert layout_module.PERMUTATION_INVERSE
