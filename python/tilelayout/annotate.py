@@ -56,7 +56,14 @@ TILE_LOOPS_ATTR = "tilelayout.tile_loops"
 
 def _plain(obj: Any) -> Any:
     """FFI Map / Array / String / IntImm (as TVM hands attributes back) -> plain Python values."""
-    if isinstance(obj, bool) or obj is None:
+    kind = type(obj)
+    if kind is str or kind is int or kind is bool or obj is None:
+        return obj                      # exact Python types first: a layout's own dict is all of them
+    if kind is list:
+        return [_plain(v) for v in obj]
+    if kind is dict:
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, bool):
         return obj
     if isinstance(obj, str):
         return str(obj)
