@@ -1175,21 +1175,28 @@ def _separable_grid_problems(name: str, lay) -> list[str]:
                 f"it afresh gives {'none' if fresh is None else 'one'} ({lay!r})"]
     if fresh is None:
         return []
-    size = lay.size
-    lo = (lay.thread_range or (0, 0))[0]
-    threads = np.asarray(lay.thread_table()).reshape(size, -1) + lo
-    tab = np.asarray(lay.table()).reshape(size, -1)
+    elem, thread, slot = enumerated_cells(lay)
+    if not (np.array_equal(fresh.elements(), elem) and np.array_equal(fresh.threads_of_cells(), thread)
+            and np.array_equal(fresh.slots_of_cells(), slot)):
+        return [f"{name}: its separable grid does not list its own cells ({lay!r})"]
+    return []
+
+
+def enumerated_cells(frag) -> tuple:
+    """(element, thread, slot) of every (element, replica) cell of ``frag``, sorted by (thread, slot), read off
+    its tables (threads counted from the block's thread 0, slots row-major over the output shape)."""
+    size = int(np.prod(frag.input_shape))
+    lo = (frag.thread_range or (0, 0))[0]
+    threads = np.asarray(frag.thread_table()).reshape(size, -1) + lo
+    tab = np.asarray(frag.table()).reshape(size, -1)
     slot = np.zeros(size, dtype=np.int64)
-    for k, ext in enumerate(lay.output_shape):
+    for k, ext in enumerate(frag.output_shape):
         slot = slot * int(ext) + tab[:, k]
     reps = threads.shape[1]
     elem = np.repeat(np.arange(size), reps)
     thread, slot = threads.reshape(-1), np.repeat(slot, reps)
     order = np.lexsort((slot, thread))
-    if not (np.array_equal(fresh.elements(), elem[order]) and np.array_equal(fresh.threads_of_cells(), thread[order])
-            and np.array_equal(fresh.slots_of_cells(), slot[order])):
-        return [f"{name}: its separable grid does not list its own cells ({lay!r})"]
-    return []
+    return elem[order], thread[order], slot[order]
 
 
 def _inverse_problems(name: str, lay) -> list[str]:

@@ -7,6 +7,9 @@ enumerated cells give, at every padding.
 """
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -16,30 +19,19 @@ from tilelayout.passes.inference import conversion as cv
 from tilelayout.passes.inference import separable_cells as sc
 from tilelayout.passes.inference.loop_plan import plan_loop_layout
 
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from maint.fuzz import enumerated_cells  # noqa: E402
 from test_conversion_counting import (_bit_fragment, _golden_fragments, _round_trip_reference,
                                       draw_bit_permuted_pair, same_shaped_pairs)
-
-
-def _enumerated(frag):
-    """(element, thread, slot) of every (element, replica) cell, sorted by (thread, slot), from the tables."""
-    lo = (frag.thread_range or (0, 0))[0]
-    size = int(np.prod(frag.input_shape))
-    threads = np.asarray(frag.thread_table()).reshape(size, -1) + lo
-    tab = np.asarray(frag.table()).reshape(size, -1)
-    slot = np.zeros(size, dtype=np.int64)
-    for k, ext in enumerate(frag.output_shape):
-        slot = slot * int(ext) + tab[:, k]
-    reps = threads.shape[1]
-    elem = np.repeat(np.arange(size), reps)
-    thread, slot = threads.reshape(-1), np.repeat(slot, reps)
-    order = np.lexsort((slot, thread))
-    return elem[order], thread[order], slot[order]
 
 
 def _assert_grid_is_the_fragment(frag):
     grid = sc.separable_cells(frag)
     assert grid is not None, frag
-    elem, thread, slot = _enumerated(frag)
+    elem, thread, slot = enumerated_cells(frag)
     assert np.array_equal(grid.elements(), elem), frag
     assert np.array_equal(grid.threads_of_cells(), thread), frag
     assert np.array_equal(grid.slots_of_cells(), slot), frag
@@ -191,9 +183,9 @@ def test_prices_with_grids_equal_the_cell_by_cell_count_on_bit_permuted_fragment
     pad = data.draw(st.sampled_from(cv._pads(elem_bytes)))
     got = cv.shared_cost(src, dst, threads, 32, elem_bytes, pad)
     assert (got.wavefronts, *got.vectors) == _round_trip_reference(src, dst, threads, 32, elem_bytes, pad)
-    elem, thread, _ = _enumerated(dst)
+    elem, thread, _ = enumerated_cells(dst)
     holder = {}
-    for e, t in zip(*_enumerated(src)[:2]):
+    for e, t in zip(*enumerated_cells(src)[:2]):
         holder.setdefault(int(e), set()).add(int(t))
     assert cv.is_noop(src, dst, threads) == all(int(t) in holder[int(e)] for e, t in zip(elem, thread))
     assert cv.shuffle_count(src, dst, threads, 32, elem_bytes) == _shuffles_without_grids(src, dst, threads,
