@@ -108,7 +108,8 @@ def check(variant, model, result):
     assert np.array_equal(lanes, np.broadcast_to((4 * (i % 8) + (j % 8) // 2)[..., None], lanes.shape)), \
         "B_dequantize_local lanes are not the PTX A-fragment lanes (4 * (row % 8) + (k % 8) // 2)"
     # each packed byte is held by exactly the threads holding both nibbles it unpacks into
-    packed = _holders(bufs["B_local"])                       # (bn * bk / 2, R), element (row, col) at row * bk / 2 + col
+    # packed: (bn * bk / 2, R), element (row, col) at row * bk / 2 + col
+    packed = _holders(bufs["B_local"])
     unpacked = _holders(bufs["B_dequantize_local"])          # (bn * bk, R'), element (row, k) at row * bk + k
     as_arrays = _distinct(packed) and _distinct(unpacked)
     for nibble in (0, 1):

@@ -157,8 +157,9 @@ def _check(src: Fragment, dst: Fragment, what: str) -> None:
 def _sampled_holders(src: Fragment, dst: Fragment):
     """(the elements of one cell per thread of ``dst``'s grid, those threads, every thread holding each
     element in ``src``) -- from ``src``'s own grid when it has one and no replicas, else from its thread
-    expression at those points -- or None when ``dst`` has no grid. Enough to refute the no-op and shuffle tests for a fraction of their price (a conversion worth
-    pricing usually moves every element); what it does not refute is tested on every cell."""
+    expression at those points -- or None when ``dst`` has no grid. Enough to refute the no-op and shuffle
+    tests for a fraction of their price (a conversion worth pricing usually moves every element); what it does
+    not refute is tested on every cell."""
     grid = separable_cells(dst)
     if grid is None:
         return None

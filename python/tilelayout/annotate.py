@@ -63,8 +63,6 @@ def _plain(obj: Any) -> Any:
         return [_plain(v) for v in obj]
     if kind is dict:
         return {str(k): _plain(v) for k, v in obj.items()}
-    if isinstance(obj, bool):
-        return obj
     if isinstance(obj, str):
         return str(obj)
     if isinstance(obj, int):
