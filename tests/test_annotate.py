@@ -196,3 +196,47 @@ def test_malformed_annotations():
                                                         "forward_index": ["_q"]}})
     with pytest.raises(tl.LayoutError, match="buffer 'frag'"):
         read_layout_annotations(bad)
+
+
+def _front_end_pins(func) -> dict:
+    """Pins as inference reads them: the TIRx layouts the front end found on the buffers it read."""
+    from tilelayout.passes.inference.frontend import build_op_graph
+    graph = build_op_graph(func)
+    found = [(b.var, b.pinned_layout) for b in graph.buffers if b.pinned_layout is not None]
+    return get_pinned_layouts(func, found)
+
+
+def test_front_end_pins_are_the_functions_pins_on_every_case_kernel():
+    """Inference takes the non-default TIRx layouts from its front end's buffer records instead of walking the
+    function again: on every golden case kernel and on the pinned test kernels both give the same pins."""
+    import importlib
+    import sys
+    import warnings
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    sys.path.insert(0, str(root))
+    kernels = [("pinned", K.pinned), ("annotated", annotate_layouts(K.pinned, {"C": Layout([8, 16], lambda i, j:
+                                                                                            i + j * 8)}))]
+    for path in sorted((root / "cases").glob("[!_]*.py")):
+        mod = importlib.import_module(f"cases.{path.stem}")
+        kernels += [(f"{path.stem}/{v}", b) for v, b in mod.VARIANTS.items()]
+    compared = pinned = 0
+    for label, build in kernels:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            func = build() if callable(build) and not isinstance(build, tirx.PrimFunc) else build
+        try:
+            expected = get_pinned_layouts(func)
+        except tl.TileLayoutError:
+            continue
+        try:
+            got = _front_end_pins(func)
+        except tl.TileLayoutError:
+            continue            # the front end refuses the kernel before inference would read its pins
+        assert sorted(got) == sorted(expected), label
+        assert all(_same(got[n], expected[n]) for n in got), label
+        compared += 1
+        pinned += bool(expected)
+    assert compared > 100 and pinned >= 5, (compared, pinned)
+    with pytest.raises(tl.LayoutError, match="buffer 'SF'.*memory axis TLane"):
+        _front_end_pins(K.scale_factors)

@@ -20,6 +20,9 @@ __all__ = ["epilogue_splits", "minimum_bytes"]
 def minimum_bytes(st, access) -> int:
     """Bytes of the distinct 128-byte segments the access's region covers: what a perfect store moves."""
     shape = [int(s) for s in st.frag.input_shape]
+    rows = _row_segments(shape, access)
+    if rows is not None:
+        return rows * SEGMENT_BYTES * (st.repeat or 1)
     addr = np.full((1,) * len(shape), access.base, dtype=np.int64)
     for d, (extent, stride) in enumerate(zip(shape, access.strides)):     # broadcast, not a grid per axis
         addr = addr + (np.arange(extent, dtype=np.int64) * int(stride)).reshape([-1 if k == d else 1
@@ -31,6 +34,26 @@ def minimum_bytes(st, access) -> int:
     hit = np.zeros(span, dtype=bool)            # distinct segments by marking, not by sorting
     hit[seg - lo] = True
     return int(np.count_nonzero(hit)) * SEGMENT_BYTES * (st.repeat or 1)
+
+
+def _row_segments(shape: list, access) -> int | None:
+    """The distinct segments of a region of contiguous rows counted in closed form, or None (then they are
+    enumerated): after unit dims, one contiguous run of ``C`` elements, or ``R`` of them whose starts lie a whole
+    number of segments apart (stride ``S``, ``S * bytes`` a multiple of 128). Every row then spans the same ``k``
+    segments, shifted by ``S * bytes / 128``; when that shift is at least ``k`` no two rows share one."""
+    dims = [(extent, int(stride)) for extent, stride in zip(shape, access.strides) if extent != 1]
+    if not dims:
+        dims = [(1, 1)]
+    if len(dims) > 2 or dims[-1][1] != 1:
+        return None
+    eb, base, cols = access.elem_bytes, access.base, dims[-1][0]
+    k = (base + cols - 1) * eb // SEGMENT_BYTES - base * eb // SEGMENT_BYTES + 1
+    if len(dims) == 1:
+        return k
+    count, stride = dims[0]
+    if stride <= 0 or stride * eb % SEGMENT_BYTES or stride * eb // SEGMENT_BYTES < k:
+        return None
+    return count * k
 
 
 def epilogue_splits(engine, state) -> list:

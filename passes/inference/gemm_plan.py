@@ -60,7 +60,7 @@ from tilelayout.fragment import Fragment
 from ..hardware import normalize_target, sm_version
 
 __all__ = ["GemmPlan", "GemmPlanError", "GEMM_PLANS_ATTR", "POLICIES", "plan_gemm", "plan_gemms", "chains",
-           "annotate_gemm_plans", "read_gemm_plans", "gemm_ordinal", "gemm_plan_of", "gemm_calls",
+           "annotate_gemm_plans", "read_gemm_plans", "gemm_ordinal", "gemm_ordinals", "gemm_plan_of", "gemm_calls",
            "policy_of", "uses_wgmma"]
 
 GEMM_PLANS_ATTR = "tilelayout.gemm_plans"
@@ -439,10 +439,19 @@ def gemm_calls(func) -> list:
 
 def gemm_ordinal(func, op) -> int:
     """Position of the front-end ``GemmOp`` ``op`` among the gemm calls of ``func``."""
-    for k, call in enumerate(gemm_calls(func)):
-        if call.same_as(op.stmt):
-            return k
-    raise LayoutError(f"{op.describe()} is not a gemm call of this function")
+    return gemm_ordinals(func, [op])[0]
+
+
+def gemm_ordinals(func, ops: list) -> list:
+    """``gemm_ordinal`` of each of ``ops``, from one walk of ``func``."""
+    calls = gemm_calls(func)
+    out = []
+    for op in ops:
+        k = next((k for k, call in enumerate(calls) if call.same_as(op.stmt)), None)
+        if k is None:
+            raise LayoutError(f"{op.describe()} is not a gemm call of this function")
+        out.append(k)
+    return out
 
 
 def annotate_gemm_plans(func, plans: dict):

@@ -322,7 +322,9 @@ class _Engine:
     def _pins(self, state: _State) -> None:
         """User pins (non-default TIRx layouts and tilelayout annotations) are strict-level facts."""
         from tilelayout.annotate import get_pinned_layouts
-        for name, layout in get_pinned_layouts(self.func).items():
+        # the front end found the buffers whose TIRx layout is not the default (``BufferInfo.pinned_layout``)
+        tirx_layouts = [(b.var, b.pinned_layout) for b in self.graph.buffers if b.pinned_layout is not None]
+        for name, layout in get_pinned_layouts(self.func, tirx_layouts).items():
             try:
                 buf = self.graph.buffer(name)
             except KeyError:

@@ -380,20 +380,23 @@ def read_tile_loops(func) -> dict:
     return out
 
 
-def get_pinned_layouts(func) -> dict:
+def get_pinned_layouts(func, tirx_layouts: list | None = None) -> dict:
     """{buffer name: Layout | Fragment} the user fixed: non-default TIRx buffer layouts and annotations.
 
     A buffer pinned both ways must agree (else LayoutConflictError); a TIRx layout that has no
-    tilelayout counterpart raises LayoutError naming the buffer.
+    tilelayout counterpart raises LayoutError naming the buffer. ``tirx_layouts``: the (buffer, TIRx
+    layout) pairs of the buffers whose layout is not the default, when the caller has found them already
+    (inference's front end reads every buffer once); else every buffer of ``func`` is read here.
     """
     if not isinstance(func, tirx.PrimFunc):
         raise LayoutError(f"get_pinned_layouts expects a tirx.PrimFunc, got {type(func).__name__}")
     pins: dict = {}
-    for buf in function_buffers(func):
-        name, layout = str(buf.name), buf.layout
+    found = tirx_layouts if tirx_layouts is not None else [(b, b.layout) for b in function_buffers(func)]
+    for buf, layout in found:
+        name = str(buf.name)
         shape = as_list(buf.shape)
         try:
-            if is_default_tile_layout(layout, shape):
+            if tirx_layouts is None and is_default_tile_layout(layout, shape):
                 continue
             converted = from_tile_layout(layout, shape)
         except LayoutError as err:

@@ -103,13 +103,14 @@ def _text(e, names: dict) -> tuple:
     kind = type(e)
     op = _BINARY_TEXT.get(kind)
     if op is not None:
-        a_const, b_const = type(e.a) is tirx.IntImm, type(e.b) is tirx.IntImm
-        if (a_const and b_const) or (a_const and e.a.value in (0, 1)) or (b_const and e.b.value in (0, 1)):
+        left, right = e.a, e.b          # each attribute read is an FFI call: once per operand
+        a_const, b_const = type(left) is tirx.IntImm, type(right) is tirx.IntImm
+        if (a_const and b_const) or (a_const and left.value in (0, 1)) or (b_const and right.value in (0, 1)):
             # TVM prints ``T.Add(0, _i)`` where the sugar would be folded on reading (two literals, + 0, * 1...)
             raise _Unprintable
         symbol, prec = op
-        a, pa = _text(e.a, names)
-        b, pb = _text(e.b, names)
+        a, pa = _text(left, names)
+        b, pb = _text(right, names)
         if pa < prec:
             a = f"({a})"
         if pb <= prec:
