@@ -1165,7 +1165,8 @@ def _packed_inverse_problems(name: str, lay) -> list[str]:
 def _separable_grid_problems(name: str, lay) -> list[str]:
     """The separable cell grid conversion pricing reads (memoised by mapping): the memo must give what deriving
     it afresh gives (it once answered a planned layout with the None of an equal user-built mapping, which has
-    no recorded digits), and a grid must list the fragment's own (element, thread, slot) cells."""
+    no recorded digits), a grid must list the fragment's own (element, thread, slot) cells, and the holders
+    read off its digits (``digit_holders``) must be its own."""
     from tilelayout.passes.inference import separable_cells as sc
     if not lay.is_static or lay.size * lay.replicate_size > 1 << 16:
         return []
@@ -1173,9 +1174,17 @@ def _separable_grid_problems(name: str, lay) -> list[str]:
     if (memo is None) != (fresh is None):
         return [f"{name}: the memoised separable grid is {'missing' if memo is None else 'present'} but deriving "
                 f"it afresh gives {'none' if fresh is None else 'one'} ({lay!r})"]
-    if fresh is None:
+    held = sc.digit_holders(lay, np.arange(lay.size, dtype=np.int64))
+    if fresh is None and held is None:
         return []
     elem, thread, slot = enumerated_cells(lay)
+    if held is not None:        # who holds each element, read off the digits (the conversion tests' sample)
+        expected = np.full(lay.size, -1, dtype=np.int64)
+        expected[elem] = thread
+        if not np.array_equal(held, expected):
+            return [f"{name}: the holders its cell digits give are not its own ({lay!r})"]
+    if fresh is None:
+        return []
     if not (np.array_equal(fresh.elements(), elem) and np.array_equal(fresh.threads_of_cells(), thread)
             and np.array_equal(fresh.slots_of_cells(), slot)):
         return [f"{name}: its separable grid does not list its own cells ({lay!r})"]

@@ -226,6 +226,61 @@ def test_holder_samples_from_the_source_grid_equal_the_evaluated_ones():
     assert compared > 40
 
 
+def test_holder_samples_from_the_source_grid_without_digit_holders_equal_the_evaluated_ones(monkeypatch):
+    """The sample's middle path (a one-replica source's grid scattered into an element -> thread table), taken
+    when the digits are not a mixed radix of the element index: forced here on every pair, the same arrays."""
+    monkeypatch.setattr(cv, "digit_holders", lambda frag, elements: None)
+    frags = _inferred()
+    compared = 0
+    for dst in frags:
+        grid = sc.separable_cells(dst)
+        if grid is None:
+            continue
+        for src in frags:
+            if list(src.input_shape) != list(dst.input_shape) or sc.separable_cells(src) is None or \
+                    src.replicate_size != 1:
+                continue
+            fast = cv._sample_holders(src, grid)
+            slow = cv._sample_holders(src, grid, source_grid=False)
+            for a, b in zip(fast, slow):
+                assert np.array_equal(np.broadcast_to(a, b.shape), b)
+            compared += 1
+    assert compared > 40
+
+
+def _digit_holder_fragments():
+    """Golden fragments plus the constructors' families over a range of shapes, thread counts and ranges."""
+    out = list(_inferred())
+    for m, n, threads in ((64, 64, 128), (64, 128, 128), (128, 128, 256), (128, 64, 256), (64, 256, 128)):
+        out.append(make_wgmma_accumulator_fragment(m, n, threads))
+        out.append(make_wgmma_accumulator_fragment(m, n, threads).bind_thread_range(threads, threads))
+    for m, n, threads in ((16, 8, 32), (32, 32, 128), (64, 64, 128), (128, 128, 256), (64, 32, 64)):
+        out.append(make_mma_accumulator_fragment(m, n, threads))
+    for shape, threads, width in (([64, 128], 128, 4), ([32, 64], 128, 8), ([128], 128, 1), ([8, 16, 32], 64, 2),
+                                  ([48, 40], 96, 4), ([16, 8], 256, 1)):
+        out.append(plan_loop_layout(shape, threads, width, True))
+    return out
+
+
+def test_digit_holders_equal_the_enumerated_holders():
+    """``digit_holders`` (who holds each element, read off a mixed-radix source's digits) against the
+    fragment's enumerated cells, over every element; it answers for the accumulators and planned loops and
+    declines (None) where the digits are absent, replicated or not a mixed radix of the element index."""
+    answered = declined = 0
+    for frag in _digit_holder_fragments():
+        size = int(np.prod([int(s) for s in frag.input_shape]))
+        held = sc.digit_holders(frag, np.arange(size, dtype=np.int64))
+        if held is None:
+            declined += 1
+            continue
+        elem, thread, _ = enumerated_cells(frag)          # threads counted with the range start, as here
+        expected = np.full(size, -1, dtype=np.int64)
+        expected[elem] = thread
+        assert np.array_equal(held, expected), frag
+        answered += 1
+    assert answered > 30 and declined > 0, (answered, declined)
+
+
 def test_the_epilogue_conversion_reads_grids_and_no_expression_table(monkeypatch):
     """The conversion an io-aware gemm epilogue prices (wgmma accumulator to the store's planned layout) is
     priced from grids alone: neither fragment's thread or index table is evaluated."""
@@ -289,3 +344,24 @@ def test_recorded_digits_are_the_inverse_the_cute_scorer_derives():
         assert list(zip(cute.flatten(got.shape), cute.flatten(got.stride))) == derived, frag
         checked += 1
     assert checked > 100
+
+
+def test_digit_holders_decline_digits_that_are_no_mixed_radix_of_the_element():
+    """Digits whose strides do not chain (1, e0, e0 * e1, ...) do not name an element's cell digit by digit:
+    declined, as are replicated fragments and fragments without recorded digits."""
+    from types import SimpleNamespace
+
+    def stub(digits, reps=1):
+        return SimpleNamespace(cell_digits=lambda: digits, replicate_size=reps, output_shape=[4],
+                               input_shape=[4, 4], thread_extent=4, thread_range=None)
+    elements = np.arange(16, dtype=np.int64)
+    assert sc.digit_holders(stub([(2, 1), (2, 2), (2, 4), (2, 8)]), elements) is not None
+    assert sc.digit_holders(stub([(2, 1), (2, 2), (2, 8), (2, 4)]), elements) is not None    # any order
+    assert sc.digit_holders(stub([(2, 1), (2, 3), (2, 4), (2, 8)]), elements) is None        # a gap
+    assert sc.digit_holders(stub([(4, 1), (2, 2), (2, 8)]), elements) is None                # an overlap
+    assert sc.digit_holders(stub([(2, 1), (2, 2), (2, 4), (2, 8)], reps=2), elements) is None
+    assert sc.digit_holders(stub(None), elements) is None
+    held = sc.digit_holders(stub([(2, 1), (2, 8), (2, 2), (2, 4)]), elements)
+    # cell c = d0 + 2 d1 + 4 d2 + 8 d3 with d0 = n % 2, d1 = n // 8, d2 = n // 2 % 2, d3 = n // 4 % 2; thread = c // 4
+    cells = elements % 2 + 2 * (elements // 8) + 4 * (elements // 2 % 2) + 8 * (elements // 4 % 2)
+    assert np.array_equal(held, cells // 4)

@@ -25,7 +25,7 @@ import numpy as np
 from tilelayout.errors import LayoutConflictError, warn_user
 from tilelayout.fragment import Fragment
 
-from .separable_cells import SeparableCells, clear_caches as clear_separable, separable_cells
+from .separable_cells import SeparableCells, clear_caches as clear_separable, digit_holders, separable_cells
 
 __all__ = ["ConversionCost", "ConversionWarning", "conversion_cost", "hand_staged_cost",
            "shared_cost", "CONFIG_KEY", "STRICT", "CONVERT", "MODES", "resolve_conflict_mode", "register_count32",
@@ -178,18 +178,24 @@ def _sample_holders(src: Fragment, grid: SeparableCells, source_grid: bool = Tru
     from tilelayout.evaluate import evaluate
     from tilelayout.layout import rep_placeholder
     elem = (grid.row_t + grid.row_s[0]) * grid.cols + grid.col_t + grid.col_s[0]
+    threads = np.arange(grid.t0, grid.t0 + grid.threads, dtype=np.int64)
+    if source_grid:
+        # a mixed-radix source answers "who holds element n" from n's digits, for the sampled elements only
+        held = digit_holders(src, elem)
+        if held is not None:
+            return elem, threads, held[:, None]
     own = separable_cells(src) if source_grid and src.replicate_size == 1 else None
     if own is not None:
         # one holder per element: the source's own grid, scattered into an element -> thread table, answers it
         holder = np.empty(own.rows * own.cols, dtype=np.int64)
         holder[own.elements()] = own.threads_of_cells()
-        return elem, np.arange(grid.t0, grid.t0 + grid.threads, dtype=np.int64), holder[elem][:, None]
+        return elem, threads, holder[elem][:, None]
     coords = np.unravel_index(elem, tuple(int(s) for s in src.input_shape))
     env = {v: c[:, None] for v, c in zip(src.forward_vars, coords)}
     env[rep_placeholder()] = np.arange(src.replicate_size, dtype=np.int64)[None, :]
     holders = np.broadcast_to(evaluate(src.forward_thread, env), (elem.size, src.replicate_size))
     lo = (src.thread_range or (0, 0))[0]
-    return elem, np.arange(grid.t0, grid.t0 + grid.threads, dtype=np.int64), holders + lo
+    return elem, threads, holders + lo
 
 
 #: sampled holders by (source key and range, destination key and range): the no-op and shuffle tests share them

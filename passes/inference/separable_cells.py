@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["SeparableCells", "separable_cells", "clear_caches"]
+__all__ = ["SeparableCells", "separable_cells", "digit_holders", "clear_caches"]
 
 
 @dataclass(frozen=True)
@@ -145,6 +145,39 @@ def separable_cells(frag) -> SeparableCells | None:
             _SEPARABLE.clear()
         _SEPARABLE[key] = _derive(frag)
     return _SEPARABLE[key]
+
+
+def digit_holders(frag, elements: np.ndarray) -> np.ndarray | None:
+    """The thread (its range start included) holding each flat element index in ``elements``, read off the
+    recorded cell digits without listing the cells: when the fragment has one replica and its digits, ordered
+    by element stride, are a mixed radix of the element index (strides 1, e0, e0 * e1, ... up to the size),
+    element n is the cell whose k-th digit is ``(n // stride_k) % extent_k``. None when that is not shown."""
+    recorded = frag.cell_digits()
+    if recorded is None or int(frag.replicate_size) != 1:
+        return None
+    try:
+        slots = int(math.prod(int(s) for s in frag.output_shape))
+        size = int(math.prod(int(s) for s in frag.input_shape))
+    except (TypeError, ValueError):
+        return None
+    digits, lower = [], 1
+    for ext, stride in recorded:
+        if ext > 1:
+            digits.append((lower, int(ext), int(stride)))
+        lower *= int(ext)
+    if lower != size or size != slots * int(frag.thread_extent):
+        return None
+    reach = 1
+    for _, ext, stride in sorted(digits, key=lambda d: d[2]):
+        if stride != reach:
+            return None
+        reach *= ext
+    if reach != size:
+        return None
+    cell = np.zeros(elements.shape, dtype=np.int64)
+    for low, ext, stride in digits:
+        cell += (elements // stride) % ext * low
+    return cell // slots + int((frag.thread_range or (0, 0))[0])
 
 
 #: separable grids by (fragment key, thread range, cell digits recorded)
