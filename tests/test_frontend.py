@@ -421,3 +421,21 @@ def test_same_graph_under_another_hash_seed():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True).stdout
     assert out == here
+
+
+def test_buffer_lookup_by_name_follows_buffers_added_after_an_earlier_lookup():
+    """``OpGraph.buffer`` looks names up through an index of the first buffer of each name; a buffer the walk
+    (or an epilogue split) adds after a lookup is found too, and the first of two equal names still wins."""
+    from dataclasses import replace
+    from tilelayout.passes.inference.ops import OpGraph
+    g = build_op_graph(K.row_max)
+    first = g.buffers[0]
+    assert g.buffer(first.name) is first
+    extra = replace(first, name="added_later")
+    g.buffers.append(extra)
+    assert g.buffer("added_later") is extra
+    g.buffers.append(replace(first, name=first.name, dtype="float16"))
+    assert g.buffer(first.name) is first
+    with pytest.raises(KeyError):
+        g.buffer("no_such_buffer")
+    assert isinstance(g, OpGraph)

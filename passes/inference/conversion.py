@@ -64,8 +64,9 @@ def register_count32(layouts: dict, bits_of) -> int:
     total = 0
     for name in sorted(layouts):
         lay = layouts[name]
-        if isinstance(lay, Fragment) and all(isinstance(s, int) for s in lay.output_shape):
-            total += math.ceil(int(np.prod(lay.output_shape)) * bits_of(name) / 32)
+        shape = lay.output_shape if isinstance(lay, Fragment) else None
+        if shape is not None and all(isinstance(s, int) for s in shape):
+            total += math.ceil(math.prod(shape) * bits_of(name) / 32)
     return total
 
 

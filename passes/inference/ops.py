@@ -458,6 +458,18 @@ class OpGraph:
 
     def buffer(self, name_or_var: Any) -> BufferInfo:
         """Look a buffer up by name (first match) or by its TVM Var."""
+        if isinstance(name_or_var, str):
+            # by name through an index of the first of each name, rebuilt when the walk has added buffers
+            # (every attempt's register count asks for each fragment's width)
+            index = self.__dict__.get("_by_name")
+            if index is None or index[0] != len(self.buffers):
+                names: dict = {}
+                for b in self.buffers:
+                    names.setdefault(b.name, b)
+                index = self.__dict__["_by_name"] = (len(self.buffers), names)
+            hit = index[1].get(name_or_var)
+            if hit is not None:
+                return hit
         for b in self.buffers:
             if (b.name == name_or_var) if isinstance(name_or_var, str) else b.var.same_as(name_or_var):
                 return b
