@@ -292,7 +292,9 @@ def complete_fragment(nest: LoopNest, loop: Fragment, access, thread_range: tupl
             # replica digits that land in the loop's slots are the same thread: drop them before judging
             # injectivity (TileLang condenses first, then falls back to full replication for #1729)
             frag = _condensed(frag)
-            if read_only and frag.contains(everyone(buf.shape, thread_range)):
+            # fewer replicas than threads cannot give every thread every element: no need to build everyone's
+            if read_only and frag.replicate_size >= thread_range[1] and \
+                    frag.contains(everyone(buf.shape, thread_range)):
                 return everyone(buf.shape, thread_range)     # every thread holds everything: say so
         if frag is None or not frag.is_injective():
             if read_only:
