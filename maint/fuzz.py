@@ -1179,9 +1179,7 @@ def _separable_grid_problems(name: str, lay) -> list[str]:
         return []
     elem, thread, slot = enumerated_cells(lay)
     if held is not None:        # who holds each element, read off the digits (the conversion tests' sample)
-        expected = np.full(lay.size, -1, dtype=np.int64)
-        expected[elem] = thread
-        if not np.array_equal(held, expected):
+        if not np.array_equal(held, enumerated_holders(lay, (elem, thread, slot))):
             return [f"{name}: the holders its cell digits give are not its own ({lay!r})"]
     if fresh is None:
         return []
@@ -1189,6 +1187,15 @@ def _separable_grid_problems(name: str, lay) -> list[str]:
             and np.array_equal(fresh.slots_of_cells(), slot)):
         return [f"{name}: its separable grid does not list its own cells ({lay!r})"]
     return []
+
+
+def enumerated_holders(frag, cells: tuple | None = None) -> np.ndarray:
+    """The thread holding each flat element of a one-replica fragment (threads counted from the block's thread
+    0), from its enumerated cells (``cells``: ``enumerated_cells(frag)`` when the caller has them)."""
+    elem, thread, _ = cells if cells is not None else enumerated_cells(frag)
+    out = np.full(int(np.prod(frag.input_shape)), -1, dtype=np.int64)
+    out[elem] = thread
+    return out
 
 
 def enumerated_cells(frag) -> tuple:

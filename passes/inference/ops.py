@@ -470,9 +470,10 @@ class OpGraph:
             hit = index[1].get(name_or_var)
             if hit is not None:
                 return hit
-        for b in self.buffers:
-            if (b.name == name_or_var) if isinstance(name_or_var, str) else b.var.same_as(name_or_var):
-                return b
+        else:
+            for b in self.buffers:
+                if b.var.same_as(name_or_var):
+                    return b
         raise KeyError(f"no buffer {name_or_var!r} in {self.func_name}; buffers: "
                        f"{', '.join(b.name for b in self.buffers)}")
 
