@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import tvm
 
-from tilelayout.errors import InferenceError, LayoutConflictError, LayoutError
+from tilelayout.errors import InferenceError, LayoutConflictError, LayoutError, WriteRaceError
 from tilelayout.fragment import Fragment, fully_replicated
 from tilelayout.layout import Layout
 
@@ -388,7 +388,7 @@ class _Engine:
         for cid, members in enumerate(self.components()):
             if self._settled(state, members):
                 continue
-            best, best_state, tried, certified = None, None, [], None
+            best, best_state, tried, certified, race = None, None, [], None, None
             for n, root in enumerate(members):
                 if isinstance(self.ops[root], ConvertOp):
                     continue        # a conversion has no rule: rooting there repeats another attempt
@@ -415,6 +415,7 @@ class _Engine:
                     converts = conversion_costs([self.ops[m] for m in members], trial, self.graph, self.target)
                 except _SEARCH_ERRORS as err:
                     attempt.error = str(err)
+                    race = race or (err if isinstance(err, WriteRaceError) else None)
                     tried.append(attempt)
                     continue
                 attempt.mem, attempt.regs, attempt.details = cost.mem, cost.regs, tuple(cost.details)
@@ -437,6 +438,8 @@ class _Engine:
                 if remaining and _certify(self, state, trial, members, budget=remaining * len(members)):
                     certified = attempt
             self.attempts.extend(tried)
+            if best is None and race is not None:
+                raise WriteRaceError(str(race))      # no root avoids the race: the typed reason, as it was raised
             if best is None:
                 reasons = "\n".join(f"  root {a.root_description}: {a.error}" for a in tried)
                 raise InferenceError(f"no valid layout for the ops {', '.join(self.ops[m].describe() for m in members)}; "

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from tvm import tirx
 
-from tilelayout.errors import InferenceError, LayoutConflictError, LayoutError
+from tilelayout.errors import InferenceError, LayoutConflictError, LayoutError, WriteRaceError
 from tilelayout.expr import row_major_offset
 from tilelayout.fragment import Fragment, fully_replicated
 from tilelayout.layout import placeholder, rep_placeholder, substitute
@@ -23,6 +23,7 @@ from .fragment_rules import (PartialCoverage, _condensed, complete_fragment, dyn
 from .ops import GemmOp, ReduceOp
 from ..hardware import max_vector_load_bits
 from .loop_nest import LoopNest
+from .memory_writes import grouped_update_layout, memory_race, memory_update
 from .rule_state import RuleState  # noqa: F401  (the state every rule here is handed)
 from .loop_plan import plan_loop_layout, plan_vector_width, select_min_padding_width
 from .scan_split import scan_of, split_lanes, split_loop_layout
@@ -91,6 +92,7 @@ def _complete(nest: LoopNest, loop: Fragment, access, state, read_only: bool) ->
 
 def _infer_nest(nest: LoopNest, level: int, state) -> None:
     if level == STRICT:
+        memory_update(nest)       # a store no layout can make race-free is refused before any search
         for buf in nest.fragments():
             accesses = nest.accesses_of(buf)
             if state.layout(buf) is None and any(a.is_constant for a in accesses):
@@ -146,6 +148,9 @@ def _read_source_access(nest: LoopNest, state):
 
 def _candidates(nest: LoopNest, level: int, state) -> list:
     """(layout, source) candidates in preference order; empty when the op must wait for a later level."""
+    update = memory_update(nest)
+    if update is not None:
+        return _update_candidates(nest, update, level, state)
     src = _source_access(nest, state)
     out = []
     if src is not None:
@@ -162,6 +167,28 @@ def _candidates(nest: LoopNest, level: int, state) -> list:
             state.note(f"{nest.describe()}: no candidate from {read_src.buffer.name}: {err}")
     out.append((_plan(nest, state), "planned"))
     return out
+
+
+def _update_candidates(nest: LoopNest, update, level: int, state) -> list:
+    """An accumulation into memory from several iterations per element (``memory_writes``): the loop layout
+    derived from a fragment when it already keeps each element's iterations in one thread, else (at the free
+    level) the grouped plan, which does by construction; fragments then follow the loop or must serve it."""
+    src = _source_access(nest, state)
+    if src is not None:
+        derived = _from_fragment(nest, src, state.layout(src.buffer), state)
+        race = state.memo(("race", nest.index, derived.key), lambda: memory_race(nest, derived))
+        if race is None:
+            return [(derived, _derived(nest, src))]
+        if src.is_write:
+            raise WriteRaceError(f"{nest.describe()}: {update.statement} accumulates into {update.buffer} from "
+                                 f"several iterations per element, but the loop must follow the layout of fragment "
+                                 f"{src.buffer.name}, which it writes, and that layout spreads one element's "
+                                 f"iterations over threads ({race}); split the nest so the memory update has a loop "
+                                 f"of its own, or accumulate in a fragment and store it once")
+    if level != FREE:
+        return []
+    layout = state.memo(("grouped", nest.index), lambda: grouped_update_layout(update, nest.extents, state.thread_range))
+    return [(layout, f"one thread per element of {update.buffer}")]
 
 
 def _derived(nest: LoopNest, access) -> Derived:
@@ -264,6 +291,9 @@ def _thread_indexed(nest: LoopNest, loop: Fragment, state) -> bool:
 def _validation_error(nest: LoopNest, layout: Fragment, state) -> str | None:
     if not layout.is_injective():
         return f"loop layout {layout!r} is not injective"
+    race = _race(nest, layout, state)
+    if race is not None:
+        return race
     for a in nest.fragment_accesses():
         frag = state.layout(a.buffer)
         if frag is not None:
@@ -283,6 +313,32 @@ def _checked_decision(nest: LoopNest, layout: Fragment, source: str, state, leve
     if err is not None:
         raise InferenceError(f"{nest.describe()}: loop layout is not injective: {err}")
     check_runs_in_range(nest.op, layout, lambda: f"its loop layout ({source})", state)
+    race = _race(nest, layout, state)
+    if race is not None:
+        raise WriteRaceError(f"{nest.describe()}: its loop layout ({source}) makes a data race: {race}; give every "
+                             f"element one thread (drop the pinned layout), or accumulate in a register fragment "
+                             f"and store it once, or use tilelayout.lang.atomic_add")
+    update = memory_update(nest)
+    if update is not None:
+        try:
+            return _checked_fragments(nest, layout, source, state, level)
+        except LayoutConflictError as err:
+            raise WriteRaceError(f"{nest.describe()}: {update.statement} accumulates into {update.buffer} from "
+                                 f"several iterations per element, which must run in one thread, but a fragment the "
+                                 f"nest touches is laid out otherwise: {err}. Accumulate in a register fragment "
+                                 f"(Tx.sum(acc, F, axes=[1]) or `acc[i] = acc[i] + F[i, j]`) and store it once, or "
+                                 f"use tilelayout.lang.atomic_add") from None
+    return _checked_fragments(nest, layout, source, state, level)
+
+
+def _race(nest: LoopNest, layout: Fragment, state) -> str | None:
+    """Two threads of ``layout`` storing one memory element of ``nest`` (``memory_writes.memory_race``)."""
+    if not nest.stores_memory:
+        return None
+    return state.memo(("race", nest.index, layout.key), lambda: memory_race(nest, layout))
+
+
+def _checked_fragments(nest: LoopNest, layout: Fragment, source, state, level: int | None) -> LoopDecision:
     for a in nest.fragment_accesses():
         frag = state.layout(a.buffer)
         if frag is not None:

@@ -4,7 +4,7 @@ __version__ = "0.1.0"
 from .errors import (ConfigError, EvaluationError, InferenceError, LayoutConflictError, LayoutError, LoweringError,
                      PipelineError,
                      TileLayoutError, TileLayoutResourceWarning, UninitializedReadError, UninitializedReadWarning,
-                     WarpPolicyConflictError)
+                     ScopeError, WarpPolicyConflictError, WriteRaceError)
 from .evaluate import evaluate, evaluate_grid
 from .fragment import Fragment, fully_replicated
 from .layout import Layout
@@ -48,6 +48,7 @@ __all__ = [
     "lower", "cuda_source", "build_cpu", "LoweringError", "PipelineError",
     "TileLayoutError", "TileLayoutResourceWarning", "UninitializedReadWarning", "UninitializedReadError", "LayoutError",
     "ConfigError", "EvaluationError", "LayoutConflictError", "InferenceError", "WarpPolicyConflictError",
+    "WriteRaceError", "ScopeError",
     "SwizzleMode", "choose_swizzle_mode", "detect_swizzle_mode", "make_bank_swizzled_layout",
     "make_full_bank_swizzled_layout", "make_half_bank_swizzled_layout", "make_linear_layout",
     "make_quarter_bank_swizzled_layout", "make_swizzled_layout", "make_tcgen05mma_swizzled_layout",

@@ -27,6 +27,17 @@ class InferenceError(LayoutError):
     """Layout inference cannot give a buffer or loop a valid layout."""
 
 
+class WriteRaceError(InferenceError):
+    """A parallel nest writes one global or shared element from several iterations in a way no thread layout
+    makes race-free (a plain store from many iterations, or an update the nest cannot keep in one thread); the
+    message names the buffer, the statement, why, and what to write instead."""
+
+
+class ScopeError(LayoutError):
+    """A buffer is declared with a storage scope tilelayout does not know (a misspelling such as
+    ``"local.fragments"``); the message names the buffer and the closest valid scope."""
+
+
 class LoweringError(LayoutError):
     """A layout or op cannot be lowered correctly; the message names the buffer / loop / op and why."""
 
