@@ -574,6 +574,9 @@ def infer_layouts(func, target=None, cost_model=None, conflicts=None) -> Inferen
     without conversions (a conflict raises ``LayoutConflictError``). Also ``layout_config(conflicts=...)``
     and $TILELAYOUT_CONFLICTS."""
     func = _as_prim_func(func)
+    if isinstance(func, tvm.tirx.PrimFunc):
+        from ..nan_tests import rewrite_nan_tests
+        func = rewrite_nan_tests(func)      # before anything simplifies ``x != x`` away
     folded, dims = fold_thread_dims(func) if isinstance(func, tvm.tirx.PrimFunc) else (func, None)
     if dims is not None:   # a multi-dimensional block: infer over the linear thread id, annotate the original
         result = infer_layouts(folded, target, cost_model, conflicts)

@@ -28,6 +28,7 @@ from tvm import tirx
 from tilelayout.errors import ConfigError, TileLayoutError
 
 from ..hardware import func_target, normalize_target
+from ..nan_tests import rewrite_nan_tests
 from ..thread_dims import fold_thread_dims, unfold_thread_dims
 from .atomics import fence_shared_atomics
 from .bounds_guards import guard_out_of_bounds
@@ -63,7 +64,7 @@ def _name(func) -> str:
 def lower_func(func, target=None, cost_model=None, infer: bool = True, verify: bool = True) -> tirx.PrimFunc:
     """The lowered PrimFunc (see ``lower``); ``infer=False`` starts from an already annotated function."""
     target = normalize_target(func_target(_as_func(func), target))
-    func = _as_func(func)
+    func = rewrite_nan_tests(_as_func(func))     # ``x != x`` is a NaN test: before anything simplifies it away
     from ..hardware import check_block_threads
     from .loop_partition import thread_launch
     check_block_threads(thread_launch(fold_thread_dims(func)[0])[1], target, _name(func))
@@ -255,7 +256,7 @@ def cpu_index_guard(func) -> tirx.PrimFunc:
 
 def build_reference_cpu(func) -> CpuKernel:
     """The unlowered program's sequential semantics on the CPU (the layout-free reference)."""
-    f = _as_func(func)
+    f = rewrite_nan_tests(_as_func(func))
     return _cpu_compile(cpu_index_guard(sequential_semantics(f)), _name(f), REFERENCE_LLVM)
 
 
