@@ -28,7 +28,7 @@ from tvm import tirx
 from tvm.ir import TensorLoad, TensorRegion
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
-from tilelayout.errors import TileLayoutError
+from tilelayout.errors import ScopeError, TileLayoutError
 from tilelayout.ffi_array import as_list
 from tilelayout.lang import atomic_of, is_atomic_call
 from tilelayout.tile_layout_interop import is_default_tile_layout
@@ -46,6 +46,25 @@ __all__ = [
     "FrontendError", "BufferInfo", "Region", "Access", "Loop", "TileOp", "CopyOp", "FillOp",
     "ReduceOp", "GemmOp", "ElementwiseOp", "ParallelOp", "ConvertOp", "OpGraph", "build_op_graph",
 ]
+
+#: storage scopes a kernel may declare: TVM's global, shared (static and dynamic: ``shared.dyn``), per-thread
+#: ``local`` / ``local.var``, Blackwell tensor memory ``tmem``, and the register fragments layout inference
+#: distributes (``local.fragment``). Any other spelling is refused: TVM would accept a tagged scope such as
+#: ``shared.dynamic`` and emit a per-thread array for it, and ``fragment`` would not be distributed at all.
+VALID_SCOPES = ("global", "shared", "shared.dyn", "local", "local.var", "local.fragment", "tmem")
+
+
+def check_scope(name: str, scope: str) -> None:
+    """Refuse an unknown storage scope, naming the buffer and the closest valid spelling."""
+    if scope in VALID_SCOPES:
+        return
+    import difflib
+    close = difflib.get_close_matches(scope, VALID_SCOPES, n=1, cutoff=0.4)
+    hint = f"did you mean \"{close[0]}\"? " if close else ""
+    raise ScopeError(f"buffer {name} is declared with the unknown storage scope \"{scope}\"; {hint}valid scopes: "
+                     f"{', '.join(VALID_SCOPES)} (register fragments: \"local.fragment\"; dynamic shared memory: "
+                     f"\"shared.dyn\")")
+
 
 def _check_int32_indexable(var: Any, shape: list) -> None:
     """A buffer whose shape is int32 gets int32 index arithmetic all the way to the CUDA source; past 2^31
@@ -120,6 +139,7 @@ class _Builder:
         layout = var.layout
         pinned = None if is_default_tile_layout(layout, var.shape) else layout
         dt = tvm.DataType(dtype)
+        check_scope(str(var.name), str(var.scope()) or "global")
         info = BufferInfo(var=var, name=str(var.name), scope=str(var.scope()) or "global",
                           shape=shape, dtype=dtype, bits=int(dt.bits) * int(dt.lanes),
                           pinned_layout=pinned)
