@@ -589,6 +589,61 @@ class Gen:
         self.defined.add(dst.name)
 
 
+    def memory_update(self) -> None:
+        """A parallel nest storing one global or shared element from several iterations: ``O[i] = O[i] + x[i, j]``
+        or ``max``, grouped (``O[i, j // g]``), from a global read or a fragment, into a global output or a shared
+        row vector copied out; or a plain write race ``O[i] = x[i, j]``, which inference must refuse
+        (``WriteRaceError``). Bug class: 16 threads read, add and store one element at once on a GPU while the
+        serialised CPU check sums correctly; the loop must keep every element's iterations in one thread."""
+        rng = self.rng
+        if self.one_d or self.N < 2:
+            return self.elementwise()
+        m, n = self.M, self.N
+        groups = [g for g in (n, 2, 4, 8) if n % g == 0 and g <= n]
+        g = rng.choice(groups)
+        cols = n // g
+        frags = self.frags((m, n))
+        fdt = self.dtype
+        if frags and rng.random() < 0.5:
+            src = rng.choice(frags)
+            term = lambda iv: _cast(f"{src.name}[{iv[0]}, {iv[1]}]", src.dtype, fdt)   # noqa: E731
+            self.notes.append("memory-update-fragment-source")
+        else:
+            term = lambda iv: self.global_read((m, n), fdt, iv)    # noqa: E731
+        racy = rng.random() < 0.15
+        op = rng.choice(("add", "max"))
+        into_shared = not racy and rng.random() < 0.35
+        out = self.fresh("O")
+        oshape = (m,) if cols == 1 else (m, cols)
+        # one output tile per block: blocks never share an element (that race no thread layout can avoid)
+        self.params.append(Buf(out, (oshape[0] * self.nblocks,) + oshape[1:], fdt, "param"))
+        row = "bx * %d + " % m if self.nblocks > 1 else ""
+        col = "" if cols == 1 else ", j // %d" % g
+        if into_shared:
+            s = Buf(self.fresh("s"), oshape, fdt, self.shared_scope())
+            self.allocs.append(s)
+            dst = s.name
+            init = _const(fdt, 0.0) if op == "add" else _const(fdt, -1e4)
+            self.body += ["\n".join(_nest_lines(oshape, lambda iv: [f"{dst}[{', '.join(iv)}] = {init}"]))]
+        else:
+            dst = out
+
+        def body(iv):
+            at = f"{dst}[{'' if into_shared else row}{iv[0]}{col}]"
+            if racy:
+                return [f"{at} = {term(iv)}"]
+            if op == "add":
+                return [f"{at} = {at} + {term(iv)}"]
+            return [f"{at} = T.max({at}, {term(iv)})"]
+        self.nest((m, n), body)
+        if into_shared:
+            self.body += ["\n".join(_nest_lines(oshape, lambda iv: [f"{out}[{row}{', '.join(iv)}] = {dst}[{', '.join(iv)}]"]))]
+        if op == "add" and not racy:
+            self.has_sum = True
+            self.sum_extent = max(self.sum_extent, g)
+        self.notes.append("write-race" if racy else f"memory-update-{op}-{'shared' if into_shared else 'global'}"
+                          + ("-grouped" if cols > 1 else ""))
+
     # -- classes that found silent miscompiles (thread regions, offsets, reversals, permuted reads, pins)
     def _capture(self, fn) -> list:
         """The statements ``fn`` appends, taken out of the body."""
@@ -788,7 +843,7 @@ class Gen:
              "tile_elementwise": 3, "transposed_frag": 2, "guarded_store": 2, "step_store": 2,
              "thread_region": 5, "offset_visit": 5, "sub_region_copy": 4, "reversed_read": 5,
              "multi_index_read": 3, "reduce_permuted": 4, "gemm": 3, "pipelined": 3, "cumsum": 3, "quantize": 3,
-             "flagged": 3, "unpack_nibbles": 3}
+             "flagged": 3, "unpack_nibbles": 3, "memory_update": 4}
 
     #: gemm operand dtype -> (weight, accumulator, K choices); fp8 (e4m3 / e5m2 codes through byte storage and
     #: bit decoding on the CPU), tf32 (f32 operands read truncated) and f64 (m8n8k4) exercise the bug classes of
@@ -1448,6 +1503,10 @@ def check(kernel: Kernel, models=COST_MODELS, numeric: bool = True, cross: bool 
             continue
         if invalid_pin:
             out.append(Outcome("accepted-bad", model, f"inference accepted an invalid pin ({', '.join(invalid_pin)})"))
+            continue
+        if "write-race" in kernel.notes:
+            out.append(Outcome("accepted-bad", model, "inference accepted a plain store of one global element from "
+                                                      "several parallel iterations (a write race)"))
             continue
         try:
             problems = validate(result)
