@@ -13,7 +13,7 @@ the rounds' ratios, which a batch caught in one slow second of the machine no lo
 are CPU time of the process (``time.process_time``, both sides), so other processes sharing the machine do not
 inflate them; the golden-suite figure is wall time of the whole command, once as this environment runs it and
 once (median of 3) with Python's bytecode cache warm, as a default Python setup has it from the second run.
-Targets (issue 15): ours <= 0.5x TileLang's time on every kernel and <= 0.2x at the median, under both models;
+Targets (docs/benchmarks.md): ours <= 0.5x TileLang's time on every kernel and <= 0.2x at the median, under both models;
 K=64 <= 0.1 s, K=256 <= 0.5 s; golden suite (check mode, both models, ``-j 2``) <= 3 s; registers never above
 TileLang's. Exit status 0 whether or not targets are met: this prints numbers, it is not a test.
 """

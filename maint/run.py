@@ -330,7 +330,7 @@ def _check_or_record(args: argparse.Namespace, stdout) -> int:
     except ImportError as err:
         raise UsageError(f"cannot import tilelayout: {err}") from None
     if not hasattr(tl, "infer_layouts"):
-        raise UsageError("tilelayout.infer_layouts is not available yet (layout inference, issue 4)")
+        raise UsageError("tilelayout.infer_layouts is missing from the installed package (pip install -e .)")
     models = select_models(args.model)
     cases_dir, expected_dir = args.cases_dir.resolve(), args.expected_dir.resolve()
     modules = {name: load_case(cases_dir, name) for name in discover(cases_dir)}

@@ -384,7 +384,7 @@ def test_swizzle_and_composed_layout_match_pycute():
 
 
 def test_random_case_count():
-    """The differential suite above runs this many random cases (kept in one place for the README)."""
+    """The differential suite above runs this many random cases (kept in one place for docs/testing.md)."""
     counts = {"coalesce+filter": 800, "composition": 1500, "complement": 1200, "right_inverse": 1000,
               "left_inverse": 800, "divides": 3 * 400, "products": 3 * 400, "blocked/raked": 500,
               "int_tuple": 500, "make_layout/slice": 400, "swizzle": 300}

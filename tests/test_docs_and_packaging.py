@@ -75,6 +75,45 @@ def test_docs_pages_link_to_each_other_and_exist():
         assert (ROOT / "docs" / page).is_file(), page
 
 
+def test_readme_is_a_short_user_guide():
+    """The README is the package's long description and a newcomer's first screen: a guide, not a log."""
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 300
+    headings = re.findall(r"^## (.+)$", text, re.M)
+    for section in ("Install", "Your first kernel", "Current figures", "Tests and the golden runner", "Documentation"):
+        assert section in headings, section
+    assert headings.index("Your first kernel") < headings.index("Tests and the golden runner")
+    for page in ("benchmarks.md", "limits.md", "architecture.md", "tools.md"):
+        assert f"](docs/{page})" in text, page
+
+
+def test_every_relative_link_in_the_readme_and_docs_exists():
+    broken = []
+    for page in [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for target in re.findall(r"\]\(([^)#:\s]+)(?:#[^)]*)?\)", page.read_text()):
+            if not (page.parent / target).exists():
+                broken.append(f"{page.relative_to(ROOT)}: {target}")
+    assert broken == []
+
+
+def test_the_repository_speaks_of_the_project_not_of_how_it_was_developed():
+    tracked = subprocess.run(["git", "-C", str(ROOT), "ls-files"], capture_output=True, text=True)
+    if tracked.returncode != 0:
+        pytest.skip("not a git checkout")
+    pattern = re.compile(r"\b(sessions?|sittings?)\b", re.I)
+    offenders = []
+    for rel in tracked.stdout.split():
+        path = ROOT / rel
+        if path.suffix not in (".py", ".md", ".toml", ".txt", "") or rel.startswith("expected/") or not path.is_file():
+            continue
+        if rel == "tests/test_docs_and_packaging.py":
+            continue
+        for k, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            if pattern.search(line):
+                offenders.append(f"{rel}:{k}: {line.strip()}")
+    assert offenders == []
+
+
 def test_packaging_metadata_is_complete():
     tomllib = pytest.importorskip("tomllib")              # Python 3.11+
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text())

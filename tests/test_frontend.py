@@ -35,7 +35,7 @@ def same(a, b):
 
 
 # ---------------------------------------------------------------------------------------------
-# the README's example kernel
+# a row-max kernel (copy, reduce, parallel nest, copy back)
 
 def test_row_max_graph_contents():
     g = build_op_graph(K.row_max)

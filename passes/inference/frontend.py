@@ -1,6 +1,6 @@
 """TIRx PrimFunc -> op graph: the buffers, tile ops and parallel nests layout inference reasons about.
 
-Kernels are ordinary TVMScript TIRx functions (the README's "Use it as a pass"). This module
+Kernels are ordinary TVMScript TIRx functions (the README's "Your first kernel"). This module
 only *reads* them: it walks the statement tree once, in program order, and records
 
 - every buffer (parameters first, then allocations/declarations in order of appearance), with
