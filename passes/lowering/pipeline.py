@@ -73,8 +73,8 @@ def lower_func(func, target=None, cost_model=None, infer: bool = True, verify: b
     func = plan_pipelines(func, target)      # num_stages loops: decided once, recorded on the loop
     func, dims = fold_thread_dims(func)      # threadIdx.y/z: lower over the linear thread id, then restore
     func = lower_tile_ops(func, target)
+    func = guard_out_of_bounds(func)         # safe global memory: guard what may leave its buffer
     func = partition_function(func, verify)
-    func = guard_out_of_bounds(func)         # symbolic global extents: predicate what may leave the buffer
     func = vectorize_function(func, target)
     func = software_pipeline(func)           # multi-buffered tiles, cp.async prologue / steady state / drain
     from .index_guard import protect_indices
