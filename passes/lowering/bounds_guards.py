@@ -116,6 +116,15 @@ class _Guards:
         return pad_const(str(buf.dtype), self.pads.get(str(buf.name), 0.0))
 
 
+def _fact(cond):
+    """A branch condition as the analyzer can use it: ``tvm_thread_invariant(c)`` (a uniform branch) is ``c``."""
+    while isinstance(cond, tvm.ir.Call) and str(getattr(cond.op, "name", "")) == "tirx.tvm_thread_invariant":
+        cond = cond.args[0]
+    if isinstance(cond, tirx.Not):
+        return tirx.Not(_fact(cond.a))
+    return cond
+
+
 def _lowest(idx):
     if isinstance(idx, tirx.Broadcast):
         return idx.value
@@ -140,7 +149,7 @@ def guard_out_of_bounds(func):
         """``node`` guarded with ``cond`` known to hold."""
         if node is None:
             return None
-        with g.ana.constraint_scope(cond):
+        with g.ana.constraint_scope(_fact(cond)):
             return mutate(node, handlers)
 
     def on_attr(node, mutator):
