@@ -216,3 +216,22 @@ def test_guards_are_reported_by_show_and_explain(tmp_path):
         text = out.getvalue()
         assert "safe memory: load A[by * 32 + v0, bx * 32 + v1] guarded in dimensions 0, 1" in text, text
         assert "safe memory: store S[by * 32 + i, bx] guarded in dimension 0" in text, text
+
+
+def test_an_atomic_outside_its_buffer_is_dropped():
+    """A histogram whose bin index comes from the data: values outside 0 .. 7 would update memory past H."""
+    text = '''
+@T.prim_func
+def main(A: T.Buffer((96,), "int32"), H: T.Buffer((8,), "int32")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 32)
+    for i in T.parallel(96):
+        T.cuda.atomic_add(T.address_of(H[A[i]]), 1)
+'''
+    func = _parse(text)
+    records = guard_records(lower_func(func))
+    assert [(r["buffer"], r["access"], r["dims"]) for r in records] == [("H", "atomic add", [0])]
+    A = np.random.default_rng(3).integers(-6, 14, 96).astype(np.int32)
+    _, got = _run(func, A, np.zeros(8, np.int32))
+    np.testing.assert_array_equal(got, np.bincount(A[(A >= 0) & (A < 8)], minlength=8))
+    assert tl.passes.check_numeric(func).ok
