@@ -249,20 +249,19 @@ def show_dict(result) -> dict:
 
 def safe_memory_dict(result) -> dict:
     """The guards lowering inserts for global accesses it cannot prove in bounds (``bounds_guards``): whether
-    safe memory is on, and each guard (buffer, access, dims, index, statement); ``note`` when the kernel could
-    not be lowered (inference alone does not know the guards)."""
+    safe memory is on, and each guard (buffer, access, dims, index, statement); ``note`` when tile-op lowering
+    refused the kernel (inference alone does not know the guards)."""
     from tilelayout.errors import TileLayoutError
-    from tilelayout.passes.lowering.bounds_guards import guard_records
-    from tilelayout.passes.lowering.pipeline import lower_func
+    from tilelayout.passes.lowering.pipeline import safe_memory_guards
     from tilelayout.passes.safe_memory import safe_memory_enabled
     if not safe_memory_enabled(result.func):
         return {"enabled": False, "guards": []}
     try:
-        lowered = lower_func(result.func, result.target, infer=False)
+        guards = safe_memory_guards(result.func, result.target)
     except TileLayoutError as err:
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
         return {"enabled": True, "guards": [], "note": f"not known: lowering refused the kernel ({first})"}
-    return {"enabled": True, "guards": guard_records(lowered)}
+    return {"enabled": True, "guards": guards}
 
 
 def safe_memory_lines(result) -> list[str]:
