@@ -235,3 +235,35 @@ def main(A: T.Buffer((96,), "int32"), H: T.Buffer((8,), "int32")):
     _, got = _run(func, A, np.zeros(8, np.int32))
     np.testing.assert_array_equal(got, np.bincount(A[(A >= 0) & (A < 8)], minlength=8))
     assert tl.passes.check_numeric(func).ok
+
+
+ROWSUM_PIPELINED = '''
+@T.prim_func
+def main(X: T.Buffer((64, N), "float32"), R: T.Buffer((64,), "float32")):
+    T.func_attr({"target": T.target({"kind": "cuda", "arch": "sm_80"})})
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 128)
+    X_s = T.alloc_buffer((64, 32), "float32", scope="shared")
+    acc = T.alloc_buffer((64, 32), "float32", scope="local.fragment")
+    row = T.alloc_buffer((64,), "float32", scope="local.fragment")
+    Tx.fill(acc[0:64, 0:32], T.float32(0))
+    for ko in T.serial(STEPS, annotations={"num_stages": 3}):
+        Tx.copy(X_s[0:64, 0:32], X[0:64, ko * 32:ko * 32 + 32])
+        for i in T.parallel(64):
+            for j in T.parallel(32):
+                acc[i, j] = acc[i, j] + X_s[i, j]
+    Tx.sum(row[0:64], acc[0:64, 0:32], axes=[1])
+    Tx.copy(R[0:64], row[0:64])
+'''
+
+
+@pytest.mark.parametrize("n, chunk", [(100, 16), (98, 8)])
+def test_a_pipelined_partial_tile_is_copied_by_zero_filling_cp_async(n, chunk):
+    """The last K tile of a 3-stage cp.async pipeline runs past the columns: its guarded loads become
+    cp.async's src-size form (16-byte chunks when the end is a 4-float boundary, 8-byte ones for 98 columns)."""
+    func = _parse(ROWSUM_PIPELINED.replace("N)", f"{n})").replace("STEPS", str((n + 31) // 32)))
+    source = tl.passes.cuda_source(func)
+    assert f"cp_async_{'cg' if chunk == 16 else 'ca'}_src_size" in source and f"], {chunk}, %2;" in source
+    X = _rand(64, n)
+    _, got = _run(func, X, np.zeros(64, np.float32))
+    np.testing.assert_allclose(got, X.astype(np.float64).sum(axis=1), rtol=1e-5, atol=1e-5)
