@@ -130,8 +130,12 @@ def slot_loop_width(loop, scope: list, tx, threads: int, target) -> int:
 
 def _invariant(expr, var, extent: int, width: int, outer: list) -> bool:
     """``expr`` takes one value inside every aligned group of ``width`` iterations of ``var``."""
-    return same_in_group(expr, var, extent, width, dict(outer)) or \
-        _comparison_invariant(expr, var, extent, width, dict(outer))
+    return _invariant_in(expr, var, extent, width, dict(outer))
+
+
+def _invariant_in(expr, var, extent: int, width: int, bounds: dict) -> bool:
+    return same_in_group(expr, var, extent, width, bounds) or \
+        _comparison_invariant(expr, var, extent, width, bounds)
 
 
 def _comparison_invariant(expr, var, extent: int, width: int, bounds: dict) -> bool:
@@ -140,19 +144,14 @@ def _comparison_invariant(expr, var, extent: int, width: int, bounds: dict) -> b
     safe-memory guard ``base + lane < extent`` one value per vector when ``extent`` and the vector's start are
     multiples of the width (a partial tile that ends on a vector boundary)."""
     if isinstance(expr, (tirx.And, tirx.Or)):
-        return all(_invariant_part(x, var, extent, width, bounds) for x in (expr.a, expr.b))
+        return all(_invariant_in(x, var, extent, width, bounds) for x in (expr.a, expr.b))
     if isinstance(expr, tirx.Not):
-        return _invariant_part(expr.a, var, extent, width, bounds)
+        return _invariant_in(expr.a, var, extent, width, bounds)
     # ``a < b`` and its negation ``a >= b`` hinge on the sign of ``a - b``; ``a > b`` and ``a <= b`` on ``b - a``
     for kinds, diff in (((tirx.LT, tirx.GE), lambda a, b: a - b), ((tirx.GT, tirx.LE), lambda a, b: b - a)):
-        if isinstance(expr, kinds) and "int" in str(expr.a.ty) and "int" in str(expr.b.ty):
+        if isinstance(expr, kinds) and str(expr.a.ty).startswith("int") and str(expr.b.ty).startswith("int"):
             return same_in_group(tirx.floordiv(diff(expr.a, expr.b), width), var, extent, width, bounds)
     return False
-
-
-def _invariant_part(expr, var, extent: int, width: int, bounds: dict) -> bool:
-    return same_in_group(expr, var, extent, width, bounds) or \
-        _comparison_invariant(expr, var, extent, width, bounds)
 
 
 def _vectorize(loop, scope: list, tx, threads: int, target):
