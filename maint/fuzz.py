@@ -22,7 +22,9 @@ elementwise math with broadcast rows/columns, constant-index, reversed, shifted,
 (``f[i // 2]``, ``f[2 * i + 1]``), transposed and partial-extent accesses, guarded stores and
 ``T.if_then_else``, serial inner loops, software-pipelined (``num_stages``) copy loops, fp8 quantisation
 (a fragment scaled and cast to e4m3 / e5m2, then stored or decoded for later steps), and ops under ``if fl[k]``
-on a local copy of a global mask (block-sparse attention's pattern). Steps are drawn by weight (``Gen.STEPS``); the classes that
+on a local copy of a global mask (block-sparse attention's pattern), and global regions and nest accesses
+that run past their buffer (safe memory: a partial last tile, or a row offset read per block from an int32
+parameter, which starts regions before the buffer and runs them past it). Steps are drawn by weight (``Gen.STEPS``); the classes that
 found silent miscompiles have their own steps: ops under ``if tx < c:`` (and ``else:``), partial visits at an
 offset (``f[i + c, j + d]``, read or written), copies into/out of interior boxes of a fragment, reversed
 indices in one or both dimensions and diagonals (``f[i, i]``, read or updated), one fragment read at several
@@ -137,8 +139,11 @@ def _region(shape, offsets=None) -> str:
 class Gen:
     """Builds one kernel from a private ``random.Random``; every choice goes through ``self.rng``."""
 
-    def __init__(self, rng: random.Random, max_steps: int = 5):
+    def __init__(self, rng: random.Random, max_steps: int = 5, safe: random.Random | None = None):
         self.rng = rng
+        #: the safe-memory class draws from a stream of its own, so every other choice (and a kernel that does
+        #: not draw the class) stays what earlier runs generated
+        self.safe = safe or random.Random(0)
         self.max_steps = max_steps
         self.params: list[Buf] = []
         self.allocs: list[Buf] = []
@@ -201,7 +206,7 @@ class Gen:
             return [(self.N,)]
         return [(self.M, self.N), (self.M, self.N), (self.M,), (self.N,)]
 
-    def global_region(self, shape, dtype, role: str):
+    def global_region(self, shape, dtype, role: str, offset_ok: bool = False):
         """A new parameter and the region of it that covers ``shape``: whole, offset inside a larger buffer,
         per-block tile (blockIdx offsets) or a row of a 2-D buffer for a 1-D shape."""
         rng = self.rng
@@ -225,12 +230,41 @@ class Gen:
             tile = gshape[0]
             gshape[0] = tile * self.nblocks
             offs[0] = f"bx * {tile}" if offs[0] == "0" else f"bx * {tile} + {offs[0]}"
+        if offset_ok and self.safe.random() < 0.04:
+            offs[0] = f"{self.data_offset()} + {offs[0]}"
+        self.past_the_end(gshape, region_shape)
         self.params.append(Buf(name, tuple(gshape), dtype, "param"))
         return name, _region(region_shape, offs)
 
+    def past_the_end(self, gshape: list, extents: list) -> None:
+        """Safe-memory class, sometimes: shrink one dimension of a new global buffer so that its region (the last
+        block's, with several blocks) runs past its end: a partial tile whose loads read 0 and whose stores are
+        dropped (the guards of ``bounds_guards``; the numpy interpreter models them on its own)."""
+        if self.safe.random() >= 0.03:
+            return
+        dims = [d for d in range(len(gshape)) if extents[d] > 1]
+        if not dims:
+            return
+        d = self.safe.choice(dims)
+        cut = self.safe.randint(1, extents[d] - 1)
+        if gshape[d] - cut >= 1:
+            gshape[d] -= cut
+            self.notes.append("safe-partial-tile")
+
+    def data_offset(self) -> str:
+        """Safe-memory class: a row offset read from an int32 parameter per block (a grouped gemm's
+        ``m_start = offsets[g]``); the random inputs hold -8 .. 7, so regions start before and run past the
+        buffer."""
+        table = self.fresh("G")
+        self.params.append(Buf(table, (self.nblocks,), "int32", "param"))
+        var = self.fresh("m_start")
+        self.body.append(f"{var} = {table}[bx]")
+        self.notes.append("safe-data-offset")
+        return var
+
     # -- ops
     def load(self, frag: Buf) -> None:
-        g, reg = self.global_region(frag.shape, frag.dtype, "in")
+        g, reg = self.global_region(frag.shape, frag.dtype, "in", offset_ok=True)
         full = _region(frag.shape)
         if self.rng.random() < 0.25:
             s = Buf(self.fresh("s"), frag.shape, frag.dtype, self.shared_scope())
@@ -243,7 +277,7 @@ class Gen:
         self.defined.add(frag.name)
 
     def store(self, frag: Buf) -> None:
-        g, reg = self.global_region(frag.shape, frag.dtype, "out")
+        g, reg = self.global_region(frag.shape, frag.dtype, "out", offset_ok=True)
         full = _region(frag.shape)
         if self.rng.random() < 0.25:
             s = Buf(self.fresh("s"), frag.shape, frag.dtype, self.shared_scope())
@@ -424,6 +458,7 @@ class Gen:
             base = f"bx * {tile} + " if d == 0 and self.nblocks > 1 else ""
             gshape.append(tile * (self.nblocks if d == 0 else 1))
             idx.append(f"{base}{v}" + (f" + {off}" if off else ""))
+        self.past_the_end(gshape, list(shape))
         self.params.append(Buf(name, tuple(gshape), dtype, "param"))
         return f"{name}[{', '.join(idx)}]"
 
@@ -436,6 +471,7 @@ class Gen:
         if self.nblocks > 1:
             idx[0] = f"bx * {dims[0]} + {idx[0]}"
             dims[0] *= self.nblocks
+        self.past_the_end(dims, list(shape[::-1] if transposed else shape))
         self.params.append(Buf(name, tuple(dims), dtype, "param"))
         return f"{name}[{', '.join(idx)}]"
 
@@ -1129,7 +1165,8 @@ ARCHS = {"sm_90": 6, "sm_80": 2, "sm_90a": 1, "sm_100": 1}
 def generate(seed: int, index: int, max_steps: int = 5) -> Kernel:
     """Kernel ``index`` of ``seed`` (independent of every other kernel). Its target is drawn from a stream of its
     own, so the kernel's text is the one earlier runs generated, with a target attribute added off sm_90."""
-    kernel = Gen(random.Random(f"tilelayout-fuzz:{seed}:{index}"), max_steps).build()
+    kernel = Gen(random.Random(f"tilelayout-fuzz:{seed}:{index}"), max_steps,
+                 random.Random(f"tilelayout-fuzz-safe:{seed}:{index}")).build()
     arch = _pick(random.Random(f"tilelayout-fuzz-arch:{seed}:{index}"), ARCHS)
     if arch != "sm_90":
         head, _, rest = kernel.text.partition("\n    bx = ")

@@ -857,12 +857,25 @@ def test_generator_draws_every_class_and_replays_deterministically():
     notes = {n for kern in kernels for n in kern.notes}
     for prefix in ("thread-region", "offset-write", "offset-read", "sub-region-copy-in", "sub-region-copy-out",
                    "reversed-", "diagonal-read", "diagonal-update", "multi-index-read", "reduce-permuted-read",
-                   "pin-cyclic", "pin-blocked", "pin-thread-out-of-range", "gemm", "gemm-chain", "pipelined-", "cumsum"):
+                   "pin-cyclic", "pin-blocked", "pin-thread-out-of-range", "gemm", "gemm-chain", "pipelined-", "cumsum",
+                   "safe-partial-tile", "safe-data-offset"):
         assert any(n.startswith(prefix) for n in notes), prefix
     assert any(kern.threads in TINY_THREADS for kern in kernels)
     assert generate(7, 123).text == kernels[123].text and generate(7, 123).pins == kernels[123].pins
     for kern in kernels[:5]:
         parse(kern.text)
+
+
+@pytest.mark.parametrize("note", ["safe-partial-tile", "safe-data-offset"])
+def test_safe_memory_kernels_of_the_fuzzer_run_correctly(worker, note):
+    """The first kernels of seed 7 whose global regions run past their buffers (a partial tile, or offsets read
+    per block from an int32 parameter) give the numpy interpreter's answer: pads read, stores dropped."""
+    from maint.fuzz import generate
+    found = [kern for kern in (generate(7, k) for k in range(200)) if note in kern.notes][:2]
+    assert found
+    for kern in found:
+        outcomes = worker.check(kern, ("register-count",), True)
+        _assert_ok_or_refused_by_inference(outcomes)
 
 
 # seed 1009 kernel 11 (after the thread-region fixes were merged): io-aware lowers f2 -- written by a strided

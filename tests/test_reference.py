@@ -214,7 +214,9 @@ Tx.copy(O[bx, 0:16], f[0:16])''', blocks=2, allocs=f'f = T.alloc_buffer((16,), "
     ("for i in T.parallel(8):\n    O[i] = T.atan(A[i])", UnsupportedByReference, "the call tirx.atan"),
 ])
 def test_constructs_it_cannot_model_are_refused_by_name(body, error, match):
-    func = kernel('A: T.Buffer((8,), "float32"), O: T.Buffer((8,), "float32")', body)
+    # without safe memory an index outside a parameter is an error (with it, the read gives the pad)
+    func = kernel('A: T.Buffer((8,), "float32"), O: T.Buffer((8,), "float32")', body) \
+        .with_attr("tilelayout.safe_memory", False)
     with pytest.raises(error, match=match):
         run(func)
 
@@ -311,12 +313,16 @@ def test_symbolic_extents_must_be_given_and_must_agree():
         run_reference(func, inputs)
 
 
-def test_static_buffers_still_refuse_regions_past_their_end():
+def test_static_buffers_refuse_regions_past_their_end_without_safe_memory():
     func = kernel('A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32")',
                   "Tx.copy(f[0:64], A[bx * 32:bx * 32 + 64])\nTx.copy(B[0:64], f[0:64])",
                   blocks=2, allocs=f"f = T.alloc_buffer((64,), \"float32\", {F})")
     with pytest.raises(ReferenceOutOfBounds, match="outside buffer A"):
-        run(func)
+        run(func.with_attr("tilelayout.safe_memory", False))
+    inp, out, _ = run(func)                # safe memory (the default): past the end reads the pad, 0
+    np.testing.assert_array_equal(out["B"], np.concatenate([inp["A"][32:], np.zeros(32, np.float32)]))
+    inp, out, _ = run(func.with_attr("tilelayout.safe_memory_pad", {"A": -1.5}))
+    np.testing.assert_array_equal(out["B"], np.concatenate([inp["A"][32:], np.full(32, -1.5, np.float32)]))
 
 
 # ------------------------------------------------------------------------------------------- atomics

@@ -39,6 +39,7 @@ from .ops import (  # noqa: F401  (re-exported: the data model used to live here
     _stmt_text, _text,
 )
 from ..ir_utils import walk
+from ..safe_memory import safe_memory_enabled
 from .composite_ops import COMPOSITE_OPS, expand_composite
 from .uniform_locals import UniformLocals, uniform_local_buffers
 
@@ -98,6 +99,7 @@ class _Builder:
 
     def __init__(self, func: Any):
         self.func = func
+        self.safe_memory = safe_memory_enabled(func)
         self.graph = OpGraph(func=func)
         self.infos: dict = {}          # buffer Var -> BufferInfo (Vars hash by identity)
         self.data_of: dict = {}        # buffer Var -> buffer Var whose storage it declares over
@@ -379,7 +381,9 @@ class _Builder:
             if _is_int(ext) and ext < 1:
                 raise FrontendError(f"{call.op.name}: {what} region {region} has extent {ext} in dimension {d}:\n"
                                     f"{_stmt_text(call)}")
-            if _is_int(off) and _is_int(ext) and _is_int(dim) and (off < 0 or off + ext > dim):
+            if _is_int(off) and _is_int(ext) and _is_int(dim) and (off < 0 or off + ext > dim) and \
+                    not (info.is_global and self.safe_memory and off < dim and off + ext > 0):
+                # a global region running partly past the buffer is a partial tile: safe memory guards it
                 raise FrontendError(
                     f"{call.op.name}: {what} region {region} lies outside buffer `{info.name}` (dimension {d} has "
                     f"extent {dim}, the region covers [{off}, {off + ext})):\n{_stmt_text(call)}")

@@ -130,7 +130,28 @@ def slot_loop_width(loop, scope: list, tx, threads: int, target) -> int:
 
 def _invariant(expr, var, extent: int, width: int, outer: list) -> bool:
     """``expr`` takes one value inside every aligned group of ``width`` iterations of ``var``."""
-    return same_in_group(expr, var, extent, width, dict(outer))
+    return _invariant_in(expr, var, extent, width, dict(outer))
+
+
+def _invariant_in(expr, var, extent: int, width: int, bounds: dict) -> bool:
+    return same_in_group(expr, var, extent, width, bounds) or \
+        _comparison_invariant(expr, var, extent, width, bounds)
+
+
+def _comparison_invariant(expr, var, extent: int, width: int, bounds: dict) -> bool:
+    """A conjunction / disjunction / negation of integer comparisons, each invariant in the group: ``a < b`` holds
+    exactly when ``(a - b) // width < 0``, so the comparison is invariant when that quotient is. This proves a
+    safe-memory guard ``base + lane < extent`` one value per vector when ``extent`` and the vector's start are
+    multiples of the width (a partial tile that ends on a vector boundary)."""
+    if isinstance(expr, (tirx.And, tirx.Or)):
+        return all(_invariant_in(x, var, extent, width, bounds) for x in (expr.a, expr.b))
+    if isinstance(expr, tirx.Not):
+        return _invariant_in(expr.a, var, extent, width, bounds)
+    # ``a < b`` and its negation ``a >= b`` hinge on the sign of ``a - b``; ``a > b`` and ``a <= b`` on ``b - a``
+    for kinds, diff in (((tirx.LT, tirx.GE), lambda a, b: a - b), ((tirx.GT, tirx.LE), lambda a, b: b - a)):
+        if isinstance(expr, kinds) and str(expr.a.ty).startswith("int") and str(expr.b.ty).startswith("int"):
+            return same_in_group(tirx.floordiv(diff(expr.a, expr.b), width), var, extent, width, bounds)
+    return False
 
 
 def _vectorize(loop, scope: list, tx, threads: int, target):
@@ -149,14 +170,24 @@ def _vectorize(loop, scope: list, tx, threads: int, target):
     if isinstance(body, tirx.IfThenElse) and body.else_case is None:
         hoisted = substitute(body.condition, {lane: tirx.const(0, "int32")})
         body = body.then_case
+    first = {lane: tirx.const(0, "int32")}
     body = mapped(body, [(tirx.IfThenElse, lambda s: tirx.IfThenElse(
-        substitute(s.condition, {lane: tirx.const(0, "int32")}), s.then_case, s.else_case))])
+        substitute(s.condition, first), s.then_case, s.else_case)), (tvm.ir.Call, lambda c: _select_once(c, first))])
     inner = tirx.For(lane, 0, width, tirx.ForKind.VECTORIZED, body)
     if hoisted is not None:
         inner = tirx.IfThenElse(hoisted, inner, None)
     if ext == width:
         return _annotated(inner, ann)
     return tirx.For(hi, 0, ext // width, tirx.ForKind.SERIAL, inner, None, ann)
+
+
+def _select_once(call, first: dict):
+    """An ``if_then_else`` with its (lane-invariant) condition evaluated at the vector's first lane: one scalar
+    condition per vector, so TVM emits a vector load under a branch, not a per-lane select that reads every
+    lane (a safe-memory guard must keep the load from running outside the buffer)."""
+    if isinstance(call.op, tvm.ir.Op) and str(call.op.name).endswith("if_then_else"):
+        return tirx.if_then_else(substitute(call.args[0], first), call.args[1], call.args[2])
+    return call
 
 
 def _annotated(stmt, ann: dict):

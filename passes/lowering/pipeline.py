@@ -61,10 +61,10 @@ def _name(func) -> str:
     return "main"
 
 
-def lower_func(func, target=None, cost_model=None, infer: bool = True, verify: bool = True) -> tirx.PrimFunc:
-    """The lowered PrimFunc (see ``lower``); ``infer=False`` starts from an already annotated function."""
-    target = normalize_target(func_target(_as_func(func), target))
-    func = rewrite_nan_tests(_as_func(func))     # ``x != x`` is a NaN test: before anything simplifies it away
+def _tile_loops(func, target, cost_model, infer: bool) -> tuple:
+    """(function, folded thread dims) after tile-op lowering and the safe-memory guards: the program-level
+    loops, before partitioning."""
+    func = rewrite_nan_tests(func)           # ``x != x`` is a NaN test: before anything simplifies it away
     from ..hardware import check_block_threads
     from .loop_partition import thread_launch
     check_block_threads(thread_launch(fold_thread_dims(func)[0])[1], target, _name(func))
@@ -74,11 +74,26 @@ def lower_func(func, target=None, cost_model=None, infer: bool = True, verify: b
     func = plan_pipelines(func, target)      # num_stages loops: decided once, recorded on the loop
     func, dims = fold_thread_dims(func)      # threadIdx.y/z: lower over the linear thread id, then restore
     func = lower_tile_ops(func, target)
+    return guard_out_of_bounds(func), dims   # safe global memory: guard what may leave its buffer
+
+
+def safe_memory_guards(func, target=None) -> list:
+    """The guards lowering gives an annotated function's global accesses (``bounds_guards.guard_records``),
+    found without partitioning and vectorising: they are decided before."""
+    from .bounds_guards import guard_records
+    func = _as_func(func)
+    return guard_records(_tile_loops(func, normalize_target(func_target(func, target)), None, False)[0])
+
+
+def lower_func(func, target=None, cost_model=None, infer: bool = True, verify: bool = True) -> tirx.PrimFunc:
+    """The lowered PrimFunc (see ``lower``); ``infer=False`` starts from an already annotated function."""
+    target = normalize_target(func_target(_as_func(func), target))
+    func, dims = _tile_loops(_as_func(func), target, cost_model, infer)
     func = partition_function(func, verify)
-    func = guard_out_of_bounds(func)         # symbolic global extents: predicate what may leave the buffer
     func = vectorize_function(func, target)
     func = software_pipeline(func)           # multi-buffered tiles, cp.async prologue / steady state / drain
     from .index_guard import protect_indices
+    from .loop_partition import thread_launch
     tx, threads = thread_launch(func)
     func = func.with_body(protect_indices(func.body, tx, threads))
     from .shared_liveness import keep_shared_alive

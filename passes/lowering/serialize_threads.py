@@ -368,12 +368,10 @@ def sequential_semantics(func):
     body = _rebuffer(_parallel_to_serial(body), remap)
     body = _wrap_blocks(body, blocks)
     out = func.with_body(tirx.SeqStmt(decls + [body]) if decls else body)
-    if any(not isinstance(s, (int, tirx.IntImm)) for p in func.params if tirx.is_buffer_var(p) for s in p.shape):
-        # a dynamic shape: the last tile's regions run past the buffer; reads there give 0 and writes are
-        # dropped (the same predicates the lowering gets; the numpy interpreter models them on its own)
-        from .bounds_guards import guard_out_of_bounds
-        out = guard_out_of_bounds(out)
-    return out
+    # safe global memory: a partial last tile or a data-dependent offset runs past the buffer; reads there give
+    # the pad and writes are dropped (the predicates the lowering gets; the numpy interpreter models them alone)
+    from .bounds_guards import guard_out_of_bounds
+    return guard_out_of_bounds(out)
 
 
 def _reference_op(op, node):

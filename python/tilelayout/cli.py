@@ -1,7 +1,9 @@
 """The ``tilelayout`` command: inspect, picture, lower and check any kernel from the shell.
 
-    tilelayout show    KERNEL   every buffer and loop layout, io bandwidth per global access, resources
-    tilelayout explain KERNEL   the free-level attempts (identical ones collapsed) and the tie-break rule
+    tilelayout show    KERNEL   every buffer and loop layout, io bandwidth per global access, resources, and
+                                the safe-memory guards of global accesses not provably in bounds
+    tilelayout explain KERNEL   the free-level attempts (identical ones collapsed), the tie-break rule, and
+                                the safe-memory guards
     tilelayout plot    KERNEL   pictures of every fragment, shared tile (and, with --loops, loop layout)
     tilelayout cuda    KERNEL   the CUDA source of the lowered kernel
     tilelayout lower   KERNEL   the lowered TIR
@@ -115,20 +117,24 @@ def cmd_show(args, out, progress) -> int:
     from . import report
     result = _infer(args, _load(args, progress), progress)
     with progress.step("scoring io"):
+        payload = report.show_dict(result) if args.json else report.show_lines(result)
+    with progress.step("lowering to find the safe-memory guards"):
         if args.json:
-            _emit_json(out, report.show_dict(result), args)
+            _emit_json(out, {**payload, "safe_memory": report.safe_memory_dict(result)}, args)
         else:
-            print("\n".join(report.show_lines(result)), file=out)
+            print("\n".join(payload + report.safe_memory_lines(result)), file=out)
     return EXIT_OK
 
 
 def cmd_explain(args, out, progress) -> int:
     from . import report
     result = _infer(args, _load(args, progress), progress)
-    if args.json:
-        _emit_json(out, report.explain_dict(result), args)
-    else:
-        print("\n".join(report.explain_lines(result, layouts=not args.brief)), file=out)
+    with progress.step("lowering to find the safe-memory guards"):
+        if args.json:
+            _emit_json(out, {**report.explain_dict(result), "safe_memory": report.safe_memory_dict(result)}, args)
+        else:
+            lines = report.explain_lines(result, layouts=not args.brief) + report.safe_memory_lines(result)
+            print("\n".join(lines), file=out)
     return EXIT_OK
 
 

@@ -22,7 +22,9 @@ misreading in lowering. Semantics, written from the ops' definitions:
 - allocated float buffers start as NaN, so a value read before it is written shows as NaN.
 
 Anything else is refused with ``UnsupportedByReference`` naming the construct: the oracle never
-guesses. An index outside its buffer raises ``ReferenceOutOfBounds``.
+guesses. An index outside its buffer raises ``ReferenceOutOfBounds``, except on a parameter under safe memory
+(the default; function attribute ``tilelayout.safe_memory``): a read outside it gives the pad (0, or its entry of
+``tilelayout.safe_memory_pad``) and a write outside it is dropped.
 
 Size (about 680 lines): one interpreter whose parts (expressions, statements, tile ops) share one evaluation
 context; it may import nothing from the passes, so it cannot lean on their helpers.
@@ -167,7 +169,7 @@ class _Interpreter:
         self.names: dict = {}            # buffer Var -> name
         self.thread_dims: dict = {}      # "x"/"y"/"z" -> (threadIdx Var, extent); thread ids are linear, x fastest
         self.exact = True
-        self.symbolic: set = set()       # parameters with a symbolic extent (bound from their input arrays)
+        self.padded: dict = {}           # parameter -> pad: safe memory, reads past its end give the pad
 
     # ------------------------------------------------------------------ helpers
     def refuse(self, what: str, node=None):
@@ -348,7 +350,7 @@ class _Interpreter:
         self.refuse(f"the call {full}", e)
 
     def indices(self, buf, idx_exprs, ctx, node, partial: bool = False) -> tuple:
-        """Index arrays of an access; with ``partial`` (a buffer with a symbolic extent), lanes past its end
+        """Index arrays of an access; with ``partial`` (a parameter under safe memory), lanes outside it
         are allowed and the in-range mask is returned as the last item."""
         arr = self.array(buf, node)
         if len(idx_exprs) != arr.ndim:
@@ -376,10 +378,10 @@ class _Interpreter:
     def load(self, e, ctx) -> np.ndarray:
         if not tirx.is_buffer_var(e.source):
             self.refuse("a load from something that is not a buffer", e)
-        if e.source in self.symbolic:        # past a symbolic extent a load reads 0
+        if e.source in self.padded:          # outside the buffer a load reads the pad
             *idx, keep = self.indices(e.source, list(e.indices), ctx, e, partial=True)
             vals = self.array(e.source)[tuple(idx)]
-            return np.where(keep, vals, np.zeros((), dtype=vals.dtype))
+            return np.where(keep, vals, np.asarray(self.padded[e.source]).astype(vals.dtype))
         idx = self.indices(e.source, list(e.indices), ctx, e)
         return self.array(e.source)[idx]
 
@@ -440,7 +442,7 @@ class _Interpreter:
             ctx = self.thread_lanes(ctx)
         buf = target.source
         arr = self.array(buf, node)
-        if buf in self.symbolic:
+        if buf in self.padded:
             *_, keep = self.indices(buf, list(target.indices), ctx, node, partial=True)
             ctx = ctx.restrict(keep)
             if ctx.n == 0:
@@ -579,7 +581,7 @@ class _Interpreter:
         if ctx.n == 1 and self.uses_thread(s):
             ctx = self.thread_lanes(ctx)     # a per-thread statement: once per thread
         arr = self.array(s.buffer, s)
-        if s.buffer in self.symbolic:        # past a symbolic extent a store is dropped
+        if s.buffer in self.padded:          # outside the buffer a store is dropped
             *_, keep = self.indices(s.buffer, list(s.indices), ctx, s, partial=True)
             if not keep.all():
                 ctx = ctx.restrict(keep)
@@ -620,16 +622,17 @@ class _Interpreter:
 
     # ------------------------------------------------------------------ tile ops
     def region(self, arg, ctx, call) -> tuple:
-        """(buffer var, box, extents) of a TensorRegion. A region of a buffer with a symbolic extent may run
-        past its end (the last, partial tile of a dynamic shape): such reads give 0 and such writes are
-        dropped, the meaning TileLang's safe-memory legalisation gives them. Any other region must fit."""
+        """(buffer var, box, extents) of a TensorRegion. Under safe memory a region of a parameter may run
+        past its ends (the last, partial tile; a data-dependent offset): such reads give the pad and such
+        writes are dropped, the meaning TileLang's safe-memory legalisation gives them. Any other region must
+        fit."""
         if not isinstance(arg, TensorRegion) or not tirx.is_buffer_var(arg.source):
             self.refuse("a tile-op operand that is not a buffer region", call)
         arr = self.array(arg.source, call)
         ranges = list(arg.region)
         if len(ranges) != arr.ndim:
             self.refuse(f"a region of rank {len(ranges)} of {self.names[arg.source]} (rank {arr.ndim})", call)
-        partial = arg.source in self.symbolic
+        partial = arg.source in self.padded
         inside, within, ext = [], [], []
         for d, r in enumerate(ranges):
             lo = self.uniform(r.min, ctx, "region offset", call)
@@ -650,14 +653,14 @@ class _Interpreter:
         return self.read_box(buf, box, ext)
 
     def read_box(self, buf, box: "_Box", ext: list) -> np.ndarray:
-        """The region's values, 0 where it runs past a symbolic extent."""
+        """The region's values, the pad where it runs past the buffer."""
         arr = self.arrays[buf]
-        out = np.zeros(ext, dtype=arr.dtype)
+        out = np.full(ext, self.padded.get(buf, 0)).astype(arr.dtype)
         out[box.within] = arr[box.inside]
         return out
 
     def write_box(self, buf, box: "_Box", value) -> None:
-        """Store the region's values; the part past a symbolic extent is dropped."""
+        """Store the region's values; the part past the buffer is dropped."""
         self.arrays[buf][box.inside] = np.asarray(value)[box.within]
 
     @staticmethod
@@ -829,6 +832,18 @@ def _isnan(a: np.ndarray) -> np.ndarray:
     return np.isnan(a.astype(np.float64)) if _is_float(a.dtype) else np.zeros(a.shape, dtype=bool)
 
 
+def _safe_memory(func) -> tuple:
+    """(guarded, {parameter name: pad}) from the function attributes ``tilelayout.safe_memory`` (default on)
+    and ``tilelayout.safe_memory_pad`` (default 0): what reading and writing outside a parameter means."""
+    attrs = func.attrs
+    on = attrs is None or "tilelayout.safe_memory" not in attrs or bool(int(attrs["tilelayout.safe_memory"]))
+    pads = {}
+    if on and attrs is not None and "tilelayout.safe_memory_pad" in attrs:
+        for name, pad in attrs["tilelayout.safe_memory_pad"].items():
+            pads[str(name)] = float(pad.value if hasattr(pad, "value") else pad)
+    return on, pads
+
+
 def run_reference(func, inputs: dict) -> ReferenceRun:
     """Interpret ``func`` (a PrimFunc or one-function IRModule) on copies of ``inputs`` (parameter name ->
     array); the final value of every buffer parameter, and whether the result is exact."""
@@ -839,6 +854,7 @@ def run_reference(func, inputs: dict) -> ReferenceRun:
             raise UnsupportedByReference(f"expected an IRModule with one PrimFunc, got {len(funcs)}")
         func = funcs[0]
     interp = _Interpreter(func)
+    safe, pads = _safe_memory(func)
     names = []
     extents: dict = {}                   # symbolic extent Var -> its value, read from the input arrays
     for p in func.params:
@@ -859,12 +875,13 @@ def run_reference(func, inputs: dict) -> ReferenceRun:
                 if extents.setdefault(s, arr.shape[d]) != arr.shape[d]:
                     raise UnsupportedByReference(f"input {name} gives {s.name} = {arr.shape[d]}, another input "
                                                  f"{extents[s]}")
-                interp.symbolic.add(p)
             else:
                 raise UnsupportedByReference(f"the extent {s} of parameter {name} (only constants and plain "
                                              f"variables)")
         interp.arrays[p] = arr
         interp.names[p] = name
+        if safe:
+            interp.padded[p] = pads.get(name, 0.0)
         names.append((name, p))
     env = {v: np.full(1, n, dtype=np.int32) for v, n in extents.items()}
     interp.run(func.body, _Ctx(1, env, np.arange(1)))

@@ -243,3 +243,39 @@ def show_dict(result) -> dict:
             "buffers": {n: l.to_dict() for n, l in sorted(result.buffers.items())},
             "loops": {k: l.to_dict() for k, l in sorted(result.loops.items())},
             "io": bandwidth_rows(result), "resources": resource_usage(result).to_dict()}
+
+
+# --------------------------------------------------------------------------- safe global memory
+
+def safe_memory_dict(result) -> dict:
+    """The guards lowering inserts for global accesses it cannot prove in bounds (``bounds_guards``): whether
+    safe memory is on, and each guard (buffer, access, dims, index, statement); ``note`` when tile-op lowering
+    refused the kernel (inference alone does not know the guards)."""
+    from tilelayout.errors import TileLayoutError
+    from tilelayout.passes.lowering.pipeline import safe_memory_guards
+    from tilelayout.passes.safe_memory import safe_memory_enabled
+    if not safe_memory_enabled(result.func):
+        return {"enabled": False, "guards": []}
+    try:
+        guards = safe_memory_guards(result.func, result.target)
+    except TileLayoutError as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        return {"enabled": True, "guards": [], "note": f"not known: lowering refused the kernel ({first})"}
+    return {"enabled": True, "guards": guards}
+
+
+def safe_memory_lines(result) -> list[str]:
+    """``safe_memory_dict`` as text, one line per guard."""
+    info = safe_memory_dict(result)
+    if not info["enabled"]:
+        return ["safe memory: off (function attribute tilelayout.safe_memory = False): no global access is guarded"]
+    if "note" in info:
+        return [f"safe memory: {info['note']}"]
+    if not info["guards"]:
+        return ["safe memory: every global access is provably in bounds (no guard)"]
+    out = []
+    for g in info["guards"]:
+        dims = g["dims"]
+        where = f"dimension {dims[0]}" if len(dims) == 1 else f"dimensions {', '.join(str(d) for d in dims)}"
+        out.append(f"safe memory: {g['access']} {g['index']} guarded in {where} (statement `{g['statement']}`)")
+    return out
