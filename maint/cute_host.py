@@ -156,15 +156,17 @@ template <class Op> void copy_entry(char const* name, bool first) {
 template <GMMA::Major M, class Ty, class Atom, int MN, int K, class Order, int SMN, int SK>
 void tile_entry(char const* name, bool first) {
   auto L = tile_to_shape(Atom{}, make_shape(Int<MN>{}, Int<K>{}), Order{});
+  g_smem_base = (char const*)g_smem;
+  // the swizzle acts on byte addresses (the smem pointer carries it): offsets are read through a tensor
+  Tensor t = make_tensor(make_smem_ptr((Ty*)g_smem), L);
   std::printf("%s\"%s\": {\"offsets\": [", first ? "" : ",", name);
   for (int m = 0; m < MN; ++m) {
     std::printf(m ? ",[" : "[");
-    for (int k = 0; k < K; ++k) std::printf(k ? ",%d" : "%d", int(L(m, k)));
+    for (int k = 0; k < K; ++k)
+      std::printf(k ? ",%d" : "%d", int(((char const*)&t(m, k) - g_smem_base) / int(sizeof(Ty))));
     std::printf("]");
   }
   std::printf("], \"descriptors\": [");
-  g_smem_base = (char const*)g_smem;
-  Tensor t = make_tensor(make_smem_ptr((Ty*)g_smem), L);
   for (int i = 0; i < MN / SMN; ++i) {
     std::printf(i ? ",[" : "[");
     for (int s = 0; s < K / SK; ++s) {
@@ -221,7 +223,7 @@ def program_source(req: Requests) -> str:
 
 
 def _json_key(name: str) -> str:
-    return name.replace("GMMA::Major::", "")
+    return name.replace("GMMA::Major::", "").replace("<>", "")
 
 
 def _cache_dir() -> Path:
