@@ -197,15 +197,18 @@ def prepare(label: str, func, lowered) -> CaseTrace:
     return ct
 
 
-def _tile_candidates(bufs: _Buffers, name: str, bits: int, k_major: bool, slice_mn: int, slice_k: int) -> list:
-    """CuTe tile requests for a stored tile read by descriptors: every atom kind that tiles it, both orders."""
+def _tile_candidates(bufs: _Buffers, name: str, bits: int, k_major: bool, slice_mn: int, slice_k: int,
+                     atoms=tuple(_WIDTH)) -> list:
+    """CuTe tile requests for a stored tile read by descriptors: the atom kinds ``atoms`` where they tile it,
+    atoms placed along MN first (CuTe's default) and, where both directions repeat, along K first."""
     lay = bufs.layouts.get(name)
     if lay is None or len(lay.input_shape) != 2:
         return []
     rows, cols = (int(s) for s in lay.input_shape)
     mn, k = (rows, cols) if k_major else (cols, rows)
     out = []
-    for atom, width in _WIDTH.items():
+    for atom in atoms:
+        width = _WIDTH[atom]
         per = width * 8 // bits            # elements along the atom's contiguous dimension
         amn, ak = (8, per) if k_major else (per, 8)
         if mn % amn or k % ak or mn % slice_mn or k % slice_k:
@@ -225,7 +228,7 @@ def requests_for(traces: list, extra: Requests | None = None) -> Requests:
                 if not isinstance(ev, Issue) or ev.name == "tirx.ptx.ldmatrix":
                     continue
                 shape, types = _shape_types(ev)
-                if ev.name == "tirx.ptx.mma":
+                if ev.name.startswith("tirx.ptx.mma"):
                     req.mma.add(mma_atom(shape, *types))
                 elif ev.name.startswith("tirx.ptx.wgmma"):
                     req.gmma.add(gmma_atom(shape, *types))
@@ -239,15 +242,18 @@ def requests_for(traces: list, extra: Requests | None = None) -> Requests:
                         name = str(op[1].name)
                         k_major = (not gemm.ta) if which == "A" else gemm.tb
                         bits = _BITS[types[1] if which == "A" else types[2]]
-                        cands = _tile_candidates(ct.buffers, name, bits, k_major, 64 if which == "A" else n, k)
-                        ct.tiles[(name, which, shape)] = cands
+                        atom = MODE_ATOM[int(op[2][0]) >> 62]      # the atom the descriptor claims
+                        cands = _tile_candidates(ct.buffers, name, bits, k_major, 64 if which == "A" else n, k,
+                                                 (atom,))
+                        ct.tiles.setdefault((name, which, shape), [])
+                        ct.tiles[(name, which, shape)] += [c for c in cands if c not in ct.tiles[(name, which, shape)]]
                         req.tiles.update(cands)
     return req
 
 
 def _shape_types(ev: Issue):
     shape = next(t for t in ev.tokens if re.fullmatch(r"m\d+n\d+k\d+", t))
-    if ev.name == "tirx.ptx.mma":
+    if ev.name.startswith("tirx.ptx.mma"):
         col = ev.tokens.index("col")
         return shape, [t for t in ev.tokens[col + 1:] if t and t != "satfinite"][:4]
     rest = ev.tokens[ev.tokens.index(shape) + 1:]

@@ -49,7 +49,7 @@ class _Replay:
                 self.unpack(ev)
             elif ev.name == "tirx.ptx.ldmatrix":
                 self.ldmatrix(ev)
-            elif ev.name == "tirx.ptx.mma":
+            elif ev.name.startswith("tirx.ptx.mma"):
                 self.mma(ev)
             else:
                 self.wgmma(ev)

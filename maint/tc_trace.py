@@ -29,7 +29,7 @@ from tvm.ir import TensorLoad
 
 __all__ = ["Store", "Unpack", "Issue", "Region", "trace", "TraceError", "TC_OPS"]
 
-TC_OPS = ("tirx.ptx.ldmatrix", "tirx.ptx.mma")
+TC_OPS = ("tirx.ptx.ldmatrix", "tirx.ptx.mma", "tirx.ptx.mma_f16acc", "tirx.ptx.mma_int", "tirx.ptx.mma_f64")
 
 
 class TraceError(Exception):
@@ -365,7 +365,12 @@ def trace(func: tirx.PrimFunc) -> list:
             env.update({v: 0 for v in free})
             active = np.ones(nthreads, dtype=bool)
             for cond, want in guards:
-                value = evaluate(cond, env, nthreads) != 0
+                try:
+                    value = evaluate(cond, env, nthreads) != 0
+                except TraceError:      # a block-uniform guard on memory (``block_mask[k]``): both sides traced
+                    if tx in _free_vars([cond]):
+                        raise
+                    continue
                 active &= value if want else ~value
             runner = _Runner(temps, nthreads)
             for x in stmts:
