@@ -242,6 +242,13 @@ def _cache_dir() -> Path:
     return Path(root) / "cute_oracle"
 
 
+def _prune(folder: Path, keep: int) -> None:
+    """Remove all but the ``keep`` most recently built oracle binaries (each distinct program leaves one)."""
+    built = sorted(folder.glob("oracle_*"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in built[keep:]:
+        old.unlink(missing_ok=True)
+
+
 def evaluate(req: Requests) -> dict:
     """Run the CuTe program for ``req`` (compiled once per distinct source) and return its JSON."""
     why = unavailable()
@@ -264,6 +271,7 @@ def evaluate(req: Requests) -> dict:
             if run.returncode:
                 raise RuntimeError(f"compiling the CuTe oracle failed:\n{run.stderr[-4000:]}")
             os.replace(out, exe)        # atomic: a concurrent run sees a whole binary or none
+        _prune(exe.parent, keep=8)
     run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
     if run.returncode:
         raise RuntimeError(f"the CuTe oracle failed: {run.stderr[-2000:]}")

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from maint.cute_host import Requests, TileRequest
-from maint.tc_trace import Issue, Store, Unpack, trace
+from maint.tc_trace import Issue, trace
 
 __all__ = ["CaseTrace", "prepare", "requests_for", "check", "mma_atom", "gmma_atom", "ldsm_atom", "MODE_ATOM"]
 
@@ -276,3 +276,9 @@ def _gemm_of_wgmma(ct: CaseTrace, ev: Issue):
         a = _desc_operand(ev, 0)
         names = [g for g in names if g.a == str(a[1].name)]
     return names[0] if len(names) == 1 else None
+
+
+def check(traces: list, cute: dict) -> list:
+    """Every mismatch between ``traces`` and CuTe's facts ``cute`` (``maint/cute_replay.py``)."""
+    from maint.cute_replay import check as replay
+    return replay(traces, cute)

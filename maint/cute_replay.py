@@ -1,13 +1,11 @@
 """The replay of ``maint/cute_oracle.py``: a traced kernel's tensor-core events given CuTe's meaning."""
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 
 import numpy as np
 
-from maint.cute_oracle import (_BITS, MODE_ATOM, CaseTrace, _desc_operand, _json_key, _shape_types, _untag, gmma_atom,
-                               ldsm_atom, mma_atom)
+from maint.cute_oracle import _BITS, CaseTrace, _shape_types, _untag, ldsm_atom, mma_atom
 from maint.tc_trace import Issue, Store, Unpack
 
 __all__ = ["check"]
@@ -130,8 +128,8 @@ class _Replay:
         stored = {"A": gemm.a, "B": gemm.b, "C": gemm.c}[which]
         want = self.bufs.ordinal(stored)
         if (names[active] != want).any():
-            self.fail(f"{what}: registers hold elements of {sorted(set(self.bufs.names[int(x)] for x in names[active].ravel()))}, "
-                      f"not of {stored}")
+            held = sorted(set(self.bufs.names[int(x)] for x in names[active].ravel()))
+            self.fail(f"{what}: registers hold elements of {held}, not of {stored}")
             return None
         off = {"A": gemm.off_a, "B": gemm.off_b, "C": gemm.off_c}[which]
         r, c = r - off[0], c - off[1]

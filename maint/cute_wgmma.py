@@ -108,7 +108,8 @@ def _descriptor(rp, gemm, which: str, op, group, shape: str, slice_mn: int, slic
         want = fields(int(tile["descriptors"][mn // slice_mn][k // slice_k]))
         got = dict(ours, **{"start address": ours["start address"] - (stage * tile_elems * nbytes >> 4)})
         unused = _unused_fields(k_major, atom, slice_mn * nbytes)
-        diff = [f"{key} {got[key]} (CuTe {want[key]})" for key in FIELDS if got[key] != want[key] and key not in unused]
+        diff = [f"{key} {_show(key, got[key])} (CuTe {_show(key, want[key])})" for key in FIELDS
+                if got[key] != want[key] and key not in unused]
         if diff:
             rp.fail(f"{what} (block {mn // slice_mn}, K step {k // slice_k}, {req.key}): " + ", ".join(diff))
             return None
@@ -117,6 +118,13 @@ def _descriptor(rp, gemm, which: str, op, group, shape: str, slice_mn: int, slic
         transposed = gemm.ta if which == "A" else gemm.tb
         out[int(g)] = (c0, r0) if transposed else (r0, c0)
     return out
+
+
+def _show(key: str, value: int) -> str:
+    """A field as a person reads it: addresses and offsets in bytes (the descriptor holds 16-byte units)."""
+    if key in ("start address", "leading byte offset", "stride byte offset"):
+        return f"{value * 16} B"
+    return f"{value} ({MODE_ATOM[value]})" if key == "layout type" else str(value)
 
 
 def _unused_fields(k_major: bool, atom: str, mn_bytes: int) -> set:

@@ -18,7 +18,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tvm
-import tvm_ffi
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -155,7 +154,7 @@ def suite():
 
 
 def _check(trace, cute) -> list:
-    from maint.cute_replay import check
+    from maint.cute_oracle import check
     return check([trace], cute)
 
 
@@ -247,9 +246,9 @@ def test_ldmatrix_table_is_cutes_copy_atoms(suite):
         for lane in range(32):
             assert src[lane, 0] // 128 == 8 * ldmatrix_lane_row(lane)[0] + ldmatrix_lane_row(lane)[1]
             for reg in range(4):
-                cells = [(int(dst[lane, 32 * reg + 16 * h]) % 1024 // 128, int(dst[lane, 32 * reg + 16 * h]) % 128 // 16)
-                         for h in range(2)]
-                assert all(int(dst[lane, 32 * reg + 16 * h]) // 1024 == reg for h in range(2))
+                bits = [int(dst[lane, 32 * reg + 16 * h]) for h in range(2)]      # source bit of each half
+                cells = [(b % 1024 // 128, b % 128 // 16) for b in bits]            # (row, 16-bit column)
+                assert all(b // 1024 == reg for b in bits)                          # matrix = register
                 if trans:
                     assert cells == list(ldmatrix_element(lane, True)), (name, lane, reg)
                 else:

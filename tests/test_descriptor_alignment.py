@@ -67,7 +67,8 @@ def test_tvms_own_declaration_is_too_weak_for_the_descriptors():
 def test_the_check_reads_the_swizzle_of_each_descriptor(width, required):
     fields = (width << 62) | (64 << 32) | (1 << 16)
     text = ("extern __shared__ __align__(256) uchar buf_dyn_shmem_ptr[];\n"
-            "f((((((uint64_t)tvm_builtin_cuda_cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((ks * 16) + 4096)]))))"
+            "f((((((uint64_t)tvm_builtin_cuda_cvta_generic_to_shared("
+            "(&(((half*)buf_dyn_shmem_ptr)[((ks * 16) + 4096)]))))"
             f" & (uint64_t)262143ULL) >> (uint64_t)4ULL) | (uint64_t){fields}ULL));")
     assert cuda_alignment.descriptors(text) == [("buf_dyn_shmem_ptr", "half", 8192, required)]
     assert bool(cuda_alignment.problems(text)) == (required > 256)
