@@ -10,9 +10,9 @@ buf_dyn_shmem[]``: the tiles sit at 1024-byte multiples of a base only promised 
 descriptors were right only where the runtime happened to place dynamic shared memory on a 1024-byte boundary.
 
 ``compile_module`` builds with TVM's own CUDA pipeline followed by ``declare_shared_alignment``, which gives
-every dynamic shared allocation left after the merge the largest alignment any dynamic shared tile of the module
-asked for, as the ``buffer_data_alignment`` annotation the CUDA code generator prints (``__align__(1024)``, what
-TileLang declares). Static ``__shared__`` tiles keep their own alignment (printed as ``alignas``).
+every shared buffer the merge made the largest alignment any tile of its scope in the module asked for,
+as the ``buffer_data_alignment`` annotation the CUDA code generator prints (``__align__(1024)``, what TileLang
+declares; ``alignas`` for static ``__shared__`` buffers, which matters when ``tirx.merge_static_smem`` merges them).
 """
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ from tvm import tirx
 
 from ..ir_utils import mapped, walk
 
-__all__ = ["PIPELINE", "ALIGN_KEY", "compile_module", "declare_shared_alignment", "requested_alignment"]
+__all__ = ["PIPELINE", "ALIGN_KEY", "compile_module", "declare_shared_alignment", "requested_alignment",
+           "shared_names"]
 
 #: name of the TIR pipeline ``compile_module`` registers with TVM
 PIPELINE = "tilelayout_cuda"
@@ -29,34 +30,51 @@ PIPELINE = "tilelayout_cuda"
 ALIGN_KEY = "buffer_data_alignment"
 
 
-def requested_alignment(mod: tvm.IRModule) -> int:
-    """The largest ``data_alignment`` of a dynamic shared tile allocated in ``mod`` (0 when none)."""
-    best = [0]
+_SHARED = ("shared.dyn", "shared")
+
+
+def requested_alignment(mod: tvm.IRModule) -> dict:
+    """Shared scope -> the largest ``data_alignment`` of a tile of that scope allocated in ``mod``."""
+    best: dict = {}
 
     def on_alloc(a):
-        if str(a.buffer.scope()) == "shared.dyn":
-            best[0] = max(best[0], int(a.buffer.data_alignment))
+        scope = str(a.buffer.scope())
+        if scope in _SHARED:
+            best[scope] = max(best.get(scope, 0), int(a.buffer.data_alignment))
 
     for func in mod.functions.values():
         if isinstance(func, tirx.PrimFunc):
             walk(func.body, [(tirx.AllocBuffer, on_alloc)])
-    return best[0]
+    return best
 
 
-def declare_shared_alignment(mod: tvm.IRModule, align: int) -> tvm.IRModule:
-    """``mod`` with every dynamic shared allocation declared at least ``align``-byte aligned."""
-    if align <= 0:
+def shared_names(mod: tvm.IRModule) -> set:
+    """Names of the shared buffers allocated in ``mod``."""
+    names: set = set()
+    for func in mod.functions.values():
+        if isinstance(func, tirx.PrimFunc):
+            walk(func.body, [(tirx.AllocBuffer, lambda a: names.add(str(a.buffer.name))
+                              if str(a.buffer.scope()) in _SHARED else None)])
+    return names
+
+
+def declare_shared_alignment(mod: tvm.IRModule, align: dict, keep: set = frozenset()) -> tvm.IRModule:
+    """``mod`` with every shared allocation of scope ``s`` not named in ``keep`` (the tiles, which state their own
+    alignment) declared at least ``align[s]``-byte aligned: the buffers TVM's merge made (``buf_dyn_shmem``, and
+    ``buf_shmem`` under ``tirx.merge_static_smem``)."""
+    if not align:
         return mod
 
     def on_alloc(a):
-        if str(a.buffer.scope()) != "shared.dyn":
+        if str(a.buffer.name) in keep:
             return a
+        want = align.get(str(a.buffer.scope()), 0)
         have = a.annotations.get(ALIGN_KEY)
         current = int(have) if have is not None else int(a.buffer.data_alignment)
-        if current >= align:
+        if current >= want:
             return a
         notes = dict(a.annotations)
-        notes[ALIGN_KEY] = tirx.IntImm("int32", align)
+        notes[ALIGN_KEY] = tirx.IntImm("int32", want)
         return tirx.AllocBuffer(a.buffer, notes)
 
     out = {}
@@ -72,8 +90,8 @@ def _pipeline_factory():
 
     @tvm.transform.module_pass(opt_level=0, name="tilelayout.DeclareSharedAlignment")
     def _run(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        align = requested_alignment(mod)        # before the merge replaces the tiles by one buffer
-        return declare_shared_alignment(base(mod), align)
+        align = requested_alignment(mod)        # before the merge replaces the tiles by one buffer per scope
+        return declare_shared_alignment(base(mod), align, shared_names(mod))
 
     return _run, finalize_host, finalize_device
 
