@@ -280,3 +280,56 @@ def test_planted_error_is_reported(suite, name, needle):
     _, cute, planted = suite
     found = _check(planted[name], cute)
     assert any(needle in p for p in found), "\n".join(found[:10])
+
+
+# ------------------------------------------------------------------ the fragment builders
+
+def _owners(frag) -> np.ndarray:
+    """thread[i, j, replica] of a fragment, counted from thread 0 of the block."""
+    return np.asarray(frag.thread_table(), dtype=np.int64) + (frag.thread_range or (0, 0))[0]
+
+
+def _check_atoms(owners, table, rows: int, block: tuple, group: int, what: str) -> None:
+    """Every (block-row, block-col) atom of ``owners`` is held by one group of ``group`` threads, thread ``t`` of
+    the group holding CuTe's element ``table[t]`` (coordinate ``m + rows * n``)."""
+    m, n = owners.shape[:2]
+    bm, bn = block
+    t, v = np.meshgrid(np.arange(table.shape[0]), np.arange(table.shape[1]), indexing="ij")
+    mm, nn = table % rows, table // rows
+    for r0 in range(0, m, bm):
+        for c0 in range(0, n, bn):
+            held = owners[r0 + mm, c0 + nn]                         # (threads, values, replicas)
+            assert np.array_equal(held % group, np.broadcast_to(t[..., None], held.shape)), (what, r0, c0)
+            assert len(np.unique(held[..., 0] // group)) == 1, (what, r0, c0)
+
+
+@pytest.mark.parametrize("m, n, threads, part", [(64, 64, 128, (2, 2)), (128, 128, 256, (4, 2)),
+                                                 (64, 128, 128, (1, 4)), (128, 64, 128, (4, 1))])
+def test_mma_fragment_builders_give_cutes_lanes(suite, m, n, threads, part):
+    """gemm_layouts' mma.sync accumulator and A/B operand fragments put every element of every 16x8(x16) atom in
+    the lane CuTe's SM80_16x8x16 atom gives it, one warp per atom."""
+    from tilelayout.gemm_layouts import make_gemm_fragment_a, make_gemm_fragment_b, make_mma_accumulator_fragment
+    _, cute, _ = suite
+    atom = cute["mma"]["SM80_16x8x16_F32F16F16F32_TN"]
+    acc = make_mma_accumulator_fragment(m, n, threads, warp_partition=part)
+    _check_atoms(_owners(acc), np.asarray(atom["C"]), 16, (16, 8), 32, "C")
+    a = make_gemm_fragment_a(m, n, 32, threads, warp_partition=part)
+    _check_atoms(_owners(a), np.asarray(atom["A"]), 16, (16, 16), 32, "A")
+    b = make_gemm_fragment_b(m, n, 32, threads, warp_partition=part)      # stored [K, N]: CuTe's B is (n, k)
+    _check_atoms(np.swapaxes(_owners(b), 0, 1), np.asarray(atom["B"]), 8, (8, 16), 32, "B")
+
+
+@pytest.mark.parametrize("m, n, threads, part", [(64, 64, 128, (4, 1)), (128, 128, 256, (8, 1)),
+                                                 (64, 128, 256, (4, 2)), (128, 64, 256, (8, 1))])
+def test_wgmma_fragment_builders_give_cutes_threads(suite, m, n, threads, part):
+    """gemm_layouts' wgmma accumulator and register-A fragments hold every 64xN block the way CuTe's GMMA atom
+    for the warpgroup's N does, one warpgroup per block."""
+    from maint.cute_oracle import _json_key, gmma_atom
+    from tilelayout.gemm_layouts import make_wgmma_accumulator_fragment, make_wgmma_fragment_a
+    _, cute, _ = suite
+    wn = n // part[1]
+    atom = cute["gmma"][_json_key(gmma_atom(f"m64n{wn}k16", "f32", "f16", "f16"))]
+    acc = make_wgmma_accumulator_fragment(m, n, threads, warp_partition=part)
+    _check_atoms(_owners(acc), np.asarray(atom["C"]), 64, (64, wn), 128, "C")
+    a = make_wgmma_fragment_a(m, 32, threads, warp_partition=part)
+    _check_atoms(_owners(a), np.asarray(atom["A"]), 64, (64, 16), 128, "A")
