@@ -107,9 +107,8 @@ def _descriptor(rp, gemm, which: str, op, group, shape: str, slice_mn: int, slic
             return None
         want = fields(int(tile["descriptors"][mn // slice_mn][k // slice_k]))
         got = dict(ours, **{"start address": ours["start address"] - (stage * tile_elems * nbytes >> 4)})
-        unused = _unused_fields(k_major, atom, slice_mn * nbytes)
         diff = [f"{key} {_show(key, got[key])} (CuTe {_show(key, want[key])})" for key in FIELDS
-                if got[key] != want[key] and key not in unused]
+                if got[key] != want[key]]
         if diff:
             rp.fail(f"{what} (block {mn // slice_mn}, K step {k // slice_k}, {req.key}): " + ", ".join(diff))
             return None
@@ -125,16 +124,6 @@ def _show(key: str, value: int) -> str:
     if key in ("start address", "leading byte offset", "stride byte offset"):
         return f"{value * 16} B"
     return f"{value} ({MODE_ATOM[value]})" if key == "layout type" else str(value)
-
-
-def _unused_fields(k_major: bool, atom: str, mn_bytes: int) -> set:
-    """Fields the canonical layout of the block never reads: an MN-major swizzled block one swizzle width wide
-    has a single repeat along MN, so its LBO (the stride between repeats) is unused -- CuTe writes 0 there (a
-    size-1 mode's stride), the lowering 1."""
-    from maint.cute_oracle import _WIDTH
-    if not k_major and atom != "INTER" and mn_bytes <= _WIDTH[atom]:
-        return {"leading byte offset"}
-    return set()
 
 
 def _matching_tile(rp, name: str, which: str, shape: str, atom: str, phys: np.ndarray, k_major: bool, what: str):
