@@ -1606,8 +1606,11 @@ def _nvcc_problem(lowered) -> str | None:
     """Why the CUDA build of a lowered kernel fails past the point ``merge_overlap`` checks, or None: TVM's own
     build stopping (LowerIntrin on a marker renamed onto a buffer of another dtype, on an 8-bit vector shift),
     or nvcc rejecting what TVM printed (8-lane index vectors as ``make_longlong4`` with eight arguments, 8-lane
-    float8 conversions as C casts between storage vectors). Neither the CPU run nor the merge check sees them."""
+    float8 conversions as C casts between storage vectors). Neither the CPU run nor the merge check sees them.
+    Also a wgmma descriptor whose shared buffer the source declares less aligned than the descriptor assumes
+    (``maint/cuda_alignment.py``: TVM's merged buffer is ``__align__(64)`` unless the build declares more)."""
     import shutil
+    from maint.cuda_alignment import problems as alignment_problems
     from tilelayout.errors import LoweringError
     from tilelayout.passes.lowering.pipeline import compile_ptx, lowered_cuda_source
     if shutil.which("nvcc") is None:
@@ -1617,6 +1620,9 @@ def _nvcc_problem(lowered) -> str | None:
         source = lowered_cuda_source(lowered, target)
     except LoweringError as err:  # TVM's complaint is the finding
         return "TVM's CUDA build failed: " + str(err).rsplit("}: ", 1)[-1][:300]   # after the printed target
+    misaligned = alignment_problems(source)
+    if misaligned:
+        return "wgmma descriptor on an under-aligned shared buffer: " + misaligned[0]
     try:
         compile_ptx(source, target)
     except Exception as err:  # noqa: BLE001 -- nvcc's complaint is the finding

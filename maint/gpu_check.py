@@ -209,6 +209,7 @@ def on_gpu(args) -> int:
     import tvm
     import tvm.support.nvcc  # noqa: F401  (registers the CUDA JIT compile callback)
     from tilelayout.passes.lowering.pipeline import compare_outputs, lower, random_inputs, reference_outputs
+    from tilelayout.passes.lowering.shared_alignment import compile_module
     dev = tvm.cuda(0)
     major, minor = (int(x) for x in str(dev.compute_version).split("."))
     target = device_target(major, minor)
@@ -224,7 +225,7 @@ def on_gpu(args) -> int:
         record = {"variant": label, "arch": str(target.attrs["arch"])}
         try:
             mod = lower(func, target, args.model)
-            ex = tvm.compile(mod, target=target)
+            ex = compile_module(mod, target)
             kernel = next(iter(mod.functions.keys())).name_hint
             record["gemms"] = gemm_report(next(iter(mod.functions.values())))
             inputs = random_inputs(func)

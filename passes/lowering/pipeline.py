@@ -109,8 +109,9 @@ def lower(func, target=None, cost_model=None, infer: bool = True, verify: bool =
 
 
 def _compile(mod, target):
+    from .shared_alignment import compile_module
     try:
-        return tvm.compile(mod, target=target)
+        return compile_module(mod, target)
     except TileLayoutError:
         raise
     except Exception as err:  # never let a raw TVM error reach the user

@@ -94,12 +94,16 @@ def solve(phys_bytes: np.ndarray, tiles: list, rows: int, cols: int, k_major: bo
             sbo_probe = (r0 + 8, c0) if rows > 8 else None
             if width:
                 sbo = int(phys_bytes[sbo_probe]) - base if sbo_probe else 8 * width
-                lbo = int(phys_bytes[r0, c0 + width // elem_bytes]) - base if cols * elem_bytes > width else 16
+                # one swizzle width along M/N: a single repeat, so no stride between repeats is read; 0 as
+                # CuTe's make_gmma_desc writes it (the stride of a size-1 mode)
+                lbo = int(phys_bytes[r0, c0 + width // elem_bytes]) - base if cols * elem_bytes > width else 0
             else:
                 sbo = int(phys_bytes[r0, c0 + 16 // elem_bytes]) - base if cols * elem_bytes > 16 else 16
                 lbo = int(phys_bytes[sbo_probe]) - base if sbo_probe else 128
             x, y = c_idx * elem_bytes, r_idx
-        if lbo <= 0 or sbo <= 0 or lbo % 16 or sbo % 16 or lbo >> 4 >= 1 << 14 or sbo >> 4 >= 1 << 14:
+        unused_lbo = not k_major and width and cols * elem_bytes <= width
+        if (lbo <= 0 and not unused_lbo) or sbo <= 0 or lbo % 16 or sbo % 16 or lbo >> 4 >= 1 << 14 \
+                or sbo >> 4 >= 1 << 14:
             continue
         ok = True
         for (tr, tc) in tiles:
