@@ -178,10 +178,25 @@ def cosize(layout):
 
 
 def coshape(layout):
-    """One past the largest value along each codomain axis (an int for integer strides)."""
+    """One past the largest value along each codomain axis (an int for integer strides), from the strides'
+    absolute values as C++ CuTe does: a negative stride spans as much codomain as a positive one."""
     m1 = tuple(s - 1 for s in _flatten(layout.shape))
-    top = inner_product(m1, _flatten(layout.stride))
+    top = inner_product(m1, tuple(_abs(d) for d in _flatten(layout.stride)))
     return _plus_one(top.to_tuple() if isinstance(top, ScaledBasis) else top)
+
+
+def _abs(d):
+    if isinstance(d, ScaledBasis):
+        return ScaledBasis(_abs(d.value), d.mode)
+    if is_int(d):
+        return abs(d)
+    from tvm import sym, tirx
+    az = sym.Analyzer()
+    if az.can_prove(d >= 0):
+        return d
+    if az.can_prove(d <= 0):
+        return az.simplify(-d)
+    return tirx.abs(d)
 
 
 def _plus_one(t):
