@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from .int_tuple import (CuteError, ScaledBasis, ceil_div, flatten, fmt, is_int, is_tuple, known_eq, norm,
                         prefix_product)
-from .layout import Layout, cosize, make_layout, size
+from .layout import Layout, _zero_ones, cosize, make_layout, size
 
 __all__ = ["coalesce", "filter", "compose_layouts", "complement", "right_inverse", "left_inverse", "coalesce_x"]
 
@@ -236,7 +236,7 @@ def complement(layout, cotarget=None) -> Layout:
     res_s.append(_complement_gap(layout, strides[0], res_d[-1]))
     new_d = strides[0] * shapes[0]
     rest = _coalesce_shape(_ceil_div_shape(cotarget, new_d))
-    rest_d = prefix_product(rest, new_d)
+    rest_d = _zero_ones(rest, prefix_product(rest, new_d))
     return coalesce(Layout(tuple(res_s) + rest, tuple(res_d) + rest_d))
 
 
