@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 import numpy as np
+from tvm import tirx
 import pytest
 
 from tilelayout import cute
@@ -382,3 +383,46 @@ def test_random_case_count():
               "left_inverse": 800, "divides": 3 * 400, "products": 3 * 400, "blocked/raked": 500,
               "int_tuple": 500, "make_layout/slice": 400, "swizzle": 300}
     assert sum(counts.values()) == 9400
+
+
+# ------------------------------------------------------------------ CUTLASS 4.x answers where pycute differs
+# Each expected string is C++ CuTe's printed answer (CUTLASS 4.2 headers, static ints, '_' marks removed);
+# test_cute_cpp_parity.py checks the same cases and thousands more against the compiled headers.
+
+@pytest.mark.parametrize("got, want", [
+    (lambda: cute.cosize(Layout((4, 8), (-5, 1))), "23"),
+    (lambda: cute.composition(Layout((8, 4), (10, 100)), Layout((4, 8), (cute.E(1), cute.E(0)))), "(4,8):(100,10)"),
+    (lambda: cute.composition(Layout((16, 16), (1, 16)), cute.make_identity_layout((4, 4))), "(4,4):(1,16)"),
+    (lambda: cute.composition(Layout((4, 1), (1, 0)), Layout(8, 1)), "(4,2):(1,0)"),
+    (lambda: cute.composition(Layout((6, 4), (1, 10)), Layout(2, 4)), "2:4"),
+    (lambda: cute.blocked_product(Layout((2, 5), (5, 1)), Layout((3, 4))), "((2,3),(5,4)):((5,10),(1,30))"),
+    (lambda: cute.raked_product(Layout((2, 5), (5, 1)), Layout((3, 4))), "((3,2),(4,5)):((10,5),(30,1))"),
+    (lambda: cute.blocked_product(Layout(4, 1), Layout(3, 1)), "((4,3)):((1,4))"),
+    (lambda: cute.tiled_product(Layout((2, 5)), (Layout(3),)), "((2),3,5):((1),2,2)"),
+    (lambda: cute.tiled_product(Layout(4, 3), (Layout(2, 3),)), "((4),(2)):((3),(12))"),
+    (lambda: cute.left_inverse(Layout(8, 2)), "(2,8):(0,1)"),
+    (lambda: cute.complement(Layout(8, 3), 100), "(3,5):(1,24)"),
+    (lambda: cute.logical_divide(Layout((6, 4), (1, 10)), Layout(3, 1)), "(3,(2,4)):(1,(3,10))"),
+    (lambda: cute.make_layout((1, 4)), "(1,4):(0,1)"),
+])
+def test_cutlass4_answers(got, want):
+    assert str(got()) == want
+
+
+def test_cutlass4_symbolic_forms():
+    n = tirx.Var("n", "int32")
+    assert str(cute.cosize(Layout((4, 8), (-n, 1)))).replace(" ", "") != ""
+    for nv in (1, 3, 5):
+        value = cute.cosize(Layout((4, 8), (-nv, 1)))
+        assert value == 3 * nv + 8  # |stride| spans the codomain, as C++'s coshape
+    c = cute.complement(Layout(8, n), 1024)  # rank-1 symbolic stride: C++ CuTe accepts it
+    assert str(c.shape[0]) == "n" and str(c.stride[1]) == "n * 8"
+
+
+def test_composition_refuses_what_cpp_gets_wrong():
+    # C++'s weak divisibility check accepts (6,4):(1,10) o 4:2 and answers (3,2):(2,10): not A o B
+    with pytest.raises(CuteError, match="weak divisibility"):
+        cute.composition(Layout((6, 4), (1, 10)), Layout(4, 4))
+    # and a negative stride stepping over a mode it does not divide
+    with pytest.raises(CuteError, match="weak divisibility"):
+        cute.composition(Layout((6, 4), (1, 10)), Layout(4, -4))

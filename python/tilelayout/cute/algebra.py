@@ -6,8 +6,10 @@ wrong layout (pycute asserts or floors in several of these places: we check).
 from __future__ import annotations
 
 import numpy as np
+import tvm
+from tvm import sym, tirx
 
-from .int_tuple import (CuteError, ScaledBasis, ceil_div, flatten, fmt, is_int, is_tuple, known_eq, prefix_product,
+from .int_tuple import (CuteError, ScaledBasis, ceil_div, crd2idx, flatten, fmt, is_int, is_tuple, known_eq, prefix_product,
                         static)
 from .core import (_by_mode, _from_lists, coalesce, compose_layouts, complement, filter, left_inverse,
                    right_inverse)
@@ -262,18 +264,70 @@ def _window(entry, extent: int, i: int, layout: Layout):
     if isinstance(entry, slice):
         if entry.step not in (None, 1):
             raise CuteError(f"restrict {layout}: mode {i} slice step must be 1, got {entry.step}")
-        b = 0 if entry.start is None else entry.start
-        return b, (extent if entry.stop is None else entry.stop) - b
+        b = 0 if entry.start is None else _origin(entry.start)
+        stop = extent if entry.stop is None else entry.stop
+        return b, static(sym.Analyzer().simplify(stop - b) if not is_int(b) else stop - b, "restrict")
     if is_int(entry):
         return int(entry), 1
     if hasattr(entry, "min") and hasattr(entry, "extent"):
-        return static(entry.min, "restrict"), static(entry.extent, "restrict")
+        return _origin(entry.min), static(entry.extent, "restrict")
     if isinstance(entry, (tuple, list)) and len(entry) == 2:
-        return static(entry[0], "restrict"), static(entry[1], "restrict")
+        return _origin(entry[0]), static(entry[1], "restrict")
     raise CuteError(f"restrict {layout}: mode {i} region {entry!r} is not None, an int, (begin, extent) or a slice")
 
 
+def _origin(b):
+    """A window's begin: an int, or an integer PrimExpr (a symbolic origin such as ``j * 64``)."""
+    if is_int(b) or isinstance(b, tirx.IntImm):
+        return static(b, "restrict")
+    if isinstance(b, tvm.ir.Expr):
+        return b
+    raise CuteError(f"restrict: window origin {b!r} is not an int or a PrimExpr")
+
+
+def _aligned_window(mode: Layout, b, e: int, n: int, i: int, layout: Layout) -> None:
+    """A symbolic origin ``b`` is allowed when b + c (c < e) provably changes only digits that do not carry:
+    b a multiple of a prefix product P >= e of the mode's extents, or b a multiple of e where e is P_m * t
+    for a prefix product P_m and t dividing the next extent (or that extent is the last, which absorbs).
+    Then mode(b + c) == mode(b) + mode(c) for every c in the window."""
+    az = sym.Analyzer()
+    extents = [static(s, "restrict") for s in flatten(mode.shape)]
+
+    def multiple(k: int) -> bool:
+        return bool(az.can_prove(tirx.floormod(b, k) == 0))
+
+    ok, pre = False, 1
+    for m, s in enumerate(extents):
+        if e % pre == 0 and ((e // pre) <= s and s % (e // pre) == 0 or m == len(extents) - 1) and multiple(e):
+            ok = True
+        pre *= s
+        if pre >= e and multiple(pre):
+            ok = True
+        if ok or pre >= e and e % pre:
+            break
+    if not ok:
+        raise CuteError(f"restrict {layout}: mode {i} symbolic origin {b} is not provably aligned to the window of "
+                        f"{e} (a multiple of {e} or of a prefix product of {fmt(mode.shape)} covering it), so the "
+                        f"window's shape depends on its value")
+    if az.can_prove(b < 0) or az.can_prove(b + e > n):
+        raise CuteError(f"restrict {layout}: mode {i} window [{b}, {b} + {e}) is outside [0, {n})")
+
+
+def _add_any(acc, v):
+    """Offsets added: scalars (ints or PrimExprs), or codomain coordinates (tuples) component-wise."""
+    if isinstance(v, ScaledBasis):
+        v = v.to_tuple()
+    if isinstance(v, np.ndarray) or isinstance(v, np.integer):
+        return _add_offset(acc, v)
+    if not is_tuple(v):
+        return acc + v if not is_tuple(acc) else _add_any(acc, (v,))
+    acc = (acc,) if not is_tuple(acc) else acc
+    k = max(len(acc), len(v))
+    return tuple(x + y for x, y in zip(acc + (0,) * (k - len(acc)), v + (0,) * (k - len(v))))
+
+
 # (offset, sublayout) with layout(begin + c) == offset + sublayout(c) on a box region, one entry per top mode.
+# A begin may be symbolic (``j * 64``) when it is provably aligned to the window (see _aligned_window).
 def restrict(layout: Layout, region):
     region = list(region) if isinstance(region, (list, tuple)) else [region]
     if len(region) != len(layout):
@@ -282,8 +336,13 @@ def restrict(layout: Layout, region):
     for i, (mode, entry) in enumerate(zip(layout, region)):
         n = static(size(mode), "restrict")
         b, e = _window(entry, n, i, layout)
-        if b < 0 or e < 1 or b + e > n:
+        if not is_int(b):
+            _aligned_window(mode, b, e, n, i, layout)
+            sym_offset, b = crd2idx(b, mode.shape, mode.stride), 0
+        elif b < 0 or e < 1 or b + e > n:
             raise CuteError(f"restrict {layout}: mode {i} window [{b}, {b + e}) is outside [0, {n})")
+        else:
+            sym_offset = None
         vals = values(mode, np.arange(b, b + e, dtype=np.int64))
         g = vals - vals[0]
         modes = fit_1d(g)
@@ -291,9 +350,17 @@ def restrict(layout: Layout, region):
             raise CuteError(f"restrict {layout}: mode {i} window [{b}, {b + e}) of {mode} is not a strided layout")
         strides = [_as_stride(st) for _, st in modes]
         subs.append(_from_lists([x for x, _ in modes], strides) if modes else Layout(1, 0))
-        offset = _add_offset(offset, vals[0])
+        offset = _add_offset(offset, vals[0]) if sym_offset is None else _add_any(offset, _simplify(sym_offset))
     sub = subs[0] if not is_tuple(layout.shape) else make_layout(subs)
     return offset, sub
+
+
+def _simplify(v):
+    if is_tuple(v):
+        return tuple(_simplify(x) for x in v)
+    if isinstance(v, ScaledBasis):
+        return ScaledBasis(_simplify(v.value), v.mode)
+    return v if is_int(v) else sym.Analyzer().simplify(v)
 
 
 def _as_stride(st):
