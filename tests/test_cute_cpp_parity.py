@@ -162,18 +162,18 @@ def edge_cases():
 STATIC_PER_OP = 24
 
 
-def static_sample(cases):
-    """Every edge case and the first STATIC_PER_OP random cases of each operation that we answer."""
+def static_sample(cases, per_op: int = STATIC_PER_OP):
+    """Every edge case and the first ``per_op`` random cases of each operation that we answer."""
     edge = len(edge_cases())
-    per_op: dict = {}
+    taken: dict = {}
     out = []
     for k, (name, fn, expr) in enumerate(cases):
         try:
             text = str(fn())
         except CuteError:
             continue
-        if k >= len(cases) - edge or per_op.get(name, 0) < STATIC_PER_OP:
-            per_op[name] = per_op.get(name, 0) + 1
+        if k >= len(cases) - edge or taken.get(name, 0) < per_op:
+            taken[name] = taken.get(name, 0) + 1
             out.append((name, expr, text))
     return out
 
@@ -242,9 +242,8 @@ def by_mode_coalesced(layout: Layout, profile) -> Layout:
     return cute.coalesce(layout)
 
 
-def test_tl_cute_matches_cpp_cute():
-    static = static_sample(build_cases())
-    dynamic = dynamic_cases() + symbolic_cases()
+def differences(static, dynamic) -> list[str]:
+    """Run C++ CuTe on both case lists; every case whose answers differ, described."""
     theirs = oracle.run([expr for _, expr, _ in static] + [expr for _, _, expr in dynamic])
     bad = [f"{name}: {expr}\n  ours {mine}\n  C++  {cpp}" for (name, expr, mine), cpp in zip(static, theirs)
            if mine.replace(" ", "") != cpp]
@@ -256,5 +255,12 @@ def test_tl_cute_matches_cpp_cute():
             mine, cpp = (str(cute.coalesce(cute.parse(x))) for x in (mine, cpp))
         if mine.replace(" ", "") != cpp:
             bad.append(f"{name}: {expr}\n  ours {mine}\n  C++  {cpp}")
+    return bad
+
+
+def test_tl_cute_matches_cpp_cute():
+    static = static_sample(build_cases())
+    dynamic = dynamic_cases() + symbolic_cases()
     assert len(static) >= 400 and len(dynamic) >= 3000
+    bad = differences(static, dynamic)
     assert not bad, f"{len(bad)} of {len(static) + len(dynamic)} differ:\n" + "\n".join(bad[:25])
