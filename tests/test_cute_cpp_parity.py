@@ -264,3 +264,17 @@ def test_tl_cute_matches_cpp_cute():
     assert len(static) >= 400 and len(dynamic) >= 3000
     bad = differences(static, dynamic)
     assert not bad, f"{len(bad)} of {len(static) + len(dynamic)} differ:\n" + "\n".join(bad[:25])
+
+
+def test_refused_compositions_are_wrong_in_cpp():
+    """Where we refuse and C++ answers (its weak divisibility check), C++'s answer is not A o B."""
+    pairs = [(Layout((6, 4), (1, 10)), Layout(4, 4)), (Layout((6, 4), (1, 10)), Layout(4, -4)),
+             (Layout((3, 8), (1, 5)), Layout(4, 2)), (Layout((6, 2, 4), (1, 8, 32)), Layout((2, 4), (1, 4)))]
+    for a, b in pairs:
+        with pytest.raises(CuteError, match="weak divisibility"):
+            cute.composition(a, b)
+    answers = oracle.run([f"composition({oracle.cpp_layout(a)},{oracle.cpp_layout(b)})" for a, b in pairs], jobs=1)
+    for (a, b), text in zip(pairs, answers):
+        theirs = cute.parse(text)
+        want = [a(b(i)) for i in range(cute.size(b))]
+        assert [theirs(i) for i in range(cute.size(b))] != want, (a, b, text)
