@@ -1,8 +1,8 @@
-"""Differential tests of tilelayout.cute against NVIDIA's pycute on random well-posed layouts.
-
-Every case checks (1) the exact printed form against pycute's (spaces removed, 1-tuples as CuTe prints them)
-and (2) the function over the whole domain against the operation's definition, evaluated with numpy.
-Where we raise CuteError and pycute answers, the test shows pycute's answer is functionally wrong.
+"""tilelayout.cute on random well-posed layouts: the function over the whole domain against each operation's
+definition (numpy), and the printed form against NVIDIA's pycute where pycute agrees with CUTLASS 4.x C++
+(coalesce, filter, right_inverse, the IntTuple helpers, swizzles). Where pycute lags C++ (composition,
+complement, left_inverse, the divides and products) the printed form is checked against the C++ headers
+themselves in test_cute_cpp_parity.py; the CUTLASS 4.x answers at the end of this file need no compiler.
 """
 from __future__ import annotations
 
@@ -122,12 +122,11 @@ def composition_operands(rng):
             return a, b
 
 
-def test_composition_matches_pycute_and_definition():
+def test_composition_matches_definition():
     rng = np.random.default_rng(2)
     ok = refused = checked = 0
     for _ in range(1500):
         a, b = composition_operands(rng)
-        theirs = run_pycute(pycute.composition, to_py(a), to_py(b))
         try:
             r = cute.composition(a, b)
         except CuteError:
@@ -156,13 +155,12 @@ def test_composition_by_mode_and_int_tilers():
     assert cute.composition(a, None) is a
 
 
-def test_complement_matches_pycute():
+def test_complement_is_disjoint_and_covers():
     rng = np.random.default_rng(3)
     done = 0
     for _ in range(1200):
         a = rand_layout(rng, rng.choice(["compact", "gaps", "random"]), max_size=128)
         cot = int(rng.choice([1, cute.cosize(a), 2 * cute.cosize(a), 3 * cute.size(a) + 1]))
-        theirs = run_pycute(pycute.complement, to_py(a), cot)
         try:
             c = cute.complement(a, cot)
         except CuteError:

@@ -9,8 +9,7 @@ import numpy as np
 import tvm
 from tvm import sym, tirx
 
-from .int_tuple import (CuteError, ScaledBasis, ceil_div, crd2idx, flatten, fmt, is_int, is_tuple, known_eq, prefix_product,
-                        static)
+from .int_tuple import CuteError, ScaledBasis, ceil_div, crd2idx, flatten, fmt, is_int, is_tuple, static
 from .core import (_by_mode, _from_lists, coalesce, compose_layouts, complement, filter, left_inverse,
                    right_inverse)
 from .layout import Layout, cosize, make_layout, size

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from .int_tuple import (CuteError, ScaledBasis, ceil_div, flatten, fmt, is_int, is_tuple, known_eq, norm,
                         prefix_product)
-from .layout import Layout, _zero_ones, cosize, make_layout, size
+from .layout import Layout, _zero_ones, cosize, make_layout
 
 __all__ = ["coalesce", "filter", "compose_layouts", "complement", "right_inverse", "left_inverse", "coalesce_x"]
 
