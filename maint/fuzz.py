@@ -1692,6 +1692,27 @@ def _seeds(text: str) -> list[int]:
     return out
 
 
+def cute_cpp_parity(seeds: list, per_op: int) -> int:
+    """The differential test of tl.cute against C++ CuTe (tests/test_cute_cpp_parity.py) on other seeds and more
+    static cases; prints every difference. Exit 0 clean, 1 on a difference, 2 without a compiler or headers."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import cute_cpp_oracle as oracle
+    import test_cute_cpp_parity as parity
+    if oracle.skip_reason():
+        print(f"cute-cpp: skipped, {oracle.skip_reason()}")
+        return 2
+    failed = 0
+    for seed in seeds:
+        static = parity.static_sample(parity.build_cases(seed), per_op)
+        dynamic = parity.dynamic_cases(seed + 1, 1000) + parity.symbolic_cases(seed + 2, 100)
+        bad = parity.differences(static, dynamic)
+        failed += bool(bad)
+        print(f"cute-cpp seed {seed}: {len(static)} static and {len(dynamic)} runtime-int cases, {len(bad)} differ")
+        for line in bad[:50]:
+            print(line)
+    return 1 if failed else 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seed", type=int, default=0)
@@ -1717,7 +1738,12 @@ def main(argv=None) -> int:
                     help="also compile every lowered kernel's CUDA to PTX with nvcc (when it is on PATH; ~1 s each)")
     ap.add_argument("--register-budget", type=int,
                     help="plan for this many registers per thread: whole-tile replicas become layout conversions")
+    ap.add_argument("--cute-cpp", action="store_true",
+                    help="instead of kernels: compare tl.cute with C++ CuTe (CUTLASS headers compiled by g++) on each "
+                         "seed's random algebra cases, --count static cases per operation")
     args = ap.parse_args(argv)
+    if args.cute_cpp:
+        return cute_cpp_parity(_seeds(args.seeds) if args.seeds else [args.seed], args.count)
     if args.register_budget:       # the environment reaches the forked checking processes
         os.environ["TILELAYOUT_REGISTER_BUDGET"] = str(args.register_budget)
     if args.nvcc:

@@ -1,14 +1,15 @@
-"""Differential tests of tilelayout.cute against NVIDIA's pycute on random well-posed layouts.
-
-Every case checks (1) the exact printed form against pycute's (spaces removed, 1-tuples as CuTe prints them)
-and (2) the function over the whole domain against the operation's definition, evaluated with numpy.
-Where we raise CuteError and pycute answers, the test shows pycute's answer is functionally wrong.
+"""tilelayout.cute on random well-posed layouts: the function over the whole domain against each operation's
+definition (numpy), and the printed form against NVIDIA's pycute where pycute agrees with CUTLASS 4.x C++
+(coalesce, filter, right_inverse, the IntTuple helpers, swizzles). Where pycute lags C++ (composition,
+complement, left_inverse, the divides and products) the printed form is checked against the C++ headers
+themselves in test_cute_cpp_parity.py; the CUTLASS 4.x answers at the end of this file need no compiler.
 """
 from __future__ import annotations
 
 import re
 
 import numpy as np
+from tvm import tirx
 import pytest
 
 from tilelayout import cute
@@ -121,32 +122,29 @@ def composition_operands(rng):
             return a, b
 
 
-def test_composition_matches_pycute_and_definition():
+def test_composition_matches_definition():
     rng = np.random.default_rng(2)
     ok = refused = checked = 0
     for _ in range(1500):
         a, b = composition_operands(rng)
-        theirs = run_pycute(pycute.composition, to_py(a), to_py(b))
         try:
             r = cute.composition(a, b)
         except CuteError:
-            refused += 1
-            # our refusal is justified: pycute either refused too or got the function wrong
-            if theirs is not None:
-                tb = table(b)
-                got = np.array([theirs(int(i)) for i in range(pycute.size(theirs))])
-                assert len(got) != len(tb) or not np.array_equal(got, table(a, None)[tb])
+            refused += 1  # C++ CuTe's static checks (test_cute_cpp_parity.py compares the accepted cases)
             continue
-        ok += 1
-        if theirs is None:  # pycute also checks divisibility on size-1 modes of B, where nothing is placed
-            assert 1 in cute.flatten(b.shape), (a, b)
-        else:
-            agree(r, theirs)
+        ok += 1  # the printed form follows C++ CuTe, checked in test_cute_cpp_parity.py
         assert cute.size(r) == cute.size(b)
-        if _complementable(b):  # by-mode composition equals A(B(i)) when B's modes do not overlap
-            assert np.array_equal(table(r), table(a)[table(b)])
-            checked += 1
+        for ri, bi in leaf_pairs(r, b):  # right-distributive down to B's leaves: each is A o (that leaf)
+            assert np.array_equal(table(ri), table(a)[table(bi)])
+        checked += 1
     assert ok > 900 and refused > 10 and checked > 600, (ok, refused, checked)
+
+
+def leaf_pairs(r: Layout, b: Layout):
+    """(sub-layout of r, leaf mode of b) pairs: a composition's result mirrors B's tree down to B's leaves."""
+    if not isinstance(b.shape, tuple):
+        return [(r, b)]
+    return [pair for ri, bi in zip(r, b) for pair in leaf_pairs(ri, bi)]
 
 
 def test_composition_by_mode_and_int_tilers():
@@ -157,21 +155,19 @@ def test_composition_by_mode_and_int_tilers():
     assert cute.composition(a, None) is a
 
 
-def test_complement_matches_pycute():
+def test_complement_is_disjoint_and_covers():
     rng = np.random.default_rng(3)
     done = 0
     for _ in range(1200):
         a = rand_layout(rng, rng.choice(["compact", "gaps", "random"]), max_size=128)
         cot = int(rng.choice([1, cute.cosize(a), 2 * cute.cosize(a), 3 * cute.size(a) + 1]))
-        theirs = run_pycute(pycute.complement, to_py(a), cot)
         try:
             c = cute.complement(a, cot)
         except CuteError:
             # refused only when two modes overlap: then (a, c) cannot be injective for any ordered c
             assert not _complementable(a)
             continue
-        done += 1
-        agree(c, theirs)
+        done += 1  # the printed form follows C++ CuTe (test_cute_cpp_parity.py)
         both = table(cute.make_layout(cute.filter(a), c))
         assert len(np.unique(both)) == len(both), (a, c)  # disjoint images
         if _complementable(a, exact=True):  # whole gaps: (a, c) covers the cotarget
@@ -215,8 +211,7 @@ def test_left_inverse_matches_pycute():
     done = 0
     for _ in range(800):
         a = rand_layout(rng, rng.choice(["compact", "gaps"]))
-        li = cute.left_inverse(a)
-        agree(li, pycute.left_inverse(to_py(a)))
+        li = cute.left_inverse(a)  # printed form: C++ CuTe's (test_cute_cpp_parity.py)
         ta = table(a)
         assert np.array_equal(table(li, int(ta.max()) + 1)[ta], np.arange(len(ta)))  # li(a(i)) == i
         done += 1
@@ -248,10 +243,9 @@ def test_divides_match_pycute(name):
             continue
         if theirs is None:
             continue
-        done += 1
-        agree(r, theirs)
+        done += 1  # printed form: C++ CuTe's (test_cute_cpp_parity.py)
         if name == "logical_divide" and not isinstance(b, tuple):
-            full = cute.make_layout(b, cute.complement(b, cute.size(a)))
+            full = cute.make_layout(b, cute.complement(b, cute.coalesce(a).shape))
             tf = table(full)
             keep = tf < cute.size(a)
             assert np.array_equal(table(r)[keep], table(a)[tf[keep]])
@@ -276,11 +270,9 @@ def test_products_match_pycute(name):
         except CuteError:  # composition's shape divisibility: pycute floors and loses elements
             assert theirs is None or pycute.size(theirs) != cute.size(a) * _size(b)
             continue
-        if theirs is None:  # pycute's checks on size-1 modes of B, where nothing is placed
-            assert 1 in cute.flatten(b.shape if isinstance(b, Layout) else (1,))
+        if theirs is None:  # pycute refuses where C++ CuTe answers (the tuple-cotarget complement)
             continue
-        done += 1
-        agree(r, theirs)
+        done += 1  # printed form: C++ CuTe's (test_cute_cpp_parity.py)
         if name == "logical_product":
             # mode 0 is A itself; mode 1 is B's repeats placed in A's complement
             assert r[0] == a
@@ -389,3 +381,46 @@ def test_random_case_count():
               "left_inverse": 800, "divides": 3 * 400, "products": 3 * 400, "blocked/raked": 500,
               "int_tuple": 500, "make_layout/slice": 400, "swizzle": 300}
     assert sum(counts.values()) == 9400
+
+
+# ------------------------------------------------------------------ CUTLASS 4.x answers where pycute differs
+# Each expected string is C++ CuTe's printed answer (CUTLASS 4.2 headers, static ints, '_' marks removed);
+# test_cute_cpp_parity.py checks the same cases and thousands more against the compiled headers.
+
+@pytest.mark.parametrize("got, want", [
+    (lambda: cute.cosize(Layout((4, 8), (-5, 1))), "23"),
+    (lambda: cute.composition(Layout((8, 4), (10, 100)), Layout((4, 8), (cute.E(1), cute.E(0)))), "(4,8):(100,10)"),
+    (lambda: cute.composition(Layout((16, 16), (1, 16)), cute.make_identity_layout((4, 4))), "(4,4):(1,16)"),
+    (lambda: cute.composition(Layout((4, 1), (1, 0)), Layout(8, 1)), "(4,2):(1,0)"),
+    (lambda: cute.composition(Layout((6, 4), (1, 10)), Layout(2, 4)), "2:4"),
+    (lambda: cute.blocked_product(Layout((2, 5), (5, 1)), Layout((3, 4))), "((2,3),(5,4)):((5,10),(1,30))"),
+    (lambda: cute.raked_product(Layout((2, 5), (5, 1)), Layout((3, 4))), "((3,2),(4,5)):((10,5),(30,1))"),
+    (lambda: cute.blocked_product(Layout(4, 1), Layout(3, 1)), "((4,3)):((1,4))"),
+    (lambda: cute.tiled_product(Layout((2, 5)), (Layout(3),)), "((2),3,5):((1),2,2)"),
+    (lambda: cute.tiled_product(Layout(4, 3), (Layout(2, 3),)), "((4),(2)):((3),(12))"),
+    (lambda: cute.left_inverse(Layout(8, 2)), "(2,8):(0,1)"),
+    (lambda: cute.complement(Layout(8, 3), 100), "(3,5):(1,24)"),
+    (lambda: cute.logical_divide(Layout((6, 4), (1, 10)), Layout(3, 1)), "(3,(2,4)):(1,(3,10))"),
+    (lambda: cute.make_layout((1, 4)), "(1,4):(0,1)"),
+])
+def test_cutlass4_answers(got, want):
+    assert str(got()) == want
+
+
+def test_cutlass4_symbolic_forms():
+    n = tirx.Var("n", "int32")
+    assert str(cute.cosize(Layout((4, 8), (-n, 1)))).replace(" ", "") != ""
+    for nv in (1, 3, 5):
+        value = cute.cosize(Layout((4, 8), (-nv, 1)))
+        assert value == 3 * nv + 8  # |stride| spans the codomain, as C++'s coshape
+    c = cute.complement(Layout(8, n), 1024)  # rank-1 symbolic stride: C++ CuTe accepts it
+    assert str(c.shape[0]) == "n" and str(c.stride[1]) == "n * 8"
+
+
+def test_composition_refuses_what_cpp_gets_wrong():
+    # C++'s weak divisibility check accepts (6,4):(1,10) o 4:2 and answers (3,2):(2,10): not A o B
+    with pytest.raises(CuteError, match="weak divisibility"):
+        cute.composition(Layout((6, 4), (1, 10)), Layout(4, 4))
+    # and a negative stride stepping over a mode it does not divide
+    with pytest.raises(CuteError, match="weak divisibility"):
+        cute.composition(Layout((6, 4), (1, 10)), Layout(4, -4))

@@ -6,61 +6,17 @@ wrong layout (pycute asserts or floors in several of these places: we check).
 from __future__ import annotations
 
 import numpy as np
+import tvm
+from tvm import sym, tirx
 
-from .int_tuple import (CuteError, ScaledBasis, ceil_div, flatten, fmt, is_int, is_tuple, known_eq, prefix_product,
-                        static)
+from .int_tuple import CuteError, ScaledBasis, ceil_div, crd2idx, flatten, fmt, is_int, is_tuple, static
+from .core import (_by_mode, _from_lists, coalesce, compose_layouts, complement, filter, left_inverse,
+                   right_inverse)
 from .layout import Layout, cosize, make_layout, size
 
 __all__ = ["coalesce", "filter", "composition", "complement", "right_inverse", "left_inverse", "logical_divide",
            "zipped_divide", "tiled_divide", "logical_product", "zipped_product", "tiled_product", "blocked_product",
            "raked_product", "with_shape", "restrict", "append"]
-
-
-def _by_mode(fn, a: Layout, b: tuple, op: str) -> Layout:
-    """Apply ``fn`` to the first len(b) modes of ``a`` pairwise (``None`` in ``b`` keeps a mode); keep the rest."""
-    if len(a) < len(b):
-        raise CuteError(f"{op}: {a} has rank {len(a)}, fewer modes than the by-mode tiler of rank {len(b)}")
-    return make_layout([fn(a[i], b[i]) for i in range(len(b))] + [a[i] for i in range(len(b), len(a))])
-
-
-def _from_lists(shapes: list, strides: list) -> Layout:
-    if not shapes:
-        return Layout(1, 0)
-    if len(shapes) == 1:
-        return Layout(shapes[0], strides[0])
-    return Layout(tuple(shapes), tuple(strides))
-
-
-# Flatten and merge adjacent modes where shape*stride meets the next stride; the int->value map is unchanged.
-# max_extent caps merged extents; a tuple there is a by-mode profile (pycute's second argument).
-def coalesce(layout: Layout, max_extent=None) -> Layout:
-    if is_tuple(max_extent):
-        return _by_mode(lambda a, p: coalesce(a, None if is_int(p) else p), layout, max_extent, "coalesce")
-    shapes, strides = [], []
-    for s, d in zip(flatten(layout.shape), flatten(layout.stride)):
-        if known_eq(s, 1):
-            continue  # a size-1 mode contributes nothing, whatever its stride
-        if shapes and known_eq(shapes[-1] * strides[-1], d) and _within(shapes[-1] * s, max_extent):
-            shapes[-1] = shapes[-1] * s
-        else:
-            shapes.append(s)
-            strides.append(d)
-    return _from_lists(shapes, strides)
-
-
-def _within(extent, max_extent) -> bool:
-    return max_extent is None or (is_int(extent) and extent <= max_extent)
-
-
-# Drop stride-0 and size-1 modes, then coalesce: the layout's image with broadcasts removed.
-def filter(layout: Layout, profile=None) -> Layout:  # noqa: A001 - pycute's name
-    if is_tuple(profile):
-        return _by_mode(filter, layout, profile, "filter")
-    keep = [(s, d) for s, d in zip(flatten(layout.shape), flatten(layout.stride))
-            if not (known_eq(s, 1) or known_eq(d, 0))]
-    if not keep:
-        return Layout(1, 0)
-    return coalesce(Layout(tuple(s for s, _ in keep), tuple(d for _, d in keep)))
 
 
 # Functional composition A o B: (A o B)(c) = A(B(c)); B may be a tuple of layouts (by mode), an int, or None.
@@ -71,46 +27,12 @@ def composition(a, b):
     if b is None:
         return a
     if is_int(b):
-        return composition(a, Layout(b))
+        return compose_layouts(a, Layout(b, 1))
     if is_tuple(b):
         return _by_mode(composition, a, b, "composition")
     if not isinstance(b, Layout):
         raise CuteError(f"composition: right operand must be a Layout, an int, a tuple or None, got {b!r}")
-    if is_tuple(b.shape):
-        return make_layout([composition(a, bi) for bi in b])
-    return _compose_flat(a, static(b.shape, "composition"), b.stride)
-
-
-def _compose_flat(a: Layout, s: int, d) -> Layout:
-    if isinstance(d, ScaledBasis):
-        raise CuteError(f"composition: the right operand {s}:{d} must have integer strides")
-    d = static(d, "composition")
-    if d == 0:
-        return Layout(s, 0)
-    flat = coalesce(a)
-    shapes = [static(x, "composition") for x in flatten(flat.shape)]
-    strides = flatten(flat.stride)
-    sign = 1 if d > 0 else -1
-    res_s, res_d = [], []
-    rest_s, rest_d = s, abs(d)
-    for cs, cd in zip(shapes[:-1], strides[:-1]):
-        if rest_s != 1:
-            if cs % rest_d and rest_d % cs:
-                raise CuteError(f"composition {a} o {s}:{d}: stride divisibility fails, "
-                                f"mode extent {cs} and remaining stride {rest_d} do not divide each other")
-            new = min(max(1, cs // rest_d), rest_s)
-            if new != 1:
-                if rest_s % new:
-                    raise CuteError(f"composition {a} o {s}:{d}: shape divisibility fails, "
-                                    f"{new} elements of a mode do not divide the remaining extent {rest_s}")
-                res_s.append(new)
-                res_d.append(sign * rest_d * cd)
-            rest_s //= new
-        rest_d = ceil_div(rest_d, cs)  # stride in units of the next mode; exact whenever modes are still taken
-    if rest_s != 1 or not res_s:
-        res_s.append(rest_s)
-        res_d.append(sign * rest_d * strides[-1])
-    return _from_lists(res_s, res_d)
+    return compose_layouts(a, b)
 
 
 # The same composition for flat integer layouts held as (extent, stride) lists, without Layout objects: the
@@ -176,67 +98,6 @@ def _compose_one(flat: list, s: int, d: int) -> list:
     return res
 
 
-# The layout of the "holes" of an injective layout, ordered by stride, extended up to cotarget.
-def complement(layout, cotarget=None) -> Layout:
-    if is_int(layout):
-        layout = Layout(layout)
-    if cotarget is None:
-        cotarget = cosize(layout)
-    cotarget = static(size(cotarget) if is_tuple(cotarget) else cotarget, "complement")
-    modes = []
-    for s, d in zip(flatten(layout.shape), flatten(layout.stride)):
-        if isinstance(d, ScaledBasis):
-            raise CuteError(f"complement of {layout}: needs integer strides, got {d}")
-        s, d = static(s, "complement"), static(d, "complement")
-        if d < 0:
-            raise CuteError(f"complement of {layout}: negative stride {d}")
-        if s != 1 and d != 0:
-            modes.append((d, s))
-    res_s, res_d, cur = [], [], 1
-    for d, s in sorted(modes):
-        if d < cur:  # as CuTe: a gap that is not a whole number of strides floors, an overlap is an error
-            raise CuteError(f"complement of {layout}: stride {d} falls inside the span [0, {cur}) of the smaller "
-                            f"modes (the layout is not injective, or its modes interleave)")
-        res_s.append(d // cur)
-        res_d.append(cur)
-        cur = s * d
-    res_s.append(ceil_div(cotarget, cur))
-    res_d.append(cur)
-    return coalesce(Layout(tuple(res_s), tuple(res_d)))
-
-
-# R with L(R(i)) == i on the longest chain of strides 1, s0*d0, ... ; stride-0 and symbolic modes are skipped.
-# Partial: L is a bijection onto [0, size(L)) exactly when size(right_inverse(L)) == size(L).
-def right_inverse(layout):
-    if layout is None:
-        return None
-    if is_int(layout):
-        return Layout(layout)
-    flat = coalesce(layout)
-    shapes, strides = flatten(flat.shape), flatten(flat.stride)
-    rstrides = prefix_product(shapes)
-    res_s, res_d, cur, used = [], [], 1, set()
-    while True:
-        hit = next((i for i, (s, d) in enumerate(zip(shapes, strides))
-                    if i not in used and is_int(s) and is_int(d) and d == cur), None)
-        if hit is None:
-            break
-        used.add(hit)
-        res_s.append(shapes[hit])
-        res_d.append(rstrides[hit])
-        cur = shapes[hit] * strides[hit]
-    return coalesce(_from_lists(res_s, res_d)) if res_s else Layout(1, 0)
-
-
-# R with R(L(c)) == c for an injective L (via the complement that makes L a bijection).
-def left_inverse(layout):
-    if layout is None:
-        return None
-    if is_int(layout):
-        return Layout(layout)
-    return right_inverse(make_layout(layout, complement(layout)))
-
-
 # Split A into (tile B, rest): A o (B, complement(B, size(A))); tuples of tilers apply by mode.
 def logical_divide(a: Layout, b) -> Layout:
     if b is None:
@@ -245,7 +106,7 @@ def logical_divide(a: Layout, b) -> Layout:
         b = Layout(b)
     if is_tuple(b):
         return _by_mode(logical_divide, a, b, "logical_divide")
-    return composition(a, make_layout(b, complement(b, size(a))))
+    return composition(a, make_layout(b, complement(b, coalesce(a).shape)))
 
 
 # Repeat A over B: (A, complement(A, size(A)*cosize(B)) o B); tuples of layouts apply by mode.
@@ -279,8 +140,13 @@ def zipped_divide(a: Layout, b) -> Layout:
 
 # zipped_divide with the rest modes spread out: (tile, rest0, rest1, ...).
 def tiled_divide(a: Layout, b) -> Layout:
-    r = zipped_divide(a, b)
-    return make_layout([r[0]] + list(r[1]))
+    return _spread_rest(zipped_divide(a, b))
+
+
+def _spread_rest(r: Layout) -> Layout:
+    """(tile, (rest0, rest1, ...)) -> (tile, rest0, rest1, ...); a rank-1 rest mode stays as it is (a 1-tuple
+    included), as C++'s ``result(_, repeat<rank<1>(result)>(_))`` leaves it."""
+    return r if len(r[1]) == 1 else make_layout([r[0]] + list(r[1]))
 
 
 # logical_product with modes gathered ((block...), (repeat...)).
@@ -290,8 +156,7 @@ def zipped_product(a: Layout, b) -> Layout:
 
 # zipped_product with the repeat modes spread out: (block, rep0, rep1, ...).
 def tiled_product(a: Layout, b) -> Layout:
-    r = zipped_product(a, b)
-    return make_layout([r[0]] + list(r[1]))
+    return _spread_rest(zipped_product(a, b))
 
 
 # Pad a layout with 1:0 modes up to rank n.
@@ -304,16 +169,19 @@ def append(layout: Layout, n: int) -> Layout:
 def _zip_product(a: Layout, b: Layout, block_first: bool) -> Layout:
     n = max(len(a), len(b))
     p = logical_product(append(a, n), append(b, n))
-    pairs = [(p[0][i], p[1][i]) if block_first else (p[1][i], p[0][i]) for i in range(n)]
-    return make_layout([coalesce(make_layout(x, y)) for x, y in pairs])
+    x, y = (p[0], p[1]) if block_first else (p[1], p[0])
+    if n == 1:
+        return Layout(((x.shape, y.shape),), ((x.stride, y.stride),))
+    return make_layout([make_layout(x[i], y[i]) for i in range(n)])
 
 
-# Mode i of the result is (A_i, B_i) coalesced: A is a contiguous block repeated by B's order (CuTe C++).
+# Mode i of the result is (A_i, B_i) (CUTLASS 4.x keeps both, no coalescing): A is a contiguous block repeated
+# in B's order.
 def blocked_product(a: Layout, b: Layout) -> Layout:
     return _zip_product(a, b, block_first=True)
 
 
-# Mode i of the result is (B_i, A_i) coalesced: A's elements interleaved ("raked") across B's repeats.
+# Mode i of the result is (B_i, A_i): A's elements interleaved ("raked") across B's repeats.
 def raked_product(a: Layout, b: Layout) -> Layout:
     return _zip_product(a, b, block_first=False)
 
@@ -395,18 +263,70 @@ def _window(entry, extent: int, i: int, layout: Layout):
     if isinstance(entry, slice):
         if entry.step not in (None, 1):
             raise CuteError(f"restrict {layout}: mode {i} slice step must be 1, got {entry.step}")
-        b = 0 if entry.start is None else entry.start
-        return b, (extent if entry.stop is None else entry.stop) - b
+        b = 0 if entry.start is None else _origin(entry.start)
+        stop = extent if entry.stop is None else entry.stop
+        return b, static(sym.Analyzer().simplify(stop - b) if not is_int(b) else stop - b, "restrict")
     if is_int(entry):
         return int(entry), 1
     if hasattr(entry, "min") and hasattr(entry, "extent"):
-        return static(entry.min, "restrict"), static(entry.extent, "restrict")
+        return _origin(entry.min), static(entry.extent, "restrict")
     if isinstance(entry, (tuple, list)) and len(entry) == 2:
-        return static(entry[0], "restrict"), static(entry[1], "restrict")
+        return _origin(entry[0]), static(entry[1], "restrict")
     raise CuteError(f"restrict {layout}: mode {i} region {entry!r} is not None, an int, (begin, extent) or a slice")
 
 
+def _origin(b):
+    """A window's begin: an int, or an integer PrimExpr (a symbolic origin such as ``j * 64``)."""
+    if is_int(b) or isinstance(b, tirx.IntImm):
+        return static(b, "restrict")
+    if isinstance(b, tvm.ir.Expr):
+        return b
+    raise CuteError(f"restrict: window origin {b!r} is not an int or a PrimExpr")
+
+
+def _aligned_window(mode: Layout, b, e: int, n: int, i: int, layout: Layout) -> None:
+    """A symbolic origin ``b`` is allowed when b + c (c < e) provably changes only digits that do not carry:
+    b a multiple of a prefix product P >= e of the mode's extents, or b a multiple of e where e is P_m * t
+    for a prefix product P_m and t dividing the next extent (or that extent is the last, which absorbs).
+    Then mode(b + c) == mode(b) + mode(c) for every c in the window."""
+    az = sym.Analyzer()
+    extents = [static(s, "restrict") for s in flatten(mode.shape)]
+
+    def multiple(k: int) -> bool:
+        return bool(az.can_prove(tirx.floormod(b, k) == 0))
+
+    ok, pre = False, 1
+    for m, s in enumerate(extents):
+        if e % pre == 0 and ((e // pre) <= s and s % (e // pre) == 0 or m == len(extents) - 1) and multiple(e):
+            ok = True
+        pre *= s
+        if pre >= e and multiple(pre):
+            ok = True
+        if ok or pre >= e and e % pre:
+            break
+    if not ok:
+        raise CuteError(f"restrict {layout}: mode {i} symbolic origin {b} is not provably aligned to the window of "
+                        f"{e} (a multiple of {e} or of a prefix product of {fmt(mode.shape)} covering it), so the "
+                        f"window's shape depends on its value")
+    if az.can_prove(b < 0) or az.can_prove(b + e > n):
+        raise CuteError(f"restrict {layout}: mode {i} window [{b}, {b} + {e}) is outside [0, {n})")
+
+
+def _add_any(acc, v):
+    """Offsets added: scalars (ints or PrimExprs), or codomain coordinates (tuples) component-wise."""
+    if isinstance(v, ScaledBasis):
+        v = v.to_tuple()
+    if isinstance(v, np.ndarray) or isinstance(v, np.integer):
+        return _add_offset(acc, v)
+    if not is_tuple(v):
+        return acc + v if not is_tuple(acc) else _add_any(acc, (v,))
+    acc = (acc,) if not is_tuple(acc) else acc
+    k = max(len(acc), len(v))
+    return tuple(x + y for x, y in zip(acc + (0,) * (k - len(acc)), v + (0,) * (k - len(v))))
+
+
 # (offset, sublayout) with layout(begin + c) == offset + sublayout(c) on a box region, one entry per top mode.
+# A begin may be symbolic (``j * 64``) when it is provably aligned to the window (see _aligned_window).
 def restrict(layout: Layout, region):
     region = list(region) if isinstance(region, (list, tuple)) else [region]
     if len(region) != len(layout):
@@ -415,8 +335,13 @@ def restrict(layout: Layout, region):
     for i, (mode, entry) in enumerate(zip(layout, region)):
         n = static(size(mode), "restrict")
         b, e = _window(entry, n, i, layout)
-        if b < 0 or e < 1 or b + e > n:
+        if not is_int(b):
+            _aligned_window(mode, b, e, n, i, layout)
+            sym_offset, b = crd2idx(b, mode.shape, mode.stride), 0
+        elif b < 0 or e < 1 or b + e > n:
             raise CuteError(f"restrict {layout}: mode {i} window [{b}, {b + e}) is outside [0, {n})")
+        else:
+            sym_offset = None
         vals = values(mode, np.arange(b, b + e, dtype=np.int64))
         g = vals - vals[0]
         modes = fit_1d(g)
@@ -424,9 +349,17 @@ def restrict(layout: Layout, region):
             raise CuteError(f"restrict {layout}: mode {i} window [{b}, {b + e}) of {mode} is not a strided layout")
         strides = [_as_stride(st) for _, st in modes]
         subs.append(_from_lists([x for x, _ in modes], strides) if modes else Layout(1, 0))
-        offset = _add_offset(offset, vals[0])
+        offset = _add_offset(offset, vals[0]) if sym_offset is None else _add_any(offset, _simplify(sym_offset))
     sub = subs[0] if not is_tuple(layout.shape) else make_layout(subs)
     return offset, sub
+
+
+def _simplify(v):
+    if is_tuple(v):
+        return tuple(_simplify(x) for x in v)
+    if isinstance(v, ScaledBasis):
+        return ScaledBasis(_simplify(v.value), v.mode)
+    return v if is_int(v) else sym.Analyzer().simplify(v)
 
 
 def _as_stride(st):

@@ -192,7 +192,10 @@ def inner_product(a, b):
 
 
 def ceil_div(a, b):
-    return -(-a // b)
+    """Ceiling division; for PrimExprs TVM's simplified ``(a + b - 1) // b``."""
+    if is_int(a) and is_int(b):
+        return -(-a // b)
+    return sym.Analyzer().simplify(tirx.floordiv(a + b - 1, b))
 
 
 def shape_div(a, b):

@@ -39,7 +39,7 @@ class Layout(LayoutBase):
     def __init__(self, shape, stride=None):
         shape = norm(shape, "Layout shape")
         _check_shape(shape, "Layout")
-        stride = prefix_product(shape) if stride is None else norm(stride, "Layout stride")
+        stride = compact_strides(shape, prefix_product) if stride is None else norm(stride, "Layout stride")
         if not congruent(shape, stride):
             raise CuteError(f"Layout: stride {fmt(stride)} is not congruent to shape {fmt(shape)}")
         self.shape = shape
@@ -117,6 +117,18 @@ class Layout(LayoutBase):
         return layout_to_tilelang(self, num_outputs)
 
 
+def compact_strides(shape, products):
+    """Compact strides (``products`` is prefix_product or suffix_product), 0 on size-1 modes as C++ CuTe's
+    compact layouts have them (``make_layout((1, 4))`` is ``(1,4):(0,1)``; pycute gives ``(1,1)``)."""
+    return _zero_ones(shape, products(shape))
+
+
+def _zero_ones(shape, stride):
+    if is_tuple(shape):
+        return tuple(_zero_ones(s, d) for s, d in zip(shape, stride))
+    return 0 if is_int(shape) and shape == 1 else stride
+
+
 def _shape(x):
     return x.shape if is_layout(x) else x
 
@@ -178,10 +190,25 @@ def cosize(layout):
 
 
 def coshape(layout):
-    """One past the largest value along each codomain axis (an int for integer strides)."""
+    """One past the largest value along each codomain axis (an int for integer strides), from the strides'
+    absolute values as C++ CuTe does: a negative stride spans as much codomain as a positive one."""
     m1 = tuple(s - 1 for s in _flatten(layout.shape))
-    top = inner_product(m1, _flatten(layout.stride))
+    top = inner_product(m1, tuple(_abs(d) for d in _flatten(layout.stride)))
     return _plus_one(top.to_tuple() if isinstance(top, ScaledBasis) else top)
+
+
+def _abs(d):
+    if isinstance(d, ScaledBasis):
+        return ScaledBasis(_abs(d.value), d.mode)
+    if is_int(d):
+        return abs(d)
+    from tvm import sym, tirx
+    az = sym.Analyzer()
+    if az.can_prove(d >= 0):
+        return d
+    if az.can_prove(d <= 0):
+        return az.simplify(-d)
+    return tirx.abs(d)
 
 
 def _plus_one(t):
@@ -196,7 +223,7 @@ def make_column_major_layout(shape) -> Layout:
 def make_row_major_layout(shape) -> Layout:
     """Compact layout with the last mode fastest (also inside nested modes)."""
     shape = norm(shape)
-    return Layout(shape, suffix_product(shape))
+    return Layout(shape, compact_strides(shape, suffix_product))
 
 
 def _basis_like(shape, prefix=()):
