@@ -62,3 +62,50 @@ def select_reading_memory():
         Tx.select(s[0:64, 0:64], s[0:64, 0:64], T.float32(0), lambda i, j: M[i, j] != T.int8(0))
         Tx.copy(O[0:64, 0:64], s[0:64, 0:64])
     return _on(kernel, "sm_80")
+
+
+def dq_accumulate(batch: int = 2, seq: int = 128, heads: int = 2, dim: int = 64, bm: int = 64,
+                  dtype: str = "float32", arch: str = "sm_90a"):
+    """Attention backward's dQ accumulation: each block (a KV tile) computes a partial dQ tile in a fragment
+    (here dO[b, rows, h, :] * scale, where scale depends on the KV block) and adds it atomically into dQ."""
+    blocks = 2
+
+    @T.prim_func
+    def kernel(dO: T.Buffer((batch, seq, heads, dim), dtype), scale: T.Buffer((blocks,), dtype),
+               dQ: T.Buffer((batch, seq, heads, dim), dtype)):
+        bx = T.launch_thread("blockIdx.x", seq // bm)
+        by = T.launch_thread("blockIdx.y", heads)
+        bz = T.launch_thread("blockIdx.z", batch * blocks)
+        tx = T.launch_thread("threadIdx.x", 128)
+        dq = T.alloc_buffer((bm, dim), dtype, scope="local.fragment")
+        Tx.copy(dq[0:bm, 0:dim], dO[bz // blocks, bx * bm:bx * bm + bm, by, 0:dim])
+        for i in T.parallel(bm):
+            for j in T.parallel(dim):
+                dq[i, j] = dq[i, j] * scale[bz % blocks]
+        lang.atomic_add(dQ[bz // blocks, bx * bm:bx * bm + bm, by, 0:dim], dq[0:bm, 0:dim])
+    return _on(kernel, arch)
+
+
+def atomic_into_shared(n: int = 64, arch: str = "sm_80"):
+    """A fragment added atomically twice into a zeroed shared tile (a [1, 4, n] region: unit dims dropped)."""
+    @T.prim_func
+    def kernel(X: T.Buffer((4, n), "float32"), Y: T.Buffer((4, n), "float32")):
+        tx = T.launch_thread("threadIdx.x", 128)
+        f = T.alloc_buffer((4, n), "float32", scope="local.fragment")
+        acc = T.alloc_shared((1, 4, n), "float32")
+        Tx.copy(f[0:4, 0:n], X[0:4, 0:n])
+        Tx.fill(acc[0:1, 0:4, 0:n], T.float32(0))
+        lang.atomic_add(acc[0:1, 0:4, 0:n], f[0:4, 0:n])
+        lang.atomic_add(acc[0, 0:4, 0:n], f[0:4, 0:n])
+        Tx.copy(Y[0:4, 0:n], acc[0, 0:4, 0:n])
+    return _on(kernel, arch)
+
+
+def atomic_shape_mismatch():
+    @T.prim_func
+    def kernel(X: T.Buffer((64, 64), "float32"), Y: T.Buffer((64, 32), "float32")):
+        tx = T.launch_thread("threadIdx.x", 128)
+        f = T.alloc_buffer((64, 64), "float32", scope="local.fragment")
+        Tx.copy(f[0:64, 0:64], X[0:64, 0:64])
+        lang.atomic_add(Y[0:64, 0:32], f[0:64, 0:64])
+    return _on(kernel, "sm_80")
