@@ -5,33 +5,7 @@ import tvm
 from tvm.script import tirx as T
 from tvm.tirx.script import tile as Tx
 
-
-def _on(kernel, arch):
-    return kernel.with_attr("target", tvm.target.Target({"kind": "cuda", "arch": arch}))
-
-
-def named_offsets(m: int = 128, n: int = 128, k: int = 128, bm: int = 64, bn: int = 64, bk: int = 32,
-                  stages: int = 2, arch: str = "sm_80"):
-    """A tiled gemm whose offsets are named scalars, inside and outside the pipelined loop."""
-    @T.prim_func
-    def kernel(A: T.Buffer((m, k), "float16"), B: T.Buffer((k, n), "float16"), C: T.Buffer((m, n), "float32")):
-        bx = T.launch_thread("blockIdx.x", n // bn)
-        by = T.launch_thread("blockIdx.y", m // bm)
-        tx = T.launch_thread("threadIdx.x", 128)
-        A_s = T.alloc_buffer((bm, bk), "float16", scope="shared")
-        B_s = T.alloc_buffer((bk, bn), "float16", scope="shared")
-        C_local = T.alloc_buffer((bm, bn), "float32", scope="local.fragment")
-        row0 = by * bm
-        col0 = bx * bn
-        Tx.fill(C_local[0:bm, 0:bn], T.float32(0))
-        for ko in T.serial(k // bk, annotations={"num_stages": stages}):
-            k0 = ko * bk
-            Tx.copy(A_s[0:bm, 0:bk], A[row0:row0 + bm, k0:k0 + bk])
-            Tx.copy(B_s[0:bk, 0:bn], B[k0:k0 + bk, col0:col0 + bn])
-            Tx.gemm(C_local[0:bm, 0:bn], A_s[0:bm, 0:bk], B_s[0:bk, 0:bn], C_local[0:bm, 0:bn], False, False,
-                    1.0, 1.0)
-        Tx.copy(C[row0:row0 + bm, col0:col0 + bn], C_local[0:bm, 0:bn])
-    return _on(kernel, arch)
+from cases.pipelined_indexing import _on, block_sparse, conv_im2col, named_offsets  # noqa: F401
 
 
 def grouped_gemm(sizes=(64, 40, 100), k: int = 128, n: int = 64, bm: int = 64, bn: int = 64, bk: int = 32,
@@ -85,66 +59,6 @@ def grouped_offsets(sizes, bm: int = 64):
         o += s
         p += -(-s // bm) * bm
     return list(sizes), offsets, padded
-
-
-def block_sparse(m: int = 128, n: int = 128, k: int = 256, bm: int = 64, bn: int = 64, bk: int = 32,
-                 stages: int = 2, arch: str = "sm_80"):
-    """TileLang's block-sparse gemm: the K tile's copies and gemm run only where the block mask is set."""
-    @T.prim_func
-    def kernel(A: T.Buffer((m, k), "float16"), B: T.Buffer((k, n), "float16"),
-               BlockMask: T.Buffer((m // bm, n // bn, k // bk), "int8"), C: T.Buffer((m, n), "float32")):
-        bx = T.launch_thread("blockIdx.x", n // bn)
-        by = T.launch_thread("blockIdx.y", m // bm)
-        tx = T.launch_thread("threadIdx.x", 128)
-        A_s = T.alloc_buffer((bm, bk), "float16", scope="shared")
-        B_s = T.alloc_buffer((bk, bn), "float16", scope="shared")
-        C_local = T.alloc_buffer((bm, bn), "float32", scope="local.fragment")
-        Tx.fill(C_local[0:bm, 0:bn], T.float32(0))
-        for ko in T.serial(k // bk, annotations={"num_stages": stages}):
-            if BlockMask[by, bx, ko] != T.int8(0):
-                Tx.copy(A_s[0:bm, 0:bk], A[by * bm:by * bm + bm, ko * bk:ko * bk + bk])
-                Tx.copy(B_s[0:bk, 0:bn], B[ko * bk:ko * bk + bk, bx * bn:bx * bn + bn])
-                Tx.gemm(C_local[0:bm, 0:bn], A_s[0:bm, 0:bk], B_s[0:bk, 0:bn], C_local[0:bm, 0:bn], False, False,
-                        1.0, 1.0)
-        Tx.copy(C[by * bm:by * bm + bm, bx * bn:bx * bn + bn], C_local[0:bm, 0:bn])
-    return _on(kernel, arch)
-
-
-def conv_im2col(batch: int = 2, h: int = 8, w: int = 8, c: int = 32, f: int = 64, kh: int = 3, stride: int = 1,
-                pad: int = 1, bm: int = 64, bn: int = 64, bk: int = 32, stages: int = 2, arch: str = "sm_80"):
-    """TileLang's conv2d as an implicit gemm: the data tile is gathered by a parallel loop (im2col), the weight
-    tile copied from the weights viewed as a (kh * kw * c, f) matrix (a reshaped view of the parameter)."""
-    oh = (h + 2 * pad - kh) // stride + 1
-    ow = (w + 2 * pad - kh) // stride + 1
-    kk = kh * kh * c
-    assert kk % bk == 0 and batch * oh * ow % bm == 0 and f % bn == 0, "tiles must divide the implicit gemm"
-
-    @T.prim_func
-    def kernel(data: T.Buffer((batch, h, w, c), "float16"), weight: T.Buffer((kh, kh, c, f), "float16"),
-               out: T.Buffer((batch, oh, ow, f), "float32")):
-        bx = T.launch_thread("blockIdx.x", f // bn)
-        by = T.launch_thread("blockIdx.y", batch * oh * ow // bm)
-        tx = T.launch_thread("threadIdx.x", 128)
-        data_s = T.alloc_buffer((bm, bk), "float16", scope="shared")
-        weight_s = T.alloc_buffer((bk, bn), "float16", scope="shared")
-        out_local = T.alloc_buffer((bm, bn), "float32", scope="local.fragment")
-        weight_flat = T.decl_buffer((kk, f), "float16", data=weight.data)
-        out_flat = T.decl_buffer((batch * oh * ow, f), "float32", data=out.data)
-        Tx.fill(out_local[0:bm, 0:bn], T.float32(0))
-        for ko in T.serial(kk // bk, annotations={"num_stages": stages}):
-            for i in T.parallel(bm):
-                for j in T.parallel(bk):
-                    kq = T.meta_var(ko * bk + j)
-                    mq = T.meta_var(by * bm + i)
-                    ah = T.meta_var(mq % (oh * ow) // ow * stride + kq // (kh * c) - pad)
-                    aw = T.meta_var(mq % ow * stride + kq // c % kh - pad)
-                    data_s[i, j] = T.if_then_else(ah >= 0 and aw >= 0 and ah < h and aw < w,
-                                                  data[mq // (oh * ow), ah, aw, kq % c], T.float16(0))
-            Tx.copy(weight_s[0:bk, 0:bn], weight_flat[ko * bk:ko * bk + bk, bx * bn:bx * bn + bn])
-            Tx.gemm(out_local[0:bm, 0:bn], data_s[0:bm, 0:bk], weight_s[0:bk, 0:bn], out_local[0:bm, 0:bn], False,
-                    False, 1.0, 1.0)
-        Tx.copy(out_flat[by * bm:by * bm + bm, bx * bn:bx * bn + bn], out_local[0:bm, 0:bn])
-    return _on(kernel, arch)
 
 
 def offset_written_in_loop(k: int = 128, n: int = 64, bm: int = 64, bn: int = 64, bk: int = 32):
