@@ -47,13 +47,11 @@ def read_only_params(func) -> list:
 
 
 def _tile_writes(call) -> list:
-    """Data vars of the regions a tile op may write: every region but the last-listed sources. Conservative:
-    any region of a tile op whose buffer is not read-only elsewhere counts as written."""
-    out = []
-    for arg in call.args:
-        if isinstance(arg, TensorRegion):
-            out.append(arg.source)
-    return out[:1]
+    """Buffers a tile op may write: a copy's destination (its first region), every region of any other op
+    (conservative: reductions and composite ops have more than one output)."""
+    regions = [arg.source for arg in call.args if isinstance(arg, TensorRegion)]
+    short = str(call.op.name).rsplit(".", 1)[-1]
+    return regions[:1] if short in ("copy", "copy_async") else regions
 
 
 def uniform_value(value, env: dict, uniform_vars: list, readable: list, var_env: dict | None = None):

@@ -1,7 +1,6 @@
 """Pipelined loops indexed the way TileLang's examples index them (TVMScript needs its source in a file): named
 offsets, offsets read from memory, copies under a block-uniform condition and a reshaped view of a parameter
 as the copy source."""
-import tvm
 from tvm.script import tirx as T
 from tvm.tirx.script import tile as Tx
 

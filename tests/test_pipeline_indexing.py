@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import tvm
 from tvm import tirx
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,7 +10,6 @@ the reduction is an ordinary update of each element (``atomics.py``).
 """
 from __future__ import annotations
 
-import tvm
 from tvm import sym, tirx
 from tvm.ir import Range, TensorLoad
 
