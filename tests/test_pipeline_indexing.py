@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tvm
 from tvm import tirx
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -239,3 +240,42 @@ def test_pipelined_indexing_compiles_with_nvcc(arch, name):
     target = {"kind": "cuda", "arch": arch}
     ptx = compile_ptx(cuda_source(BUILDERS[name](arch=arch), target), target).decode()
     assert re.search(r"cp\.async\.c[ag]\.shared\.global", ptx) and "cp.async.wait_group" in ptx
+
+
+def test_a_condition_evaluated_for_the_wrong_iteration_gives_wrong_cpu_values():
+    """The producer must test the mask of the iteration it issues (ko + 1 with two stages): testing ko's instead
+    skips copies the consumer then reads, which the CPU emulation shows."""
+    from tilelayout.passes.ir_utils import mapped
+    from tilelayout.passes.lowering.pipeline import build_cpu_lowered
+    from tvm.ir import TensorLoad
+    func = KI.block_sparse(stages=2, arch="sm_80")
+    lowered = lower_func(func)
+    rng = np.random.default_rng(3)
+    A, B = _f16(rng, (128, 256)), _f16(rng, (256, 128))
+    mask = _mask()
+    want = _block_sparse_reference(A, B, mask)
+
+    def run(f):
+        C = np.full((128, 128), np.nan, np.float32)
+        build_cpu_lowered(f)(A, B, mask, C)
+        return C
+
+    _close(run(lowered), want)
+
+    def on_if(node):
+        issues = []
+        walk(node.then_case, [(tvm.ir.Call, lambda c: issues.append(1) if "cp_async" in str(c.op.name) or
+                               str(c.op.name) == "tirx.ptx.cp" else None)])
+        if not issues:
+            return node
+
+        def current(e):
+            if str(e.source.name) != "BlockMask":
+                return e
+            return tirx.BufferLoad(e.source, list(e.indices[:-1]) + [e.indices[-1] - 1])
+        return tirx.IfThenElse(mapped(node.condition, [(TensorLoad, current)]), node.then_case, node.else_case)
+
+    broken = lowered.with_body(mapped(lowered.body, [(tirx.IfThenElse, on_if)]))
+    assert "BlockMask[by, bx, ko + 1]" not in broken.script()
+    got = run(broken)
+    assert not np.allclose(got, want, rtol=2e-2, atol=2e-2)
