@@ -279,3 +279,8 @@ def test_a_condition_evaluated_for_the_wrong_iteration_gives_wrong_cpu_values():
     assert "BlockMask[by, bx, ko + 1]" not in broken.script()
     got = run(broken)
     assert not np.allclose(got, want, rtol=2e-2, atol=2e-2)
+
+
+def test_a_view_whose_storage_the_loop_writes_is_refused():
+    with pytest.raises(tl.TileLayoutError, match=r"buffer X: loop ko .* also writes X \(the storage of X_view\)"):
+        lower_func(KI.view_source_written())

@@ -238,9 +238,13 @@ def _decide(loop, stages: int, graph, target, shared_sizes: dict, uniform: list)
                                 f"give that use its own shared tile")
     for op in copies:
         src = op.src.buffer
-        if any(_writes(o) is src for o in inner) or _stores_to(loop.body, src.var):
-            raise PipelineError(f"buffer {src.name}: {label} issues {op.describe()} ahead of time, but the loop "
-                                f"also writes {src.name}; the early copy would read stale data")
+        # a view of a parameter (T.decl_buffer(..., data=X.data)) shares its storage with X and X's other views
+        group = next((g for g in getattr(graph, "aliases", None) or [] if any(b is src for b in g)), [src])
+        for same in group:
+            if any(_writes(o) is same for o in inner) or _stores_to(loop.body, same.var):
+                raise PipelineError(f"buffer {same.name}: {label} issues {op.describe()} ahead of time, but the "
+                                    f"loop also writes {same.name}{'' if same is src else f' (the storage of {src.name})'}; "
+                                    f"the early copy would read stale data")
         for index_buf in _loaded(op.stmt):
             if _stores_to(loop.body, index_buf) or any(_writes(o) is not None and _writes(o).var.same_as(index_buf)
                                                        for o in inner):
