@@ -1065,40 +1065,53 @@ class Gen:
 
     def pipelined(self) -> None:
         """A serial loop annotated ``num_stages`` (2..4) over 1..5 tiles of a global buffer: each iteration
-        copies a tile into shared memory and a parallel nest folds it into a fragment (``+`` or max). Bug class:
-        software pipelining (stage indexing, cp.async wait counts and barriers, extents below the stage
-        count, cp.async widths from 4 to 16 bytes)."""
+        copies a tile into shared memory and a parallel nest folds it into a fragment (``+`` or max); offsets
+        sometimes named (``row0 = bx * span`` before the loop, ``koff = ko * w`` in it), the copy and fold
+        sometimes under a block-uniform ``if``. Bug class: software pipelining (stage indexing, cp.async wait
+        counts and barriers, extents below the stage count, cp.async widths from 4 to 16 bytes, named offsets
+        substituted wrongly, a condition not carried into the stage that issues or reads)."""
         rng = self.rng
         shape = rng.choice(self.shapes())
         dtype = self.frag_dtype()
         stages, steps = rng.choice((2, 2, 3, 4)), rng.choice((1, 2, 3, 4, 5))
+        named, guarded = rng.random() < 0.4, rng.random() < 0.3
         acc = self.new_frag(shape, dtype)
         tile = Buf(self.fresh("s"), shape, dtype, self.shared_scope())
         self.allocs.append(tile)
         last = shape[-1]
         gshape = list(shape[:-1]) + [last * steps]
-        offs = ["0"] * (len(shape) - 1) + [f"ko * {last}"]
+        koff, row0 = self.fresh("koff"), self.fresh("row0")
+        offs = ["0"] * (len(shape) - 1) + [koff if named else f"ko * {last}"]
+        lines = []
         if self.nblocks > 1:
             span = gshape[0]
             gshape[0] = span * self.nblocks
-            offs[0] = f"bx * {span}" if offs[0] == "0" else f"bx * {span} + {offs[0]}"
+            if named:
+                lines.append(f"{row0} = bx * {span}")
+            base = row0 if named else f"bx * {span}"
+            offs[0] = base if offs[0] == "0" else f"{base} + {offs[0]}"
         name = self.fresh("A")
         self.params.append(Buf(name, tuple(gshape), dtype, "param"))
         full = _region(shape)
         idx = ", ".join(["i", "j"][:len(shape)])
         fold = f"{acc.name}[{idx}] + {tile.name}[{idx}]" if rng.random() < 0.5 else \
             f"T.max({acc.name}[{idx}], {tile.name}[{idx}])"
-        lines = [f"Tx.fill({acc.name}[{full}], {_const(dtype, 0.0)})",
-                 f'for ko in T.serial({steps}, annotations={{"num_stages": {stages}}}):',
-                 f"    Tx.copy({tile.name}[{full}], {name}[{_region(shape, offs)}])"]
+        lines += [f"Tx.fill({acc.name}[{full}], {_const(dtype, 0.0)})",
+                  f'for ko in T.serial({steps}, annotations={{"num_stages": {stages}}}):']
         pad = "    "
+        if named:
+            lines.append(f"{pad}{koff} = ko * {last}")
+        if guarded:
+            lines.append(f"{pad}if ko % 2 == {rng.choice((0, 1))}:")
+            pad += "    "
+        lines.append(f"{pad}Tx.copy({tile.name}[{full}], {name}[{_region(shape, offs)}])")
         for v, e in zip(["i", "j"], shape):
             lines.append(f"{pad}for {v} in T.parallel({e}):")
             pad += "    "
         lines.append(f"{pad}{acc.name}[{idx}] = {fold}")
         self.body.append("\n".join(lines))
         self.defined.add(acc.name)
-        self.notes.append(f"pipelined-s{stages}-n{steps}")
+        self.notes.append(f"pipelined-s{stages}-n{steps}" + ("-named" if named else "") + ("-guarded" if guarded else ""))
 
     def cumsum(self) -> None:
         """``lang.cumsum`` of a written fragment in place, along a random dimension, forwards or reversed. Bug

@@ -100,7 +100,7 @@ def unknown_op(A: T.Buffer((128,), "float32")):
     tx = T.launch_thread("threadIdx.x", 128)
     f = T.alloc_buffer((128,), "float32", scope="local.fragment")
     Tx.copy(f, A)
-    Tx.select(f, f, T.float32(0), lambda i: i > 3)
+    Tx.select(f, f, T.float32(0), lambda i: A[i] > T.float32(3))
 
 
 @T.prim_func

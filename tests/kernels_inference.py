@@ -278,7 +278,7 @@ def unsupported_op():
         bx = T.launch_thread("blockIdx.x", 1)
         tx = T.launch_thread("threadIdx.x", 64)
         frag = T.alloc_buffer((64,), "float32", scope="local.fragment")
-        Tx.select(frag[0:64], frag[0:64], T.float32(0), lambda i: i > 3)
+        Tx.select(frag[0:64], frag[0:64], T.float32(0), lambda i: A[i] > T.float32(3))
         Tx.copy(A[0:64], frag[0:64])
     return kernel
 

@@ -291,11 +291,12 @@ def test_irmodule_input_and_lookup_errors():
 # ---------------------------------------------------------------------------------------------
 # errors
 
-def test_unknown_tile_op_names_the_op_and_shows_it():
+def test_refused_tile_op_names_the_op_and_shows_it():
+    """A select whose predicate reads memory (inference would not see the read)."""
     with pytest.raises(FrontendError) as info:
         build_op_graph(K.unknown_op)
     msg = str(info.value)
-    assert "tirx.tile.select" in msg and "T.tile.select(f[0:128], f[0:128], T.float32(0.0), lambda i: i > 3)" in msg
+    assert "tirx.tile.select" in msg and "lambda i: A[i] > T.float32(3.0))" in msg
     assert "line 103" in msg
     assert isinstance(info.value, LayoutError) and isinstance(info.value, ValueError)
 

@@ -263,9 +263,11 @@ def test_composite_primitives_match_numpy(model):
     tl.cuda_source(func, cost_model=model)
 
 
-def test_select_is_refused_with_the_parallel_loop_spelling():
-    with pytest.raises(FrontendError, match=r"tirx.tile.select is not supported.*T.if_then_else"):
-        tl.infer_layouts(K.select_op())
+def test_select_lowers_to_a_per_thread_select():
+    from tilelayout.passes.lowering.pipeline import check_numeric
+    res = check_numeric(K.select_op(), lambda d: {"B": np.where(np.arange(16)[:, None] >= np.arange(16)[None, :],
+                                                                d["A"], np.float32(0))})
+    assert res.ok and res.exact, res.message
 
 
 def test_accumulating_reduce_negate_is_refused():

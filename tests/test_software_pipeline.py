@@ -252,7 +252,7 @@ def test_pre_sm80_targets_lower_synchronously_and_say_so():
 @pytest.mark.parametrize("kind,needle", [
     ("used_after", "fill X_s[0:64, 0:32] = 0.0 (op #1) uses it outside the loop"),
     ("read_first", "reads it before its copy in the same iteration"),
-    ("nested", "sits under a nested loop or condition"),
+    ("nested", "copies it only when ko < 3, but parallel i,j[64x32] (op #2) uses it outside that if"),
     ("no_copy", "nothing to pipeline"),
     ("other_writer", "stores to it inside the loop; only global -> shared copies may write a pipelined tile"),
     ("source_written", "buffer X: loop ko"),

@@ -971,3 +971,79 @@ KERNELS.update({
     "dequant_gemm/sm90a_b128x128x32_s3_t128": lambda: _dequant_gemm(256, 256, 256, 128, 128, 32, 3, 128),
     "dequant_gemm/sm80_b64x64x64_s2_t128": lambda: _dequant_gemm(128, 64, 256, 64, 64, 64, 2, 128),
 })
+
+
+def _named_offsets_gemm(m, n, k, bm, bn, bk, stages, threads=128):
+    """TileLang's tiled gemm with named offsets, as its examples write them."""
+    @T.prim_func
+    def main(A: T.Tensor((m, k), T.float16), B: T.Tensor((k, n), T.float16), C: T.Tensor((m, n), T.float32)):
+        with T.Kernel(n // bn, m // bm, threads=threads) as (bx, by):
+            A_s = T.alloc_shared((bm, bk), T.float16)
+            B_s = T.alloc_shared((bk, bn), T.float16)
+            C_local = T.alloc_fragment((bm, bn), T.float32)
+            row0 = by * bm
+            col0 = bx * bn
+            T.clear(C_local)
+            for ko in T.Pipelined(k // bk, num_stages=stages):
+                k0 = ko * bk
+                T.copy(A[row0:row0 + bm, k0:k0 + bk], A_s)
+                T.copy(B[k0:k0 + bk, col0:col0 + bn], B_s)
+                T.gemm(A_s, B_s, C_local)
+            T.copy(C_local, C[row0:row0 + bm, col0:col0 + bn])
+    return main
+
+
+def _block_sparse_gemm(m, n, k, bm, bn, bk, stages, threads=128):
+    """TileLang's examples/blocksparse_gemm kernel (an int8 mask, as our twin reads it)."""
+    @T.prim_func
+    def main(A: T.Tensor((m, k), T.float16), B: T.Tensor((k, n), T.float16),
+             BlockMask: T.Tensor((m // bm, n // bn, k // bk), T.int8), C: T.Tensor((m, n), T.float32)):
+        with T.Kernel(n // bn, m // bm, threads=threads) as (bx, by):
+            A_s = T.alloc_shared((bm, bk), T.float16)
+            B_s = T.alloc_shared((bk, bn), T.float16)
+            C_local = T.alloc_fragment((bm, bn), T.float32)
+            T.clear(C_local)
+            for ko in T.Pipelined(k // bk, num_stages=stages):
+                if BlockMask[by, bx, ko] != 0:
+                    T.copy(A[by * bm, ko * bk], A_s)
+                    T.copy(B[ko * bk, bx * bn], B_s)
+                    T.gemm(A_s, B_s, C_local)
+            T.copy(C_local, C[by * bm, bx * bn])
+    return main
+
+
+def _conv_im2col(batch, h, w, c, f, kh, stride, pad, bm, bn, bk, stages, threads=128):
+    """TileLang's examples/convolution kernel (the sm_80 path: im2col by a parallel loop, weights as a view)."""
+    oh = (h + 2 * pad - kh) // stride + 1
+    ow = (w + 2 * pad - kh) // stride + 1
+    kk = kh * kh * c
+
+    @T.prim_func
+    def main(data: T.Tensor((batch, h, w, c), T.float16), weight: T.Tensor((kh, kh, c, f), T.float16),
+             out: T.Tensor((batch, oh, ow, f), T.float32)):
+        with T.Kernel(f // bn, batch * oh * ow // bm, threads=threads) as (bx, by):
+            data_s = T.alloc_shared((bm, bk), T.float16)
+            weight_s = T.alloc_shared((bk, bn), T.float16)
+            out_local = T.alloc_fragment((bm, bn), T.float32)
+            weight_flat = T.Tensor((kk, f), T.float16, weight.data)
+            out_flat = T.Tensor((batch * oh * ow, f), T.float32, out.data)
+            T.clear(out_local)
+            for ko in T.Pipelined(kk // bk, num_stages=stages):
+                for i, j in T.Parallel(bm, bk):
+                    kq = ko * bk + j
+                    mq = by * bm + i
+                    ah = mq % (oh * ow) // ow * stride + kq // (kh * c) - pad
+                    aw = mq % ow * stride + kq // c % kh - pad
+                    in_bound = (ah >= 0) and (aw >= 0) and (ah < h) and (aw < w)
+                    data_s[i, j] = T.if_then_else(in_bound, data[mq // (oh * ow), ah, aw, kq % c], 0)
+                T.copy(weight_flat[ko * bk, bx * bn], weight_s)
+                T.gemm(data_s, weight_s, out_local)
+            T.copy(out_local, out_flat[by * bm, bx * bn])
+    return main
+
+
+KERNELS.update({
+    "pipelined_indexing/sm80_named_offsets_s2": lambda: _named_offsets_gemm(128, 128, 128, 64, 64, 32, 2),
+    "pipelined_indexing/sm80_block_sparse_s3": lambda: _block_sparse_gemm(128, 128, 256, 64, 64, 32, 3),
+    "pipelined_indexing/sm80_conv_im2col_s2": lambda: _conv_im2col(2, 8, 8, 32, 64, 3, 1, 1, 64, 64, 32, 2),
+})

@@ -9,10 +9,14 @@
 - ``reduce_negate(out, x, axes, accum, reduce_op)``: ``out = -reduce(x, axes)``: a reduction, then a negation
   (accumulating is refused: TVM does not say whether the old value is combined before or after negating).
 
-Refused with the reason and the spelling that works: ``select`` (its predicate is a lambda over the
-destination's coordinates that TVM 0.27 lowers only for Trainium; write a ``T.parallel`` loop with
-``T.if_then_else``), ``permute_layout`` (moves bytes between two explicit TileLayouts; layout inference
-chooses layouts itself, so pin the layout you need instead).
+- ``select(dst, a, b, lambda i, j: pred)``: ``dst[i, j] = a[i, j] if pred(i, j) else b[i, j]`` (``a`` and ``b``
+  regions or scalars): an elementwise op whose lowering is a per-thread select. The lambda's arguments are the
+  coordinates in ``dst`` (the region must start at the origin, so region and buffer coordinates agree) and it
+  may use scalars and loop variables but read no buffer (inference would not see the read; pass a mask as a
+  region operand of an elementwise op instead).
+
+Refused with the reason and the spelling that works: ``permute_layout`` (moves bytes between two explicit
+TileLayouts; layout inference chooses layouts itself, so pin the layout you need instead).
 """
 from __future__ import annotations
 
@@ -69,6 +73,34 @@ def _reduce(b, call: Any, reducer: str, dst, src, raw_axes: Any, accum: bool) ->
     b.add(ReduceOp, call, reducer=reducer, dst=dst, src=src, axes=axes, clear=not accum)
 
 
+def _select(b, call: Any, args: list) -> None:
+    from tvm.tirx.tile_primitive import LambdaExpr
+    from tvm.ir import TensorLoad
+    from tilelayout.passes.ir_utils import walk
+    args = [a for a in args if a is not None]
+    if len(args) != 4 or not isinstance(args[3], LambdaExpr):
+        raise FrontendError(f"{call.op.name}: expected (dst, true_value, false_value, lambda), got {len(args)} "
+                            f"arguments:\n{_stmt_text(call)}")
+    dst = b.region(args[0], call, "destination")
+    pred = args[3]
+    if len(list(pred.vars)) != len(dst.extents):
+        raise FrontendError(f"{call.op.name}: the predicate takes {len(list(pred.vars))} coordinates, the "
+                            f"destination {dst} has {len(dst.extents)} dimensions:\n{_stmt_text(call)}")
+    if any(_const(o) != 0 for o in dst.offsets):
+        raise FrontendError(f"{call.op.name}: the destination {dst} does not start at the origin, so whether the "
+                            f"predicate's coordinates count from the region or from the buffer would be a guess; "
+                            f"select on the whole buffer (or a region starting at 0):\n{_stmt_text(call)}")
+    loads: list = []
+    walk(pred.pred, [(TensorLoad, lambda e: loads.append(e.source.name))])
+    if loads:
+        raise FrontendError(f"{call.op.name} is not supported with this predicate: it reads {loads[0]}, and a "
+                            f"select's predicate may use its coordinates, loop variables and scalars only (layout "
+                            f"inference would not see the read); select on a mask region with a T.parallel loop "
+                            f"and T.if_then_else instead:\n{_stmt_text(call)}")
+    operands = [_operand(b, call, a, what) for a, what in ((args[1], "true value"), (args[2], "false value"))]
+    _elementwise(b, call, "select", dst, operands, [pred])
+
+
 def expand_composite(b, call: Any, short: str, args: list) -> None:
     """Add the ops one composite tile primitive means to the graph (``b``: the front end's builder)."""
     if short == "memset":
@@ -118,10 +150,7 @@ def expand_composite(b, call: Any, short: str, args: list) -> None:
         _reduce(b, call, reducer, out, x, args[2], False)
         _elementwise(b, call, "negate", out, [out])
     elif short == "select":
-        raise FrontendError(
-            f"{call.op.name} is not supported: its predicate is a lambda over the destination's coordinates that "
-            f"TVM 0.27 lowers only for Trainium; write `for i, j in T.parallel(...): dst[i, j] = "
-            f"T.if_then_else(pred(i, j), a[i, j], b)` instead:\n{_stmt_text(call)}")
+        _select(b, call, args)
     elif short == "permute_layout":
         raise FrontendError(
             f"{call.op.name} is not supported: it moves bytes between two explicit TileLayouts, while layout "

@@ -439,7 +439,7 @@ class _Builder:
             raise FrontendError(
                 f"tile op {name} is not supported by layout inference (supported: copy, "
                 f"copy_async, fill, sum, max, min, gemm, {', '.join(sorted(_ELEMENTWISE))}, "
-                f"{', '.join(c for c in COMPOSITE_OPS if c not in ('select', 'permute_layout'))}):\n"
+                f"{', '.join(c for c in COMPOSITE_OPS if c != 'permute_layout')}):\n"
                 f"{_stmt_text(call)}")
 
     @staticmethod

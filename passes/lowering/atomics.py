@@ -21,8 +21,23 @@ __all__ = ["has_atomic", "atomics_as_updates", "guard_atomics", "fence_shared_at
 
 def has_atomic(stmt: Any) -> bool:
     hits = []
-    walk(stmt, [(tvm.ir.Call, lambda c: hits.append(1) if atomic_of(c) is not None else None)])
+    walk(stmt, [(tvm.ir.Call, lambda c: hits.append(1) if atomic_of(c) is not None or _vector_red(c) is not None
+                 else None)])
     return bool(hits)
+
+
+def _vector_red(call: Any):
+    """(target element load, values) of a ``red.global.add.v{2,4}.f32`` (``vector_atomics.py``), else None."""
+    if not (isinstance(call, tvm.ir.Call) and isinstance(call.op, tvm.ir.Op) and str(call.op.name).startswith("tirx.ptx.red_vec")):
+        return None
+    args = list(call.args)
+    addr = args[0]
+    values = [a for a in args[1:] if not isinstance(a, tvm.ir.StringImm)]
+    mods = [str(a.value) for a in args[1:] if isinstance(a, tvm.ir.StringImm)]
+    if "add" not in mods or not (isinstance(addr, tvm.ir.Call) and str(addr.op.name) == "tirx.address_of"
+                                 and isinstance(addr.args[0], TensorLoad)):
+        return None
+    return addr.args[0], values
 
 
 def _combine(kind: str, old: Any, value: Any) -> Any:
@@ -34,6 +49,14 @@ def _combine(kind: str, old: Any, value: Any) -> Any:
 def atomics_as_updates(stmt: Any) -> Any:
     """Every ``Evaluate(atomic)`` becomes ``B[i] = B[i] op v`` (threads serialised: no other thread interleaves)."""
     def on_eval(e):
+        red = _vector_red(e.value)
+        if red is not None:         # consecutive elements from the target's last index on
+            t, values = red
+            stores = []
+            for k, v in enumerate(values):
+                idx = list(t.indices[:-1]) + [t.indices[-1] + k]
+                stores.append(tirx.BufferStore(t.source, _combine("add", tirx.BufferLoad(t.source, idx), v), idx))
+            return tirx.SeqStmt(stores)
         at = atomic_of(e.value)
         if at is None:
             return e

@@ -22,6 +22,7 @@ from ..ir_utils import int_value, mapped, mutate, thread_launch, walk
 from .loop_partition import SLOT_LOOP_KEY
 from ..inference.loop_plan import plan_vector_width, same_in_group, value_lane_cap
 from .atomics import has_atomic
+from .vector_atomics import vector_atomic_lanes, vectorize_atomic
 
 __all__ = ["LoopVectorize", "vectorize_function", "VECTOR_WIDTH_KEY"]
 
@@ -113,7 +114,10 @@ def slot_loop_width(loop, scope: list, tx, threads: int, target) -> int:
     if ext is None or int_value(loop.min) != 0:
         return 1
     accesses = _accesses(loop.body)
-    if not accesses or has_atomic(loop.body):   # an atomic is one scalar read-modify-write per lane
+    if not accesses:
+        return 1
+    atomic_lanes = vector_atomic_lanes(loop.body, target) if has_atomic(loop.body) else None
+    if atomic_lanes == 1:       # an atomic is one scalar read-modify-write per lane, unless vector atomics exist
         return 1
     global_only = not any(b.is_shared or b.is_local for b, _, _ in accesses)
     max_bits = max_vector_load_bits(target, global_only=global_only)
@@ -122,6 +126,8 @@ def slot_loop_width(loop, scope: list, tx, threads: int, target) -> int:
     extents = [e for _, e in outer] + [ext]
     width = plan_vector_width(loop_vars, extents, [a for a in accesses if a[1]], max_bits,
                               value_lane_cap(loop.body))
+    if atomic_lanes is not None:
+        width = min(width, atomic_lanes)
     conds = _conditions(loop.body)
     while width > 1 and not all(_invariant(c, loop.loop_var, ext, width, outer) for c in conds):
         width //= 2
@@ -164,6 +170,17 @@ def _vectorize(loop, scope: list, tx, threads: int, target):
     var = loop.loop_var
     hi, lane = tirx.Var(f"{var.name}_o", "int32"), tirx.Var(f"{var.name}_v", "int32")
     base = hi * width if ext > width else tirx.const(0, "int32")
+    if has_atomic(loop.body):
+        bounds = {v: (0, e) for v, e in scope}
+        bounds.update({tx: (0, threads)} if tx is not None else {})
+        bounds.update({var: (0, ext), hi: (0, max(1, ext // width))})
+        vec = vectorize_atomic(loop.body, var, base, width, bounds)
+        if vec is None:
+            ann[VECTOR_WIDTH_KEY] = 1
+            return tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, loop.body, None, ann, loop.step)
+        if ext == width:
+            return _annotated(tirx.For(hi, 0, 1, tirx.ForKind.SERIAL, vec, None, ann), ann)
+        return tirx.For(hi, 0, ext // width, tirx.ForKind.SERIAL, vec, None, ann)
     body = substitute(loop.body, {var: base + lane})
     # guards are invariant inside a vector: evaluate them at the vector's first lane, hoisting the outer one
     hoisted = None

@@ -72,6 +72,12 @@ def element_loop(op, node, nest, kind):
         value = _cast(dtype, loads[0])
     elif isinstance(op, FillOp):
         value = _cast(dtype, op.value)
+    elif op.name == "select":
+        # the predicate is a lambda over the destination's coordinates (the region starts at the origin)
+        pred = op.params[-1]
+        on, off = (_cast(dtype, v) for v in _operands(op, node, loads))
+        cond = substitute(pred.pred, dict(zip(list(pred.vars), nest.loop_vars)))
+        value = tirx.Select(cond, on, off)     # both sides are in-bounds region reads: evaluating both is safe
     elif op.name == "binary_chain":
         data, a, b = (_cast(dtype, v) for v in _operands(op, node, loads))
         op0, op1, reverse = op.params[-3:]

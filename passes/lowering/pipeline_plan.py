@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import tvm
 from tvm import tirx
+from tvm.ir import TensorLoad
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from tilelayout.errors import PipelineError
@@ -78,6 +79,30 @@ def _items(body) -> list:
     return list(body.seq) if isinstance(body, tirx.SeqStmt) else [body]
 
 
+def _guarded_items(body, guard=None) -> list:
+    """(guard, statement) for the loop body's statements: the statements of an ``if`` without ``else`` that
+    holds a tile op come out one by one under that ``if`` (its condition is carried into every stage)."""
+    out = []
+    for it in _items(body):
+        if isinstance(it, tirx.IfThenElse) and it.else_case is None and _has_tile_op(it):
+            out.extend(_guarded_items(it.then_case, it if guard is None else guard))
+        else:
+            out.append((guard, it))
+    return out
+
+
+def _has_tile_op(stmt) -> bool:
+    hits = []
+    walk(stmt, [(TilePrimitiveCall, lambda n: hits.append(1))])
+    return bool(hits)
+
+
+def _loaded(node) -> list:
+    out = []
+    walk(node, [(TensorLoad, lambda e: out.append(e.source))])
+    return out
+
+
 def _stores_to(stmt, var) -> bool:
     hits = []
     walk(stmt, [(tirx.BufferStore, lambda s: hits.append(1) if s.buffer.same_as(var) else None)])
@@ -101,6 +126,8 @@ def plan_pipelines(func, target=None):
     target = normalize_target(target)
     graph = build_op_graph(func)
     shared_sizes = {b.name: b for b in graph.buffers if b.is_shared}
+    from ..named_scalars import _uniform_loop_vars
+    uniform = _uniform_loop_vars(func.body) + [v for v in func.params if not tirx.is_buffer_var(v)]
 
     def on_for(loop):
         if loop.annotations is None or STAGES_KEY not in loop.annotations or PIPELINE_KEY in loop.annotations:
@@ -110,7 +137,7 @@ def plan_pipelines(func, target=None):
             return loop                 # one stage: nothing to overlap, the loop stays as written
         if loop.kind != tirx.ForKind.SERIAL:
             raise PipelineError(f"{_label(loop)}: only serial loops can be pipelined, this one is {loop.kind}")
-        decision = _decide(loop, stages, graph, target, shared_sizes)
+        decision = _decide(loop, stages, graph, target, shared_sizes, uniform)
         notes = dict(loop.annotations)
         notes[PIPELINE_KEY] = decision
         return tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, loop.body, loop.thread_binding, notes,
@@ -138,9 +165,11 @@ def _writes(op):
     return None
 
 
-def _decide(loop, stages: int, graph, target, shared_sizes: dict) -> dict:
+def _decide(loop, stages: int, graph, target, shared_sizes: dict, uniform: list) -> dict:
     label = _label(loop)
-    items = _items(loop.body)
+    guarded = _guarded_items(loop.body)
+    items = [it for _, it in guarded]
+    guard_of = [g for g, _ in guarded]
 
     def item_of(stmt) -> int | None:
         for k, it in enumerate(items):
@@ -167,8 +196,11 @@ def _decide(loop, stages: int, graph, target, shared_sizes: dict) -> dict:
             raise PipelineError(f"{label}: {op.describe()} runs on threads [{lo}, {lo + ext}) only; the pipeline's "
                                 f"block-wide barrier needs every thread (keep the loop out of thread conditions)")
         if not any(it.same_as(op.stmt) for it in items):
-            raise PipelineError(f"{label}: {op.describe()} sits under a nested loop or condition of the pipelined "
-                                f"loop; a pipelined copy must be a statement of the loop body itself")
+            raise PipelineError(f"{label}: {op.describe()} sits under a nested loop or an if with an else branch "
+                                f"in the pipelined loop; a pipelined copy must be a statement of the loop body, "
+                                f"or of an if (without else) directly in it")
+    for guard in _dedup([g for g in guard_of if g is not None]):
+        _check_guard(label, guard, loop, uniform, graph, inner)
     for buf in buffers:
         mine = [op for op in copies if op.dst.buffer is buf]
         for op in inner:
@@ -177,6 +209,17 @@ def _decide(loop, stages: int, graph, target, shared_sizes: dict) -> dict:
                                     f"{op.describe()} also writes it inside the loop; only global -> shared "
                                     f"copies may write a pipelined tile")
         last_copy = max(item_of(op.stmt) for op in mine)
+        guards = _dedup([guard_of[item_of(op.stmt)] for op in mine])
+        if guards != [None] and len(guards) == 1:
+            for k, it in enumerate(items):
+                if guard_of[k] is not guards[0] and mentions(it, [buf.var]):
+                    what = next((op.describe() for op in inner if item_of(op.stmt) == k), f"statement {k} of the body")
+                    raise PipelineError(f"buffer {buf.name}: {label} copies it only when "
+                                        f"{guards[0].condition}, but {what} uses it outside that if; with "
+                                        f"{stages} stages it would see the tile of another iteration")
+        elif len(guards) > 1:
+            raise PipelineError(f"buffer {buf.name}: {label} copies it under different conditions; a pipelined "
+                                f"tile is copied either unconditionally or under one if")
         for k, it in enumerate(items):
             if any(it.same_as(op.stmt) for op in mine):
                 continue
@@ -195,9 +238,19 @@ def _decide(loop, stages: int, graph, target, shared_sizes: dict) -> dict:
                                 f"give that use its own shared tile")
     for op in copies:
         src = op.src.buffer
-        if any(_writes(o) is src for o in inner) or _stores_to(loop.body, src.var):
-            raise PipelineError(f"buffer {src.name}: {label} issues {op.describe()} ahead of time, but the loop "
-                                f"also writes {src.name}; the early copy would read stale data")
+        # a view of a parameter (T.decl_buffer(..., data=X.data)) shares its storage with X and X's other views
+        group = next((g for g in getattr(graph, "aliases", None) or [] if any(b is src for b in g)), [src])
+        for same in group:
+            if any(_writes(o) is same for o in inner) or _stores_to(loop.body, same.var):
+                raise PipelineError(f"buffer {same.name}: {label} issues {op.describe()} ahead of time, but the "
+                                    f"loop also writes {same.name}{'' if same is src else f' (the storage of {src.name})'}; "
+                                    f"the early copy would read stale data")
+        for index_buf in _loaded(op.stmt):
+            if _stores_to(loop.body, index_buf) or any(_writes(o) is not None and _writes(o).var.same_as(index_buf)
+                                                       for o in inner):
+                raise PipelineError(f"buffer {index_buf.name}: {label} issues {op.describe()} ahead of time, but "
+                                    f"its region reads {index_buf.name}, which the loop writes; the early copy "
+                                    f"would use a stale offset")
     _check_shared_budget(label, stages, buffers, shared_sizes, target)
     names = ",".join(b.name for b in buffers)
     if sm_version(target) < 80:
@@ -207,6 +260,37 @@ def _decide(loop, stages: int, graph, target, shared_sizes: dict) -> dict:
     return {"stages": stages, "buffers": names, "mode": "cp.async",
             "note": f"{stages} stages of {names.replace(',', ', ')}: cp.async for iteration k + {stages - 1} "
                     f"while iteration k computes"}
+
+
+def _dedup(items: list) -> list:
+    out: list = []
+    for x in items:
+        if not any(x is y for y in out):
+            out.append(x)
+    return out
+
+
+def _check_guard(label: str, guard, loop, uniform: list, graph, inner: list) -> None:
+    """A condition carried into every stage must have one value for the whole block (the pipeline's barrier
+    and wait are unconditional) and must read nothing the loop writes (it is evaluated ahead of time)."""
+    cond = guard.condition
+    loaded = _loaded(cond)
+    thread_vars = [v for v in free_vars_of(cond) if not any(v.same_as(u) for u in uniform + loaded)]
+    if thread_vars:
+        raise PipelineError(f"{label}: the if ({cond}) around a pipelined copy depends on {thread_vars[0]}, which is "
+                            f"not uniform over the block; its condition must use block ids, serial loop variables "
+                            f"and memory only")
+    for buf in loaded:
+        if str(buf.scope()) not in ("global", "local") or _stores_to(loop.body, buf) or \
+                any(_writes(o) is not None and _writes(o).var.same_as(buf) for o in inner):
+            raise PipelineError(f"{label}: the if ({cond}) around a pipelined copy reads {buf.name}, which the "
+                                f"loop writes or which is not global memory or a register; the condition is "
+                                f"evaluated stages ahead")
+
+
+def free_vars_of(expr) -> list:
+    from tilelayout.expr import free_vars
+    return list(free_vars(expr))
 
 
 def _check_shared_budget(label: str, stages: int, buffers: list, shared: dict, target) -> None:

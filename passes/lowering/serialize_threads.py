@@ -71,6 +71,23 @@ def _hoist_allocs(body):
     return body, found
 
 
+def _hoist_param_views(body, params: list):
+    """Remove every ``DeclBuffer`` over a parameter's data from ``body``; return (body, declarations): they
+    depend on the parameter only, and must stay in scope for every per-thread phase built from the body."""
+    found = []
+
+    def on_decl(node):
+        data = node.data
+        if isinstance(data, tvm.ir.Call) and isinstance(data.op, tvm.ir.Op) and \
+                str(data.op.name) == "tirx.buffer_data" and any(data.args[0].same_as(p) for p in params):
+            found.append(node)
+            return tirx.Evaluate(0)
+        return node
+
+    body = mapped(body, [(tirx.DeclBuffer, on_decl)])
+    return body, found
+
+
 def _parallel_to_serial(stmt):
     return mapped(stmt, [(tirx.For, lambda f: tirx.For(f.loop_var, f.min, f.extent, tirx.ForKind.SERIAL, f.body,
                                                        None, f.annotations, f.step)
@@ -167,7 +184,8 @@ def serialize_threads(func):
     for _, ext in threads:
         nthreads *= ext
     body, allocs = _hoist_allocs(body)
-    remap, decls = {}, []
+    body, views = _hoist_param_views(body, [p for p in func.params if tirx.is_buffer_var(p)])
+    remap, decls = {}, list(views)
     for b in allocs:
         scope = b.scope()
         if scope in LOCAL_SCOPES:

@@ -70,6 +70,7 @@ def _software_pipeline(func):
     if not loops:
         return func
     params = [p for p in func.params if tirx.is_buffer_var(p)]
+    views = _param_views(func, params)
     allocs = {}
     walk(func.body, [(tirx.AllocBuffer, lambda a: allocs.setdefault(str(a.buffer.name), []).append(a.buffer))])
     thread_bounds = _thread_bounds(func)
@@ -96,7 +97,7 @@ def _software_pipeline(func):
         if plan["mode"] != "cp.async":
             continue
         bufs = {name: staged[name] for name in plan["buffers"]}
-        new, text = _pipeline_loop(loop, plan, bufs, params, thread_bounds)
+        new, text = _pipeline_loop(loop, plan, bufs, params, thread_bounds, views)
         reports[f"loop {loop.loop_var.name}"] = text
         out_body = mutate(out_body, [(tirx.For, lambda f, m, old=loop, new=new: new if f.same_as(old)
                                       else m.default_mutate(f))])
@@ -117,6 +118,19 @@ def _software_pipeline(func):
         raise PipelineError(f"buffer {leftover[0]}: pipelined, but still used outside its pipelined loop")
     out = func.with_body(out_body)
     return out.with_attr(PIPELINE_REPORT_ATTR, reports)
+
+
+def _param_views(func, params: list) -> list:
+    """Buffers declared over a parameter's data (``T.decl_buffer(shape, dtype, data=X.data)``)."""
+    out = []
+
+    def on_decl(d):
+        data = d.data
+        if isinstance(data, tvm.ir.Call) and isinstance(data.op, tvm.ir.Op) and \
+                str(data.op.name) == "tirx.buffer_data" and any(data.args[0].same_as(p) for p in params):
+            out.append(d.buffer)
+    walk(func.body, [(tirx.DeclBuffer, on_decl)])
+    return out
 
 
 def _thread_bounds(func) -> dict:
@@ -194,40 +208,102 @@ def _fresh_loops(stmt):
     return mapped(stmt, [(tirx.For, on_for)])
 
 
-def _pipeline_loop(loop, plan: dict, staged: dict, params: list, thread_bounds: dict):
+def _guarded_items(body, olds: list, guard=None) -> list:
+    """(guard, statement) for each statement of the loop body; the statements of an ``if`` without ``else``
+    that writes a pipelined tile come out one by one under its condition (the plan checked it is uniform)."""
+    out = []
+    for it in _items(body):
+        if isinstance(it, tirx.IfThenElse) and it.else_case is None and _stores_any(it, olds):
+            cond = it.condition if guard is None else tirx.And(guard, it.condition)
+            out.extend(_guarded_items(it.then_case, olds, cond))
+        else:
+            out.append((guard, it))
+    return out
+
+
+def _stores_any(stmt, bufs: list) -> bool:
+    hits = []
+    walk(stmt, [(tirx.BufferStore, lambda st: hits.append(1) if any(st.buffer.same_as(b) for b in bufs) else None)])
+    return bool(hits)
+
+
+def _loads(node) -> list:
+    out = []
+    walk(node, [(TensorLoad, lambda e: out.append(e.source))])
+    return out
+
+
+def _early_readable(loop, params: list, views: list) -> list:
+    """Buffers whose value the producer may read ahead of its iteration: global parameters and views of them
+    (``T.decl_buffer(..., data=X.data)``), and registers the loop never stores to (an offset computed before
+    the loop, such as a grouped gemm's group index)."""
+    stored = []
+    walk(loop.body, [(tirx.BufferStore, lambda st: stored.append(st.buffer))])
+    local: list = []
+
+    def on_load(e):
+        b = e.source
+        if str(b.scope()).startswith("local") and not any(b.same_as(x) for x in stored):
+            local.append(b)
+    walk(loop.body, [(TensorLoad, on_load)])
+    return list(params) + list(views) + local
+
+
+def _wrap(guard, stmt):
+    return stmt if guard is None else tirx.IfThenElse(guard, stmt, None)
+
+
+def _regroup(items: list) -> list:
+    """Consecutive statements under the same condition back under one ``if``."""
+    out, run, cur = [], [], None
+    for guard, st in items:
+        if run and guard is not cur:
+            out.append(_wrap(cur, run[0] if len(run) == 1 else tirx.SeqStmt(run)))
+            run = []
+        cur = guard
+        run.append(st)
+    if run:
+        out.append(_wrap(cur, run[0] if len(run) == 1 else tirx.SeqStmt(run)))
+    return out
+
+
+def _pipeline_loop(loop, plan: dict, staged: dict, params: list, thread_bounds: dict, views: list = ()):
     s = plan["stages"]
     label = f"loop {loop.loop_var.name} ({s} stages)"
     olds = [old for _, old, _, _ in staged.values()]
-    items = _items(loop.body)
+    items = _guarded_items(loop.body, olds)
     producer, consumer = [], []
-    for it in items:
+    for guard, it in items:
         writes = []
         walk(it, [(tirx.BufferStore, lambda st: writes.append(st.buffer))])
         mine = [w for w in writes if any(w.same_as(o) for o in olds)]
-        (producer if mine else consumer).append(it)
+        (producer if mine else consumer).append((guard, it))
         if mine and len(mine) != len(writes):
             raise PipelineError(f"{label}: a lowered statement writes both a pipelined tile ({mine[0].name}) and "
                                 f"another buffer; only plain global -> shared copies can be issued early")
     if not producer:
         raise PipelineError(f"{label}: the lowered body has no copy into {', '.join(staged)}")
     bound = []
-    for it in consumer:
+    for _, it in consumer:
         walk(it, [(tirx.Bind, lambda b: bound.append(b.var)), (tirx.For, lambda f: bound.append(f.loop_var))])
-    for it in producer:
-        loads = []
-        walk(it, [(TensorLoad, lambda e: loads.append(e.source))])
-        bad = [b for b in loads if not any(b.same_as(p) for p in params)]
+    readable = _early_readable(loop, params, views)
+    for guard, it in producer:
+        bad = [b for b in _loads(it) + (_loads(guard) if guard is not None else [])
+               if not any(b.same_as(p) for p in readable)]
         if bad:
-            raise PipelineError(f"{label}: the copy into a pipelined tile reads {bad[0].name}, not a global "
-                                f"parameter; only global -> shared copies can be issued early")
-        if isinstance(it, (tirx.AllocBuffer, tirx.Bind)) or mentions(it, bound):
+            raise PipelineError(f"{label}: the copy into a pipelined tile reads {bad[0].name}, which is neither a "
+                                f"global parameter nor a register the loop leaves unchanged; only such values can "
+                                f"be read ahead of their iteration")
+        if isinstance(it, (tirx.AllocBuffer, tirx.Bind)) or mentions(it, bound) or \
+                (guard is not None and mentions(guard, bound)):
             raise PipelineError(f"{label}: the copy into a pipelined tile depends on a value the loop body computes")
 
-    if consumer and _is_block_barrier(consumer[0]):
+    if consumer and _is_block_barrier(consumer[0][1]):
         consumer = consumer[1:]     # the schedule's barrier right before C(k) already orders what this one did
     sizes: dict = {}
-    producer = [_async_copies(it, olds, {**thread_bounds, loop.loop_var: (loop.min, loop.extent)}, sizes)
-                for it in producer]
+    producer = _regroup([(g, _async_copies(it, olds, {**thread_bounds, loop.loop_var: (loop.min, loop.extent)},
+                                           sizes)) for g, it in producer])
+    consumer = _regroup(consumer)
     k, lo, n = loop.loop_var, loop.min, loop.extent
     ana = sym.Analyzer()
 

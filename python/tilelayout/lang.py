@@ -11,6 +11,11 @@ back ends see nothing new:
 - ``atomic_add(dst, value)``, ``atomic_max``, ``atomic_min``: TileLang's ``T.atomic_add(dst, value)`` on
   global or shared memory (``dst`` is an element such as ``B[i]``). CUDA has floating-point atomicAdd;
   atomicMax/atomicMin exist for 32/64-bit integers only, so those refuse floating-point elements.
+- ``atomic_add(dst_region, src_region)``: the tile form (attention backward accumulates dQ this way): every
+  element of ``src`` (a fragment or a shared tile) is added atomically to the matching element of ``dst``
+  (global or shared memory). The extents must agree once unit dimensions are dropped (``dQ[b, r0:r0 + 64, h,
+  0:128]`` against a ``[64, 128]`` fragment); it becomes a ``T.parallel`` nest over ``src`` whose layout
+  inference takes from the fragment, one atomic per element.
 """
 from __future__ import annotations
 
@@ -115,8 +120,44 @@ def _atomic(kind: str, dst: Any, value: Any) -> Any:
 
 
 def atomic_add(dst: Any, value: Any) -> Any:
-    """``dst += value`` atomically (global or shared memory)."""
+    """``dst += value`` atomically (global or shared memory): one element, or a region plus a tile."""
+    if isinstance(dst, TensorRegion) or tirx.is_buffer_var(dst):
+        return _atomic_tile("add", dst, value)
     return _atomic("add", dst, value)
+
+
+def _atomic_tile(kind: str, dst: Any, src: Any) -> None:
+    """A parallel nest over ``src`` doing one element atomic into the matching element of ``dst``."""
+    dbuf, doff, dext = _region(dst, "dst")
+    if not (isinstance(src, TensorRegion) or tirx.is_buffer_var(src)):
+        raise LangError(f"atomic_{kind}: with a region destination ({dbuf.name}) the value must be a buffer or a "
+                        f"region of the same shape, got {src!r}")
+    sbuf, soff, sext = _region(src, "src")
+    if any(_int(e) is None for e in list(sext) + list(dext)):
+        raise LangError(f"atomic_{kind}: region extents must be constants, got {dbuf.name} {list(dext)} and "
+                        f"{sbuf.name} {list(sext)}")
+    dkeep = [d for d, e in enumerate(dext) if _int(e) != 1]
+    skeep = [d for d, e in enumerate(sext) if _int(e) != 1]
+    if [_int(dext[d]) for d in dkeep] != [_int(sext[d]) for d in skeep]:
+        raise LangError(f"atomic_{kind}: destination {dbuf.name} extents {[_int(e) for e in dext]} and value "
+                        f"{sbuf.name} extents {[_int(e) for e in sext]} differ (unit dimensions aside)")
+    if str(dbuf.dtype) != str(sbuf.dtype) and kind != "add":
+        raise LangError(f"atomic_{kind}: {dbuf.name} ({dbuf.dtype}) and {sbuf.name} ({sbuf.dtype}) differ")
+
+    def nest(level: int, coords: list) -> None:
+        if level == len(skeep):
+            s_idx = [soff[d] + (coords[skeep.index(d)] if d in skeep else 0) for d in range(len(sext))]
+            d_idx = [doff[d] + (coords[dkeep.index(d)] if d in dkeep else 0) for d in range(len(dext))]
+            IB.evaluate(_atomic(kind, tirx.BufferLoad(dbuf, d_idx), tirx.BufferLoad(sbuf, s_idx)))
+            return
+        with IB.parallel(0, _int(sext[skeep[level]])) as v:
+            nest(level + 1, coords + [v])
+
+    if skeep:
+        nest(0, [])
+    else:
+        with IB.parallel(0, 1):
+            nest(0, [])
 
 
 def atomic_max(dst: Any, value: Any) -> Any:

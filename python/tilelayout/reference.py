@@ -473,7 +473,25 @@ class _Interpreter:
         buf = s.buffer
         if buf in self.arrays:
             return
-        self.refuse(f"buffer {buf.name} declared over other storage (DeclBuffer)", s)
+        view = self._reshaped_view(buf, s.data)
+        if view is None:
+            self.refuse(f"buffer {buf.name} declared over other storage (DeclBuffer) other than a reshape of a "
+                        f"buffer of the same element type and size", s)
+        self.arrays[buf] = view
+        self.names[buf] = str(buf.name)
+
+    def _reshaped_view(self, buf, data):
+        """A numpy view of the buffer whose data ``buf`` declares over (``T.decl_buffer(shape, dtype,
+        data=X.data)``), when it is a plain reshape of ``X``: same element type and element count."""
+        if not (isinstance(data, tvm.ir.Call) and isinstance(data.op, tvm.ir.Op)
+                and str(data.op.name) == "tirx.buffer_data" and len(data.args) == 1):
+            return None
+        base = self.arrays.get(data.args[0])
+        shape = [int(x) if isinstance(x, (int, tirx.IntImm)) else None for x in buf.shape]
+        if base is None or None in shape or str(numpy_dtype(buf.dtype)) != str(base.dtype) \
+                or int(np.prod(shape)) != base.size or not base.flags.c_contiguous:
+            return None
+        return base.reshape(shape)
 
     def attr(self, s, ctx) -> None:
         if s.attr_key == "thread_extent" and isinstance(s.node, tirx.IterVar):
