@@ -217,7 +217,7 @@ def cmd_check(args, out, progress) -> int:
     reference = None
     if args.reference:
         from .kernel_file import load_callable
-        reference = load_callable(args.reference)
+        reference = _guarded_reference(load_callable(args.reference), args.reference)
     with progress.step("lowering, building for the CPU and running"):
         res = check_numeric(func, reference, parse_target(args.target), args.cost_model, args.seed,
                             _tolerance(args.tolerance))
@@ -231,6 +231,24 @@ def cmd_check(args, out, progress) -> int:
         for name, err in sorted(res.max_error.items()):
             print(f"  {name}: max abs error {err:.3g}", file=out)
     return EXIT_OK if res.ok else EXIT_CHECK_FAILED
+
+
+def _guarded_reference(fn, spec: str):
+    """``fn`` whose exceptions and ``sys.exit`` become a ``ReferenceFunctionError`` naming ``spec``: a failing
+    reference is the user's error (exit status 2), neither a mismatch nor a crash of tilelayout."""
+    from .errors import ReferenceFunctionError
+    from .kernel_file import describe_error
+
+    def reference(inputs):
+        try:
+            return fn(inputs)
+        except TileLayoutError:
+            raise
+        except (Exception, SystemExit) as err:  # noqa: BLE001 -- user code: reported with its message
+            raise ReferenceFunctionError(f"--reference {spec} failed: {describe_error(err)}") from None
+
+    reference.__qualname__ = getattr(fn, "__qualname__", spec)
+    return reference
 
 
 def _emit_json(out, payload: dict, args) -> None:
@@ -318,6 +336,10 @@ def main(argv: list[str] | None = None, stdout=None, stderr=None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("interrupted", file=stderr)
+        return EXIT_USAGE
+    except SystemExit as err:            # user code run by the command exited: never a silent 0 or a "mismatch"
+        print(f"error: code run by `tilelayout {args.command}` called sys.exit({err.code!r}); kernel files, "
+              f"builders and references must return, not exit", file=stderr)
         return EXIT_USAGE
     except Exception:  # noqa: BLE001 -- a bug in tilelayout: say so, with the traceback to report
         print("internal error in tilelayout (please report it with this traceback):", file=stderr)
