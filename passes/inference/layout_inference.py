@@ -69,10 +69,14 @@ class Attempt:
     details: tuple = ()                              # per-statement costs from the cost model
     conversions: list = field(default_factory=list)  # conversions of the attempt (see conversion_plan)
     note: str | None = None                          # e.g. over the register budget
+    registers: int | None = None                     # 32-bit registers per thread of every fragment laid out so far
 
     def to_dict(self) -> dict:
-        """JSON-ready form: cost, verdict, error and the attempt's layouts as dicts."""
-        out = {k: getattr(self, k) for k in ("component", "root", "root_description", "mem", "regs", "chosen", "error")}
+        """JSON-ready form: cost, verdict, error and the attempt's layouts as dicts. ``regs`` is the cost
+        model's register figure (register slots, any element width); ``registers`` the 32-bit registers per
+        thread, counted as ``tilelayout show`` counts them."""
+        out = {k: getattr(self, k) for k in ("component", "root", "root_description", "mem", "regs", "registers",
+                                             "chosen", "error")}
         out["layouts"] = {k: v.to_dict() for k, v in self.layouts.items()}
         out["loops"] = {k: v.to_dict() for k, v in self.loops.items()}
         return out
@@ -418,6 +422,9 @@ class _Engine:
                     tried.append(attempt)
                     continue
                 attempt.mem, attempt.regs, attempt.details = cost.mem, cost.regs, tuple(cost.details)
+                attempt.registers = register_count32(
+                    {n: l for n, l in trial.layouts.items() if self.graph.buffer(n).is_fragment},
+                    lambda n: self.graph.buffer(n).bits)
                 attempt.mem += sum(c.mem for _, c in converts)
                 attempt.conversions = [{"src": op.src.buffer.name, "dst": op.dst.buffer.name, "op": op.describe(),
                                         "kind": c.kind, "cost": c} for op, c in converts]

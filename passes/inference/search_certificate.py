@@ -170,4 +170,5 @@ def _step_pattern(engine, start, index: int, items: list, before: dict, goal: di
 def copy_outcome(attempt, certified) -> None:
     """Give ``attempt`` the outcome of the certified attempt it provably repeats."""
     attempt.mem, attempt.regs, attempt.details = certified.mem, certified.regs, certified.details
+    attempt.registers = certified.registers
     attempt.layouts, attempt.loops = dict(certified.layouts), dict(certified.loops)
