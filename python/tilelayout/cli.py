@@ -164,7 +164,7 @@ def cmd_plot(args, out, progress) -> int:
         path = outdir / f"{_safe_name(stem)}.{args.format}"
         with progress.step(f"drawing {stem}"):
             paths = plot_layout(layout, path, dtype=dtype or "float16", max_rows=args.max_rows,
-                                max_cols=args.max_cols)
+                                max_cols=args.max_cols, detail=True if args.detail else None)
         written += [{"layout": stem, "path": str(p)} for p in paths]
     if args.json:
         _emit_json(out, {"images": written}, args)
@@ -295,8 +295,10 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--format", default="png", choices=("png", "svg", "pdf"), help="image format")
             p.add_argument("--buffer", action="append", metavar="NAME", help="only this buffer (repeatable)")
             p.add_argument("--loops", action="store_true", help="also draw every parallel loop's layout")
-            p.add_argument("--max-rows", type=int, default=64, help="rows per page (larger grids are paged)")
-            p.add_argument("--max-cols", type=int, default=64, help="columns per page")
+            p.add_argument("--detail", action="store_true", help="label every cell, paging large grids (default: "
+                           "grids over 2048 cells are drawn as one overview page of labelled tiles)")
+            p.add_argument("--max-rows", type=int, default=64, help="rows per page with --detail")
+            p.add_argument("--max-cols", type=int, default=64, help="columns per page with --detail")
         if name == "check":
             p.add_argument("--reference", metavar="FILE.py:FN", help="numpy reference: FN(inputs: dict of "
                            "name -> array) returns {name: expected final array} for the buffers it writes")
