@@ -15,8 +15,6 @@ import import_cycles  # noqa: E402
 #: cycles through function-level or typing-only imports, as module sets (short names, see ``_short``)
 KNOWN = [
     {"cute.algebra", "cute.convert", "cute.layout", "cute.parse", "cute.swizzle"},
-    {"inference.annotations", "inference.conversion_plan", "inference.epilogue", "inference.layout_inference",
-     "inference.policy_hint", "inference.search_certificate"},
     {"lowering.atomics", "lowering.loop_partition"},
     {"lowering.emulate_mma", "lowering.emulate_wgmma"},
     {"lowering.lower_conversion", "lowering.lower_tile_ops", "lowering.shuffle_conversion"},
