@@ -7,6 +7,8 @@ own tables, so a wrong symbolic result cannot agree with itself.
 from __future__ import annotations
 
 import shutil
+import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,6 +19,30 @@ from tilelayout.evaluate import evaluate
 
 settings.register_profile("tilelayout", deadline=None, max_examples=30, derandomize=True, database=None)
 settings.load_profile("tilelayout")
+
+#: what kernels warn about by design: resources over a limit, a layout conversion through shared memory, a fragment
+#: read before it is written
+KERNEL_WARNINGS = ("TileLayoutResourceWarning", "ConversionWarning", "UninitializedReadWarning")
+
+
+@contextmanager
+def kernel_warnings(*names: str):
+    """For a test that runs inference or lowering over many kernels (the golden suite, benchmark kernels) to check
+    something else: the warnings of the categories named (default ``KERNEL_WARNINGS``) are the ones those kernels
+    are known to give; they are recorded into the list this yields instead of printed. Any other warning still
+    reaches pytest, so nothing unexpected is silenced."""
+    import tilelayout as tl
+    categories = tuple(getattr(tl, n) for n in (names or KERNEL_WARNINGS))
+    expected: list = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield expected
+    for w in caught:
+        if issubclass(w.category, categories):
+            expected.append(w)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
 
 #: targets the lowering tests compile for
 SM80, SM89, SM90, SM90A = ({"kind": "cuda", "arch": arch} for arch in ("sm_80", "sm_89", "sm_90", "sm_90a"))

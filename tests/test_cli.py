@@ -193,3 +193,116 @@ def test_progress_speaks_only_for_slow_steps():
     with progress.step("slow"):
         time.sleep(0.3)
     assert stream.getvalue().startswith("tilelayout: slow...\ntilelayout: slow took")
+
+
+# --------------------------------------------------------------------------- user code that fails or exits
+
+_HEADER = "from tvm.script import tirx as T\nfrom tvm.tirx.script import tile as Tx\n\n\n@T.prim_func\n"
+
+
+def _kernel_file(tmp_path, name: str, body: str) -> Path:
+    path = tmp_path / f"{name}.py"
+    path.write_text(_HEADER + body)
+    return path
+
+
+@pytest.mark.parametrize("body, message, line", [
+    ('def k(A: T.Buffer((64, 128), "float32"), B: T.Buffer((64, 128), "float32")):\n'
+     '    tx = T.launch_thread("threadIdx.x", 128)\n'
+     '    frag = T.alloc_buffer((64, 64), "float32", scope="local.fragment")\n'
+     '    Tx.copy(frag[0:64, 0:64], A[0:64, 0:128])\n',
+     "dst region shape ['64', '64'] != src region shape ['64', '128']", "    Tx.copy(frag[0:64, 0:64], A[0:64, 0:128])"),
+    ('def k(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32")):\n'
+     '    tx = T.launch_thread("threadIdx.x", 64)\n'
+     '    Tx.copy(B, fragg)\n',
+     "Undefined variable: fragg", "    Tx.copy(B, fragg)"),
+])
+def test_tvmscript_parse_errors_keep_their_message_and_line(tmp_path, body, message, line):
+    path = _kernel_file(tmp_path, "broken", body)
+    code, out, err = invoke("show", path)
+    assert code == 2 and out == "" and "Traceback" not in err
+    assert message in err
+    lineno = _HEADER.count("\n") + body.splitlines().index(line) + 1
+    assert f"--> {path}:{lineno}:5" in err
+    assert f"{lineno:>4} | {line}" in err and "|     ^" in err
+
+
+def test_printed_tvmscript_parse_error_names_the_file_and_line(tmp_path):
+    path = tmp_path / "kernel.tir"
+    path.write_text('# from tvm.script import tirx as T\n@T.prim_func\ndef f(A: T.Buffer((4,), "float32")):\n'
+                    '    A[0] = B[0]\n')
+    code, _, err = invoke("show", path)
+    assert code == 2 and "Undefined variable: B" in err and f"--> {path}:4:5" in err and "A[0] = B[0]" in err
+
+
+def test_a_kernel_without_a_thread_launch_is_named_when_cuda_is_asked_for(tmp_path):
+    path = _kernel_file(tmp_path, "nolaunch", 'def nolaunch(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32")):\n'
+                        '    frag = T.alloc_buffer((64,), "float32", scope="local.fragment")\n'
+                        '    Tx.copy(frag, A)\n    Tx.copy(B, frag)\n')
+    code, out, err = invoke("cuda", path)
+    assert code == 2 and out == ""
+    assert "kernel nolaunch launches no thread" in err and 'T.launch_thread("threadIdx.x"' in err
+    from tilelayout.errors import MissingLaunchError
+    from tilelayout.passes import cuda_source
+    with pytest.raises(MissingLaunchError, match="nolaunch"):
+        cuda_source(load_kernel(str(path)))
+
+
+_REFS = '''import sys
+
+def exits_zero(inputs):
+    sys.exit(0)
+
+def exits_with_text(inputs):
+    raise SystemExit("done here")
+
+def raises(inputs):
+    raise KeyError("Z")
+
+def returns_none(inputs):
+    return None
+
+def returns_list(inputs):
+    return [inputs["A"]]
+
+def returns_wrong_size(inputs):
+    return {"B": inputs["A"][:3]}
+
+def builder_exits():
+    sys.exit(0)
+'''
+
+
+@pytest.mark.parametrize("function, message", [
+    ("exits_zero", "called sys.exit(0)"),
+    ("exits_with_text", "called sys.exit('done here')"),
+    ("raises", "KeyError: 'Z'"),
+    ("returns_none", "returned NoneType; it must return a dict"),
+    ("returns_list", "returned list; it must return a dict"),
+    ("returns_wrong_size", "returned B with shape [3, 128]; the parameter has shape [64, 128]"),
+])
+def test_a_failing_or_exiting_reference_exits_2_with_an_error_line(tmp_path, function, message):
+    (tmp_path / "refs.py").write_text(_REFS)
+    code, out, err = invoke("check", SHIFT, "--reference", f"{tmp_path / 'refs.py'}:{function}", "--quiet")
+    assert code == 2 and out == "", (code, out, err)
+    assert err.startswith("error: ") and message in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("module_text, spec, message", [
+    ("import sys\nsys.exit(0)\n", "", "cannot import it: it called sys.exit(0)"),
+    ("raise SystemExit('bye')\n", "", "cannot import it: it called sys.exit('bye')"),
+    (_REFS, ":builder_exits", "calling builder_exits() failed: it called sys.exit(0)"),
+])
+def test_a_kernel_file_or_builder_that_exits_is_an_error_not_success(tmp_path, module_text, spec, message):
+    path = tmp_path / "exits.py"
+    path.write_text(module_text)
+    code, out, err = invoke("check", f"{path}{spec}")
+    assert code == 2 and out == "" and message in err
+    code, _, err = invoke("check", SHIFT, "--reference", f"{path}:whatever")
+    assert code == 2 and ("exit" in err or "no attribute" in err)
+
+
+def test_console_check_with_an_exiting_reference_module_exits_2(tmp_path):
+    (tmp_path / "bye.py").write_text("import sys\nsys.exit(0)\n")
+    proc = run_console("check", SHIFT, "--reference", f"{tmp_path / 'bye.py'}:ref", "--quiet", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == "" and "called sys.exit(0)" in proc.stderr

@@ -7,6 +7,7 @@ import warnings
 
 import numpy as np
 import pytest
+from conftest import kernel_warnings
 import tvm
 
 import tilelayout as tl
@@ -136,7 +137,8 @@ def test_config_and_environment_select_strict_mode(monkeypatch):
 
 def test_full_replication_over_the_register_budget_is_converted_not_chosen():
     func = symmetric.VARIANTS["register_tile_64x64_t128"]()
-    strict = tl.infer_layouts(func, conflicts="strict")          # the behaviour without conversions
+    with pytest.warns(tl.TileLayoutResourceWarning, match="4096 32-bit registers"):   # both say it
+        strict = tl.infer_layouts(func, conflicts="strict")      # the behaviour without conversions
     assert strict.buffers["F"].replicate_size == 128 and int(np.prod(strict.buffers["F"].output_shape)) == 4096
     result = _quiet_infer(func)
     assert {n: int(np.prod(l.output_shape)) for n, l in result.buffers.items() if isinstance(l, tl.Fragment)} == \
@@ -350,8 +352,10 @@ def test_a_conversion_writes_its_new_version_for_the_uninitialized_read_check():
     for name in ("conversion_symmetric", "conversion_transposed", "conversion_two_consumers"):
         for build in importlib.import_module(f"cases.{name}").VARIANTS.values():
             for model in ("register-count", "io-aware"):
-                with tl.layout_config(strict=True):
+                with tl.layout_config(strict=True), kernel_warnings("ConversionWarning") as staged:
                     result = tl.infer_layouts(build(), cost_model=model)
+                # a conversion through shared memory says so; one through shuffles or none says nothing
+                assert len(staged) == sum(c["kind"] == "shared" for c in result.conversions)
                 if result.conversions:
                     from tilelayout.passes.inference.frontend import build_op_graph
                     graph = build_op_graph(result.func)

@@ -129,6 +129,22 @@ def test_packaging_metadata_is_complete():
     assert f"## {tl.__version__}" in changelog
 
 
+def test_no_dependency_caps_ml_dtypes_and_tilelayout_imports_without_it():
+    tomllib = pytest.importorskip("tomllib")
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    ml = [d for d in deps if d.replace("-", "_").startswith("ml_dtypes")]
+    assert ml and not any("<" in d for d in ml), ml       # the user's environment picks the version
+    # our own use is lazy: with ml_dtypes unimportable, import and inference still work
+    code = ("import sys; sys.modules['ml_dtypes'] = None\n"
+            "import tilelayout as tl\n"
+            f"sys.path.insert(0, {str(ROOT / 'tests' / 'data' / 'cli')!r})\n"
+            "import my_kernels\n"
+            "print(sorted(tl.infer_layouts(my_kernels.row_softmax_shift).buffers))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "['frag', 'mx']"
+
+
 def test_installed_version_matches_the_package():
     from importlib.metadata import version
     assert version("tilelayout") == tl.__version__

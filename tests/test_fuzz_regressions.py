@@ -20,6 +20,7 @@ if str(ROOT) not in sys.path:
 
 from maint.fuzz import COST_MODELS, parse, validate  # noqa: E402
 from tilelayout.errors import LayoutError  # noqa: E402
+from conftest import kernel_warnings  # noqa: E402
 from tilelayout.layout import Layout, placeholder as P  # noqa: E402
 from tilelayout.passes.inference.layout_inference import infer_layouts  # noqa: E402
 from tilelayout.passes.lowering.pipeline import check_numeric, reference_outputs  # noqa: E402
@@ -29,9 +30,10 @@ def _check_end_to_end(text: str) -> None:
     func = parse(text)
     expected = reference_outputs(func)
     for model in COST_MODELS:
-        result = infer_layouts(func, cost_model=model)
+        with kernel_warnings():     # fuzz kernels may be over a budget or convert: not what these tests check
+            result = infer_layouts(func, cost_model=model)
+            res = check_numeric(func, cost_model=model, expected=expected)
         assert validate(result) == [], model
-        res = check_numeric(func, cost_model=model, expected=expected)
         assert res.ok, f"{model}: {res.message}"
 
 
@@ -1045,11 +1047,13 @@ def test_conversion_split_needs_invertible_layouts_on_both_sides():
     from tilelayout.passes import lower
     _check_end_to_end(CONVERSION_WITHOUT_INVERSE)
     for model in COST_MODELS:
-        result = infer_layouts(parse(CONVERSION_WITHOUT_INVERSE), cost_model=model)
+        with kernel_warnings("TileLayoutResourceWarning"):      # f0 is replicated over the register budget
+            result = infer_layouts(parse(CONVERSION_WITHOUT_INVERSE), cost_model=model)
         for name, lay in result.buffers.items():
             if name.endswith("_cv"):
                 lay.inverse_with_info(allow_padding=True)     # raises if lowering could not walk it
-        lower(parse(CONVERSION_WITHOUT_INVERSE), cost_model=model)
+        with kernel_warnings("TileLayoutResourceWarning"):
+            lower(parse(CONVERSION_WITHOUT_INVERSE), cost_model=model)
 
 
 def test_reduction_keeps_which_outputs_mismatch_and_whether_the_reference_read_nan():
@@ -1128,7 +1132,8 @@ def test_a_conditioned_reduction_result_is_not_held_outside_the_condition():
     _check_end_to_end(CONDITIONED_REDUCTION_UPGRADED)
     func = parse(CONDITIONED_REDUCTION_UPGRADED)
     for model in COST_MODELS:
-        result = infer_layouts(func, cost_model=model)
+        with kernel_warnings("ConversionWarning"):             # f1 is converted through shared memory
+            result = infer_layouts(func, cost_model=model)
         holders = result.buffers["f1"].holder_table()
         assert holders.min() >= 26 and holders.max() < 32, model
         assert [(c["src"], c["dst"]) for c in result.conversions] == [("f1", "f1_cv")], model

@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
+from conftest import kernel_warnings  # noqa: E402
 from maint import gpu_check  # noqa: E402
 
 
@@ -55,7 +56,8 @@ def test_without_a_gpu_the_check_says_so_and_passes(capsys, monkeypatch):
                                   "dequant_gemm/sm80_b64x64x64"])
 def test_offline_runs_gemm_and_attention_variants(case, tmp_path, capsys):
     out = tmp_path / "records.json"
-    assert gpu_check.main(["--offline", "--case", case, "--json", str(out)]) == 0
+    with kernel_warnings("ConversionWarning"):        # io-aware stages some gemm epilogues through shared memory
+        assert gpu_check.main(["--offline", "--case", case, "--json", str(out)]) == 0
     text = capsys.readouterr().out
     (record,) = json.loads(out.read_text())["variants"]
     assert record["ok"] and record["gflop"] > 0 and record["variant"].startswith(case)

@@ -15,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import kernels_inference as K  # noqa: E402
 import tilelayout as tl  # noqa: E402
+from conftest import kernel_warnings  # noqa: E402
 from maint.oracle import score_statement_oracle  # noqa: E402
 from tilelayout.annotate import annotate_layouts  # noqa: E402
 from tilelayout.errors import LayoutConflictError  # noqa: E402
@@ -65,7 +66,8 @@ def infer():
         if (name, model) not in results:
             if name not in funcs:
                 funcs[name] = KERNELS[name]()
-            results[name, model] = tl.infer_layouts(funcs[name], cost_model=model)
+            with kernel_warnings():    # some kernels here are over a budget by design; their layouts are checked
+                results[name, model] = tl.infer_layouts(funcs[name], cost_model=model)
         return results[name, model]
     return get
 

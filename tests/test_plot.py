@@ -92,3 +92,42 @@ def test_bad_inputs_are_plot_errors():
         tl.plot_layout("not a layout")
     with pytest.raises(tl.PlotError, match="positive"):
         tl.plot_layout(tl.make_gemm_fragment_8x8(), max_rows=0)
+
+
+def _tile_label_rows(fig) -> list[list[str]]:
+    """The label lines of an overview, each split into its tiles' labels."""
+    texts = sorted(((t.get_position()[1], t.get_text()) for t in fig.axes[0].texts), key=lambda yt: yt[0])
+    return [text.split() for _, text in texts]
+
+
+def test_a_large_fragment_is_one_small_overview_page_with_true_tile_labels(tmp_path):
+    frag = tl.make_mma_accumulator_fragment(128, 256, 256)
+    sizes = {}
+    for suffix in (".png", ".svg", ".pdf"):
+        paths = tl.plot_layout(frag, tmp_path / f"acc{suffix}")
+        assert paths == [tmp_path / f"acc{suffix}"]            # one page, not one per 64x64 cells
+        sizes[suffix] = paths[0].stat().st_size
+    assert all(5_000 < size < 120_000 for size in sizes.values()), sizes
+    assert (tmp_path / "acc.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # every tile's label against the thread table: 16x16 tiles of 8x16 cells, first-last thread and slot
+    fig = tl.plot_layout(frag)[0]
+    rows = _tile_label_rows(fig)
+    threads = np.asarray(frag.thread_table()).reshape(128, 256)
+    slots = np.asarray(frag.table()).reshape(128, 256)
+    assert len(rows) == 2 * 16
+    for ty in range(16):
+        t_line, s_line = rows[2 * ty], rows[2 * ty + 1]
+        assert len(t_line) == len(s_line) == 16
+        for tx in range(16):
+            tile = np.s_[ty * 8:(ty + 1) * 8, tx * 16:(tx + 1) * 16]
+            assert t_line[tx] == f"T{threads[tile].min()}-{threads[tile].max()}"
+            assert s_line[tx] == f"s{slots[tile].min()}-{slots[tile].max()}"
+
+
+def test_detail_draws_every_cell_of_a_large_grid_in_pages_and_small_grids_stay_detailed(tmp_path):
+    frag = tl.make_mma_accumulator_fragment(64, 128, 128)
+    assert len(tl.plot_layout(frag, detail=True)) == 2                 # 64x64 cells per page
+    assert len(tl.plot_layout(frag)) == 1                              # 8192 cells: overview
+    small = tl.make_mma_accumulator_fragment(16, 16, 32)
+    lines = _tile_label_rows(tl.plot_layout(small)[0])
+    assert len(lines) == 32 and all(len(line) == 16 for line in lines) # a label in each of 16x16 cells

@@ -30,9 +30,9 @@ def test_identical_outcomes_collapse_with_their_roots_in_order():
         (0, ["op A", "op C"], True), (0, ["op B"], False), (0, ["op D", "op E"], False), (1, ["op F"], True)]
     lines = explain_lines(_result(attempts))
     assert lines[0] == f"cost model fake; {TIE_BREAK}"
-    assert "    2 identical attempts: mem=10 regs=4 CHOSEN (the first root listed won)" in lines
+    assert "    2 identical attempts: mem=10 slots=4 CHOSEN (the first root listed won)" in lines
     assert "    2 identical attempts: REJECTED: buffer f: conflict" in lines
-    assert "    root op B: mem=12 regs=4 not chosen" in lines
+    assert "    root op B: mem=12 slots=4 not chosen" in lines
     assert "  component 0: 5 root(s) tried, 3 distinct outcome(s)" in lines
 
 
@@ -50,4 +50,4 @@ def test_explain_dict_is_json():
 
 
 def test_no_search_is_said_plainly():
-    assert "no free-level search was needed" in explain_lines(_result([]))[1]
+    assert "no free-level search was needed" in explain_lines(_result([]))[2]

@@ -31,8 +31,8 @@ def test_cute_parity_reports_padded_fragments_refused_by_both_apart_from_matches
 def test_explain_lists_every_root_with_costs_and_the_winner():
     code, text = invoke("--explain", "transposed_store/fp32", "--model", "io-aware")
     assert code == 0, text
-    assert "mem=2162688 regs=128 not chosen" in text
-    assert "mem=786432 regs=128 CHOSEN" in text
+    assert "mem=2162688 slots=128 regs=128 not chosen" in text
+    assert "mem=786432 slots=128 regs=128 CHOSEN" in text
     assert "V=4 issue=65536 bw=524288 segments=4096" in text
 
 

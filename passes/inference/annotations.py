@@ -47,7 +47,7 @@ def annotate_result(func, result):
 
 def get_layouts(func):
     """Read an annotated function back into an InferenceResult (no inference is run)."""
-    from .layout_inference import InferenceResult
+    from .result import InferenceResult
     buffers, loops = read_layout_annotations(func)
     from .conversion_plan import read_conversions
     return InferenceResult(buffers=buffers, loops={k: v[0] for k, v in loops.items()}, attempts=[], func=func,

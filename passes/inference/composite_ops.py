@@ -26,6 +26,7 @@ import tvm
 from tvm.ir import TensorRegion
 
 from .ops import ElementwiseOp, FillOp, FrontendError, ReduceOp, _const, _stmt_text
+from .region_checks import match_regions, reduce_axes
 
 __all__ = ["COMPOSITE_OPS", "expand_composite"]
 
@@ -60,16 +61,14 @@ def _operand(b, call: Any, value: Any, what: str):
 
 
 def _elementwise(b, call: Any, name: str, dst, operands: list, params: list = ()) -> None:
-    from .frontend import _match
     srcs = [o for o in operands if not isinstance(o, (int, float)) and hasattr(o, "buffer")]
-    _match(call, name, [dst] + srcs)
+    match_regions(call, name, [dst] + srcs)
     b.add(ElementwiseOp, call, name=name, dst=dst, srcs=srcs,
           params=[o for o in operands if not hasattr(o, "buffer")] + list(params), operands=tuple(operands))
 
 
 def _reduce(b, call: Any, reducer: str, dst, src, raw_axes: Any, accum: bool) -> None:
-    from .frontend import _reduce_axes
-    axes = _reduce_axes(call, raw_axes, src, dst)
+    axes = reduce_axes(call, raw_axes, src, dst)
     b.add(ReduceOp, call, reducer=reducer, dst=dst, src=src, axes=axes, clear=not accum)
 
 

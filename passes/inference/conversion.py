@@ -25,6 +25,7 @@ import numpy as np
 from tilelayout.errors import LayoutConflictError, warn_user
 from tilelayout.fragment import Fragment
 
+from .cost_models.base import register_count32
 from .separable_cells import SeparableCells, clear_caches as clear_separable, digit_holders, separable_cells
 
 __all__ = ["ConversionCost", "ConversionWarning", "conversion_cost", "hand_staged_cost",
@@ -57,17 +58,6 @@ def resolve_conflict_mode(mode: str | None = None) -> str:
     if candidate not in MODES:
         raise ValueError(f"unknown conflict mode {candidate!r}; valid: {', '.join(MODES)}")
     return candidate
-
-
-def register_count32(layouts: dict, bits_of) -> int:
-    """32-bit registers per thread the fragments of ``layouts`` take (``bits_of(name)``: element width)."""
-    total = 0
-    for name in sorted(layouts):
-        lay = layouts[name]
-        shape = lay.output_shape if isinstance(lay, Fragment) else None
-        if shape is not None and all(isinstance(s, int) for s in shape):
-            total += math.ceil(math.prod(shape) * bits_of(name) / 32)
-    return total
 
 
 @dataclass(frozen=True)

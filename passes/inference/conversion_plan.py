@@ -19,7 +19,6 @@ from __future__ import annotations
 import functools
 import math
 import re
-from dataclasses import dataclass
 
 import numpy as np
 import tvm
@@ -36,6 +35,7 @@ from tilelayout.fragment import Fragment
 from ..hardware import warp_size
 from .cost_models import _CONFIG
 from .epilogue import epilogue_splits
+from .splits import Split
 from .resources import MAX_REGISTERS_PER_THREAD
 from .conversion import (CONFIG_KEY, STRICT, ConversionCost, conversion_cost,
                          hand_staged_cost, register_count32, register_walk_error, resolve_conflict_mode,
@@ -47,17 +47,6 @@ __all__ = ["infer_with_conversions", "Split", "split_candidates", "split_fragmen
 
 #: splits tried per conflict (each is one more inference run)
 MAX_SPLITS = 12
-
-
-@dataclass(frozen=True)
-class Split:
-    """Give the reader ``op_index`` of fragment ``buffer`` its own version (only ``access`` of a loop that
-    reads the fragment at several indices, else every read of the op)."""
-
-    buffer: str
-    op_index: int
-    access: int | None
-    description: str
 
 
 # ------------------------------------------------------------------------------------------ candidates
@@ -338,7 +327,7 @@ def _try_splits(func, graph, splits, target, cost_model, budget, engine_cls, err
     """Run inference on every split; ((func, engine, state) of the cheapest, attempts). With ``base`` (the
     (mem, regs) of the program without the split) a split must be strictly cheaper to win; ``reuse``: the
     (engine, state) of that program, which an epilogue split's run may start from."""
-    from .layout_inference import Attempt
+    from .result import Attempt
     tried, best, best_cost = [], None, base
     for split in splits:
         attempt = Attempt(-1, split.op_index, split.description)

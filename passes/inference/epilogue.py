@@ -60,7 +60,7 @@ def epilogue_splits(engine, state) -> list:
     """Splits "convert F before the store" for every whole-fragment store to global memory that moves more
     than the minimum under the io-aware model (only that model prices memory traffic), for fragments whose
     layout was fixed before any search (an MMA accumulator, a user pin)."""
-    from .conversion_plan import Split
+    from .splits import Split
     if getattr(engine.model, "name", None) != "io-aware":
         return []
     converted = {op.dst.buffer.name for op in engine.ops if isinstance(op, ConvertOp)}

@@ -102,26 +102,39 @@ def only_split_changed(engine, start, final, reader: int) -> bool:
     return all(final.loops.get(i) is d for i, d in start.loops.items())
 
 
-def later_attempts(after: list, start, final) -> list:
+def later_attempts(after: list, start, final, bits_of) -> list:
     """The unsplit run's attempts of components searched after the split one, as the split run records them:
     the io-aware model's register figure counts every fragment of the state, which then holds the new version
-    too (the same amount in every attempt of a component, so no ranking among them changes)."""
+    too (the same amount in every attempt of a component, so no ranking among them changes); so does the
+    32-bit register count (``bits_of(name)``: element width)."""
+    from .cost_models.base import count_register_slots, register_count32
+    added = {k: v for k, v in final.layouts.items() if k not in start.layouts}
+    return [_shifted(a, count_register_slots(added), register_count32(added, bits_of)) for a in after]
+
+
+def _shifted(attempt, slots: int, registers: int):
+    """``attempt`` with its register figures moved by ``slots`` and ``registers`` (failed attempts have none)."""
     from dataclasses import replace
-    from .cost_models.base import count_register_slots
-    extra = count_register_slots({k: v for k, v in final.layouts.items() if k not in start.layouts})
-    return [replace(a, regs=a.regs + extra) if a.regs is not None else a for a in after]
+    if attempt.regs is None:
+        return attempt
+    moved = replace(attempt, regs=attempt.regs + slots)
+    if attempt.registers is not None:
+        moved.registers = attempt.registers + registers
+    return moved
 
 
 def split_attempts(engine, prev, prev_state, cid: int, attempts: list) -> list:
     """The split component's attempts as a full run records them: searched there before the components
     after it, whose fragments then still hold their common-level layouts (or none), so the register figure
     (every fragment of the state) is less by what those searches added."""
-    from dataclasses import replace
-    from .cost_models.base import count_register_slots
+    from .cost_models.base import count_register_slots, register_count32
     later = {b.name for members in engine.components()[cid + 1:] for m in members
              for b in engine.ops[m].buffers() if b.is_fragment}
-    delta = count_register_slots({n: prev_state.layouts[n] for n in later if n in prev_state.layouts}) \
-        - count_register_slots({n: prev.common.layouts[n] for n in later if n in prev.common.layouts})
-    if not delta:
+    searched = {n: prev_state.layouts[n] for n in later if n in prev_state.layouts}
+    common = {n: prev.common.layouts[n] for n in later if n in prev.common.layouts}
+    bits = lambda n: engine.graph.buffer(n).bits
+    delta = count_register_slots(searched) - count_register_slots(common)
+    delta32 = register_count32(searched, bits) - register_count32(common, bits)
+    if not delta and not delta32:
         return attempts
-    return [replace(a, regs=a.regs - delta) if a.regs is not None else a for a in attempts]
+    return [_shifted(a, -delta, -delta32) for a in attempts]

@@ -41,6 +41,7 @@ from .ops import (  # noqa: F401  (re-exported: the data model used to live here
 from ..ir_utils import walk
 from ..safe_memory import safe_memory_enabled
 from .composite_ops import COMPOSITE_OPS, expand_composite
+from .region_checks import match_regions as _match, reduce_axes as _reduce_axes
 from .uniform_locals import UniformLocals, uniform_local_buffers
 
 __all__ = [
@@ -594,41 +595,6 @@ def _mark_atomic(call: Any, out: list[Access]) -> None:
                     f"(or reduce with Tx.sum/Tx.max/Tx.min)")
             out[k] = Access(a.buffer, a.indices, True, True)
             return
-
-
-def _match(call: Any, what: str, regions: list[Region]) -> None:
-    """Tile-op regions must describe the same box once unit dimensions are dropped."""
-    shapes = [r.squeezed_extents() for r in regions]
-    first = shapes[0]
-    for r, s in zip(regions[1:], shapes[1:]):
-        bad = len(s) != len(first) or any(
-            _is_int(x) and _is_int(y) and x != y for x, y in zip(s, first))
-        if bad:
-            raise FrontendError(
-                f"{call.op.name}: regions {regions[0]} and {r} do not match (extents "
-                f"{[_text(x) for x in first]} vs {[_text(x) for x in s]} without unit dims):\n"
-                f"{_stmt_text(call)}")
-
-
-def _reduce_axes(call: Any, raw: Any, src: Region, dst: Region) -> list[int]:
-    items = list(raw) if not isinstance(raw, (int, tirx.IntImm)) else [raw]
-    axes: list[int] = []
-    for a in items:
-        a = _const(a)
-        if not _is_int(a) or not -src.rank <= a < src.rank:
-            raise FrontendError(f"{call.op.name}: axis {_text(a)} out of range for source "
-                                f"{src} of rank {src.rank}:\n{_stmt_text(call)}")
-        axes.append(a % src.rank)
-    axes = sorted(set(axes))
-    kept = [e for d, e in enumerate(src.extents) if d not in axes]
-    kept = [e for e in kept if not (_is_int(e) and e == 1)]
-    got = dst.squeezed_extents()
-    if len(got) != len(kept) or any(_is_int(x) and _is_int(y) and x != y for x, y in zip(got, kept)):
-        raise FrontendError(
-            f"{call.op.name}: destination {dst} does not match source {src} reduced over axes "
-            f"{axes} (extents {[_text(x) for x in got]} vs {[_text(x) for x in kept]} without "
-            f"unit dims):\n{_stmt_text(call)}")
-    return axes
 
 
 def _gemm_policy(call: Any) -> str | None:

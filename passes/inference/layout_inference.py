@@ -11,8 +11,6 @@ certificate, conversions and cost models live in their own modules.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import tvm
@@ -30,6 +28,7 @@ from .gemm_plan import plan_gemms
 from ..hardware import check_block_threads, func_target, normalize_target
 from .loop_nest import nest_of
 from .op_rules import COMMON, FREE, STRICT, LoopDecision, check_cells_invertible, infer_op
+from .result import Attempt, InferenceResult  # noqa: F401  (re-exported: they were defined here)
 from .search_certificate import certify as _certify, copy_outcome as _copy_outcome
 from ..thread_dims import fold_thread_dims, unfold_thread_dims
 from .uninitialized import check_uninitialized_reads
@@ -51,62 +50,6 @@ def _register_error_types() -> None:
 
 
 _register_error_types()
-
-
-@dataclass
-class Attempt:
-    """One free-level attempt: which root went first, what it cost, whether it won, or why it failed."""
-
-    component: int
-    root: int
-    root_description: str
-    mem: int | None = None
-    regs: int | None = None
-    chosen: bool = False
-    error: str | None = None
-    layouts: dict = field(default_factory=dict)      # buffer name -> Layout | Fragment (component buffers)
-    loops: dict = field(default_factory=dict)        # op description -> loop Fragment
-    details: tuple = ()                              # per-statement costs from the cost model
-    conversions: list = field(default_factory=list)  # conversions of the attempt (see conversion_plan)
-    note: str | None = None                          # e.g. over the register budget
-
-    def to_dict(self) -> dict:
-        """JSON-ready form: cost, verdict, error and the attempt's layouts as dicts."""
-        out = {k: getattr(self, k) for k in ("component", "root", "root_description", "mem", "regs", "chosen", "error")}
-        out["layouts"] = {k: v.to_dict() for k, v in self.layouts.items()}
-        out["loops"] = {k: v.to_dict() for k, v in self.loops.items()}
-        return out
-
-
-@dataclass
-class InferenceResult:
-    """What ``infer_layouts`` decided for one kernel.
-
-    ``buffers``: buffer name -> Layout (shared tiles) or Fragment (register fragments); ``loops``: loop key
-    (``"i,j[64x128]"``, see docs/annotations.md) -> the Fragment of each user ``T.parallel`` nest;
-    ``attempts``: every free-level ``Attempt`` (cost, verdict or failure); ``func``: the PrimFunc with every
-    decision written as annotations; ``cost_model`` and ``target``: what the decisions were made for;
-    ``loop_info`` / ``op_loops``: loop decisions with their guards, by loop key / by op number; ``graph``:
-    the front end's op graph. ``tl.get_layouts(func)`` rebuilds buffers and loops from the annotations."""
-
-    buffers: dict                  # buffer name -> Layout | Fragment
-    loops: dict                    # loop key -> Fragment (user parallel nests)
-    attempts: list                 # list[Attempt]
-    func: Any                      # annotated PrimFunc
-    cost_model: str = ""
-    target: Any = None
-    loop_info: dict = field(default_factory=dict)    # loop key -> LoopDecision
-    graph: Any = None
-    op_loops: dict = field(default_factory=dict)     # op index -> LoopDecision (every loop-shaped op)
-    gemm_plans: dict = field(default_factory=dict)   # op index -> GemmPlan (every gemm)
-    conversions: list = field(default_factory=list)  # inserted conversions: dicts with src, dst, kind, cost, ...
-    notes: list = field(default_factory=list)        # conflicts met and how they were resolved, in words
-
-    def summary(self) -> str:
-        """One line per buffer and loop layout (``tilelayout show`` prints more)."""
-        lines = [f"{name}: {lay!r}" for name, lay in self.buffers.items()]
-        lines += [f"loop {key}: {lay!r}" for key, lay in self.loops.items()]
-        return "\n".join(lines)
 
 
 class _State:
@@ -314,7 +257,7 @@ class _Engine:
             self.attempts = []
             return None
         self.attempts = before + split_attempts(self, prev, prev_state, cid, self.attempts) + \
-            later_attempts(after, begin, state)
+            later_attempts(after, begin, state, lambda n: self.graph.buffer(n).bits)
         # no _check_complete: every other op passed it in ``prev`` on the same layouts and loops, and the
         # search kept only an attempt whose component passed _check_component (the same checks, per op)
         return state
@@ -419,6 +362,9 @@ class _Engine:
                     tried.append(attempt)
                     continue
                 attempt.mem, attempt.regs, attempt.details = cost.mem, cost.regs, tuple(cost.details)
+                attempt.registers = register_count32(
+                    {n: l for n, l in trial.layouts.items() if isinstance(l, Fragment)},
+                    lambda n: self.graph.buffer(n).bits)
                 attempt.mem += sum(c.mem for _, c in converts)
                 attempt.conversions = [{"src": op.src.buffer.name, "dst": op.dst.buffer.name, "op": op.describe(),
                                         "kind": c.kind, "cost": c} for op, c in converts]

@@ -8,7 +8,6 @@ warned about with ``TileLayoutResourceWarning``, never raised: the layouts are s
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from tilelayout.errors import TileLayoutResourceWarning, warn_user
@@ -16,7 +15,7 @@ from tilelayout.fragment import Fragment
 
 from ..hardware import normalize_target, sm_version
 
-__all__ = ["ResourceUsage", "resource_usage", "resource_warnings", "warn_resources", "shared_memory_limit",
+__all__ = ["ResourceUsage", "resource_usage", "fragment_registers", "shared_tile_bytes", "stage_stride", "resource_warnings", "warn_resources", "shared_memory_limit",
            "MAX_REGISTERS_PER_THREAD", "MAX_STATIC_SHARED_BYTES", "LARGE_FRAGMENT_REGISTERS"]
 
 #: the most 32-bit registers one CUDA thread can address (every architecture since sm_35)
@@ -65,11 +64,13 @@ class ResourceUsage:
     static_shared_bytes: int = 0                          # those in scope "shared" (static arrays)
     shared_buffers: dict = field(default_factory=dict)    # shared buffer name -> bytes
     shared_limit: int = 0
+    shared_stages: dict = field(default_factory=dict)     # multi-buffered shared buffer name -> stages
 
     def lines(self) -> list[str]:
         """Human-readable totals, as ``tilelayout show`` prints them."""
         regs = ", ".join(f"{n} {r}" for n, r in self.fragment_registers.items()) or "no fragments"
-        shared = ", ".join(f"{n} {b} B" for n, b in self.shared_buffers.items()) or "no shared buffers"
+        shared = ", ".join(f"{n} {b} B" + (f" ({self.shared_stages[n]} stages)" if n in self.shared_stages else "")
+                           for n, b in self.shared_buffers.items()) or "no shared buffers"
         return [f"threads per block: {self.threads} (limit {self.thread_limit})",
                 f"fragment registers per thread: {self.registers} x 32-bit (limit {MAX_REGISTERS_PER_THREAD}; "
                 f"{regs})",
@@ -81,7 +82,7 @@ class ResourceUsage:
                 "register_limit": MAX_REGISTERS_PER_THREAD, "fragment_registers": dict(self.fragment_registers),
                 "fragment_slots": dict(self.fragment_slots), "shared_bytes": self.shared_bytes,
                 "static_shared_bytes": self.static_shared_bytes, "shared_buffers": dict(self.shared_buffers),
-                "shared_limit": self.shared_limit}
+                "shared_stages": dict(self.shared_stages), "shared_limit": self.shared_limit}
 
 
 def _product(values) -> int | None:
@@ -94,22 +95,53 @@ def _product(values) -> int | None:
     return out
 
 
-def resource_usage(result) -> ResourceUsage:
-    """Totals of ``result`` (an ``InferenceResult`` with its op graph); symbolic sizes are left out."""
+#: bytes each stage of a multi-buffered (software-pipelined) shared tile is aligned to: a swizzle repeats every
+#: 1024 bytes at most, so every stage keeps its swizzle phase
+STAGE_ALIGN_BYTES = 1024
+
+
+def stage_stride(elements: int, dtype: str, align_bytes: int = STAGE_ALIGN_BYTES) -> int:
+    """Elements between two stages of a multi-buffered tile: the tile rounded up so each stage starts at the
+    buffer's alignment."""
+    import tvm
+    nbytes = max(1, tvm.DataType(dtype).bits // 8)
+    unit = max(1, align_bytes // nbytes) if align_bytes > 0 else 1
+    return -(-elements // unit) * unit
+
+
+def shared_tile_bytes(elements: int, dtype: str, stages: int = 1) -> int:
+    """Bytes a shared tile of ``elements`` allocates; ``stages`` > 1: as many aligned copies (a pipelined loop's
+    multi-buffered tile, ``stage_stride``). The one count shared by ``tilelayout show``, the resource warnings
+    and the pipeline planner's shared-memory check."""
+    import tvm
+    bits = tvm.DataType(dtype).bits
+    if stages > 1:
+        return stage_stride(elements, dtype) * max(1, bits // 8) * stages
+    return elements * bits // 8
+
+
+def fragment_registers(result) -> dict:
+    """{fragment name: 32-bit registers per thread} of an inference result (``fragment_registers32``)."""
+    from .cost_models.base import fragment_registers32
+    graph = getattr(result, "graph", None)
+    infos = {b.name: b for b in graph.buffers} if graph is not None else {}
+    frags = {n: l for n, l in result.buffers.items() if isinstance(l, Fragment)}
+    return fragment_registers32(frags, lambda n: infos[n].bits if n in infos else 32)
+
+
+def resource_usage(result, stages: dict | None = None) -> ResourceUsage:
+    """Totals of ``result`` (an ``InferenceResult`` with its op graph); symbolic sizes are left out.
+
+    ``stages``: {shared buffer name: copies} of the tiles a software-pipelined loop multi-buffers (the
+    ``tilelayout.pipeline`` decisions of ``pipeline_plan``); such a tile counts once per stage."""
     target = normalize_target(result.target)
     graph = result.graph
+    stages = stages or {}
     usage = ResourceUsage(threads=int(graph.thread_extent) if graph is not None else 0,
                           thread_limit=_thread_limit(target), registers=0, shared_limit=shared_memory_limit(target))
-    infos = {b.name: b for b in graph.buffers} if graph is not None else {}
-    for name, layout in result.buffers.items():
-        info = infos.get(name)
-        if isinstance(layout, Fragment):
-            slots = _product(layout.output_shape)
-            if slots is None:
-                continue
-            bits = info.bits if info is not None else 32
-            usage.fragment_slots[name] = slots
-            usage.fragment_registers[name] = math.ceil(slots * bits / 32)
+    usage.fragment_registers = fragment_registers(result)
+    for name in usage.fragment_registers:
+        usage.fragment_slots[name] = _product(result.buffers[name].output_shape)
     for info in (graph.buffers if graph is not None else []):
         if not info.is_shared:
             continue
@@ -119,7 +151,9 @@ def resource_usage(result) -> ResourceUsage:
             sizes.append(_product(layout.output_shape))
         if any(s is None for s in sizes):
             continue
-        nbytes = max(sizes) * info.bits // 8
+        nbytes = shared_tile_bytes(max(sizes), info.dtype, stages.get(info.name, 1))
+        if info.name in stages:
+            usage.shared_stages[info.name] = stages[info.name]
         usage.shared_buffers[info.name] = nbytes
         if not info.scope.endswith(".dyn"):
             usage.static_shared_bytes += nbytes

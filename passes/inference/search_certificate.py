@@ -139,9 +139,8 @@ def certify(engine, start, final, members: list, budget: int) -> bool:
 def _step_pattern(engine, start, index: int, items: list, before: dict, goal: dict) -> set | None:
     """Step op ``index`` on the partial state ``before`` (its items); the set of its items set afterwards,
     or None when the step fails, leaves ``goal``, removes a value or reaches outside its items."""
-    from .layout_inference import _State
     from .op_rules import FREE
-    state = _State(engine)
+    state = type(start)(engine)         # a fresh state of the engine's own kind (``start`` is one)
     layouts = {key: v for (kind, key), v in before.items() if kind == "b" and v is not None}
     loops = {key: v for (kind, key), v in before.items() if kind == "l" and v is not None}
     state.layouts = _Watched(layouts, {key for kind, key in items if kind == "b"})
@@ -170,4 +169,5 @@ def _step_pattern(engine, start, index: int, items: list, before: dict, goal: di
 def copy_outcome(attempt, certified) -> None:
     """Give ``attempt`` the outcome of the certified attempt it provably repeats."""
     attempt.mem, attempt.regs, attempt.details = certified.mem, certified.regs, certified.details
+    attempt.registers = certified.registers
     attempt.layouts, attempt.loops = dict(certified.layouts), dict(certified.loops)

@@ -25,7 +25,7 @@ import numpy as np
 import tvm
 from tvm import tirx
 
-from tilelayout.errors import ConfigError, TileLayoutError
+from tilelayout.errors import ConfigError, MissingLaunchError, ReferenceFunctionError, TileLayoutError
 
 from ..hardware import func_target, normalize_target
 from ..nan_tests import rewrite_nan_tests
@@ -133,15 +133,39 @@ def lowered_cuda_source(mod, target=None) -> str:
     TVM stops raises ``LoweringError``."""
     mod = mod if isinstance(mod, tvm.IRModule) else tvm.IRModule({"main": mod})
     target = normalize_target(target if target is not None else func_target(next(iter(mod.functions.values()))))
-    return _device_source(_compile(mod, target))
+    return _device_source(_compile(mod, target), mod)
 
 
-def _device_source(ex) -> str:
+def _device_source(ex, mod=None) -> str:
     for m in ex.mod.imports:
         src = m.inspect_source("cuda")
         if src:
             return src
+    for gv, f in sorted(mod.functions.items(), key=lambda kv: str(kv[0])) if mod is not None else ():
+        if isinstance(f, tirx.PrimFunc) and not _launches_threads(f):
+            raise MissingLaunchError(
+                f"kernel {gv.name_hint} launches no thread: its body has no T.launch_thread(\"threadIdx.x\", N) "
+                f"(nor blockIdx / a thread_binding loop), so TVM builds it as host code and there is no CUDA "
+                f"kernel; add `tx = T.launch_thread(\"threadIdx.x\", 128)` (the block's thread count) at the top "
+                f"of its body")
     raise LoweringError("TVM produced no CUDA device module")
+
+
+def _launches_threads(func) -> bool:
+    """Whether ``func`` launches a GPU thread or block (a ``thread_extent`` attribute or a thread-bound loop)."""
+    found = []
+
+    def on_attr(n):
+        if n.attr_key == "thread_extent":
+            found.append(n)
+
+    def on_for(f):
+        if f.thread_binding is not None:
+            found.append(f)
+
+    from ..ir_utils import walk
+    walk(func.body, [(tirx.AttrStmt, on_attr), (tirx.For, on_for)])
+    return bool(found)
 
 
 def compile_ptx(source: str, target=None) -> bytes:
@@ -356,11 +380,11 @@ def reference_outputs(func, reference: Callable | None = None, seed: int = 0,
     expected = Expected({n: inputs[n].copy() for n in names})
     if reference is not None:
         produced = reference({n: inputs[n].copy() for n in names})
-        unknown = sorted(set(produced) - set(names))
-        if unknown:
-            raise ValueError(f"the numpy reference returned unknown buffers {unknown} (parameters: {names})")
-        for n, v in produced.items():
-            expected[n] = np.asarray(v).astype(inputs[n].dtype).reshape(inputs[n].shape)
+        for n, v in _reference_arrays(reference, produced, names).items():
+            if v.size != inputs[n].size:
+                raise ReferenceFunctionError(f"the numpy reference {_fn_name(reference)} returned {n} with shape "
+                                             f"{list(v.shape)}; the parameter has shape {list(inputs[n].shape)}")
+            expected[n] = v.astype(inputs[n].dtype).reshape(inputs[n].shape)
         expected.exact = not _floating_reduction(func)
         return expected
     from tilelayout.reference import run_reference
@@ -368,6 +392,31 @@ def reference_outputs(func, reference: Callable | None = None, seed: int = 0,
     expected.update(run.outputs)
     expected.exact = run.exact
     return expected
+
+
+def _fn_name(fn) -> str:
+    return getattr(fn, "__qualname__", None) or type(fn).__name__
+
+
+def _reference_arrays(reference, produced, names: list) -> dict:
+    """``produced`` checked to be ``{parameter name: array}`` (what a reference must return), as numpy arrays."""
+    from collections.abc import Mapping
+    who = f"the numpy reference {_fn_name(reference)}"
+    if not isinstance(produced, Mapping):
+        raise ReferenceFunctionError(f"{who} returned {type(produced).__name__}; it must return a dict "
+                                     f"{{parameter name: expected final array}} (parameters: {names})")
+    unknown = sorted(str(k) for k in produced if k not in names)
+    if unknown:
+        raise ReferenceFunctionError(f"{who} returned unknown buffers {unknown} (parameters: {names})")
+    out = {}
+    for n, v in produced.items():
+        try:
+            out[n] = np.asarray(v)
+        except (TypeError, ValueError) as err:
+            raise ReferenceFunctionError(f"{who} returned {n} as {type(v).__name__}, not an array ({err})") from None
+        if out[n].dtype == object:
+            raise ReferenceFunctionError(f"{who} returned {n} as {type(v).__name__}, not an array of numbers")
+    return out
 
 
 def sequential_outputs(func, seed: int = 0, extents: dict | None = None) -> Expected:

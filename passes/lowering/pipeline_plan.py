@@ -23,7 +23,6 @@ repeats it. The loop extent may be anything, also below ``s`` or symbolic: the s
 """
 from __future__ import annotations
 
-import tvm
 from tvm import tirx
 from tvm.ir import TensorLoad
 from tvm.tirx.tile_primitive import TilePrimitiveCall
@@ -33,6 +32,7 @@ from tilelayout.expr import mentions
 
 from ..hardware import func_target, normalize_target, sm_version
 from ..inference.frontend import CopyOp, build_op_graph
+from ..inference.resources import stage_stride
 from ..ir_utils import int_value, mapped, walk
 
 __all__ = ["PlanPipelines", "STAGES_KEY", "PIPELINE_KEY", "PIPELINE_REPORT_ATTR", "plan_pipelines", "read_plan", "stage_stride"]
@@ -51,16 +51,9 @@ def read_plan(loop: tirx.For) -> dict | None:
     if ann is None or PIPELINE_KEY not in ann:
         return None
     raw = ann[PIPELINE_KEY]
+    key = str(raw["loop"]) if "loop" in raw else f"loop {loop.loop_var.name}"
     return {"stages": int(raw["stages"]), "buffers": [b for b in str(raw["buffers"]).split(",") if b],
-            "mode": str(raw["mode"]), "note": str(raw["note"])}
-
-
-def stage_stride(elements: int, dtype: str, align_bytes: int) -> int:
-    """Elements between two stages of a multi-buffered tile: the tile rounded up so each stage starts at the
-    buffer's alignment (a swizzle repeats every 1024 bytes at most, so each stage keeps its swizzle phase)."""
-    nbytes = max(1, tvm.DataType(dtype).bits // 8)
-    unit = max(1, align_bytes // nbytes) if align_bytes > 0 else 1
-    return -(-elements // unit) * unit
+            "mode": str(raw["mode"]), "note": str(raw["note"]), "loop": key}
 
 
 def _label(loop: tirx.For) -> str:
@@ -128,6 +121,7 @@ def plan_pipelines(func, target=None):
     shared_sizes = {b.name: b for b in graph.buffers if b.is_shared}
     from ..named_scalars import _uniform_loop_vars
     uniform = _uniform_loop_vars(func.body) + [v for v in func.params if not tirx.is_buffer_var(v)]
+    keys = _loop_keys(func.body)
 
     def on_for(loop):
         if loop.annotations is None or STAGES_KEY not in loop.annotations or PIPELINE_KEY in loop.annotations:
@@ -137,13 +131,34 @@ def plan_pipelines(func, target=None):
             return loop                 # one stage: nothing to overlap, the loop stays as written
         if loop.kind != tirx.ForKind.SERIAL:
             raise PipelineError(f"{_label(loop)}: only serial loops can be pipelined, this one is {loop.kind}")
-        decision = _decide(loop, stages, graph, target, shared_sizes, uniform)
+        decision = dict(_decide(loop, stages, graph, target, shared_sizes, uniform), loop=keys[_loop_id(loop)])
         notes = dict(loop.annotations)
         notes[PIPELINE_KEY] = decision
         return tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, loop.body, loop.thread_binding, notes,
                         loop.step)
 
     return func.with_body(mapped(func.body, [(tirx.For, on_for)]))
+
+
+def _loop_id(loop: tirx.For) -> tuple:
+    """What tells two annotated loops apart while ``mapped`` rebuilds the tree around them (their loop
+    variables are distinct objects even when their names are equal)."""
+    return (loop.loop_var.name, loop.loop_var.__hash__())
+
+
+def _loop_keys(body) -> dict:
+    """{loop id: report key} of the ``num_stages`` loops: ``loop k``, or ``loop k#2`` (its place among the loops
+    of that name, in program order) when several pipelined loops share a name, so no two reports merge."""
+    found: list = []
+    walk(body, [(tirx.For, lambda f: found.append(f) if f.annotations is not None and STAGES_KEY in f.annotations
+                 else None)])
+    names = [f.loop_var.name for f in found]
+    keys, seen = {}, {}
+    for f in found:
+        name = f.loop_var.name
+        seen[name] = seen.get(name, 0) + 1
+        keys[_loop_id(f)] = f"loop {name}" if names.count(name) == 1 else f"loop {name}#{seen[name]}"
+    return keys
 
 
 def _has_annotated_loop(body) -> bool:
@@ -294,15 +309,13 @@ def free_vars_of(expr) -> list:
 
 
 def _check_shared_budget(label: str, stages: int, buffers: list, shared: dict, target) -> None:
-    from ..inference.resources import MAX_STATIC_SHARED_BYTES, shared_memory_limit
+    from ..inference.resources import MAX_STATIC_SHARED_BYTES, shared_memory_limit, shared_tile_bytes
     static = dynamic = 0
     for name, b in shared.items():
         n = 1
         for s in b.shape:
             n *= int_value(s) or 0
-        nbytes = n * max(1, b.bits // 8)
-        if any(p is b for p in buffers):
-            nbytes = stage_stride(n, b.dtype, 1024) * max(1, b.bits // 8) * stages
+        nbytes = shared_tile_bytes(n, b.dtype, stages if any(p is b for p in buffers) else 1)
         if b.scope.endswith(".dyn"):
             dynamic += nbytes
         else:

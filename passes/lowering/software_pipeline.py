@@ -77,7 +77,7 @@ def _software_pipeline(func):
     reports, staged = {}, {}
     for loop in loops:
         plan = read_plan(loop)
-        label = f"loop {loop.loop_var.name}"
+        label = plan["loop"]
         if plan["mode"] != "cp.async":
             reports[label] = f"not pipelined: {plan['note']}"
             continue
@@ -98,7 +98,7 @@ def _software_pipeline(func):
             continue
         bufs = {name: staged[name] for name in plan["buffers"]}
         new, text = _pipeline_loop(loop, plan, bufs, params, thread_bounds, views)
-        reports[f"loop {loop.loop_var.name}"] = text
+        reports[plan["loop"]] = text
         out_body = mutate(out_body, [(tirx.For, lambda f, m, old=loop, new=new: new if f.same_as(old)
                                       else m.default_mutate(f))])
     def on_alloc(a):

@@ -170,7 +170,7 @@ def cmd_plot(args, out, progress) -> int:
         path = outdir / f"{_safe_name(stem)}.{args.format}"
         with progress.step(f"drawing {stem}"):
             paths = plot_layout(layout, path, dtype=dtype or "float16", max_rows=args.max_rows,
-                                max_cols=args.max_cols)
+                                max_cols=args.max_cols, detail=True if args.detail else None)
         written += [{"layout": stem, "path": str(p)} for p in paths]
     if args.json:
         _emit_json(out, {"images": written}, args)
@@ -223,7 +223,7 @@ def cmd_check(args, out, progress) -> int:
     reference = None
     if args.reference:
         from .kernel_file import load_callable
-        reference = load_callable(args.reference)
+        reference = _guarded_reference(load_callable(args.reference), args.reference)
     with progress.step("lowering, building for the CPU and running"):
         res = check_numeric(func, reference, parse_target(args.target), args.cost_model, args.seed,
                             _tolerance(args.tolerance))
@@ -237,6 +237,24 @@ def cmd_check(args, out, progress) -> int:
         for name, err in sorted(res.max_error.items()):
             print(f"  {name}: max abs error {err:.3g}", file=out)
     return EXIT_OK if res.ok else EXIT_CHECK_FAILED
+
+
+def _guarded_reference(fn, spec: str):
+    """``fn`` whose exceptions and ``sys.exit`` become a ``ReferenceFunctionError`` naming ``spec``: a failing
+    reference is the user's error (exit status 2), neither a mismatch nor a crash of tilelayout."""
+    from .errors import ReferenceFunctionError
+    from .kernel_file import describe_error
+
+    def reference(inputs):
+        try:
+            return fn(inputs)
+        except TileLayoutError:
+            raise
+        except (Exception, SystemExit) as err:  # noqa: BLE001 -- user code: reported with its message
+            raise ReferenceFunctionError(f"--reference {spec} failed: {describe_error(err)}") from None
+
+    reference.__qualname__ = getattr(fn, "__qualname__", spec)
+    return reference
 
 
 def _emit_json(out, payload: dict, args) -> None:
@@ -283,8 +301,10 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--format", default="png", choices=("png", "svg", "pdf"), help="image format")
             p.add_argument("--buffer", action="append", metavar="NAME", help="only this buffer (repeatable)")
             p.add_argument("--loops", action="store_true", help="also draw every parallel loop's layout")
-            p.add_argument("--max-rows", type=int, default=64, help="rows per page (larger grids are paged)")
-            p.add_argument("--max-cols", type=int, default=64, help="columns per page")
+            p.add_argument("--detail", action="store_true", help="label every cell, paging large grids (default: "
+                           "grids over 2048 cells are drawn as one overview page of labelled tiles)")
+            p.add_argument("--max-rows", type=int, default=64, help="rows per page with --detail")
+            p.add_argument("--max-cols", type=int, default=64, help="columns per page with --detail")
         if name == "check":
             p.add_argument("--reference", metavar="FILE.py:FN", help="numpy reference: FN(inputs: dict of "
                            "name -> array) returns {name: expected final array} for the buffers it writes")
@@ -324,6 +344,10 @@ def main(argv: list[str] | None = None, stdout=None, stderr=None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("interrupted", file=stderr)
+        return EXIT_USAGE
+    except SystemExit as err:            # user code run by the command exited: never a silent 0 or a "mismatch"
+        print(f"error: code run by `tilelayout {args.command}` called sys.exit({err.code!r}); kernel files, "
+              f"builders and references must return, not exit", file=stderr)
         return EXIT_USAGE
     except Exception:  # noqa: BLE001 -- a bug in tilelayout: say so, with the traceback to report
         print("internal error in tilelayout (please report it with this traceback):", file=stderr)

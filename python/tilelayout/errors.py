@@ -51,6 +51,17 @@ class ConfigError(TileLayoutError, ValueError):
     """An unknown cost model, target or option, or a launch configuration the target cannot run."""
 
 
+class ReferenceFunctionError(TileLayoutError, ValueError):
+    """A numpy reference (``check_numeric``'s ``reference``, ``tilelayout check --reference``) raised, exited,
+    or returned something other than ``{parameter name: array of that parameter's size}``; the message names
+    the function and what it returned."""
+
+
+class MissingLaunchError(LoweringError):
+    """A kernel lowered for a GPU launches no thread (no ``T.launch_thread``), so TVM builds it as host code
+    and there is no device kernel; the message names the kernel and the launch to add."""
+
+
 class TileLayoutResourceWarning(UserWarning):
     """A kernel's inferred layouts exceed (or come close to) a hardware resource: registers per thread,
     shared memory per block, threads per block, or an unusually large per-thread fragment. The kernel is

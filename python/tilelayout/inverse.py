@@ -8,7 +8,7 @@ returned. ``invert`` chooses among them; ``Layout.inverse_with_info`` is its pub
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import Any, Protocol, Sequence
 
 import numpy as np
 import tvm
@@ -19,8 +19,28 @@ from tvm.ir import Range
 from .evaluate import evaluate
 from .expr import _PLACEHOLDERS, make_analyzer, mentions, shape_size, substitute
 
-if TYPE_CHECKING:
-    from .layout import Layout
+
+
+class InvertibleLayout(Protocol):
+    """What the solvers read of the ``tilelayout.Layout`` they invert (they build the inverse through
+    ``_make_layout``, so this module needs no import of ``layout``, which imports the solvers)."""
+
+    input_shape: Sequence
+    output_shape: Sequence
+    forward_vars: Sequence
+    forward_index: Sequence
+    is_static: bool
+    size: int
+    output_dim: int
+
+    def table(self) -> Any: ...
+
+    def _linear_table(self) -> Any: ...
+
+    def _make_layout(self, shape, exprs) -> "InvertibleLayout": ...
+
+    def _verify_inverse(self, inv: "InvertibleLayout", exact: bool) -> bool: ...
+
 
 def _detect(exprs, variables, shape, level: str):
     """TVM's iter map of ``exprs`` over the box ``shape``, or None: none found, or not one of ``exprs`` as
@@ -116,7 +136,7 @@ def _bound_extent(ana, e, input_shape, k):
     return input_shape[k] if k < len(input_shape) else 1
 
 
-def _stride_inverse(layout: Layout) -> Layout | None:
+def _stride_inverse(layout: InvertibleLayout) -> InvertibleLayout | None:
     """Invert an injective layout output by output, each output solving for inputs no earlier one fixed:
 
     - ``base + sum(c_k * x_k)`` with strides that leave gaps (``_j * 7 + _i``, ``_i``: 6) or run backwards
@@ -155,7 +175,7 @@ def _stride_inverse(layout: Layout) -> Layout | None:
     return _checked_inverse(layout, back)
 
 
-def _checked_inverse(layout: Layout, back: list) -> Layout | None:
+def _checked_inverse(layout: InvertibleLayout, back: list) -> InvertibleLayout | None:
     """``back`` (input coordinates in the output placeholders) as the inverse of ``layout`` when, at every
     cell of the output box, it gives either a point outside the input box or the point that maps there."""
     out_shape = [int(s) for s in layout.output_shape]
@@ -167,7 +187,7 @@ def _checked_inverse(layout: Layout, back: list) -> Layout | None:
 PADDING_CHECK_LIMIT = 1 << 20
 
 
-def _padding_cells_excluded(layout: Layout, inv: Layout, box: list) -> bool:
+def _padding_cells_excluded(layout: InvertibleLayout, inv: InvertibleLayout, box: list) -> bool:
     """At every cell of ``box`` (``inv``'s domain) ``inv`` gives a point outside ``layout``'s input box or the
     point that maps to that cell, and exactly ``layout.size`` cells give a point inside: then a loop over the
     box guarded by the input ranges alone runs every point once, where ``layout`` puts it."""
@@ -185,7 +205,7 @@ def _padding_cells_excluded(layout: Layout, inv: Layout, box: list) -> bool:
     return bool((table[flat_in] == cells[inside]).all())
 
 
-def _digit_inverse(layout: Layout) -> Layout | None:
+def _digit_inverse(layout: InvertibleLayout) -> InvertibleLayout | None:
     """Like ``_stride_inverse`` over the digits ``(x // lower) % extent`` the outputs use instead of whole
     inputs (``[_i // 32, _i % 32 * 3 + _j]``): each output solves its digits by strides, then every input
     is rebuilt from its digits, which must tile it (lower factors 1, e0, e0*e1, ...). A digit out of its
@@ -368,7 +388,7 @@ def _mentions_unsolved(expr, variables: list, back: list, shape: list) -> bool:
     return mentions(expr, todo)
 
 
-def _gf2_inverse(layout: Layout) -> Layout | None:
+def _gf2_inverse(layout: InvertibleLayout) -> InvertibleLayout | None:
     """Invert a bijection whose flat output bits are XORs of flat input bits (swizzles) by GF(2) algebra."""
     in_shape, out_shape = layout.input_shape, layout.output_shape
     n = layout.size

@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from .errors import TileLayoutError
 
-__all__ = ["KernelLoadError", "split_spec", "load_kernel", "load_callable"]
+__all__ = ["KernelLoadError", "split_spec", "load_kernel", "load_callable", "describe_error"]
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
 
@@ -54,17 +54,51 @@ def _import(path: Path):
         spec.loader.exec_module(module)
     except TileLayoutError:
         raise
-    except Exception as err:  # noqa: BLE001 -- any failure importing user code is reported, not raised raw
-        raise KernelLoadError(f"{path}: cannot import it: {type(err).__name__}: {_first_line(err)}") from None
+    except (Exception, SystemExit) as err:  # noqa: BLE001 -- any failure importing user code is reported
+        raise KernelLoadError(f"{path}: cannot import it: {describe_error(err)}") from None
     finally:
         if added and folder in sys.path:
             sys.path.remove(folder)
     return module
 
 
-def _first_line(err: BaseException) -> str:
-    lines = [line for line in str(err).splitlines() if line.strip()]
-    return lines[-1].strip() if lines else ""
+_LOCATION = re.compile(r"^\s*-->\s*(?P<file>.+?):(?P<line>\d+):(?P<col>\d+)\s*$")
+
+
+def describe_error(err: BaseException, source: Path | None = None) -> str:
+    """What went wrong in user code, in words a kernel author can act on.
+
+    TVMScript's parse errors (``DiagnosticError``) carry the message first and the location last
+    (``error: Undefined variable: x`` then `` --> file:11:5``); the message, the location and the source line
+    with a caret are kept. ``SystemExit`` says the code exited (a library must not exit the command). Any
+    other exception is its type and last line. ``source``: the file a location of ``<str>`` refers to."""
+    if isinstance(err, SystemExit):
+        return f"it called sys.exit({err.code!r}); a kernel file, builder or reference must return, not exit"
+    lines = [line.rstrip() for line in str(err).splitlines() if line.strip()]
+    where = next((k for k, line in enumerate(lines) if _LOCATION.match(line)), None)
+    if where is None:
+        return f"{type(err).__name__}: {lines[-1].strip() if lines else ''}".rstrip(": ")
+    message = " ".join(line.strip() for line in lines[:where]) or type(err).__name__
+    message = re.sub(r"^error:\s*", "", message)
+    loc = _LOCATION.match(lines[where])
+    file = loc["file"] if loc["file"] != "<str>" or source is None else str(source)
+    out = [message, f"  --> {file}:{loc['line']}:{loc['col']}"]
+    excerpt = lines[where + 1:]
+    if not any("|" in line for line in excerpt):
+        excerpt = _source_excerpt(Path(file), int(loc["line"]), int(loc["col"]))
+    return "\n".join(out + excerpt)
+
+
+def _source_excerpt(path: Path, line: int, col: int) -> list[str]:
+    """`` 11 |     code`` and a caret under column ``col``; nothing when the file cannot be read."""
+    try:
+        text = path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return []
+    if not 1 <= line <= len(text):
+        return []
+    gutter = f"{line:>4} | "
+    return [gutter + text[line - 1], " " * (len(gutter) - 2) + "| " + " " * max(0, col - 1) + "^"]
 
 
 def _attribute(module, path: Path, name: str) -> Any:
@@ -114,9 +148,9 @@ def _from_text(path: Path, name: str | None):
         raise KernelLoadError(f"{path}: cannot read it: {err.strerror}") from None
     try:
         parsed = tvm.script.from_source(text)
-    except Exception as err:  # noqa: BLE001 -- TVMScript parse errors are reported as one clean line
-        raise KernelLoadError(f"{path}: not a Python kernel file and not printed TVMScript "
-                              f"({type(err).__name__}: {_first_line(err)})") from None
+    except Exception as err:  # noqa: BLE001 -- TVMScript parse errors are reported with their text and line
+        raise KernelLoadError(f"{path}: not a Python kernel file and not printed TVMScript: "
+                              f"{describe_error(err, path)}") from None
     return _one_primfunc(parsed, str(path), name)
 
 
@@ -152,8 +186,8 @@ def load_kernel(spec: str):
             raise
         except TypeError as err:
             raise KernelLoadError(f"{spec}: {name} is neither a PrimFunc nor a zero-argument builder ({err})") from None
-        except Exception as err:  # noqa: BLE001 -- a failing builder is a kernel error, reported cleanly
-            raise KernelLoadError(f"{spec}: calling {name}() failed: {type(err).__name__}: {_first_line(err)}") from None
+        except (Exception, SystemExit) as err:  # noqa: BLE001 -- a failing builder is a kernel error
+            raise KernelLoadError(f"{spec}: calling {name}() failed: {describe_error(err)}") from None
     return _one_primfunc(obj, spec)
 
 

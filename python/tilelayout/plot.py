@@ -23,7 +23,7 @@ import numpy as np
 from .errors import LayoutError, TileLayoutError
 
 __all__ = ["plot_layout", "layout_cells", "LayoutCells", "colour_hex", "grid_shape", "PlotError", "BANKS",
-           "BANK_BYTES", "WRAP_1D"]
+           "BANK_BYTES", "WRAP_1D", "DETAIL_CELLS"]
 
 #: shared memory has 32 banks of 4 bytes on every NVIDIA architecture this project targets
 BANKS, BANK_BYTES = 32, 4
@@ -230,6 +230,113 @@ def _draw_page(plt, cells: LayoutCells, page, rows: int, cols: int, heading: str
     return fig
 
 
+#: grids with more cells than this are drawn as an overview (``plot_layout``'s ``detail=None``)
+DETAIL_CELLS = 2048
+#: most tiles an overview labels along one axis
+OVERVIEW_TILES = 16
+#: threads per warp, for colouring an overview by warp
+_WARP = 32
+
+
+def _tile_size(extent: int, most: int) -> int:
+    """The smallest power of two ``t`` with ``ceil(extent / t) <= most``."""
+    t = 1
+    while -(-extent // t) > most:
+        t *= 2
+    return t
+
+
+def _range_text(prefix: str, values: np.ndarray) -> str:
+    lo, hi = int(values.min()), int(values.max())
+    return f"{prefix}{lo}" if lo == hi else f"{prefix}{lo}-{hi}"
+
+
+def _overview_labels(cells: LayoutCells, grid: np.ndarray, tr: int, tc: int) -> list[list[tuple[str, str]]]:
+    """Per tile of ``tr`` x ``tc`` cells: (threads, slots) of a fragment, (addresses, banks) of a layout."""
+    rows, cols = grid.shape
+    out = []
+    for r in range(0, rows, tr):
+        line = []
+        for c in range(0, cols, tc):
+            idx = grid[r:r + tr, c:c + tc].reshape(-1)
+            idx = idx[idx >= 0]
+            if idx.size == 0:
+                line.append(("", ""))
+            elif cells.threads is not None:
+                line.append((_range_text("T", cells.threads[idx]), _range_text("s", cells.slots[idx])))
+            else:
+                banks = _range_text("b", cells.banks[idx]) if cells.banks is not None else ""
+                line.append((_range_text("", cells.slots[idx]), banks))
+        out.append(line)
+    return out
+
+
+def _draw_overview(plt, cells: LayoutCells, rows: int, cols: int, heading: str):
+    """The whole grid on one page: every cell a pixel block coloured by warp (fragments) or bank (layouts),
+    a white grid every ``tr`` x ``tc`` cells, and per tile the range of threads and slots (addresses and banks)
+    it holds. One raster image and one text per tile row, so the file stays small whatever the grid size."""
+    total = cells.slots.shape[0]
+    grid = np.full(rows * cols, -1, dtype=np.int64)
+    grid[:total] = np.arange(total)
+    grid = grid.reshape(rows, cols)
+    tr, tc = _tile_size(rows, OVERVIEW_TILES), _tile_size(cols, OVERVIEW_TILES)
+    nr, nc = -(-rows // tr), -(-cols // tc)
+    labels = _overview_labels(cells, grid, tr, tc)
+    field = max([len(line) for row in labels for cell in row for line in cell] + [1]) + 1
+    tile_w = max(0.42, field * _MONO_ADVANCE * 5.0 / 72)          # room for the label at 5 pt
+    tile_h, left, top, bottom = 0.3, 0.6, 0.75, 0.1
+    fig = plt.figure(figsize=(max(3.0, tile_w * nc + left + 0.2), tile_h * nr + top + bottom))
+    width, height = fig.get_figwidth(), fig.get_figheight()
+    ax = fig.add_axes((left / width, bottom / height, tile_w * nc / width, tile_h * nr / height))
+    keys = cells.threads[:, 0] // _WARP if cells.threads is not None else cells.colour_keys
+    palette = {int(k): _rgb(colour_hex(int(k))) for k in np.unique(keys)}
+    image = np.ones((rows, cols, 3))
+    flat = image.reshape(-1, 3)
+    flat[:total] = np.array([palette[int(k)] for k in keys])
+    if cells.threads is None:
+        image = 0.55 + 0.45 * image          # banks change every few cells: paler, so the labels stay legible
+    # the cells are pixels of one image, tiles are spanned in tile units: x in [0, nc), y in [0, nr)
+    ax.imshow(image, extent=(0, cols / tc, rows / tr, 0), interpolation="nearest", aspect="auto", rasterized=True)
+    for x in range(1, nc):
+        ax.axvline(x, color="#ffffff", linewidth=0.6)
+    for y in range(1, nr):
+        ax.axhline(y, color="#ffffff", linewidth=0.6)
+    size = tile_w * 72 / (_MONO_ADVANCE * field)
+    for y, row in enumerate(labels):
+        for line, dy in ((0, 0.3), (1, 0.72)):
+            text = "".join(cell[line].center(field) for cell in row)
+            if text.strip():
+                ax.text(0, y + dy, text, ha="left", va="center", fontsize=size, family="DejaVu Sans Mono",
+                        color="#111111")
+    ax.set_xlim(0, nc)
+    ax.set_ylim(nr, 0)
+    ax.set_xticks([x + 0.5 for x in range(nc)], [str(x * tc) for x in range(nc)], fontsize=5)
+    ax.set_yticks([y + 0.5 for y in range(nr)], [_row_label(cells.shape, y * tr) for y in range(nr)], fontsize=5)
+    ax.tick_params(length=0)
+    ax.xaxis.tick_top()
+    for spine in ax.spines.values():
+        spine.set_visible(False)
+    fig.suptitle("\n".join(textwrap.wrap(heading.format(tiles=f"{tr}x{tc}"), max(30, int(width * 15)))),
+                 fontsize=7, y=1 - 0.05 / height, va="top")
+    return fig
+
+
+def _overview_title(cells: LayoutCells, title: str | None, dtype: str | None) -> str:
+    """The heading of an overview (``{tiles}`` is filled with the tile size)."""
+    if title:
+        return title
+    shape = "x".join(str(s) for s in cells.shape)
+    if cells.kind == "Fragment":
+        rep = f", replicated {cells.replicate}x (T counts every replica's thread)" if cells.replicate > 1 else ""
+        return (f"Fragment {shape}, {{tiles}} cells per tile: T = first-last thread, s = first-last register slot "
+                f"of the tile; colour = warp{rep}; detail=True labels every cell")
+    if cells.banks is None:
+        return f"Layout {shape}, {{tiles}} cells per tile: first-last physical address"
+    swz = f", swizzle {cells.swizzle}" if cells.swizzle else ""
+    return (f"Layout {shape} ({dtype}), {{tiles}} cells per tile: first-last address, b = first-last bank; "
+            f"colour = bank{swz}; detail=True labels every cell")
+
+
 def _row_label(shape, row: int) -> str:
     if len(shape) <= 1:
         return str(row * WRAP_1D)
@@ -242,7 +349,7 @@ def _page_path(path: Path, k: int) -> Path:
 
 
 def plot_layout(layout, path=None, *, dtype: str | None = "float16", title: str | None = None,
-                max_rows: int = 64, max_cols: int = 64, dpi: int = 120):
+                max_rows: int = 64, max_cols: int = 64, dpi: int = 120, detail: bool | None = None):
     """Draw ``layout`` (a ``tl.Layout`` or ``tl.Fragment``) with matplotlib.
 
     A Fragment: one cell per logical element, labelled ``T<thread>`` (each replica's thread when replicated)
@@ -250,7 +357,10 @@ def plot_layout(layout, path=None, *, dtype: str | None = "float16", title: str 
     element and its bank for ``dtype`` elements (``None``: no banks), coloured by bank, with the swizzle mode
     in the title when ``tl.detect_swizzle_mode`` recognises one.
 
-    The whole grid is drawn; a grid larger than ``max_rows`` x ``max_cols`` cells is split into pages. With
+    ``detail``: True labels every cell, a grid larger than ``max_rows`` x ``max_cols`` cells split into pages;
+    False draws one overview page (cells as coloured pixels, colour = warp for a fragment, a white grid of
+    tiles, each tile labelled with the range of threads and slots, or addresses and banks, it holds), which
+    stays tens of kilobytes for any grid; None (default): detail up to ``DETAIL_CELLS`` cells, else overview. With
     ``path`` (any suffix matplotlib writes: .png, .svg, .pdf) the pages are written -- a PDF holds every page,
     other formats write ``path`` and then ``stem-2.suffix``, ``stem-3.suffix``, ... -- and the list of written
     paths is returned. Without ``path`` the list of matplotlib Figures is returned.
@@ -263,21 +373,43 @@ def plot_layout(layout, path=None, *, dtype: str | None = "float16", title: str 
     cells = layout_cells(layout, dtype)
     plt = _pyplot()
     rows, cols = grid_shape(cells.shape)
-    heading = _title(cells, title, dtype)
-    pages = _pages(rows, cols, max_rows, max_cols)
+    if detail is None:
+        detail = rows * cols <= DETAIL_CELLS
+    heading = _title(cells, title, dtype) if detail else _overview_title(cells, title, dtype)
     import matplotlib
     # unhinted glyphs advance exactly 0.602 em, so each row's monospaced label line stays aligned with its cells
     with matplotlib.rc_context(_RC):
-        figures = [_draw_page(plt, cells, page, rows, cols, heading) for page in pages]
+        if detail:
+            figures = [_draw_page(plt, cells, page, rows, cols, heading)
+                       for page in _pages(rows, cols, max_rows, max_cols)]
+        else:
+            figures = [_draw_overview(plt, cells, rows, cols, heading)]
         if path is None:
             return figures
-        return _save(plt, figures, Path(path), dpi)
+        return _save(plt, figures, Path(path), dpi, palette=not detail)
 
 
-_RC = {"text.hinting": "none"}
+# SVG keeps its text as text (a glyph outline per character is what made a page megabytes)
+_RC = {"text.hinting": "none", "svg.fonttype": "none"}
 
 
-def _save(plt, figures: list, path: Path, dpi: int) -> list:
+#: colours of an overview PNG: its warps or banks (at most 32) and the shades of anti-aliased text
+_PNG_COLOURS = 64
+
+
+def _save_png_palette(fig, target: Path, dpi: int) -> None:
+    """``fig`` as an indexed-colour PNG: a few flat colours and text need no 32-bit pixels (a tenth the size)."""
+    import io
+
+    from PIL import Image
+    buffer = io.BytesIO()
+    fig.savefig(buffer, dpi=dpi, format="png")
+    buffer.seek(0)
+    with Image.open(buffer) as image:
+        image.convert("RGB").quantize(colors=_PNG_COLOURS).save(target, format="png", optimize=True)
+
+
+def _save(plt, figures: list, path: Path, dpi: int, palette: bool = False) -> list:
     written = []
     try:
         if path.suffix.lower() == ".pdf":
@@ -289,7 +421,10 @@ def _save(plt, figures: list, path: Path, dpi: int) -> list:
         else:
             for k, fig in enumerate(figures):
                 target = _page_path(path, k)
-                fig.savefig(target, dpi=dpi)
+                if palette and path.suffix.lower() == ".png":
+                    _save_png_palette(fig, target, dpi)
+                else:
+                    fig.savefig(target, dpi=dpi)
                 written.append(target)
     except (OSError, ValueError) as err:
         raise PlotError(f"cannot write {path}: {err}") from None

@@ -10,12 +10,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["TIE_BREAK", "AttemptGroup", "attempt_groups", "describe_layout", "explain_lines", "explain_dict",
-           "bandwidth_rows", "bandwidth_lines", "show_lines", "show_dict", "target_label"]
+__all__ = ["TIE_BREAK", "FIGURES", "AttemptGroup", "attempt_groups", "describe_layout", "explain_lines", "explain_dict",
+           "bandwidth_rows", "bandwidth_lines", "show_lines", "show_dict", "target_label", "swizzles", "gemm_plans",
+           "pipeline_plans"]
 
 #: how the free level picks among successful attempts (the rule ``layout_inference`` implements)
-TIE_BREAK = ("the cheapest attempt wins: lowest mem first, then lowest regs; on a tie the earliest root in "
-             "program order wins")
+TIE_BREAK = ("the cheapest attempt wins: lowest mem first, then fewest register slots; on a tie the earliest root "
+             "in program order wins")
+#: what the figures of an attempt mean (``explain`` prints it under the tie-break)
+FIGURES = ("slots: the cost model's register figure, elements per thread of every fragment whatever their width "
+           "(TileLang's register-count rule); regs: 32-bit registers per thread, narrow elements packed, the "
+           "figure `tilelayout show` and the resource warnings give")
 
 
 def describe_layout(layout) -> str:
@@ -46,6 +51,7 @@ class AttemptGroup:
     details: tuple = ()
     note: str | None = None                          # e.g. over the register budget
     conversions: list = field(default_factory=list)  # layout conversions the attempt inserted
+    registers: int | None = None                     # 32-bit registers per thread (as ``show`` counts them)
 
     @property
     def count(self) -> int:
@@ -54,7 +60,7 @@ class AttemptGroup:
     def to_dict(self) -> dict:
         """JSON-ready form (``tilelayout explain --json``)."""
         out = {"component": self.component, "roots": list(self.roots), "count": self.count, "mem": self.mem,
-               "regs": self.regs, "chosen": self.chosen, "error": self.error,
+               "regs": self.regs, "registers": self.registers, "chosen": self.chosen, "error": self.error,
                "layouts": {k: v.to_dict() for k, v in self.layouts.items()},
                "loops": {k: v.to_dict() for k, v in self.loops.items()}}
         out["statements"] = [_statement_dict(c) for c in self.details if hasattr(c, "statement")]
@@ -90,7 +96,7 @@ def attempt_groups(result) -> list[AttemptGroup]:
         if group is None:
             group = AttemptGroup(att.component, [], att.mem, att.regs, False, att.error, dict(att.layouts),
                                  dict(att.loops), tuple(att.details), getattr(att, "note", None),
-                                 list(getattr(att, "conversions", ())))
+                                 list(getattr(att, "conversions", ())), getattr(att, "registers", None))
             index[key] = group
             groups.append(group)
         group.roots.append(att.root_description)
@@ -115,7 +121,8 @@ def _head(group: AttemptGroup) -> list[str]:
     if group.error is not None:
         verdict = f"REJECTED: {group.error}"
     else:
-        verdict = f"mem={group.mem} regs={group.regs} {'CHOSEN' if group.chosen else 'not chosen'}"
+        regs = f" regs={group.registers}" if group.registers is not None else ""
+        verdict = f"mem={group.mem} slots={group.regs}{regs} {'CHOSEN' if group.chosen else 'not chosen'}"
     if group.count == 1:
         return [f"    root {group.roots[0]}: {verdict}"]
     tie = " (the first root listed won)" if group.chosen else ""
@@ -126,7 +133,7 @@ def explain_lines(result, layouts: bool = True) -> list[str]:
     """Every free-level component: each distinct outcome with its roots, cost (mem, regs) and verdict.
 
     ``layouts``: also list the layouts and per-statement io scores of each successful outcome."""
-    lines = [f"cost model {result.cost_model}; {TIE_BREAK}"]
+    lines = [f"cost model {result.cost_model}; {TIE_BREAK}", f"  ({FIGURES})"]
     groups = attempt_groups(result)
     if not groups:
         lines.append("  no free-level search was needed (strict and common levels decided everything)")
@@ -225,24 +232,88 @@ def target_label(target) -> str:
     return f"{kind} {arch}" if arch else kind
 
 
+def swizzles(result) -> dict:
+    """{shared buffer name: the bank swizzle its layout is (``SWIZZLE_128B``, ``NONE`` for row-major) or
+    ``"other"``}: what inference chose, named."""
+    from tilelayout.fragment import Fragment
+    from tilelayout.swizzle import detect_swizzle_mode
+    graph = getattr(result, "graph", None)
+    out = {}
+    for info in (graph.buffers if graph is not None else []):
+        layout = result.buffers.get(info.name)
+        if not info.is_shared or layout is None or isinstance(layout, Fragment):
+            continue
+        mode = detect_swizzle_mode(layout, info.dtype) if layout.input_dim >= 2 else None
+        out[info.name] = mode.name if mode is not None else "other"
+    return dict(sorted(out.items()))
+
+
+def gemm_plans(result) -> list[dict]:
+    """Every gemm's plan (instruction, instruction shape, warp partition, policy), in program order."""
+    graph = getattr(result, "graph", None)
+    rows = []
+    for index, plan in sorted(getattr(result, "gemm_plans", {}).items()):
+        op = graph.ops[index] if graph is not None and index < len(graph.ops) else None
+        rows.append({"op": op.describe() if op is not None else f"op #{index}", "plan": plan.to_dict(),
+                     "summary": plan.describe()})
+    return rows
+
+
+def pipeline_plans(result) -> tuple[list[dict], str | None]:
+    """The software-pipelining decision of every ``num_stages`` loop (``pipeline_plan``, the pass that makes it
+    for lowering), in program order, and why planning refused the kernel (None when it did not)."""
+    from tilelayout.errors import TileLayoutError
+    from tilelayout.passes.ir_utils import walk
+    from tilelayout.passes.lowering.pipeline_plan import PIPELINE_KEY, plan_pipelines, read_plan
+    from tvm import tirx
+    func = getattr(result, "func", None)
+    if func is None:
+        return [], None
+    try:
+        planned = plan_pipelines(func, result.target)
+    except TileLayoutError as err:
+        return [], str(err)
+    plans: list = []
+    walk(planned.body, [(tirx.For, lambda f: plans.append(read_plan(f))
+                         if f.annotations is not None and PIPELINE_KEY in f.annotations else None)])
+    return plans, None
+
+
+def _staged_buffers(plans: list[dict]) -> dict:
+    """{shared buffer: stages} of the plans that multi-buffer (cp.async mode; synchronous keeps one copy)."""
+    return {b: p["stages"] for p in plans if p["mode"] == "cp.async" for b in p["buffers"]}
+
+
 def show_lines(result) -> list[str]:
-    """Every buffer and loop layout, io bandwidth per global access, and the resource totals."""
+    """Every buffer and loop layout (with the swizzle of shared tiles), the gemm and pipeline plans, io
+    bandwidth per global access, and the resource totals (multi-buffered tiles counted once per stage)."""
     from tilelayout.passes.inference.resources import resource_usage
     lines = [f"cost model {result.cost_model}, target {target_label(result.target)}"]
-    lines += [f"buffer {name}: {describe_layout(lay)}" for name, lay in sorted(result.buffers.items())]
+    swz = swizzles(result)
+    for name, lay in sorted(result.buffers.items()):
+        tag = f" (swizzle {swz[name]})" if name in swz else ""
+        lines.append(f"buffer {name}{tag}: {describe_layout(lay)}")
     lines += [f"loop {key}: {describe_layout(lay)}" for key, lay in sorted(result.loops.items())]
+    lines += [f"gemm plan: {row['op']}: {row['summary']}" for row in gemm_plans(result)]
+    plans, refused = pipeline_plans(result)
+    lines += [f"pipeline {p['loop']} ({p['mode']}): {p['note']}" for p in plans]
+    if refused is not None:
+        lines.append(f"pipeline: refused: {refused}")
     lines += [f"io: {line}" for line in bandwidth_lines(result)]
-    lines += [f"resources: {line}" for line in resource_usage(result).lines()]
+    lines += [f"resources: {line}" for line in resource_usage(result, _staged_buffers(plans)).lines()]
     return lines
 
 
 def show_dict(result) -> dict:
     """JSON-ready form of ``show_lines`` (layouts in ``to_dict`` form)."""
     from tilelayout.passes.inference.resources import resource_usage
+    plans, refused = pipeline_plans(result)
     return {"cost_model": result.cost_model, "target": target_label(result.target),
             "buffers": {n: l.to_dict() for n, l in sorted(result.buffers.items())},
+            "swizzles": swizzles(result), "gemms": gemm_plans(result),
+            "pipelines": {p["loop"]: p for p in plans}, "pipeline_error": refused,
             "loops": {k: l.to_dict() for k, l in sorted(result.loops.items())},
-            "io": bandwidth_rows(result), "resources": resource_usage(result).to_dict()}
+            "io": bandwidth_rows(result), "resources": resource_usage(result, _staged_buffers(plans)).to_dict()}
 
 
 # --------------------------------------------------------------------------- safe global memory

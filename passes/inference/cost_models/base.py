@@ -34,6 +34,27 @@ class CostModel(Protocol):
         """Cost of one free-level attempt: ``component`` ops, ``candidate_layouts`` buffer name -> layout."""
 
 
+def fragment_registers32(layouts: dict, bits_of) -> dict:
+    """{fragment name: 32-bit registers per thread} for the fragments of static shape in ``layouts``
+    (``bits_of(name)``: element width). Elements narrower than 32 bits share a register (two float16, four
+    int8), as the code lowering emits packs them; this is the register figure every report prints
+    (``tilelayout show``, ``explain``, the resource warnings and the register budget)."""
+    import math
+    from tilelayout.fragment import Fragment
+    out = {}
+    for name in sorted(layouts):
+        lay = layouts[name]
+        shape = lay.output_shape if isinstance(lay, Fragment) else None
+        if shape is not None and all(isinstance(s, int) for s in shape):
+            out[name] = math.ceil(math.prod(shape) * bits_of(name) / 32)
+    return out
+
+
+def register_count32(layouts: dict, bits_of) -> int:
+    """32-bit registers per thread the fragments of ``layouts`` take (``bits_of(name)``: element width)."""
+    return sum(fragment_registers32(layouts, bits_of).values())
+
+
 def count_register_slots(candidate_layouts: dict) -> int:
     """Sum of per-thread slot counts over every fragment in the map (loop layouts are not counted)."""
     from tilelayout.fragment import Fragment
