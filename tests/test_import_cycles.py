@@ -14,7 +14,7 @@ import import_cycles  # noqa: E402
 
 #: cycles through function-level or typing-only imports, as module sets (short names, see ``_short``)
 KNOWN = [
-    {"cute.algebra", "cute.convert", "cute.layout", "cute.parse", "cute.swizzle"},
+    {"cute.algebra", "cute.convert", "cute.core", "cute.layout", "cute.parse", "cute.swizzle"},
     {"lowering.atomics", "lowering.loop_partition"},
     {"lowering.emulate_mma", "lowering.emulate_wgmma"},
     {"lowering.lower_conversion", "lowering.lower_tile_ops", "lowering.shuffle_conversion"},
