@@ -313,13 +313,9 @@ _TOLERANCE = {"float64": (1e-9, 1e-9), "float32": (1e-4, 1e-4), "float16": (2e-2
 
 
 def _floating_reduction(func) -> bool:
-    from ..inference.frontend import GemmOp, ReduceOp, build_op_graph
-    for op in build_op_graph(_as_func(func)).ops:
-        if isinstance(op, ReduceOp) and op.reducer == "sum" and "float" in op.dst.buffer.dtype:
-            return True
-        if isinstance(op, GemmOp):
-            return True
-    return False
+    """Some result is defined only up to rounding (``check_exactness``): compare within a tolerance."""
+    from .check_exactness import rounded_result
+    return rounded_result(_as_func(func))
 
 
 class Expected(dict):
