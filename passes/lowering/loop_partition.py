@@ -15,6 +15,7 @@ thread running an iteration holds the fragment elements it touches, naming the b
 from __future__ import annotations
 
 
+import tvm
 from tvm import tirx
 from tvm.ir import Range, TensorLoad
 
@@ -130,6 +131,7 @@ def LoopPartition(verify: bool = True):
 
 def partition_function(func, verify: bool = True):
     """``func`` with every annotated parallel nest partitioned and fragments turned into local arrays."""
+    refuse_shared_views(func)
     tx, threads = thread_launch(func)
     layouts = buffer_layouts(func)
     frag_layouts = fragment_layouts(func, layouts, threads)
@@ -144,6 +146,26 @@ def partition_function(func, verify: bool = True):
     body = mutate(func.body, [(tirx.For, on_for)])
     body = localize_fragments(body, frag_layouts, tx, threads, shared_layouts(func, layouts))
     return func.with_body(body)
+
+
+def refuse_shared_views(func) -> None:
+    """Refuse a ``T.decl_buffer`` view over a shared tile (``data=S.data``), as views of fragments are refused:
+    the view would bypass the tile's layout (a swizzle), and the CPU build, which moves each shared allocation
+    to the serialised kernel's top, cannot place it."""
+    def on_decl(d):
+        data = d.data
+        if not (isinstance(data, tvm.ir.Call) and isinstance(data.op, tvm.ir.Op)
+                and str(data.op.name) == "tirx.buffer_data" and len(data.args) == 1):
+            return
+        parent = data.args[0]
+        if parent.same_as(d.buffer):
+            return
+        scopes = (str(d.buffer.scope()), str(parent.scope()))
+        if any(sc.startswith("shared") for sc in scopes):
+            raise LoweringError(f"buffer {d.buffer.name}: a view (T.decl_buffer over {parent.name}.data) of the "
+                                f"shared tile {parent.name} is not supported; index {parent.name} itself")
+
+    walk(func.body, [(tirx.DeclBuffer, on_decl)])
 
 
 def fragment_layouts(func, layouts: dict, threads: int) -> dict:
