@@ -151,3 +151,43 @@ def test_a_wrong_serial_sum_still_fails():
 
 def test_copies_and_integer_kernels_stay_exact():
     assert reference_outputs(shift_rows_xy, _shift_rows_numpy).exact
+
+
+# ------------------------------------------------------------------------------------ plain stores to a fragment
+
+@T.prim_func
+def one_element_fragment(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 64)
+    d = T.alloc_buffer((1,), "float32", scope="local.fragment")
+    d[0] = A[3] * T.float32(2)
+    for i in T.parallel(64):
+        B[i] = A[i] + d[0]
+
+
+@T.prim_func
+def one_element_fragment_read_first(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 64)
+    d = T.alloc_buffer((1,), "float32", scope="local.fragment")
+    for i in T.parallel(64):
+        B[i] = A[i] + d[0]
+    d[0] = A[3] * T.float32(2)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_a_fragment_written_by_a_plain_store_is_initialised_even_when_strict(model, monkeypatch):
+    import warnings
+    monkeypatch.setenv("TILELAYOUT_STRICT", "1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", tl.UninitializedReadWarning)
+        tl.infer_layouts(one_element_fragment, cost_model=model)
+        res = check_numeric(one_element_fragment, lambda d: {"B": d["A"] + d["A"][3] * np.float32(2)},
+                            cost_model=model)
+    assert res.ok, res.message
+
+
+def test_a_fragment_read_before_its_plain_store_is_still_reported(monkeypatch):
+    monkeypatch.setenv("TILELAYOUT_STRICT", "1")
+    with pytest.raises(tl.UninitializedReadError, match="reads fragment d before any op writes it"):
+        tl.infer_layouts(one_element_fragment_read_first)
