@@ -3,6 +3,7 @@ numpy interpreter, float sums written as serial loops compared within a toleranc
 from __future__ import annotations
 
 import numpy as np
+import tvm
 import pytest
 from tvm.script import tirx as T
 from tvm.tirx.script import tile as Tx
@@ -191,3 +192,64 @@ def test_a_fragment_read_before_its_plain_store_is_still_reported(monkeypatch):
     monkeypatch.setenv("TILELAYOUT_STRICT", "1")
     with pytest.raises(tl.UninitializedReadError, match="reads fragment d before any op writes it"):
         tl.infer_layouts(one_element_fragment_read_first)
+
+
+# ------------------------------------------------------------------------------------ pipelined fp8 on the CPU
+
+def _staged_fp8_copy(stages: int, arch: str):
+    @T.prim_func
+    def kernel(X: T.Buffer((64, 128), "float8_e4m3fn"), Y: T.Buffer((64, 128), "float32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", 128)
+        X_s = T.alloc_buffer((64, 32), "float8_e4m3fn", scope="shared")
+        F = T.alloc_buffer((64, 32), "float32", scope="local.fragment")
+        for ko in T.serial(4, annotations={"num_stages": stages}):
+            Tx.copy(X_s[0:64, 0:32], X[0:64, ko * 32:ko * 32 + 32])
+            for i in T.parallel(64):
+                for j in T.parallel(32):
+                    F[i, j] = T.Cast("float32", X_s[i, j]) * T.float32(2)
+            Tx.copy(Y[0:64, ko * 32:ko * 32 + 32], F[0:64, 0:32])
+    return kernel.with_attr("target", tvm.target.Target({"kind": "cuda", "arch": arch}))
+
+
+def _staged_fp8_gemm(stages: int, arch: str, dtype: str = "float8_e4m3fn"):
+    @T.prim_func
+    def kernel(A: T.Buffer((64, 128), dtype), B: T.Buffer((64, 128), dtype), C: T.Buffer((64, 64), "float32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", 128)
+        A_s = T.alloc_buffer((64, 32), dtype, scope="shared")
+        B_s = T.alloc_buffer((64, 32), dtype, scope="shared")
+        C_frag = T.alloc_buffer((64, 64), "float32", scope="local.fragment")
+        Tx.fill(C_frag[0:64, 0:64], T.float32(0))
+        for ko in T.serial(4, annotations={"num_stages": stages}):
+            Tx.copy(A_s[0:64, 0:32], A[0:64, ko * 32:ko * 32 + 32])
+            Tx.copy(B_s[0:64, 0:32], B[0:64, ko * 32:ko * 32 + 32])
+            Tx.gemm(C_frag[0:64, 0:64], A_s[0:64, 0:32], B_s[0:64, 0:32], C_frag[0:64, 0:64], False, True,
+                    T.float32(1), T.float32(1))
+        Tx.copy(C[0:64, 0:64], C_frag[0:64, 0:64])
+    return kernel.with_attr("target", tvm.target.Target({"kind": "cuda", "arch": arch}))
+
+
+@pytest.mark.parametrize("stages", [2, 3])
+@pytest.mark.parametrize("arch", ["sm_89", "sm_90a"])
+def test_a_pipelined_fp8_copy_runs_on_the_cpu(stages, arch):
+    res = check_numeric(_staged_fp8_copy(stages, arch), lambda d: {"Y": d["X"].astype(np.float32) * 2})
+    assert res.ok and res.exact, res.message
+
+
+@pytest.mark.parametrize("arch,dtype", [("sm_89", "float8_e4m3fn"), ("sm_90a", "float8_e5m2")])
+def test_a_pipelined_fp8_gemm_runs_on_the_cpu(arch, dtype):
+    def reference(d):
+        return {"C": d["A"].astype(np.float64) @ d["B"].astype(np.float64).T}
+    res = check_numeric(_staged_fp8_gemm(2, arch, dtype), reference, tolerance=(1e-5, 1e-5))
+    assert res.ok, res.message
+
+
+def test_the_fp8_poison_of_a_staged_tile_is_a_nan_code():
+    import ml_dtypes
+    from tilelayout.passes.lowering.cpu_fp8 import constant_code
+    for dtype in ("float8_e4m3fn", "float8_e5m2"):
+        code = np.array([constant_code(float("nan"), dtype)], np.uint8).view(getattr(ml_dtypes, dtype))
+        assert np.isnan(code.astype(np.float32)).all()
+        assert constant_code(1e9, dtype) == np.array([ml_dtypes.finfo(getattr(ml_dtypes, dtype)).max],
+                                                     getattr(ml_dtypes, dtype)).view(np.uint8)[0]
