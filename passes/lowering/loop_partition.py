@@ -289,13 +289,38 @@ def _partition_nest(root, tx, threads: int, frag_layouts: dict, nest, verify: bo
         full = dict(bounds)
         if tx is not None:
             full[tx] = (0, threads)
-        body = tirx.IfThenElse(make_analyzer(full).simplify(guard), body, None)
+        body = guard_outside_barriers(make_analyzer(full).simplify(guard), body)
     for k in reversed(range(len(svars))):
         notes = {SLOT_LOOP_KEY: key} if k == len(svars) - 1 else {}
         if k == 0:
             notes[PARTITIONED_KEY] = key
         body = tirx.For(svars[k], 0, slots[k], tirx.ForKind.SERIAL, body, None, notes)
     return body
+
+
+def _writes_shared(stmt) -> bool:
+    hits: list = []
+    walk(stmt, [(tirx.BufferStore, lambda st: hits.append(1) if str(st.buffer.scope()).startswith("shared") else None)])
+    return bool(hits)
+
+
+def guard_outside_barriers(cond, body):
+    """``if cond: body`` with the thread guard moved inside every constant-extent serial loop of ``body`` that
+    writes shared memory. apache-tvm 0.27's barrier insertion gives such a loop a barrier at the top of its body
+    (it cannot tell that each thread reads back only its own elements) and refuses one inside a condition
+    ("Cannot insert syncs inside condition"): a lang.cumsum over a shared tile with fewer rows than threads stopped
+    the CUDA build. Every thread runs the loop, all reach its barriers, and only the guarded ones run its body.
+    The loop's bounds must not depend on the thread (a trip count that differs between threads around a barrier
+    would hang the block): only constant bounds are used this way."""
+    if isinstance(body, tirx.For) and int(body.kind) == int(tirx.ForKind.SERIAL) and _writes_shared(body.body) \
+            and int_value(body.min) is not None and int_value(body.extent) is not None \
+            and int_value(getattr(body, "step", None) or 1) == 1:
+        return tirx.For(body.loop_var, body.min, body.extent, body.kind, guard_outside_barriers(cond, body.body),
+                        body.thread_binding, body.annotations)
+    if isinstance(body, tirx.SeqStmt) and _writes_shared(body) and \
+            not any(isinstance(c, (tirx.Bind, tirx.LetStmt, tirx.AllocBuffer, tirx.DeclBuffer)) for c in body.seq):
+        return tirx.SeqStmt([guard_outside_barriers(cond, c) for c in body.seq])
+    return tirx.IfThenElse(cond, body, None)
 
 
 def _scan_nest(root, loops: list, layout: Fragment, tx, threads: int, key: str):
