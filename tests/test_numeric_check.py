@@ -253,3 +253,26 @@ def test_the_fp8_poison_of_a_staged_tile_is_a_nan_code():
         assert np.isnan(code.astype(np.float32)).all()
         assert constant_code(1e9, dtype) == np.array([ml_dtypes.finfo(getattr(ml_dtypes, dtype)).max],
                                                      getattr(ml_dtypes, dtype)).view(np.uint8)[0]
+
+
+# ------------------------------------------------------------------------------------ the fuzzer draws these classes
+
+def test_the_fuzzer_draws_the_check_classes_and_keeps_other_kernels_unchanged():
+    import random
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from maint import fuzz
+    notes = set()
+    for k in range(80):
+        kernel = fuzz.generate(1, k)
+        notes |= set(kernel.notes)
+        extra = fuzz._pick(random.Random(f"tilelayout-fuzz-check:1:{k}"), fuzz.CHECK_CLASSES)
+        if extra == "none":     # the text earlier runs generated: the kernel's own stream alone
+            plain = fuzz.Gen(random.Random(f"tilelayout-fuzz:1:{k}")).build().text
+            assert "\n".join(line for line in kernel.text.split("\n") if "T.func_attr" not in line) == plain
+    assert {"local-accumulate", "shared-cumsum", "threads-xy"} <= notes
+    assert any(n.startswith("staged-float8") for n in notes)
+    kernel = fuzz.generate(1, 33)           # a per-thread local accumulation
+    assert "local-accumulate" in kernel.notes
+    assert {o.kind for o in fuzz.check(kernel)} == {"ok"}
