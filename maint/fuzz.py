@@ -30,6 +30,9 @@ index forms in one nest, reductions followed by permuted reads of their result, 
 pin through ``tl.annotate_layouts`` (``VALID_PINS``, which must be kept and run correctly, or
 ``INVALID_PINS``: thread ids out of range or negative, not injective, wrong shape, a plain Layout, an
 unknown buffer, two different pins of one buffer, which inference must refuse with a typed error).
+The numeric check's own bug classes (``CHECK_CLASSES``, drawn from a stream of their own so that other kernels
+keep their text) append a per-thread ``scope="local"`` accumulation in a serial loop, a ``lang.cumsum`` of a
+shared tile, a ``num_stages`` loop over fp8 tiles, or launch the block as threadIdx.x/y.
 
 Per kernel and cost model: ``tl.infer_layouts``; every fragment layout and every loop layout (user
 nests and the element loops of copy/fill/elementwise ops) is checked by exact enumeration (valid: the

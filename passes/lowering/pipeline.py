@@ -13,7 +13,7 @@ Case contract (used by ``maint/run.py --numeric`` through ``check_case``): a cas
 ``REFERENCE = {variant: fn}`` with ``fn(inputs: dict[name, np.ndarray]) -> dict[name, np.ndarray]``
 giving the expected final value of the parameters it writes (parameters it does not return must come
 back unchanged), and ``TOLERANCE = {variant: (rtol, atol)}`` to override the default comparison (exact
-when the kernel has no floating-point reduction or gemm, dtype-based tolerances otherwise).
+unless some result is only defined up to rounding, ``check_exactness``; dtype-based tolerances then).
 """
 from __future__ import annotations
 
