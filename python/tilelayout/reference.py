@@ -432,8 +432,8 @@ class _Interpreter:
 
     def agreed(self, copies: np.ndarray, buf, node) -> np.ndarray:
         """The value of per-thread copies (threads on the first axis) that every thread must hold alike."""
-        if copies.shape[0] == 0:
-            return copies.reshape(copies.shape[1:])
+        if copies.shape[0] == 0:         # no thread reaches the statement: its value is never used
+            return np.zeros(copies.shape[1:], dtype=copies.dtype)
         first = copies[0]
         same = (copies == first) | (_isnan(copies) & _isnan(np.broadcast_to(first, copies.shape)))
         if not same.all():
