@@ -15,6 +15,9 @@ misreading in lowering. Semantics, written from the ops' definitions:
 - threads: a tile op or parallel nest under a condition on ``threadIdx`` runs once, collectively,
   when some thread satisfies the condition; a plain store that reads ``threadIdx`` runs once per
   thread; ``blockIdx`` runs the body once per block, with fresh allocations;
+- ``scope="local"`` buffers are per thread: each thread has its own copy, a statement touching one runs once
+  per thread on that thread's copy, a branch on one selects the threads whose copy satisfies it, and where the
+  threads act together (a tile op, a parallel nest, a loop bound) their copies must agree or it is refused;
 - arithmetic keeps TIR's dtypes (float16 rounds after every operation, as the hardware does; float8
   goes through ml_dtypes, saturating to the largest finite value as CUDA's conversion does); reductions, gemm and transcendental functions are computed in float64
   and rounded once (``ReferenceRun.exact`` is False then: compare with a tolerance); a gemm of two
@@ -24,7 +27,7 @@ misreading in lowering. Semantics, written from the ops' definitions:
 Anything else is refused with ``UnsupportedByReference`` naming the construct: the oracle never
 guesses. An index outside its buffer raises ``ReferenceOutOfBounds``.
 
-Size (about 680 lines): one interpreter whose parts (expressions, statements, tile ops) share one evaluation
+Size (about 950 lines): one interpreter whose parts (expressions, statements, tile ops) share one evaluation
 context; it may import nothing from the passes, so it cannot lean on their helpers.
 """
 from __future__ import annotations
