@@ -276,3 +276,23 @@ def test_the_fuzzer_draws_the_check_classes_and_keeps_other_kernels_unchanged():
     kernel = fuzz.generate(1, 33)           # a per-thread local accumulation
     assert "local-accumulate" in kernel.notes
     assert {o.kind for o in fuzz.check(kernel)} == {"ok"}
+
+
+@T.prim_func
+def local_scale_in_a_nest(A: T.Buffer((4, 64), "float32"), W: T.Buffer((4,), "float32"), B: T.Buffer((64,), "float32")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 32)
+    acc = T.alloc_buffer((64,), "float32", scope="local.fragment")
+    scale = T.alloc_buffer((1,), "float32", scope="local")
+    Tx.fill(acc[0:64], T.float32(0))
+    for k in T.serial(4):
+        scale[0] = W[k] * T.float32(2)               # every thread computes the same value
+        for i in T.parallel(64):
+            acc[i] = acc[i] + A[k, i] * scale[0]
+    Tx.copy(B[0:64], acc[0:64])
+
+
+def test_a_local_value_every_thread_holds_alike_scales_a_parallel_accumulation_once():
+    inputs = random_inputs(local_scale_in_a_nest, seed=5)
+    want = (inputs["A"].astype(np.float64) * (2 * inputs["W"].astype(np.float64))[:, None]).sum(0)
+    np.testing.assert_allclose(run_reference(local_scale_in_a_nest, inputs).outputs["B"], want, rtol=1e-5, atol=1e-5)

@@ -205,29 +205,26 @@ class _Interpreter:
         return bool(hits)
 
     def reads_private(self, node) -> bool:
-        """Whether ``node`` loads or stores a per-thread (``scope="local"``) buffer."""
+        """Whether ``node`` loads a per-thread (``scope="local"``) buffer."""
         if not self.private:
             return False
         hits = []
 
         def on_load(e):
-            if any(e.source.same_as(b) for b in self.private):
+            if e.source in self.private:
                 hits.append(e)
-
-        def on_store(s):
-            if any(s.buffer.same_as(b) for b in self.private):
-                hits.append(s)
-        tvm_ffi.structural_walk(node, [(TensorLoad, on_load), (tirx.BufferStore, on_store)])
+        tvm_ffi.structural_walk(node, [(TensorLoad, on_load)])
         return bool(hits)
 
-    def per_thread(self, node, ctx: _Ctx) -> _Ctx:
-        """The lanes a statement runs on: once per thread when it reads ``threadIdx`` (outside parallel loops) or
-        touches a per-thread buffer (every lane times every thread reaching it), else ``ctx`` itself."""
+    def per_thread(self, node, target, ctx: _Ctx) -> _Ctx:
+        """The lanes a statement writing ``target`` runs on: once per thread when it reads ``threadIdx`` (outside
+        parallel loops) or writes a per-thread buffer (every lane times every thread reaching it: each thread
+        updates its own copy), else ``ctx`` itself (per-thread values it reads must then agree, ``agreed``)."""
         if ctx.tid is not None:
             return ctx
         if ctx.n == 1 and self.uses_thread(node):
             return self.thread_lanes(ctx)
-        if self.reads_private(node):
+        if target in self.private:
             return self.expand_threads(ctx)
         return ctx
 
@@ -498,7 +495,7 @@ class _Interpreter:
         updates of lanes that hit one element all land (unlike a plain store, where that is a race)."""
         if len(ctx.threads) == 0 or ctx.n == 0:
             return
-        ctx = self.per_thread(node, ctx)
+        ctx = self.per_thread(node, target.source, ctx)
         buf = target.source
         arr = self.array(buf, node)
         if buf in self.symbolic:
@@ -648,7 +645,7 @@ class _Interpreter:
     def store(self, s, ctx) -> None:
         if len(ctx.threads) == 0 or ctx.n == 0:
             return
-        ctx = self.per_thread(s, ctx)        # a per-thread statement: once per thread
+        ctx = self.per_thread(s, s.buffer, ctx)      # a per-thread statement: once per thread
         arr = self.array(s.buffer, s)
         if s.buffer in self.symbolic:        # past a symbolic extent a store is dropped
             *_, keep = self.indices(s.buffer, list(s.indices), ctx, s, partial=True)
