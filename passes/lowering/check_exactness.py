@@ -49,7 +49,11 @@ def _adds_own_buffer(store: tirx.BufferStore) -> bool:
 
     def reads_target(e) -> bool:
         hits: list = []
-        tvm_ffi.structural_walk(e, [(TensorLoad, lambda l: hits.append(1) if l.source.same_as(store.buffer) else None)])
+
+        def on_load(load):
+            if load.source.same_as(store.buffer):
+                hits.append(1)
+        tvm_ffi.structural_walk(e, [(TensorLoad, on_load)])
         return bool(hits)
 
     def on_add(e):
