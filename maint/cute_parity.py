@@ -3,7 +3,24 @@
 (``maint/oracle.py``), and require identical (vector, issue, bandwidth, segments)."""
 from __future__ import annotations
 
+import re
+
 from maint import snapshot
+
+
+def _source_buffer(graph, name: str):
+    """The program buffer behind a snapshot buffer: itself, or for a layout conversion's version of a fragment
+    (``F_cv``, ``F_cv2``: ``conversion_plan._fresh_name``), which the unconverted program does not hold, the
+    fragment it converts (same dtype and shape)."""
+    base = name
+    while True:
+        try:
+            return graph.buffer(base)
+        except KeyError:
+            stripped = re.sub(r"_cv\d*$", "", base)
+            if stripped == base:
+                raise
+            base = stripped
 
 
 def parity(modules: dict, expected_dir, case_filter: str | None, models: list) -> tuple:
@@ -26,7 +43,7 @@ def parity(modules: dict, expected_dir, case_filter: str | None, models: list) -
                     frag = layout_from_dict(d)
                     if not isinstance(frag, Fragment):
                         continue
-                    elem_bytes = max(1, graph.buffer(name).bits // 8)
+                    elem_bytes = max(1, _source_buffer(graph, name).bits // 8)
                     shape = enclosing.get(variant, {}).get(name, frag.input_shape)
                     for is_store in (False, True):
                         total += 1

@@ -32,6 +32,9 @@ index forms in one nest, reductions followed by permuted reads of their result, 
 pin through ``tl.annotate_layouts`` (``VALID_PINS``, which must be kept and run correctly, or
 ``INVALID_PINS``: thread ids out of range or negative, not injective, wrong shape, a plain Layout, an
 unknown buffer, two different pins of one buffer, which inference must refuse with a typed error).
+The numeric check's own bug classes (``CHECK_CLASSES``, drawn from a stream of their own so that other kernels
+keep their text) append a per-thread ``scope="local"`` accumulation in a serial loop, a ``lang.cumsum`` of a
+shared tile, a ``num_stages`` loop over fp8 tiles, or launch the block as threadIdx.x/y.
 
 Per kernel and cost model: ``tl.infer_layouts``; every fragment layout and every loop layout (user
 nests and the element loops of copy/fill/elementwise ops) is checked by exact enumeration (valid: the
@@ -858,7 +861,17 @@ class Gen:
         self.notes.append(f"pin-{kind}")
 
     # -- whole kernel
-    def build(self) -> Kernel:
+    def build(self, extra: str | None = None, extra_rng: random.Random | None = None) -> Kernel:
+        """The kernel; ``extra`` (a ``CHECK_CLASSES`` step) is appended after its stores, its choices drawn from
+        ``extra_rng``, so that the rest of the kernel is the one ``self.rng`` alone gives."""
+        kernel = self._build()
+        if extra is None:
+            return kernel
+        self.rng = extra_rng
+        getattr(self, extra.replace("-", "_"))()
+        return Kernel(self.render(), self.threads, sorted(set(self.notes)), self.has_sum, self.sum_extent, self.pins)
+
+    def _build(self) -> Kernel:
         rng = self.rng
         first = self.new_frag(self.main_shape(), self.dtype)
         self.load(first) if rng.random() < 0.85 else self.fill(first)
@@ -1146,6 +1159,83 @@ class Gen:
     def step_store(self) -> None:
         self.store(self.rng.choice(self.frags()))
 
+    # -- the numeric check's own bug classes (``CHECK_CLASSES``), appended after the kernel's stores
+
+    def local_accumulate(self) -> None:
+        """Each thread sums a row of a global buffer into its own ``scope="local"`` accumulator in a serial loop
+        and stores it. Bug classes: the numpy interpreter sharing one local array between all threads (a correct
+        kernel reported wrong); a serial float sum compared exactly."""
+        k = self.rng.choice((1, 3, 8, 33))
+        dt = self.dtype
+        rows = self.threads * self.nblocks
+        a, o = self.fresh("A"), self.fresh("O")
+        self.params += [Buf(a, (rows, k), dt, "param"), Buf(o, (rows,), dt, "param")]
+        acc = Buf(self.fresh("loc"), (1,), dt, "local")
+        self.hidden.append(acc)
+        row = f"bx * {self.threads} + tx" if self.nblocks > 1 else "tx"
+        self.body.append("\n".join([
+            f"{acc.name}[0] = {_const(dt, 0.0)}",
+            f"for k in T.serial({k}):",
+            f"    {acc.name}[0] = {acc.name}[0] + {a}[{row}, k]",
+            f"{o}[{row}] = {acc.name}[0]"]))
+        self.has_sum = True
+        self.sum_extent = max(self.sum_extent, k)
+        self.notes.append("local-accumulate")
+
+    def shared_cumsum(self) -> None:
+        """``lang.cumsum`` of a shared tile (a written fragment copied in, the scan copied out): with fewer lines
+        than threads the scan runs under a thread guard. Bug class: CUDA generation refusing the guarded scan
+        (TVM's barrier inside the condition) that the CPU check had passed."""
+        cands = [b for b in self.frags() if all(e > 1 for e in b.shape)]
+        if not cands:
+            return
+        f = self.rng.choice(cands)
+        tile = Buf(self.fresh("s"), f.shape, f.dtype, self.shared_scope())
+        self.allocs.append(tile)
+        full = _region(f.shape)
+        dim, reverse = self.rng.randrange(len(f.shape)), self.rng.random() < 0.5
+        self.body += [f"Tx.copy({tile.name}[{full}], {f.name}[{full}])",
+                      f"lang.cumsum({tile.name}, dim={dim}, reverse={reverse})",
+                      f"Tx.copy({f.name}[{full}], {tile.name}[{full}])"]
+        self.has_sum = True
+        self.sum_extent = max(self.sum_extent, f.shape[dim])
+        self.store(f)
+        self.notes.append("shared-cumsum")
+
+    def staged_fp8(self) -> None:
+        """A ``num_stages`` loop copying fp8 tiles (e4m3 / e5m2) into shared memory and folding them, decoded, into
+        a float32 fragment. Bug class: the cp.async emulation's NaN poison of a staged fp8 tile, which the CPU
+        build could not store."""
+        rng = self.rng
+        dt = rng.choice(("float8_e4m3fn", "float8_e5m2"))
+        shape = rng.choice(self.shapes())
+        stages, steps = rng.choice((2, 3)), rng.choice((1, 2, 3, 4))
+        acc = Buf(self.fresh("r"), shape, "float32", "local.fragment")
+        tile = Buf(self.fresh("s"), shape, dt, self.shared_scope())
+        self.hidden += [acc, tile]
+        gshape = list(shape[:-1]) + [shape[-1] * steps]
+        offs = ["0"] * (len(shape) - 1) + [f"ko * {shape[-1]}"]
+        if self.nblocks > 1:
+            span = gshape[0]
+            gshape[0] = span * self.nblocks
+            offs[0] = f"bx * {span}" if offs[0] == "0" else f"bx * {span} + {offs[0]}"
+        name = self.fresh("A")
+        self.params.append(Buf(name, tuple(gshape), dt, "param"))
+        full = _region(shape)
+        idx = ", ".join(["i", "j"][:len(shape)])
+        lines = [f"Tx.fill({acc.name}[{full}], T.float32(0))",
+                 f'for ko in T.serial({steps}, annotations={{"num_stages": {stages}}}):',
+                 f"    Tx.copy({tile.name}[{full}], {name}[{_region(shape, offs)}])"]
+        pad = "    "
+        for v, e in zip(["i", "j"], shape):
+            lines.append(f"{pad}for {v} in T.parallel({e}):")
+            pad += "    "
+        lines.append(f'{pad}{acc.name}[{idx}] = T.max({acc.name}[{idx}], T.Cast("float32", {tile.name}[{idx}]))')
+        self.body.append("\n".join(lines))
+        g, reg = self.global_region(shape, "float32", "out")
+        self.body.append(f"Tx.copy({g}[{reg}], {acc.name}[{full}])")
+        self.notes.append(f"staged-{dt}")
+
     def render(self) -> str:
         params = ", ".join(f'{p.name}: T.Buffer({p.shape!r}, "{p.dtype}")' for p in self.params)
         lines = ["@T.prim_func", f"def main({params}):",
@@ -1175,11 +1265,35 @@ def _pick(rng: random.Random, weights: dict) -> str:
 ARCHS = {"sm_90": 6, "sm_80": 2, "sm_90a": 1, "sm_100": 1}
 
 
+#: the numeric check's own bug classes -> weight, drawn from a stream of their own and appended to the kernel
+#: (``none``: the kernel as earlier runs generated it); ``threads-xy`` launches the block as threadIdx.x/y (bug
+#: class: the check's exactness decision built the 1-D op graph before the thread dimensions were folded)
+CHECK_CLASSES = {"none": 24, "local-accumulate": 2, "shared-cumsum": 2, "staged-fp8": 1, "threads-xy": 2}
+
+
+def _two_dimensional_launch(kernel: Kernel, rng: random.Random) -> None:
+    """Launch the block as threadIdx.x = X, threadIdx.y = Y (X * Y threads) when the kernel never reads ``tx``."""
+    launch = f'    tx = T.launch_thread("threadIdx.x", {kernel.threads})'
+    ys = [y for y in (2, 4) if kernel.threads % y == 0 and kernel.threads // y >= 1]
+    if not ys or kernel.text.count("tx") != 1 or launch not in kernel.text:
+        return
+    y = rng.choice(ys)
+    kernel.text = kernel.text.replace(launch, f'    tx = T.launch_thread("threadIdx.x", {kernel.threads // y})\n'
+                                              f'    ty = T.launch_thread("threadIdx.y", {y})')
+    kernel.notes = sorted(set(kernel.notes) | {"threads-xy"})
+
+
 def generate(seed: int, index: int, max_steps: int = 5) -> Kernel:
-    """Kernel ``index`` of ``seed`` (independent of every other kernel). Its target is drawn from a stream of its
-    own, so the kernel's text is the one earlier runs generated, with a target attribute added off sm_90."""
-    kernel = Gen(random.Random(f"tilelayout-fuzz:{seed}:{index}"), max_steps,
-                 random.Random(f"tilelayout-fuzz-safe:{seed}:{index}")).build()
+    """Kernel ``index`` of ``seed`` (independent of every other kernel). Its target and its check class are drawn
+    from streams of their own, so the kernel's text is the one earlier runs generated, with a target attribute
+    added off sm_90 and, for a drawn check class, statements appended."""
+    extra_rng = random.Random(f"tilelayout-fuzz-check:{seed}:{index}")
+    extra = _pick(extra_rng, CHECK_CLASSES)
+    gen = Gen(random.Random(f"tilelayout-fuzz:{seed}:{index}"), max_steps,
+              random.Random(f"tilelayout-fuzz-safe:{seed}:{index}"))
+    kernel = gen.build(extra if extra not in ("none", "threads-xy") else None, extra_rng)
+    if extra == "threads-xy":
+        _two_dimensional_launch(kernel, extra_rng)
     arch = _pick(random.Random(f"tilelayout-fuzz-arch:{seed}:{index}"), ARCHS)
     if arch != "sm_90":
         head, _, rest = kernel.text.partition("\n    bx = ")

@@ -80,18 +80,28 @@ def numeric(modules: dict, case_filter: str | None, models: list) -> tuple:
     ``REFERENCE`` (or the interpreter when it has none)."""
     lines, total, passed = [], 0, 0
     for case, module in modules.items():
-        pending = getattr(module, "NUMERIC_PENDING", {}) or {}
         for variant in module.VARIANTS:
             if case_filter and case_filter not in f"{case}/{variant}":
                 continue
-            # a dynamic-shape variant runs at each of its EXTENTS (sizes that are and are not tile multiples)
-            for extents in getattr(module, "EXTENTS", {}).get(variant) or [None]:
-                label = variant if extents is None else \
-                    f"{variant}[{','.join(f'{k}={v}' for k, v in sorted(extents.items()))}]"
-                lines_v, total_v, passed_v = _numeric_variant(module, case, variant, label, extents, models, pending)
-                lines.extend(lines_v)
-                total += total_v
-                passed += passed_v
+            lines_v, total_v, passed_v = numeric_variant(module, case, variant, models)
+            lines.extend(lines_v)
+            total += total_v
+            passed += passed_v
+    return lines, total, passed
+
+
+def numeric_variant(module, case: str, variant: str, models: list) -> tuple:
+    """``numeric`` for one variant of one case (lines, checks run, checks passing)."""
+    pending = getattr(module, "NUMERIC_PENDING", {}) or {}
+    lines, total, passed = [], 0, 0
+    # a dynamic-shape variant runs at each of its EXTENTS (sizes that are and are not tile multiples)
+    for extents in getattr(module, "EXTENTS", {}).get(variant) or [None]:
+        label = variant if extents is None else \
+            f"{variant}[{','.join(f'{k}={v}' for k, v in sorted(extents.items()))}]"
+        lines_v, total_v, passed_v = _numeric_variant(module, case, variant, label, extents, models, pending)
+        lines.extend(lines_v)
+        total += total_v
+        passed += passed_v
     return lines, total, passed
 
 

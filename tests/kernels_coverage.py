@@ -57,6 +57,19 @@ def cumsum(m: int, n: int, threads: int, dim: int, reverse: bool, into_other: bo
     return kernel
 
 
+def cumsum_shared_in_place(m: int, n: int, threads: int, dim: int, reverse: bool):
+    """lang.cumsum of a shared tile into itself (each line of the tile scanned by one thread)."""
+    @T.prim_func
+    def kernel(A: T.Buffer((m, n), "float32"), B: T.Buffer((m, n), "float32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", threads)
+        S = T.alloc_buffer((m, n), "float32", scope="shared")
+        Tx.copy(S[0:m, 0:n], A[0:m, 0:n])
+        lang.cumsum(S, dim=dim, reverse=reverse)
+        Tx.copy(B[0:m, 0:n], S[0:m, 0:n])
+    return kernel
+
+
 def cumsum_1d_fragment(n: int, threads: int, reverse: bool, dtype: str = "float32"):
     """lang.cumsum of a whole 1-D fragment (one row)."""
     @T.prim_func

@@ -172,3 +172,40 @@ def test_lane_split_scan_compiles_with_nvcc_and_keeps_its_shuffles():
     build = importlib.import_module("cases.row_scan").VARIANTS["cumsum_reverse_f32_64x32_t128"]
     ptx = compile_ptx(cuda_source(build()), {"kind": "cuda", "arch": "sm_80"}).decode()
     assert "shfl.sync" in ptx
+
+
+#: (rows, columns, threads, dim): fewer scanned lines than threads (the thread guard around the scan), as many
+#: and more
+SHARED_SCANS = [(8, 16, 32, 1, False), (16, 8, 32, 0, True), (8, 64, 32, 1, True), (32, 8, 32, 1, False),
+                (64, 16, 32, 1, False)]
+
+
+@pytest.mark.parametrize("m,n,threads,dim,reverse", SHARED_SCANS)
+def test_cumsum_of_a_shared_tile_runs_on_the_cpu_and_generates_cuda(m, n, threads, dim, reverse):
+    """A guarded scan of shared memory: TVM puts a barrier at the top of each scan step, so the thread guard must
+    sit inside the step (every thread reaches the barrier) and not around the loop, where TVM refuses it."""
+    from tilelayout.passes.lowering.pipeline import check_numeric, cuda_source
+    func = K.cumsum_shared_in_place(m, n, threads, dim, reverse)
+    for model in MODELS:
+        res = check_numeric(func, lambda d: {"B": _numpy_scan(d["A"], dim, reverse)}, cost_model=model)
+        assert res.ok, f"{model}: {res.message}"
+        src = cuda_source(func, cost_model=model)
+        assert "__syncthreads" in src
+        if __import__("shutil").which("nvcc") is not None:
+            from tilelayout.passes.lowering.pipeline import compile_ptx
+            assert "bar.sync" in compile_ptx(src, {"kind": "cuda", "arch": "sm_80"}).decode()
+
+
+def test_a_guard_moves_inside_a_constant_serial_loop_that_writes_shared_memory_only():
+    from tvm import tirx
+    from tilelayout.passes.lowering.loop_partition import guard_outside_barriers
+    tx, v = tirx.Var("tx", "int32"), tirx.Var("v", "int32")
+    S = tirx.decl_buffer([8, 16], "float32", name="S", scope="shared")
+    F = tirx.decl_buffer([16], "float32", name="F", scope="local")
+    write_shared = tirx.For(v, 0, 16, tirx.ForKind.SERIAL, tirx.BufferStore(S, tirx.const(1.0, "float32"), [tx, v]))
+    out = guard_outside_barriers(tx < 8, write_shared)
+    assert isinstance(out, tirx.For) and isinstance(out.body, tirx.IfThenElse)
+    write_local = tirx.For(v, 0, 16, tirx.ForKind.SERIAL, tirx.BufferStore(F, tirx.const(1.0, "float32"), [v]))
+    assert isinstance(guard_outside_barriers(tx < 8, write_local), tirx.IfThenElse)
+    thread_bound = tirx.For(v, 0, tx, tirx.ForKind.SERIAL, tirx.BufferStore(S, tirx.const(1.0, "float32"), [tx, v]))
+    assert isinstance(guard_outside_barriers(tx < 8, thread_bound), tirx.IfThenElse)

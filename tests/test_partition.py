@@ -12,6 +12,7 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 from tvm.script import tirx as T
+from tvm.tirx.script import tile as Tx
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -195,3 +196,24 @@ def test_a_shared_layout_mapping_two_elements_to_one_address_is_refused():
     colliding = Layout([128, 128], lambda i, j: [i * 64 + j % 64])
     with pytest.raises(LoweringError, match="shared buffer smem: layout .* maps two elements to one address"):
         partition_function(annotate_layouts(func, {"smem": colliding}))
+
+
+# ------------------------------------------------------------------------------------ views of shared tiles
+
+@T.prim_func
+def _shared_view(A: T.Buffer((64, 64), "float16"), B: T.Buffer((64, 64), "float16")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 128)
+    S = T.alloc_buffer((64, 64), "float16", scope="shared")
+    flat = T.decl_buffer((4096,), "float16", data=S.data, scope="shared")
+    Tx.copy(S[0:64, 0:64], A[0:64, 0:64])
+    for i in T.parallel(4096):
+        flat[i] = flat[i] * T.float16(2)
+    Tx.copy(B[0:64, 0:64], S[0:64, 0:64])
+
+
+def test_a_view_of_a_shared_tile_is_refused_by_name_before_any_build():
+    from tilelayout.passes.lowering.pipeline import build_cpu, cuda_source, lower
+    for step in (lower, cuda_source, build_cpu):
+        with pytest.raises(LoweringError, match=r"buffer flat: a view .*of the shared tile S is not supported"):
+            step(_shared_view)

@@ -6,7 +6,8 @@ most often TileLang's source-first argument order carried over: ``Tx.copy(A, fra
 default as a ``tl.UninitializedReadWarning``, and as a ``tl.UninitializedReadError`` in strict mode
 (``tl.layout_config(strict=True)`` or the environment variable ``TILELAYOUT_STRICT=1``).
 
-Program order is the judge: an op inside a serial loop that reads a fragment only a later op of the same
+A plain store outside any op (``d[0] = x``, a fragment's floating write) writes its fragment for the ops after
+it. Program order is the judge: an op inside a serial loop that reads a fragment only a later op of the same
 loop writes reads garbage in the first iteration, so it is reported too. An op that reads a fragment at
 other indices than it writes (a scan reading the element its previous serial iteration wrote) is not.
 """
@@ -94,7 +95,14 @@ def uninitialized_reads(graph: OpGraph) -> list[str]:
     def group(buf):
         return tuple(id(b.var) for b in graph.alias_group(buf))
 
-    for op in graph.ops:
+    floating_seen = 0
+    for k, op in enumerate(graph.ops):
+        # plain stores outside any op (``d[0] = ...``) that come before this op's statement write their fragment
+        before = graph.registered_before[k][1] if k < len(graph.registered_before) else floating_seen
+        for buf, access in graph.floating[floating_seen:before]:
+            if access.is_write:
+                written.add(group(buf))
+        floating_seen = max(floating_seen, before)
         writes, reads = _writes_reads(op)
         for buf in reads:
             if not buf.is_fragment or group(buf) in written or group(buf) in reported:

@@ -118,6 +118,17 @@ def exact_decoding(func: tirx.PrimFunc) -> tirx.PrimFunc:
     return func.with_body(mapped(func.body, [(tirx.Cast, on_cast)]))
 
 
+def constant_code(value: float, dtype: str) -> int:
+    """The uint8 code of the constant ``value`` in the fp8 ``dtype``, converted as CUDA does (round to nearest
+    even, saturating to the largest finite value; NaN stays NaN)."""
+    import ml_dtypes
+    import numpy as np
+    fmt = np.dtype(getattr(ml_dtypes, dtype))
+    top = float(ml_dtypes.finfo(fmt).max)
+    clipped = value if value != value else min(max(value, -top), top)
+    return int(np.array([clipped], dtype=np.float64).astype(fmt).view(np.uint8)[0])
+
+
 def byte_storage(func: tirx.PrimFunc) -> tirx.PrimFunc:
     """``func`` with every allocated fp8 buffer held as uint8 (see the module docstring)."""
     found: list = []
@@ -154,6 +165,9 @@ def byte_storage(func: tirx.PrimFunc) -> tirx.PrimFunc:
         if old is None:
             return s
         value = _reinterpret_arg(s.value, "uint8")
+        if value is None and isinstance(s.value, tirx.FloatImm):
+            # a constant (the cp.async emulation's NaN poison): its code, as LLVM cannot bitcast a float to i8
+            value = tirx.const(constant_code(float(s.value.value), str(old.dtype)), "uint8")
         if value is None:
             value = tirx.reinterpret("uint8", s.value)
         return tirx.BufferStore(new, value, list(s.indices))

@@ -15,6 +15,7 @@ thread running an iteration holds the fragment elements it touches, naming the b
 from __future__ import annotations
 
 
+import tvm
 from tvm import tirx
 from tvm.ir import Range, TensorLoad
 
@@ -130,6 +131,7 @@ def LoopPartition(verify: bool = True):
 
 def partition_function(func, verify: bool = True):
     """``func`` with every annotated parallel nest partitioned and fragments turned into local arrays."""
+    refuse_shared_views(func)
     tx, threads = thread_launch(func)
     layouts = buffer_layouts(func)
     frag_layouts = fragment_layouts(func, layouts, threads)
@@ -144,6 +146,26 @@ def partition_function(func, verify: bool = True):
     body = mutate(func.body, [(tirx.For, on_for)])
     body = localize_fragments(body, frag_layouts, tx, threads, shared_layouts(func, layouts))
     return func.with_body(body)
+
+
+def refuse_shared_views(func) -> None:
+    """Refuse a ``T.decl_buffer`` view over a shared tile (``data=S.data``), as views of fragments are refused:
+    the view would bypass the tile's layout (a swizzle), and the CPU build, which moves each shared allocation
+    to the serialised kernel's top, cannot place it."""
+    def on_decl(d):
+        data = d.data
+        if not (isinstance(data, tvm.ir.Call) and isinstance(data.op, tvm.ir.Op)
+                and str(data.op.name) == "tirx.buffer_data" and len(data.args) == 1):
+            return
+        parent = data.args[0]
+        if parent.same_as(d.buffer):
+            return
+        scopes = (str(d.buffer.scope()), str(parent.scope()))
+        if any(sc.startswith("shared") for sc in scopes):
+            raise LoweringError(f"buffer {d.buffer.name}: a view (T.decl_buffer over {parent.name}.data) of the "
+                                f"shared tile {parent.name} is not supported; index {parent.name} itself")
+
+    walk(func.body, [(tirx.DeclBuffer, on_decl)])
 
 
 def fragment_layouts(func, layouts: dict, threads: int) -> dict:
@@ -267,13 +289,38 @@ def _partition_nest(root, tx, threads: int, frag_layouts: dict, nest, verify: bo
         full = dict(bounds)
         if tx is not None:
             full[tx] = (0, threads)
-        body = tirx.IfThenElse(make_analyzer(full).simplify(guard), body, None)
+        body = guard_outside_barriers(make_analyzer(full).simplify(guard), body)
     for k in reversed(range(len(svars))):
         notes = {SLOT_LOOP_KEY: key} if k == len(svars) - 1 else {}
         if k == 0:
             notes[PARTITIONED_KEY] = key
         body = tirx.For(svars[k], 0, slots[k], tirx.ForKind.SERIAL, body, None, notes)
     return body
+
+
+def _writes_shared(stmt) -> bool:
+    hits: list = []
+    walk(stmt, [(tirx.BufferStore, lambda st: hits.append(1) if str(st.buffer.scope()).startswith("shared") else None)])
+    return bool(hits)
+
+
+def guard_outside_barriers(cond, body):
+    """``if cond: body`` with the thread guard moved inside every constant-extent serial loop of ``body`` that
+    writes shared memory. apache-tvm 0.27's barrier insertion gives such a loop a barrier at the top of its body
+    (it cannot tell that each thread reads back only its own elements) and refuses one inside a condition
+    ("Cannot insert syncs inside condition"): a lang.cumsum over a shared tile with fewer rows than threads stopped
+    the CUDA build. Every thread runs the loop, all reach its barriers, and only the guarded ones run its body.
+    The loop's bounds must not depend on the thread (a trip count that differs between threads around a barrier
+    would hang the block): only constant bounds are used this way."""
+    if isinstance(body, tirx.For) and int(body.kind) == int(tirx.ForKind.SERIAL) and _writes_shared(body.body) \
+            and int_value(body.min) is not None and int_value(body.extent) is not None \
+            and int_value(getattr(body, "step", None) or 1) == 1:
+        return tirx.For(body.loop_var, body.min, body.extent, body.kind, guard_outside_barriers(cond, body.body),
+                        body.thread_binding, body.annotations)
+    if isinstance(body, tirx.SeqStmt) and _writes_shared(body) and \
+            not any(isinstance(c, (tirx.Bind, tirx.LetStmt, tirx.AllocBuffer, tirx.DeclBuffer)) for c in body.seq):
+        return tirx.SeqStmt([guard_outside_barriers(cond, c) for c in body.seq])
+    return tirx.IfThenElse(cond, body, None)
 
 
 def _scan_nest(root, loops: list, layout: Fragment, tx, threads: int, key: str):

@@ -13,7 +13,7 @@ Case contract (used by ``maint/run.py --numeric`` through ``check_case``): a cas
 ``REFERENCE = {variant: fn}`` with ``fn(inputs: dict[name, np.ndarray]) -> dict[name, np.ndarray]``
 giving the expected final value of the parameters it writes (parameters it does not return must come
 back unchanged), and ``TOLERANCE = {variant: (rtol, atol)}`` to override the default comparison (exact
-when the kernel has no floating-point reduction or gemm, dtype-based tolerances otherwise).
+unless some result is only defined up to rounding, ``check_exactness``; dtype-based tolerances then).
 """
 from __future__ import annotations
 
@@ -354,13 +354,9 @@ _TOLERANCE = {"float64": (1e-9, 1e-9), "float32": (1e-4, 1e-4), "float16": (2e-2
 
 
 def _floating_reduction(func) -> bool:
-    from ..inference.frontend import GemmOp, ReduceOp, build_op_graph
-    for op in build_op_graph(_as_func(func)).ops:
-        if isinstance(op, ReduceOp) and op.reducer == "sum" and "float" in op.dst.buffer.dtype:
-            return True
-        if isinstance(op, GemmOp):
-            return True
-    return False
+    """Some result is defined only up to rounding (``check_exactness``): compare within a tolerance."""
+    from .check_exactness import rounded_result
+    return rounded_result(_as_func(func))
 
 
 class Expected(dict):

@@ -15,6 +15,9 @@ misreading in lowering. Semantics, written from the ops' definitions:
 - threads: a tile op or parallel nest under a condition on ``threadIdx`` runs once, collectively,
   when some thread satisfies the condition; a plain store that reads ``threadIdx`` runs once per
   thread; ``blockIdx`` runs the body once per block, with fresh allocations;
+- ``scope="local"`` buffers are per thread: each thread has its own copy, a statement touching one runs once
+  per thread on that thread's copy, a branch on one selects the threads whose copy satisfies it, and where the
+  threads act together (a tile op, a parallel nest, a loop bound) their copies must agree or it is refused;
 - arithmetic keeps TIR's dtypes (float16 rounds after every operation, as the hardware does; float8
   goes through ml_dtypes, saturating to the largest finite value as CUDA's conversion does); reductions, gemm and transcendental functions are computed in float64
   and rounded once (``ReferenceRun.exact`` is False then: compare with a tolerance); a gemm of two
@@ -26,7 +29,7 @@ guesses. An index outside its buffer raises ``ReferenceOutOfBounds``, except on 
 (the default; function attribute ``tilelayout.safe_memory``): a read outside it gives the pad (0, or its entry of
 ``tilelayout.safe_memory_pad``) and a write outside it is dropped.
 
-Size (about 680 lines): one interpreter whose parts (expressions, statements, tile ops) share one evaluation
+Size (about 950 lines): one interpreter whose parts (expressions, statements, tile ops) share one evaluation
 context; it may import nothing from the passes, so it cannot lean on their helpers.
 """
 from __future__ import annotations
@@ -104,25 +107,28 @@ def _text(node) -> str:
 
 class _Ctx:
     """Lanes being evaluated together: ``env`` maps Vars to arrays of length ``n``; ``threads`` are the
-    thread ids that reach the current statement (tile ops and nests run when it is non-empty)."""
+    thread ids that reach the current statement (tile ops and nests run when it is non-empty); ``tid`` is the
+    thread of each lane when the lanes are threads (a per-thread statement), None when they are shared by every
+    thread in ``threads`` (a tile op, a parallel nest, a statement that reads nothing per-thread)."""
 
-    def __init__(self, n: int, env: dict, threads: np.ndarray):
-        self.n, self.env, self.threads = n, env, threads
+    def __init__(self, n: int, env: dict, threads: np.ndarray, tid: np.ndarray | None = None):
+        self.n, self.env, self.threads, self.tid = n, env, threads, tid
 
     def restrict(self, mask: np.ndarray) -> "_Ctx":
-        return _Ctx(int(mask.sum()), {v: a[mask] for v, a in self.env.items()}, self.threads)
+        return _Ctx(int(mask.sum()), {v: a[mask] for v, a in self.env.items()}, self.threads,
+                    None if self.tid is None else self.tid[mask])
 
     def extend(self, var, values: np.ndarray) -> "_Ctx":
         """Every lane times every value of ``var`` (a parallel loop)."""
         k = len(values)
         env = {v: np.repeat(a, k) for v, a in self.env.items()}
         env[var] = np.tile(values, self.n)
-        return _Ctx(self.n * k, env, self.threads)
+        return _Ctx(self.n * k, env, self.threads, None if self.tid is None else np.repeat(self.tid, k))
 
     def bind(self, var, value: np.ndarray) -> "_Ctx":
         env = dict(self.env)
         env[var] = value
-        return _Ctx(self.n, env, self.threads)
+        return _Ctx(self.n, env, self.threads, self.tid)
 
 
 #: intrinsics by short name (apache-tvm 0.27 registers some as ``tirx.NAME``, others as ``prim.NAME``)
@@ -170,6 +176,9 @@ class _Interpreter:
         self.thread_dims: dict = {}      # "x"/"y"/"z" -> (threadIdx Var, extent); thread ids are linear, x fastest
         self.exact = True
         self.padded: dict = {}           # parameter -> pad: safe memory, reads past its end give the pad
+        # ``scope="local"`` buffers: one copy per thread, stored as one array with the thread as a leading index
+        self.private: set = set()
+        self.active: np.ndarray = np.arange(1)   # the threads running the current tile op
 
     # ------------------------------------------------------------------ helpers
     def refuse(self, what: str, node=None):
@@ -196,6 +205,37 @@ class _Interpreter:
         import tvm_ffi
         tvm_ffi.structural_walk(node, [(tirx.Var, on_var)])
         return bool(hits)
+
+    def reads_private(self, node) -> bool:
+        """Whether ``node`` loads a per-thread (``scope="local"``) buffer."""
+        if not self.private:
+            return False
+        hits = []
+
+        def on_load(e):
+            if e.source in self.private:
+                hits.append(e)
+        tvm_ffi.structural_walk(node, [(TensorLoad, on_load)])
+        return bool(hits)
+
+    def per_thread(self, node, target, ctx: _Ctx) -> _Ctx:
+        """The lanes a statement writing ``target`` runs on: once per thread when it reads ``threadIdx`` (outside
+        parallel loops) or writes a per-thread buffer (every lane times every thread reaching it: each thread
+        updates its own copy), else ``ctx`` itself (per-thread values it reads must then agree, ``agreed``)."""
+        if ctx.tid is not None:
+            return ctx
+        if ctx.n == 1 and self.uses_thread(node):
+            return self.thread_lanes(ctx)
+        if target in self.private:
+            return self.expand_threads(ctx)
+        return ctx
+
+    def expand_threads(self, ctx: _Ctx) -> _Ctx:
+        """Every lane of ``ctx`` once for each thread in ``ctx.threads`` (lanes of one thread adjacent)."""
+        k = len(ctx.threads)
+        env = {v: np.tile(a, k) for v, a in ctx.env.items()}
+        tid = np.repeat(ctx.threads, ctx.n)
+        return _Ctx(ctx.n * k, env, ctx.threads, tid)
 
     # ------------------------------------------------------------------ expressions
     def ev(self, e, ctx: _Ctx) -> np.ndarray:
@@ -353,14 +393,18 @@ class _Interpreter:
         """Index arrays of an access; with ``partial`` (a parameter under safe memory), lanes outside it
         are allowed and the in-range mask is returned as the last item."""
         arr = self.array(buf, node)
-        if len(idx_exprs) != arr.ndim:
-            self.refuse(f"an access of rank {len(idx_exprs)} to {self.names[buf]} of rank {arr.ndim}", node)
+        private = buf in self.private
+        shape = arr.shape[1:] if private else arr.shape
+        if len(idx_exprs) != len(shape):
+            self.refuse(f"an access of rank {len(idx_exprs)} to {self.names[buf]} of rank {len(shape)}", node)
         idx, keep = [], np.ones(ctx.n, dtype=bool)
+        if private and ctx.tid is not None:
+            idx.append(ctx.tid)          # this lane's thread's copy
         for d, x in enumerate(idx_exprs):
             if isinstance(x, (tirx.Ramp, tirx.Broadcast)):
                 self.refuse("vector (Ramp/Broadcast) indices", node)
             v = self.ev(x, ctx).astype(np.int64)
-            bad = (v < 0) | (v >= arr.shape[d])
+            bad = (v < 0) | (v >= shape[d])
             if partial:
                 keep = keep & ~bad
                 idx.append(np.where(bad, 0, v))
@@ -369,7 +413,7 @@ class _Interpreter:
                 k = int(np.argmax(bad))
                 raise ReferenceOutOfBounds(
                     f"{_text(node)}: index {int(v[k])} of dimension {d} is outside buffer "
-                    f"{self.names[buf]} of shape {list(arr.shape)}")
+                    f"{self.names[buf]} of shape {list(shape)}")
             idx.append(v)
         if partial:
             return (*idx, keep)
@@ -383,7 +427,22 @@ class _Interpreter:
             vals = self.array(e.source)[tuple(idx)]
             return np.where(keep, vals, np.asarray(self.padded[e.source]).astype(vals.dtype))
         idx = self.indices(e.source, list(e.indices), ctx, e)
+        if e.source in self.private and ctx.tid is None:
+            # a statement every thread runs alike reads its own copy: they must all hold one value
+            return self.agreed(self.array(e.source)[ctx.threads][(slice(None), *idx)], e.source, e)
         return self.array(e.source)[idx]
+
+    def agreed(self, copies: np.ndarray, buf, node) -> np.ndarray:
+        """The value of per-thread copies (threads on the first axis) that every thread must hold alike."""
+        if copies.shape[0] == 0:         # no thread reaches the statement: its value is never used
+            return np.zeros(copies.shape[1:], dtype=copies.dtype)
+        first = copies[0]
+        same = (copies == first) | (_isnan(copies) & _isnan(np.broadcast_to(first, copies.shape)))
+        if not same.all():
+            self.refuse(f"a per-thread value of {self.names[buf]} (scope local) read where the threads run together "
+                        f"(a tile op, a parallel loop, a loop bound or binding); the threads hold different values",
+                        node)
+        return first
 
     # ------------------------------------------------------------------ statements
     def run(self, s, ctx: _Ctx) -> _Ctx:
@@ -438,8 +497,7 @@ class _Interpreter:
         updates of lanes that hit one element all land (unlike a plain store, where that is a race)."""
         if len(ctx.threads) == 0 or ctx.n == 0:
             return
-        if ctx.n == 1 and self.uses_thread(node):
-            ctx = self.thread_lanes(ctx)
+        ctx = self.per_thread(node, target.source, ctx)
         buf = target.source
         arr = self.array(buf, node)
         if buf in self.padded:
@@ -465,6 +523,9 @@ class _Interpreter:
             if not isinstance(x, (int, tirx.IntImm)):
                 self.refuse(f"the symbolic shape of buffer {buf.name}")
             shape.append(int(x))
+        if str(buf.scope()) in ("local", "local.var") and self.thread_dims:
+            shape = [self.thread_count()] + shape    # each thread its own copy
+            self.private.add(buf)
         self.arrays[buf] = np.full(shape, np.nan, dtype=np.float64).astype(dt) if _is_float(dt) else \
             np.zeros(shape, dtype=dt)
         self.names[buf] = str(buf.name)
@@ -541,9 +602,17 @@ class _Interpreter:
                 var, ext = self.thread_dims[dim]
                 env[var] = ((ctx.threads // stride) % ext).astype(np.int32)
                 stride *= ext
-        return _Ctx(k, env, ctx.threads)
+        return _Ctx(k, env, ctx.threads, ctx.threads)
 
     def branch(self, s, ctx) -> None:
+        if ctx.n == 1 and self.reads_private(s.condition) and not self.uses_thread(s.condition):
+            # a condition on per-thread data selects the threads whose copy satisfies it
+            lanes = self.expand_threads(ctx)
+            c = self.ev(s.condition, lanes).astype(bool)
+            self.run(s.then_case, _Ctx(ctx.n, ctx.env, ctx.threads[c]))
+            if s.else_case is not None:
+                self.run(s.else_case, _Ctx(ctx.n, ctx.env, ctx.threads[~c]))
+            return
         if self.uses_thread(s.condition):
             # a condition on the thread index selects which threads go where
             lanes = self.thread_lanes(ctx)
@@ -596,8 +665,7 @@ class _Interpreter:
     def store(self, s, ctx) -> None:
         if len(ctx.threads) == 0 or ctx.n == 0:
             return
-        if ctx.n == 1 and self.uses_thread(s):
-            ctx = self.thread_lanes(ctx)     # a per-thread statement: once per thread
+        ctx = self.per_thread(s, s.buffer, ctx)      # a per-thread statement: once per thread
         arr = self.array(s.buffer, s)
         if s.buffer in self.padded:          # outside the buffer a store is dropped
             *_, keep = self.indices(s.buffer, list(s.indices), ctx, s, partial=True)
@@ -647,19 +715,20 @@ class _Interpreter:
         if not isinstance(arg, TensorRegion) or not tirx.is_buffer_var(arg.source):
             self.refuse("a tile-op operand that is not a buffer region", call)
         arr = self.array(arg.source, call)
+        shape = arr.shape[1:] if arg.source in self.private else arr.shape
         ranges = list(arg.region)
-        if len(ranges) != arr.ndim:
-            self.refuse(f"a region of rank {len(ranges)} of {self.names[arg.source]} (rank {arr.ndim})", call)
+        if len(ranges) != len(shape):
+            self.refuse(f"a region of rank {len(ranges)} of {self.names[arg.source]} (rank {len(shape)})", call)
         partial = arg.source in self.padded
         inside, within, ext = [], [], []
         for d, r in enumerate(ranges):
             lo = self.uniform(r.min, ctx, "region offset", call)
             n = self.uniform(r.extent, ctx, "region extent", call)
-            if n < 0 or (not partial and (lo < 0 or lo + n > arr.shape[d])):
+            if n < 0 or (not partial and (lo < 0 or lo + n > shape[d])):
                 raise ReferenceOutOfBounds(
                     f"{_text(call)}: region {lo}:{lo + n} of dimension {d} is outside buffer "
-                    f"{self.names[arg.source]} of shape {list(arr.shape)}")
-            a, b = min(max(lo, 0), arr.shape[d]), max(min(lo + n, arr.shape[d]), 0)
+                    f"{self.names[arg.source]} of shape {list(shape)}")
+            a, b = min(max(lo, 0), shape[d]), max(min(lo + n, shape[d]), 0)
             b = max(a, b)
             inside.append(slice(a, b))
             within.append(slice(a - lo, b - lo))
@@ -674,11 +743,18 @@ class _Interpreter:
         """The region's values, the pad where it runs past the buffer."""
         arr = self.arrays[buf]
         out = np.full(ext, self.padded.get(buf, 0)).astype(arr.dtype)
-        out[box.within] = arr[box.inside]
+        if buf in self.private:          # a tile op runs on every thread alike: their copies must agree
+            out[box.within] = self.agreed(arr[self.active][(slice(None), *box.inside)], buf, None)
+        else:
+            out[box.within] = arr[box.inside]
         return out
 
     def write_box(self, buf, box: "_Box", value) -> None:
         """Store the region's values; the part past the buffer is dropped."""
+        if buf in self.private:          # every running thread writes its own copy
+            for t in self.active:
+                self.arrays[buf][t][box.inside] = np.asarray(value)[box.within]
+            return
         self.arrays[buf][box.inside] = np.asarray(value)[box.within]
 
     @staticmethod
@@ -698,6 +774,7 @@ class _Interpreter:
             return                           # no thread reaches it
         if self.uses_thread(call):
             self.refuse("a tile op whose operands depend on threadIdx", call)
+        self.active = ctx.threads
         name = str(call.op.name)
         short = name.rsplit(".", 1)[-1]
         args = list(call.args)
