@@ -1802,6 +1802,11 @@ class Worker:
 def _serve(conn) -> None:
     import faulthandler
     faulthandler.disable()      # a kernel that corrupts memory is reported by the parent, not by a stack dump
+    import warnings
+    # a forked child inherits the caller's warning filters (pytest makes resource warnings errors); kernels are
+    # judged by their outcome, and a drawn kernel may be oversized by design, so warnings never decide it here
+    warnings.resetwarnings()
+    warnings.simplefilter("ignore")
     while True:
         try:
             kernel, models, numeric, cross = conn.recv()
