@@ -26,9 +26,13 @@ from maint.lowered_checks import anchor_table  # noqa: E402
 MODELS = ("register-count", "io-aware")
 
 
+from conftest import kernel_warnings  # noqa: E402
+
+
 def invoke(*argv):
     out = io.StringIO()
-    code = run.main(list(argv), stdout=out)
+    with kernel_warnings():      # golden kernels warn by design (resources, conversions)
+        code = run.main(list(argv), stdout=out)
     return code, out.getvalue()
 
 
