@@ -1074,6 +1074,10 @@ ARCHS = {"sm_90": 6, "sm_80": 2, "sm_90a": 1, "sm_100": 1}
 def generate(seed: int, index: int, max_steps: int = 5) -> Kernel:
     """Kernel ``index`` of ``seed`` (independent of every other kernel). Its target is drawn from a stream of its
     own, so the kernel's text is the one earlier runs generated, with a target attribute added off sm_90."""
+    from maint.fuzz_races import racy_kernel
+    racy = racy_kernel(seed, index)         # racy classes, from a stream of their own (``fuzz_races``)
+    if racy is not None:
+        return racy
     kernel = Gen(random.Random(f"tilelayout-fuzz:{seed}:{index}"), max_steps).build()
     arch = _pick(random.Random(f"tilelayout-fuzz-arch:{seed}:{index}"), ARCHS)
     if arch != "sm_90":
@@ -1419,14 +1423,23 @@ def check(kernel: Kernel, models=COST_MODELS, numeric: bool = True, cross: bool 
     ``cross`` it is also compared with the TVM-compiled sequential semantics (kind ``oracle`` on a difference)."""
     from tilelayout.errors import TileLayoutError
     from tilelayout.passes.inference.layout_inference import infer_layouts
-    from tilelayout.passes.lowering.pipeline import build_cpu_lowered, check_numeric, compare_outputs, lower, \
-        reference_outputs, sequential_outputs
+    from tilelayout.passes.lowering.pipeline import check_numeric, compare_outputs, lower, reference_outputs, \
+        sequential_outputs
+    from tilelayout.passes.lowering.race_report import build_race_checked
     from tilelayout.passes.lowering.shared_liveness import merge_overlap
     from tilelayout.reference import ReferenceOutOfBounds, UnsupportedByReference
     try:
         func = parse(kernel.text)
     except Exception as err:       # noqa: BLE001 - a generator bug, reported as such
         return [Outcome("generator", m, _short(err)) for m in models]
+    if any(n.startswith("lowered:") for n in kernel.notes):
+        from maint.fuzz_races import check_lowered
+        try:
+            kind, detail = check_lowered(kernel, func)
+        except Exception as err:   # noqa: BLE001
+            kind, detail = "crash", "race check: " + _short(err) + "\n" + traceback.format_exc(limit=-3)
+        return [Outcome(kind, m, detail) for m in models]
+    racy = next((n[len("racy:"):] for n in kernel.notes if n.startswith("racy:")), None)
     invalid_pin = [k for _, k, _ in kernel.pins if k in INVALID_PINS]
     if kernel.pins:
         try:
@@ -1479,7 +1492,7 @@ def check(kernel: Kernel, models=COST_MODELS, numeric: bool = True, cross: bool 
         try:
             lowered = lower(func, cost_model=model)          # one lowering: the CPU run and the CUDA check
             res = check_numeric(func, cost_model=model, expected=expected, tolerance=_tolerance(kernel, func),
-                                kernel=build_cpu_lowered(lowered[list(lowered.functions)[0]]))
+                                kernel=build_race_checked(lowered[list(lowered.functions)[0]]))
         except TileLayoutError as err:
             out.append(Outcome("unsupported", model, "lower: " + _short(err)))
             continue
@@ -1498,6 +1511,12 @@ def check(kernel: Kernel, models=COST_MODELS, numeric: bool = True, cross: bool 
             if problem is not None:
                 out.append(Outcome("crash", model, problem))
                 continue
+        if racy is not None:
+            # a racy class: the race check must report it (lowering may also refuse it, above)
+            out.append(Outcome("unsupported", model, "race check: " + res.message[:300]) if res.races else
+                       Outcome("accepted-bad", model, f"a {racy} race passed every check" +
+                               ("" if res.ok else f" (values: {res.message[:200]})")))
+            continue
         out.append(Outcome("ok" if res.ok else "mismatch", model, "" if res.ok else res.message[:400]))
     return out
 
