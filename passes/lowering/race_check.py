@@ -100,6 +100,7 @@ class _Instrumenter:
         self.tid, self.bid, self.epoch, self.log = tid, bid, epoch, log
         self.sites: list = []
         self.views: list = []             # (declared buffer, buffer whose data it views)
+        self.at = tirx.decl_buffer([1], "int32", name="race_at", scope="local")
 
     # ------------------------------------------------------------------ buffers and sites
     def entry(self, buf):
@@ -135,7 +136,7 @@ class _Instrumenter:
             if name == "tirx.address_of":
                 return [x for i in e.args[0].indices for x in self.loads(i, cond)] \
                     if isinstance(e.args[0], TensorLoad) else []
-            if name == "tirx.if_then_else":
+            if name.endswith("if_then_else"):
                 c, a, b = e.args
                 return self.loads(c, cond) + self.loads(a, _and(cond, c)) + self.loads(b, _and(cond, tirx.Not(c)))
             return [x for a in e.args for x in self.loads(a, cond)]
@@ -210,7 +211,8 @@ class _Instrumenter:
     def element(self, ent, index, kind: str, site: int, thread=None):
         k, scope, numel, shadow = ent
         glob = not scope.startswith("shared")
-        i = tirx.Var("race_i", "int32")
+        zero = [tirx.const(0, "int32")]
+        i = tirx.BufferLoad(self.at, zero)     # the element, held in a per-thread scalar (no new variable)
         tid = self.tid if thread is None else tirx.const(thread, "int32")
         bid, ep = self.bid, tirx.BufferLoad(self.epoch, [tirx.const(0, "int32")])
 
@@ -243,8 +245,8 @@ class _Instrumenter:
         body = [tirx.IfThenElse(c, r, None) for c, r in checks] + update
         oob = self.log_race(5 if kind == "write" else 4, site, k, i, tid, ep, -1, -1, -1)
         inside = tirx.And(i >= 0, i < numel)
-        # a one-iteration loop binds the element index (a Bind would split the serialiser's phases)
-        return tirx.For(i, _i32(index), 1, tirx.ForKind.SERIAL, tirx.IfThenElse(inside, _seq(body), oob))
+        # a Bind would split the serialiser's phases, and a one-iteration loop upsets TVM's simplifier
+        return tirx.SeqStmt([tirx.BufferStore(self.at, _i32(index), zero), tirx.IfThenElse(inside, _seq(body), oob)])
 
     @staticmethod
     def merge(f, setrec, base, bid, tid, ep, site, glob: bool) -> list:
@@ -406,7 +408,7 @@ def instrument_races(func, memory_buffers: list) -> Instrumented:
     ins = _Instrumenter(memory, tid, bid, epoch, log)
     ins.views = _views(func)
     body = ins.block(func.body)
-    body = _inside_launch(body, [tirx.AllocBuffer(epoch),
+    body = _inside_launch(body, [tirx.AllocBuffer(epoch), tirx.AllocBuffer(ins.at),
                                  tirx.BufferStore(epoch, tirx.const(0, "int32"), [tirx.const(0, "int32")])])
     out = tirx.PrimFunc(list(func.params) + params + [log], body, func.ret_type, func.attrs)
     return Instrumented(out, ins.sites, buffers, params, log)
