@@ -203,3 +203,56 @@ def test_cli_check_exits_1_and_describes_the_race(tmp_path):
         assert "O" in err.getvalue()
         return
     assert code == 1 and "race on global buffer O" in out.getvalue()
+
+
+# --------------------------------------------------------------------------- collectives and async copies
+
+def _golden_lowered(case: str, variant: str):
+    from pathlib import Path
+
+    from maint.case_loader import load_case
+    from tilelayout.passes.lowering.pipeline import lower_func
+    root = Path(__file__).resolve().parents[1] / "cases"
+    return lower_func(load_case(root, case).VARIANTS[variant]())
+
+
+def _rewrite_calls(func, op_name: str, make):
+    import tvm
+    from tvm import tirx
+
+    from tilelayout.passes.ir_utils import mapped
+
+    def on_eval(e):
+        c = e.value
+        if isinstance(c, tvm.ir.Call) and isinstance(c.op, tvm.ir.Op) and str(c.op.name) == op_name:
+            return make(c)
+        return e
+    return func.with_body(mapped(func.body, [(tirx.Evaluate, on_eval)]))
+
+
+def _races_of(func, tvm_barriers: bool = True):
+    from tilelayout.passes.lowering.pipeline import random_inputs
+    kernel = build_race_checked(func, tvm_barriers=tvm_barriers)
+    inputs = random_inputs(func)
+    return kernel.run(*[inputs[n].copy() for n in inputs])
+
+
+def test_a_too_small_cp_async_wait_is_reported_and_the_right_one_is_clean():
+    from tvm import tirx
+    lowered = _golden_lowered("gemm_pipelined", "sm80_s2_k128")
+    assert _races_of(lowered) == []
+    early = _rewrite_calls(lowered, "tirx.ptx.cp_async_wait_group", lambda c: tirx.Evaluate(
+        tirx.call_intrin(c.ty, c.op, tirx.const(1, "int32"), *c.args[1:])))
+    races = _races_of(early)
+    assert races and races[0].buffer in ("A_s", "B_s") and "cp.async" in races[0].kind
+    assert "landing" in races[0].statement and "ldmatrix" in races[0].other_statement
+
+
+def test_wgmma_reading_a_tile_no_barrier_orders_after_its_writes_is_reported():
+    from tvm import tirx
+    lowered = _golden_lowered("gemm_fp8", "sm90a_e4m3_ss_m64n128k64_t128")
+    assert _races_of(lowered) == []
+    unsynced = _rewrite_calls(lowered, "tirx.tvm_storage_sync", lambda c: tirx.Evaluate(0))
+    races = _races_of(unsynced)          # TVM's barrier insertion does not see the descriptors' reads either
+    assert races and races[0].buffer in ("A_s", "B_s") and races[0].thread == -2
+    assert races[0].statement.startswith("T.ptx.wgmma(")

@@ -19,6 +19,7 @@ the final program.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import tvm
@@ -26,6 +27,8 @@ from tvm import tirx
 from tvm.ir import TensorLoad
 
 from tilelayout.lang import atomic_of
+
+from .emulate_async_copy import PER_THREAD_KEY
 
 from ..ir_utils import int_value, walk
 
@@ -43,10 +46,12 @@ SEVERAL = -2
 
 KINDS = {1: "written by two threads", 2: "read by one thread and written by another",
          3: "written after another thread read it", 4: "out-of-bounds read", 5: "out-of-bounds write",
-         6: "an atomic update and a plain access by different threads"}
+         6: "an atomic update and a plain access by different threads",
+         7: "read by one thread while another thread's asynchronous copy (cp.async) into it was in flight"}
 
 _SYNCS = ("tirx.tvm_storage_sync", "tirx.ptx.bar_sync_count")
 _LDMATRIX = "tirx.ptx.ldmatrix"
+_WGMMA = re.compile(r"tirx\.ptx\.wgmma_\w+_(ss|rs)$")
 
 
 @dataclass
@@ -88,8 +93,9 @@ def _and(a, b):
 def _text(node, limit: int = 160) -> str:
     if isinstance(node, tirx.BufferStore):
         s = f"{node.buffer.name}[{', '.join(str(i) for i in node.indices)}] = {node.value}"
-    else:
-        s = str(node).strip().splitlines()[0] if str(node).strip() else type(node).__name__
+    else:       # the statement itself: the printer puts the buffers it mentions first
+        lines = [l for l in str(node).strip().splitlines() if l.strip() and not l.lstrip().startswith("#")]
+        s = lines[-1] if lines else type(node).__name__
     s = " ".join(s.split())
     return s if len(s) <= limit else s[:limit - 3] + "..."
 
@@ -101,6 +107,7 @@ class _Instrumenter:
         self.sites: list = []
         self.views: list = []             # (declared buffer, buffer whose data it views)
         self.at = tirx.decl_buffer([1], "int32", name="race_at", scope="local")
+        self.emulating = False            # inside an emulation block (``emulate_async_copy``)
 
     # ------------------------------------------------------------------ buffers and sites
     def entry(self, buf):
@@ -171,6 +178,13 @@ class _Instrumenter:
                 out.append(s if cond is None else tirx.IfThenElse(cond, s, None))
         return out
 
+    def landing(self, store) -> bool:
+        """A store of the cp.async emulation that lands a copy: inside an emulation block, its value read from a
+        shared buffer that is none of the kernel's own (the emulation's in-flight ring)."""
+        v = store.value
+        return self.emulating and isinstance(v, TensorLoad) and self.entry(v.source) is None \
+            and str(v.source.scope()).startswith("shared")
+
     def inside(self, ent, index):
         """Every lane of ``index`` lies in the buffer of ``ent``."""
         numel = ent[2]
@@ -239,11 +253,19 @@ class _Instrumenter:
             checks += [(conflict(_W), report(6, _W)), (tirx.Or(f(_R, 0) == SEVERAL, conflict(_R)) if glob else
                        conflict(_R), report(6, _R))]
             update = self.merge(f, setrec, _A, bid, tid, ep, site, glob)
+        elif kind == "landing":
+            # an async copy lands: it was in flight since its issue (the poison write of this thread, or now),
+            # so a read by another thread of this block in any epoch since then raced with it
+            mine = tirx.And(f(_W, 0) == bid, f(_W, 1) == tid)
+            issued = tirx.Select(mine, f(_W, 2), ep)
+            flight = tirx.And(f(_R, 0) == bid, tirx.And(f(_R, 2) >= issued, f(_R, 1) != tid))
+            checks += [(tirx.And(tirx.Not(mine), conflict(_W)), report(1, _W)), (flight, report(7, _R))]
+            update = setrec(_W, [bid, tid, ep, site])
         else:
             checks += [(conflict(_W), report(2, _W)), (conflict(_A), report(6, _A))]
             update = self.merge(f, setrec, _R, bid, tid, ep, site, glob)
         body = [tirx.IfThenElse(c, r, None) for c, r in checks] + update
-        oob = self.log_race(5 if kind == "write" else 4, site, k, i, tid, ep, -1, -1, -1)
+        oob = self.log_race(5 if kind in ("write", "landing") else 4, site, k, i, tid, ep, -1, -1, -1)
         inside = tirx.And(i >= 0, i < numel)
         # a Bind would split the serialiser's phases, and a one-iteration loop upsets TVM's simplifier
         return tirx.SeqStmt([tirx.BufferStore(self.at, _i32(index), zero), tirx.IfThenElse(inside, _seq(body), oob)])
@@ -281,7 +303,12 @@ class _Instrumenter:
             ent = self.entry(s.buffer)
             if ent is None:
                 return pre + [s]
-            check = self.access(ent, s0.indices, "write", self.site(s.buffer, "write", s0))
+            kind = "landing" if self.landing(s0) else "write"
+            site = self.site(s.buffer, kind, s0)
+            if self.emulating:      # the emulation's own statements: name the copy they stand for
+                self.sites[site].text = (f"cp.async into {s.buffer.name}, landing (after its wait_group, at a barrier)"
+                                         if kind == "landing" else f"cp.async into {s.buffer.name}, issued")
+            check = self.access(ent, s0.indices, kind, site)
             # an out-of-bounds store is reported and not made (it would corrupt the CPU process)
             return pre + [check, tirx.IfThenElse(self.inside(ent, s0.indices[0]), s, None)]
         if isinstance(s, tirx.Evaluate):
@@ -295,7 +322,10 @@ class _Instrumenter:
             other = self.block(s.else_case) if s.else_case is not None else None
             return pre + [tirx.IfThenElse(s.condition, self.block(s.then_case), other)]
         if isinstance(s, tirx.AttrStmt):
-            return [tirx.AttrStmt(s.node, s.attr_key, s.value, self.block(s.body))]
+            outer, self.emulating = self.emulating, self.emulating or s.attr_key == PER_THREAD_KEY
+            body = self.block(s.body)
+            self.emulating = outer
+            return [tirx.AttrStmt(s.node, s.attr_key, s.value, body)]
         if isinstance(s, tirx.Bind):
             return self.read_checks([s.value], s) + [s]
         if isinstance(s, tirx.AssertStmt):
@@ -321,30 +351,12 @@ class _Instrumenter:
             if ent is None:
                 return pre + [s]
             return pre + [self.access(ent, at.target.indices, "atomic", self.site(at.target.source, "atomic", s)), s]
-        if name == _LDMATRIX:
-            return self.ldmatrix(call, s) + [s]
+        if name == _LDMATRIX or _WGMMA.match(name):
+            from .race_collectives import collective_reads
+            return collective_reads(self, call, s) + [s]
         if not isinstance(call, tvm.ir.Call):
             return [s]
         return self.read_checks(list(call.args), s) + [s]
-
-    def ldmatrix(self, call, s) -> list:
-        tokens = [str(a.value) for a in call.args if isinstance(a, tvm.ir.StringImm)]
-        nmat = next((int(t[1]) for t in tokens if t in ("x1", "x2", "x4")), 4)
-        addr = [a for a in call.args if not isinstance(a, tvm.ir.StringImm)][-1]      # the row address
-        node = addr
-        while isinstance(node, tvm.ir.Call) and _op(node) != "tirx.address_of" and node.args:
-            node = node.args[0]
-        load = node.args[0] if isinstance(node, tvm.ir.Call) and _op(node) == "tirx.address_of" else None
-        if not isinstance(load, TensorLoad) or self.entry(load.source) is None:
-            return []
-        ent = self.entry(load.source)
-        per_row = 128 // tvm.DataType(str(load.source.dtype)).bits       # elements in one 16-byte row
-        site = self.site(load.source, "collective read", s)
-        q = tirx.Var("race_q", "int32")
-        row = tirx.For(q, 0, per_row, tirx.ForKind.SERIAL,
-                       self.element(ent, load.indices[0] + q, "read", site, SEVERAL))
-        # lanes 8*m .. 8*m+7 supply the row addresses of matrix m; the other lanes' addresses are unused
-        return [tirx.IfThenElse(tirx.floormod(self.tid, 32) < 8 * nmat, row, None)]
 
 
 def _visit(node, fn) -> None:
