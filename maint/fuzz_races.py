@@ -173,3 +173,24 @@ def check_lowered(kernel, func) -> tuple:
             if not np.allclose(got[name], value, rtol=1e-5, atol=1e-5):
                 return "mismatch", f"race-free hand-written kernel: {name} differs from numpy"
     return "ok", ""
+
+
+def check_racy(func, model: str, cls: str) -> tuple:
+    """(kind, detail) of a racy tile program: ``unsupported`` when lowering refuses it by name or the race check
+    reports it, ``accepted-bad`` when it passes, ``crash`` on any other exception."""
+    import traceback
+
+    from tilelayout.errors import TileLayoutError
+    from tilelayout.passes.lowering.pipeline import lower_func, random_inputs
+    from tilelayout.passes.lowering.race_report import build_race_checked
+    try:
+        kernel = build_race_checked(lower_func(func, cost_model=model))
+    except TileLayoutError as err:
+        return "unsupported", f"lower: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+    except Exception as err:     # noqa: BLE001 -- a bug, reported
+        return "crash", f"lower: {type(err).__name__}: {err}\n{traceback.format_exc(limit=-3)}"
+    inputs = random_inputs(func, 0)
+    races = kernel.run(*[inputs[n].copy() for n in inputs])
+    if races:
+        return "unsupported", "race check: " + races[0].describe()[:300]
+    return "accepted-bad", f"a {cls} race passed the race check"

@@ -256,3 +256,32 @@ def test_wgmma_reading_a_tile_no_barrier_orders_after_its_writes_is_reported():
     races = _races_of(unsynced)          # TVM's barrier insertion does not see the descriptors' reads either
     assert races and races[0].buffer in ("A_s", "B_s") and races[0].thread == -2
     assert races[0].statement.startswith("T.ptx.wgmma(")
+
+
+# --------------------------------------------------------------------------- the fuzzer's racy classes
+
+@pytest.mark.parametrize("cls", ["accumulate-global", "accumulate-shared", "accumulate-grouped", "write-race"])
+def test_fuzz_racy_tile_classes_are_refused_or_reported(cls):
+    import random
+
+    from maint.fuzz import Kernel, check
+    from maint.fuzz_races import _tile_text
+    text, threads = _tile_text(random.Random(f"race-test:{cls}"), cls)
+    outcomes = check(Kernel(text, threads, notes=[f"racy:{cls}"]), models=("io-aware",))
+    assert [o.kind for o in outcomes] == ["unsupported"], outcomes
+
+
+@pytest.mark.parametrize("cls", ["exchange", "shared-global", "atomic", "out-of-bounds"])
+def test_fuzz_hand_written_lowered_classes_agree_with_their_index_maps(cls):
+    import random
+
+    from maint.fuzz import Kernel, check
+    from maint.fuzz_races import _lowered_text
+    seen = set()
+    for k in range(6):
+        text, threads, racy = _lowered_text(random.Random(f"race-test:{cls}:{k}"), cls)
+        seen.add(racy)
+        outcomes = check(Kernel(text, threads, notes=[f"lowered:{cls}", "race" if racy else "race-free"]),
+                         models=("io-aware",))
+        assert [o.kind for o in outcomes] == ["ok"], (text, outcomes)
+    assert seen == ({False} if cls == "atomic" else {True, False})
