@@ -285,3 +285,14 @@ def test_fuzz_hand_written_lowered_classes_agree_with_their_index_maps(cls):
                          models=("io-aware",))
         assert [o.kind for o in outcomes] == ["ok"], (text, outcomes)
     assert seen == ({False} if cls == "atomic" else {True, False})
+
+
+def test_build_cpu_with_race_check_raises_a_race_error(tmp_path):
+    import tilelayout as tl
+    _, func = _racy_kernel(tmp_path)
+    try:
+        kernel = tl.build_cpu(func, race_check=True)
+    except LoweringError:                 # refused by name
+        return
+    with pytest.raises(tl.RaceError, match="global buffer O"):
+        kernel(np.ones((8, 16), "float32"), np.zeros(8, "float32"))

@@ -226,9 +226,15 @@ def device_index_rewrites(func) -> tirx.PrimFunc:
     return mod["main"]
 
 
-def build_cpu(func, target=None, cost_model=None, infer: bool = True, verify: bool = True) -> CpuKernel:
-    """The lowered kernel (for ``target``'s vector widths) run on the CPU with threads serialised."""
-    return build_cpu_lowered(lower_func(func, target, cost_model, infer, verify))
+def build_cpu(func, target=None, cost_model=None, infer: bool = True, verify: bool = True,
+              race_check: bool = False) -> CpuKernel:
+    """The lowered kernel (for ``target``'s vector widths) run on the CPU with threads serialised; with
+    ``race_check`` instrumented (docs/race-check.md): a call that races raises ``RaceError``."""
+    lowered = lower_func(func, target, cost_model, infer, verify)
+    if race_check:
+        from .race_report import build_race_checked
+        return build_race_checked(lowered)
+    return build_cpu_lowered(lowered)
 
 
 def build_cpu_lowered(lowered) -> CpuKernel:

@@ -2,7 +2,7 @@
 __version__ = "0.1.0"
 
 from .errors import (ConfigError, EvaluationError, InferenceError, LayoutConflictError, LayoutError, LoweringError,
-                     PipelineError,
+                     PipelineError, RaceError,
                      TileLayoutError, TileLayoutResourceWarning, UninitializedReadError, UninitializedReadWarning,
                      WarpPolicyConflictError)
 from .evaluate import evaluate, evaluate_grid
@@ -45,7 +45,7 @@ def get_layouts(func):
 
 __all__ = [
     "Layout", "Fragment", "fully_replicated", "layout_from_dict", "evaluate", "evaluate_grid",
-    "lower", "cuda_source", "build_cpu", "LoweringError", "PipelineError",
+    "lower", "cuda_source", "build_cpu", "LoweringError", "PipelineError", "RaceError",
     "TileLayoutError", "TileLayoutResourceWarning", "UninitializedReadWarning", "UninitializedReadError", "LayoutError",
     "ConfigError", "EvaluationError", "LayoutConflictError", "InferenceError", "WarpPolicyConflictError",
     "SwizzleMode", "choose_swizzle_mode", "detect_swizzle_mode", "make_bank_swizzled_layout",
