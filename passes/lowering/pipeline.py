@@ -194,7 +194,7 @@ REFERENCE_LLVM = {"kind": "llvm", "opt-level": 1}
 CHECK_LLVM = {"kind": "llvm", "opt-level": 2}
 
 
-def _cpu_compile(func, name: str, target=CHECK_LLVM) -> CpuKernel:
+def _cpu_compile(func, name: str, target=CHECK_LLVM, disabled_pass: tuple = ()) -> CpuKernel:
     attrs = func.attrs
     if attrs is not None and "target" in attrs:
         func = func.without_attr("target") if hasattr(func, "without_attr") else func.with_attr("target", None)
@@ -202,7 +202,7 @@ def _cpu_compile(func, name: str, target=CHECK_LLVM) -> CpuKernel:
     mod = tvm.IRModule({name: cpu_fp8(func)})
     # TVM's LLVM backend cannot vectorise sub-byte/fp8 legalisation; vector semantics equal scalar ones
     scalar = any(str(b.dtype).startswith(("float8_", "float6_", "float4_")) for b in _buffers(func))
-    with tvm.transform.PassContext(config={"tirx.disable_vectorize": scalar}):
+    with tvm.transform.PassContext(config={"tirx.disable_vectorize": scalar}, disabled_pass=list(disabled_pass)):
         ex = _compile(mod, tvm.target.Target(target) if isinstance(target, dict) else target)
     return CpuKernel(ex, func, name)
 

@@ -107,6 +107,9 @@ class _Instrumenter:
         self.sites: list = []
         self.views: list = []             # (declared buffer, buffer whose data it views)
         self.at = tirx.decl_buffer([1], "int32", name="race_at", scope="local")
+        self.hit = tirx.decl_buffer([1], "int32", name="race_hit", scope="local")
+        self.stored: list = []            # buffers some statement writes (stores, atomics)
+        self._written: set | None = None  # their memory-buffer indices
         self.emulating = False            # inside an emulation block (``emulate_async_copy``)
 
     # ------------------------------------------------------------------ buffers and sites
@@ -185,6 +188,12 @@ class _Instrumenter:
         return self.emulating and isinstance(v, TensorLoad) and self.entry(v.source) is None \
             and str(v.source.scope()).startswith("shared")
 
+    def written(self, ent) -> bool:
+        """Whether any statement writes the buffer of ``ent`` (through any view of it)."""
+        if self._written is None:
+            self._written = {e[0] for e in (self.entry(b) for b in self.stored) if e is not None}
+        return ent[0] in self._written
+
     def inside(self, ent, index):
         """Every lane of ``index`` lies in the buffer of ``ent``."""
         numel = ent[2]
@@ -238,20 +247,18 @@ class _Instrumenter:
             same = tirx.And(sb == bid, tirx.And(se == ep, st != tid))
             return tirx.And(sb != -1, tirx.Or(sb != bid, tirx.And(se == ep, st != tid))) if glob else same
 
-        def report(code, base):
-            return self.log_race(code, site, k, i, tid, ep, f(base, 3), f(base, 0), f(base, 1))
-
         def setrec(base, values):
             return [tirx.BufferStore(shadow, _i32(v), [i, tirx.const(base + j, "int32")]) for j, v in enumerate(values)]
 
-        checks = []
-        if kind == "write":
-            checks += [(conflict(_W), report(1, _W)), (conflict(_R) if not glob else
-                       tirx.Or(f(_R, 0) == SEVERAL, conflict(_R)), report(3, _R)), (conflict(_A), report(6, _A))]
+        if kind == "read" and glob and not self.written(ent):
+            checks, update = [], []      # a global buffer nothing writes: only its bounds can be wrong
+        elif kind == "write":
+            checks = [(conflict(_W), 1, _W), (tirx.Or(f(_R, 0) == SEVERAL, conflict(_R)) if glob else conflict(_R),
+                       3, _R), (conflict(_A), 6, _A)]
             update = setrec(_W, [bid, tid, ep, site])
         elif kind == "atomic":
-            checks += [(conflict(_W), report(6, _W)), (tirx.Or(f(_R, 0) == SEVERAL, conflict(_R)) if glob else
-                       conflict(_R), report(6, _R))]
+            checks = [(conflict(_W), 6, _W), (tirx.Or(f(_R, 0) == SEVERAL, conflict(_R)) if glob else conflict(_R),
+                       6, _R)]
             update = self.merge(f, setrec, _A, bid, tid, ep, site, glob)
         elif kind == "landing":
             # an async copy lands: it was in flight since its issue (the poison write of this thread, or now),
@@ -259,16 +266,28 @@ class _Instrumenter:
             mine = tirx.And(f(_W, 0) == bid, f(_W, 1) == tid)
             issued = tirx.Select(mine, f(_W, 2), ep)
             flight = tirx.And(f(_R, 0) == bid, tirx.And(f(_R, 2) >= issued, f(_R, 1) != tid))
-            checks += [(tirx.And(tirx.Not(mine), conflict(_W)), report(1, _W)), (flight, report(7, _R))]
+            checks = [(tirx.And(tirx.Not(mine), conflict(_W)), 1, _W), (flight, 7, _R)]
             update = setrec(_W, [bid, tid, ep, site])
         else:
-            checks += [(conflict(_W), report(2, _W)), (conflict(_A), report(6, _A))]
+            checks = [(conflict(_W), 2, _W), (conflict(_A), 6, _A)]
             update = self.merge(f, setrec, _R, bid, tid, ep, site, glob)
-        body = [tirx.IfThenElse(c, r, None) for c, r in checks] + update
+        body = []
+        if checks:
+            # the first conflict, as kind * 16 + record (0: none), logged by one block of code per access
+            hit = tirx.const(0, "int32")
+            for cond, code, base in reversed(checks):
+                hit = tirx.Select(cond, tirx.const(code * 16 + base, "int32"), hit)
+            h = tirx.BufferLoad(self.hit, zero)
+            rec = tirx.floormod(h, 16)
+            other = [tirx.BufferLoad(shadow, [i, rec + j]) for j in (3, 0, 1)]
+            body = [tirx.BufferStore(self.hit, hit, zero),
+                    tirx.IfThenElse(h != 0, self.log_race(tirx.floordiv(h, 16), site, k, i, tid, ep, *other), None)]
+        body += update
         oob = self.log_race(5 if kind in ("write", "landing") else 4, site, k, i, tid, ep, -1, -1, -1)
         inside = tirx.And(i >= 0, i < numel)
         # a Bind would split the serialiser's phases, and a one-iteration loop upsets TVM's simplifier
-        return tirx.SeqStmt([tirx.BufferStore(self.at, _i32(index), zero), tirx.IfThenElse(inside, _seq(body), oob)])
+        check = tirx.IfThenElse(inside, _seq(body), oob) if body else tirx.IfThenElse(tirx.Not(inside), oob, None)
+        return tirx.SeqStmt([tirx.BufferStore(self.at, _i32(index), zero), check])
 
     @staticmethod
     def merge(f, setrec, base, bid, tid, ep, site, glob: bool) -> list:
@@ -315,7 +334,10 @@ class _Instrumenter:
             return self.evaluate(s)
         if isinstance(s, tirx.For):
             pre = self.read_checks([s.min, s.extent], s)
-            return pre + [tirx.For(s.loop_var, s.min, s.extent, s.kind, self.block(s.body), s.thread_binding,
+            # unrolled and vector loops run as serial ones (the same iterations in the same order): unrolled,
+            # the shadow updates of their bodies would multiply the code LLVM has to build
+            kind = tirx.ForKind.SERIAL if s.kind in (tirx.ForKind.UNROLLED, tirx.ForKind.VECTORIZED) else s.kind
+            return pre + [tirx.For(s.loop_var, s.min, s.extent, kind, self.block(s.body), s.thread_binding,
                                    s.annotations, s.step)]
         if isinstance(s, tirx.IfThenElse):
             pre = self.read_checks([s.condition], s)
@@ -376,6 +398,21 @@ def _views(func) -> list:
     return out
 
 
+def _stored(func) -> list:
+    """Buffers a statement of ``func`` writes: stores and atomic targets."""
+    out = []
+
+    def on_store(st):
+        out.append(st.buffer)
+
+    def on_call(c):
+        at = atomic_of(c)
+        if at is not None:
+            out.append(at.target.source)
+    walk(func.body, [(tirx.BufferStore, on_store), (tvm.ir.Call, on_call)])
+    return out
+
+
 def _launch_ids(func):
     """(flat thread id, flat block id, innermost launch attr) from the launch attributes."""
     threads, blocks, last = {}, {}, []
@@ -419,8 +456,9 @@ def instrument_races(func, memory_buffers: list) -> Instrumented:
     epoch = tirx.decl_buffer([1], "int32", name="race_epoch", scope="local")
     ins = _Instrumenter(memory, tid, bid, epoch, log)
     ins.views = _views(func)
+    ins.stored = _stored(func)
     body = ins.block(func.body)
-    body = _inside_launch(body, [tirx.AllocBuffer(epoch), tirx.AllocBuffer(ins.at),
+    body = _inside_launch(body, [tirx.AllocBuffer(epoch), tirx.AllocBuffer(ins.at), tirx.AllocBuffer(ins.hit),
                                  tirx.BufferStore(epoch, tirx.const(0, "int32"), [tirx.const(0, "int32")])])
     out = tirx.PrimFunc(list(func.params) + params + [log], body, func.ret_type, func.attrs)
     return Instrumented(out, ins.sites, buffers, params, log)

@@ -19,6 +19,14 @@ from .race_check import _visit, KINDS, LOG_ENTRIES, LOG_FIELDS, SEVERAL, SHADOW_
 __all__ = ["Race", "RaceCheckedKernel", "build_race_checked", "gpu_barriers", "describe_races"]
 
 
+#: LLVM options of the race-checked build: its shadow updates multiply the code LLVM optimises, and the run is
+#: short (``maint/race_cost.py`` measures the build against the plain check's)
+RACE_LLVM = {"kind": "llvm", "opt-level": 1}
+#: TVM passes the race-checked build skips: optimisations whose time grows with the nested conditions of the
+#: shadow updates (three times the rest of the build on a pipelined gemm); the code means the same without them
+RACE_SKIPPED_PASSES = ("s_tir.HoistIfThenElse", "tirx.RemoveNoOp", "tirx.StmtSimplify", "s_tir.StmtSimplify")
+
+
 @dataclass(frozen=True)
 class Race:
     """One conflicting pair of accesses (or one out-of-bounds access: ``other_*`` are None)."""
@@ -133,4 +141,5 @@ def build_race_checked(lowered, name: str | None = None, tvm_barriers: bool = Tr
     serial = serialize_threads(inst.func)
     nparams = sum(1 for p in lowered.params if tirx.is_buffer_var(p))
     name = name or _name(lowered)
-    return RaceCheckedKernel(_cpu_compile(cpu_index_guard(serial), name), inst, nparams, name)
+    kernel = _cpu_compile(cpu_index_guard(serial), name, RACE_LLVM, RACE_SKIPPED_PASSES)
+    return RaceCheckedKernel(kernel, inst, nparams, name)
