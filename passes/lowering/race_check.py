@@ -11,11 +11,11 @@ go to a log array the Python side turns into a ``RaceError`` (``race_report``).
 
 Accesses as the hardware makes them: a vector access is one access per lane; a load under
 ``if_then_else`` / ``&&`` / ``||`` only when its condition holds; ``address_of`` is no access; an atomic is
-checked against plain accesses but not against other atomics; ``ldmatrix`` reads the 16-byte row whose
-address a lane supplies, as a read by the whole warp; the cp.async emulation's issue (poison) and landing
-writes are writes by the issuing thread. Per-thread arrays (``local``), warp shuffles and the emulations' own
-buffers are not memory and are not recorded. Shares no code with the lowering's decisions: it reads only
-the final program.
+checked against plain accesses but not against other atomics; ``ldmatrix`` and ``wgmma`` read shared memory
+for all their threads (``race_collectives``); the cp.async emulation's issue (poison) and landing writes are
+writes by the issuing thread, the copy in flight in between. A global buffer no statement writes is only
+checked for bounds. Per-thread arrays (``local``), warp shuffles and the emulations' own buffers are not
+memory and are not recorded. Shares no code with the lowering's decisions: it reads only the final program.
 """
 from __future__ import annotations
 
@@ -28,9 +28,8 @@ from tvm.ir import TensorLoad
 
 from tilelayout.lang import atomic_of
 
-from .emulate_async_copy import PER_THREAD_KEY
-
 from ..ir_utils import int_value, walk
+from .emulate_async_copy import PER_THREAD_KEY
 
 __all__ = ["instrument_races", "Instrumented", "Site", "LOG_ENTRIES", "LOG_FIELDS", "SHADOW_FIELDS", "KINDS"]
 
@@ -65,6 +64,7 @@ class Site:
 
 @dataclass
 class Instrumented:
+    """The instrumented kernel and what its log refers to."""
     func: tirx.PrimFunc
     sites: list = field(default_factory=list)
     #: per memory buffer (in log buffer-index order): (name, scope, shape of the buffer as declared)
@@ -101,8 +101,10 @@ def _text(node, limit: int = 160) -> str:
 
 
 class _Instrumenter:
+    """Rewrites statements, adding the shadow check and update before every access of a memory buffer."""
+
     def __init__(self, memory: list, tid, bid, epoch, log):
-        self.memory = memory              # [(buffer var (data identity), name, scope, numel, shadow)]
+        self.memory = memory              # [(buffer, name, scope, element count, shadow)]
         self.tid, self.bid, self.epoch, self.log = tid, bid, epoch, log
         self.sites: list = []
         self.views: list = []             # (declared buffer, buffer whose data it views)
