@@ -296,3 +296,10 @@ def test_build_cpu_with_race_check_raises_a_race_error(tmp_path):
         return
     with pytest.raises(tl.RaceError, match="global buffer O"):
         kernel(np.ones((8, 16), "float32"), np.zeros(8, "float32"))
+
+
+def test_cross_warp_all_reduce_publishes_each_partial_from_one_lane():
+    """Every lane of a warp stored its (equal) partial into one shared slot: a race the check reported on
+    three golden cases; now one lane per butterfly coset publishes."""
+    lowered = _golden_lowered("reduce_owner_subset", "max_64x256_t64")
+    assert _races_of(lowered) == []
