@@ -35,6 +35,11 @@ unknown buffer, two different pins of one buffer, which inference must refuse wi
 The numeric check's own bug classes (``CHECK_CLASSES``, drawn from a stream of their own so that other kernels
 keep their text) append a per-thread ``scope="local"`` accumulation in a serial loop, a ``lang.cumsum`` of a
 shared tile, a ``num_stages`` loop over fp8 tiles, or launch the block as threadIdx.x/y.
+In 6% of kernels (a stream of their own, ``maint/fuzz_races.py``) a racy class instead: parallel
+accumulation or a write race into global or shared memory (must be refused by name or reported by the race
+check; passing is ``accepted-bad``), or a hand-written lowered kernel (shared exchanges with and without their
+barrier, threads sharing a global element, atomics, shifted out-of-bounds stores) whose race the detector
+must report exactly when the index maps say there is one.
 
 Per kernel and cost model: ``tl.infer_layouts``; every fragment layout and every loop layout (user
 nests and the element loops of copy/fill/elementwise ops) is checked by exact enumeration (valid: the
@@ -1287,6 +1292,10 @@ def generate(seed: int, index: int, max_steps: int = 5) -> Kernel:
     """Kernel ``index`` of ``seed`` (independent of every other kernel). Its target and its check class are drawn
     from streams of their own, so the kernel's text is the one earlier runs generated, with a target attribute
     added off sm_90 and, for a drawn check class, statements appended."""
+    from maint.fuzz_races import racy_kernel
+    racy = racy_kernel(seed, index)         # racy classes, from a stream of their own (``fuzz_races``)
+    if racy is not None:
+        return racy
     extra_rng = random.Random(f"tilelayout-fuzz-check:{seed}:{index}")
     extra = _pick(extra_rng, CHECK_CLASSES)
     gen = Gen(random.Random(f"tilelayout-fuzz:{seed}:{index}"), max_steps,
@@ -1638,14 +1647,23 @@ def check(kernel: Kernel, models=COST_MODELS, numeric: bool = True, cross: bool 
     ``cross`` it is also compared with the TVM-compiled sequential semantics (kind ``oracle`` on a difference)."""
     from tilelayout.errors import TileLayoutError
     from tilelayout.passes.inference.layout_inference import infer_layouts
-    from tilelayout.passes.lowering.pipeline import build_cpu_lowered, check_numeric, compare_outputs, lower, \
-        reference_outputs, sequential_outputs
+    from tilelayout.passes.lowering.pipeline import check_numeric, compare_outputs, lower, reference_outputs, \
+        sequential_outputs
+    from tilelayout.passes.lowering.race_report import build_race_checked
     from tilelayout.passes.lowering.shared_liveness import merge_overlap
     from tilelayout.reference import ReferenceOutOfBounds, UnsupportedByReference
     try:
         func = parse(kernel.text)
     except Exception as err:       # noqa: BLE001 - a generator bug, reported as such
         return [Outcome("generator", m, _short(err)) for m in models]
+    if any(n.startswith("lowered:") for n in kernel.notes):
+        from maint.fuzz_races import check_lowered
+        try:
+            kind, detail = check_lowered(kernel, func)
+        except Exception as err:   # noqa: BLE001
+            kind, detail = "crash", "race check: " + _short(err) + "\n" + traceback.format_exc(limit=-3)
+        return [Outcome(kind, m, detail) for m in models]
+    racy = next((n[len("racy:"):] for n in kernel.notes if n.startswith("racy:")), None)
     invalid_pin = [k for _, k, _ in kernel.pins if k in INVALID_PINS]
     if kernel.pins:
         try:
@@ -1682,6 +1700,11 @@ def check(kernel: Kernel, models=COST_MODELS, numeric: bool = True, cross: bool 
         if not numeric:
             out.append(Outcome("ok", model))
             continue
+        if racy is not None:        # no reference values: the race check (or a refusal) must speak
+            from maint.fuzz_races import check_racy
+            kind, detail = check_racy(func, model, racy)
+            out.append(Outcome(kind, model, detail))
+            continue
         if expected is None:
             try:
                 expected = reference_outputs(func)
@@ -1702,7 +1725,7 @@ def check(kernel: Kernel, models=COST_MODELS, numeric: bool = True, cross: bool 
         try:
             lowered = lower(func, cost_model=model)          # one lowering: the CPU run and the CUDA check
             res = check_numeric(func, cost_model=model, expected=expected, tolerance=_tolerance(kernel, func),
-                                kernel=build_cpu_lowered(lowered[list(lowered.functions)[0]]))
+                                kernel=build_race_checked(lowered[list(lowered.functions)[0]]))
         except TileLayoutError as err:
             out.append(Outcome("unsupported", model, "lower: " + _short(err)))
             continue

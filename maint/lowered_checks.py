@@ -73,24 +73,24 @@ def anchors(modules: dict, case_filter: str | None, models) -> tuple:
     return lines, total, same
 
 
-def numeric(modules: dict, case_filter: str | None, models: list) -> tuple:
+def numeric(modules: dict, case_filter: str | None, models: list, race_check: bool = True) -> tuple:
     """(lines, checks run, checks passing). Per variant: the numpy interpreter (``tilelayout.reference``) is
     cross-checked against the TVM-compiled sequential semantics and against the case's hand-written numpy
     ``REFERENCE`` when it has one; then, per model, the lowered kernel is compared with the case's
-    ``REFERENCE`` (or the interpreter when it has none)."""
+    ``REFERENCE`` (or the interpreter when it has none), under the race check unless ``race_check`` is False."""
     lines, total, passed = [], 0, 0
     for case, module in modules.items():
         for variant in module.VARIANTS:
             if case_filter and case_filter not in f"{case}/{variant}":
                 continue
-            lines_v, total_v, passed_v = numeric_variant(module, case, variant, models)
+            lines_v, total_v, passed_v = numeric_variant(module, case, variant, models, race_check)
             lines.extend(lines_v)
             total += total_v
             passed += passed_v
     return lines, total, passed
 
 
-def numeric_variant(module, case: str, variant: str, models: list) -> tuple:
+def numeric_variant(module, case: str, variant: str, models: list, race_check: bool = True) -> tuple:
     """``numeric`` for one variant of one case (lines, checks run, checks passing)."""
     pending = getattr(module, "NUMERIC_PENDING", {}) or {}
     lines, total, passed = [], 0, 0
@@ -98,14 +98,16 @@ def numeric_variant(module, case: str, variant: str, models: list) -> tuple:
     for extents in getattr(module, "EXTENTS", {}).get(variant) or [None]:
         label = variant if extents is None else \
             f"{variant}[{','.join(f'{k}={v}' for k, v in sorted(extents.items()))}]"
-        lines_v, total_v, passed_v = _numeric_variant(module, case, variant, label, extents, models, pending)
+        lines_v, total_v, passed_v = _numeric_variant(module, case, variant, label, extents, models, pending,
+                                                        race_check)
         lines.extend(lines_v)
         total += total_v
         passed += passed_v
     return lines, total, passed
 
 
-def _numeric_variant(module, case: str, variant: str, label: str, extents, models: list, pending: dict) -> tuple:
+def _numeric_variant(module, case: str, variant: str, label: str, extents, models: list, pending: dict,
+                     race_check: bool = True) -> tuple:
     """(lines, checks run, checks passing) of one variant at one set of extents."""
     from tilelayout.passes.lowering.pipeline import check_numeric, compare_outputs, reference_outputs, \
         sequential_outputs
@@ -136,7 +138,8 @@ def _numeric_variant(module, case: str, variant: str, label: str, extents, model
         total += 1
         start = time.perf_counter()
         try:
-            res = check_numeric(func, cost_model=model, expected=expected, tolerance=tolerance, extents=extents)
+            res = check_numeric(func, cost_model=model, expected=expected, tolerance=tolerance, extents=extents,
+                                race_check=race_check)
             ok, text = bool(res.ok), res.message
             err = max(res.max_error.values(), default=0.0)
             detail = f"max error {err:.3g}, lower+build {res.times.get('lower_build_s', 0) * 1e3:.0f} ms, " \

@@ -278,6 +278,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                          "and with the width the io-aware scorer assumed")
     ap.add_argument("--numeric", action="store_true",
                     help="lower every variant, run it on CPU and compare with its numpy reference")
+    ap.add_argument("--no-race-check", action="store_true",
+                    help="with --numeric: run the kernels without the race check (docs/race-check.md)")
     ap.add_argument("--explain", metavar="CASE[/VARIANT]",
                     help="print every free-level attempt (layouts, cost, statements, verdict) of matching variants")
     ap.add_argument("--cases-dir", type=Path, default=ROOT / "cases", help=argparse.SUPPRESS)
@@ -344,7 +346,7 @@ def _check_or_record(args: argparse.Namespace, stdout) -> int:
         return 0 if same == total else 1
     if args.numeric:
         from maint.lowered_checks import numeric
-        lines, total, passed = numeric(modules, args.case, models)
+        lines, total, passed = numeric(modules, args.case, models, race_check=not args.no_race_check)
         print("\n".join(lines + [f"{passed}/{total} numeric checks pass"]), file=stdout)
         return 0 if passed == total else 1
     if args.cute:

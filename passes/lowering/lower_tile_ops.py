@@ -265,12 +265,17 @@ class _Lowering:
             group = tirx.const(0, "int32")
             for k, m in enumerate(warps):
                 group = group + tirx.bitwise_and(tirx.shift_right(self.tx, m.bit_length() - 1), 1) * (1 << k)
-            out.extend(self.shared_exchange(op, work, wfor, acc, group, 1 << len(warps)))
+            # after the butterfly every lane of a coset holds the same total: one of them publishes it (several
+            # lanes storing one shared element at once is a data race, however equal the values)
+            publisher = tirx.bitwise_and(self.tx, _leading_bits(lanes)) == 0 if lanes else None
+            out.extend(self.shared_exchange(op, work, wfor, acc, group, 1 << len(warps), publisher))
         return out
 
-    def shared_exchange(self, op, work: Fragment, wfor: "_ForCells", acc, slot=None, count: int | None = None) -> list:
-        """Every holder publishes its partial at ``ws[element, slot]`` (default: its replica index), then
-        folds the ``count`` published values of each of its elements."""
+    def shared_exchange(self, op, work: Fragment, wfor: "_ForCells", acc, slot=None, count: int | None = None,
+                        publisher=None) -> list:
+        """Every holder publishes its partial at ``ws[element, slot]`` (default: its replica index; only the
+        threads where ``publisher`` holds, when given), then folds the ``count`` published values of each of its
+        elements."""
         if slot is None:
             slot, count = wfor.coords[-1], work.replicate_size
         elems = int(work.size)
@@ -301,7 +306,8 @@ class _Lowering:
                 wfor.svars)),
         ]) if count > 1 else tirx.Evaluate(0)
         sync = tirx.Evaluate(tirx.op.tvm_storage_sync("shared"))
-        step = [_slot_loops(wfor, _guard(put, list(wfor.guards) + mine, wfor.ana)), sync,
+        step = [_slot_loops(wfor, _guard(put, list(wfor.guards) + mine + ([publisher] if publisher is not None else []),
+                                         wfor.ana)), sync,
                 _slot_loops(wfor, _guard(take, list(wfor.guards) + mine, wfor.ana)), sync]
         if rounds == 1:
             return [tirx.AllocBuffer(ws), sync, *step]
@@ -646,3 +652,18 @@ def elementwise_value(name: str, dtype: str, operands: list, old):
         x = arg(0, old)
         return x / (tirx.const(1, dtype) + tirx.exp(tirx.const(0, dtype) - x))
     raise LoweringError(f"elementwise tile op {name!r} has no lowering")
+
+
+def _leading_bits(masks: list) -> int:
+    """The leading bits of an echelon basis of the xor masks ``masks``: exactly one thread id of every coset
+    ``tx ^ span(masks)`` has none of them set."""
+    basis: list = []
+    for m in masks:
+        for b in basis:
+            m = min(m, m ^ b)
+        if m:
+            basis.append(m)
+    out = 0
+    for b in basis:
+        out |= 1 << (b.bit_length() - 1)
+    return out

@@ -235,7 +235,7 @@ REFERENCE_LLVM = {"kind": "llvm", "opt-level": 1}
 CHECK_LLVM = {"kind": "llvm", "opt-level": 2}
 
 
-def _cpu_compile(func, name: str, target=CHECK_LLVM) -> CpuKernel:
+def _cpu_compile(func, name: str, target=CHECK_LLVM, disabled_pass: tuple = ()) -> CpuKernel:
     attrs = func.attrs
     if attrs is not None and "target" in attrs:
         func = func.without_attr("target") if hasattr(func, "without_attr") else func.with_attr("target", None)
@@ -243,7 +243,7 @@ def _cpu_compile(func, name: str, target=CHECK_LLVM) -> CpuKernel:
     mod = tvm.IRModule({name: cpu_fp8(func)})
     # TVM's LLVM backend cannot vectorise sub-byte/fp8 legalisation; vector semantics equal scalar ones
     scalar = any(str(b.dtype).startswith(("float8_", "float6_", "float4_")) for b in _buffers(func))
-    with tvm.transform.PassContext(config={"tirx.disable_vectorize": scalar}):
+    with tvm.transform.PassContext(config={"tirx.disable_vectorize": scalar}, disabled_pass=list(disabled_pass)):
         ex = _compile(mod, tvm.target.Target(target) if isinstance(target, dict) else target)
     return CpuKernel(ex, func, name)
 
@@ -267,9 +267,15 @@ def device_index_rewrites(func) -> tirx.PrimFunc:
     return mod["main"]
 
 
-def build_cpu(func, target=None, cost_model=None, infer: bool = True, verify: bool = True) -> CpuKernel:
-    """The lowered kernel (for ``target``'s vector widths) run on the CPU with threads serialised."""
-    return build_cpu_lowered(lower_func(func, target, cost_model, infer, verify))
+def build_cpu(func, target=None, cost_model=None, infer: bool = True, verify: bool = True,
+              race_check: bool = False) -> CpuKernel:
+    """The lowered kernel (for ``target``'s vector widths) run on the CPU with threads serialised; with
+    ``race_check`` instrumented (docs/race-check.md): a call that races raises ``RaceError``."""
+    lowered = lower_func(func, target, cost_model, infer, verify)
+    if race_check:
+        from .race_report import build_race_checked
+        return build_race_checked(lowered)
+    return build_cpu_lowered(lowered)
 
 
 def build_cpu_lowered(lowered) -> CpuKernel:
@@ -345,6 +351,7 @@ class NumericResult:
     max_error: dict = field(default_factory=dict)     # buffer -> max abs error
     exact: bool = True
     times: dict = field(default_factory=dict)         # lower_build_s, run_s (first call), warm_run_s, reference_s
+    races: list = field(default_factory=list)         # race_report.Race: conflicting accesses the race check saw
 
     def __bool__(self) -> bool:
         return self.ok
@@ -459,20 +466,29 @@ def compare_outputs(got: dict, want: dict, exact: bool, tolerance: tuple | None 
 
 def check_numeric(func, reference: Callable | None = None, target=None, cost_model=None, seed: int = 0,
                   tolerance: tuple | None = None, kernel: CpuKernel | None = None,
-                  expected: dict | None = None, extents: dict | None = None) -> NumericResult:
+                  expected: dict | None = None, extents: dict | None = None,
+                  race_check: bool = True) -> NumericResult:
     """Run the lowered kernel on the CPU and compare every parameter with the reference's
     (``expected``: precomputed ``reference_outputs`` for the same seed, to share between cost models;
-    ``extents``: values of a dynamic-shape kernel's symbolic extents, which size its inputs)."""
+    ``extents``: values of a dynamic-shape kernel's symbolic extents, which size its inputs). With
+    ``race_check`` (the default, unless ``kernel`` is given) the kernel runs instrumented (``race_check``):
+    two threads touching one global or shared element without a barrier between them, one writing, or an
+    out-of-bounds access, fail the check by name whatever the values."""
     func = _as_func(func)
     inputs = random_inputs(func, seed, extents)
     names = list(inputs)
     t0 = time.perf_counter()
+    if kernel is None and race_check:
+        from .race_report import build_race_checked
+        kernel = build_race_checked(lower_func(func, target, cost_model))
     kernel = kernel or build_cpu(func, target, cost_model)
     t1 = time.perf_counter()
     got = [inputs[n].copy() for n in names]
-    kernel(*got)
+    run = getattr(kernel, "run", kernel)            # a race-checked kernel returns its races
+    races = run(*got)
+    races = races if run is not kernel else []
     t2 = time.perf_counter()
-    kernel(*[inputs[n].copy() for n in names])       # again, warm (the first call includes LLVM's JIT)
+    run(*[inputs[n].copy() for n in names])          # again, warm (the first call includes LLVM's JIT)
     warm = time.perf_counter() - t2
     t2 = time.perf_counter()
     if expected is None:
@@ -481,9 +497,12 @@ def check_numeric(func, reference: Callable | None = None, target=None, cost_mod
     exact = tolerance is None and getattr(expected, "exact", True) and not _floating_reduction(func)
     problems, errors = compare_outputs(dict(zip(names, got)), {n: expected[n] for n in names}, exact, tolerance)
     times = {"lower_build_s": t1 - t0, "run_s": t2 - t1 - warm, "warm_run_s": warm, "reference_s": t3 - t2}
-    ok = not problems
+    ok = not problems and not races
     msg = "match" + (" (exact)" if exact else " (within tolerance)") if ok else "; ".join(problems)
-    return NumericResult(ok, msg, errors, exact, times)
+    if races:
+        from .race_report import describe_races
+        msg = describe_races(races, getattr(kernel, "total", None)) + ("" if not problems else f"; values: {msg}")
+    return NumericResult(ok, msg, errors, exact, times, races)
 
 
 def check_case(module, variant: str, cost_model=None, target=None, seed: int = 0,

@@ -226,16 +226,19 @@ def cmd_check(args, out, progress) -> int:
         reference = _guarded_reference(load_callable(args.reference), args.reference)
     with progress.step("lowering, building for the CPU and running"):
         res = check_numeric(func, reference, parse_target(args.target), args.cost_model, args.seed,
-                            _tolerance(args.tolerance))
+                            _tolerance(args.tolerance), race_check=not args.no_race_check)
     against = f"numpy reference {args.reference}" if reference else "the numpy interpreter of the program"
     if args.json:
         _emit_json(out, {"ok": res.ok, "message": res.message, "against": against, "exact": res.exact,
-                         "max_error": res.max_error, "times": res.times}, args)
+                         "max_error": res.max_error, "times": res.times,
+                         "races": [r.describe() for r in res.races]}, args)
     else:
         verdict = "ok" if res.ok else "FAILED"
         print(f"{verdict}: {res.message} against {against} (seed {args.seed})", file=out)
         for name, err in sorted(res.max_error.items()):
             print(f"  {name}: max abs error {err:.3g}", file=out)
+        for race in res.races[1:4]:
+            print(f"  also: {race.describe()}", file=out)
     return EXIT_OK if res.ok else EXIT_CHECK_FAILED
 
 
@@ -311,6 +314,8 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
             p.add_argument("--tolerance", metavar="RTOL,ATOL", help="compare within tolerance instead of the "
                                                                     "default (exact unless float reductions)")
+            p.add_argument("--no-race-check", action="store_true", help="run the kernel without the race check "
+                           "(docs/race-check.md): values only")
     return ap
 
 

@@ -47,6 +47,16 @@ class PipelineError(LoweringError):
     names the loop and the buffer or op in the way."""
 
 
+class RaceError(TileLayoutError):
+    """The race check (``tl.build_cpu(..., race_check=True)``, ``check_numeric``) saw two threads access one
+    global or shared element without a barrier between them (one of them writing), or an out-of-bounds
+    access; ``races`` lists the first ones, each naming the buffer, element, threads and statements."""
+
+    def __init__(self, message: str, races: list | None = None):
+        super().__init__(message)
+        self.races = list(races or [])
+
+
 class ConfigError(TileLayoutError, ValueError):
     """An unknown cost model, target or option, or a launch configuration the target cannot run."""
 

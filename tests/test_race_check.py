@@ -1,0 +1,305 @@
+"""The race check (passes/lowering/race_check.py, race_report.py) on kernels written directly as lowered TIR
+(explicit launches, thread-indexed stores, barriers as written), so no lowering decision is involved, and on a
+racy tile program through ``check_numeric`` and ``tilelayout check``.
+
+Shared-memory exchanges are checked with their barriers as written (``tvm_barriers=False``): TVM's CUDA build
+adds the missing one itself (shown below), so only that mode shows the detector's own barrier logic.
+"""
+from __future__ import annotations
+
+import io
+import textwrap
+
+import numpy as np
+import pytest
+from tvm.script import tirx as T
+
+from tilelayout import cli
+from tilelayout.errors import LoweringError, RaceError, TileLayoutError
+from tilelayout.passes.lowering.race_report import build_race_checked
+
+
+@T.prim_func
+def exchange_without_barrier(A: T.Buffer((64,), "float32"), O: T.Buffer((64,), "float32")):
+    bx = T.launch_thread("blockIdx.x", 2)
+    tx = T.launch_thread("threadIdx.x", 32)
+    S = T.alloc_buffer((32,), "float32", scope="shared")
+    S[tx] = A[bx * 32 + tx]
+    O[bx * 32 + tx] = S[31 - tx]
+
+
+@T.prim_func
+def exchange_with_barrier(A: T.Buffer((64,), "float32"), O: T.Buffer((64,), "float32")):
+    bx = T.launch_thread("blockIdx.x", 2)
+    tx = T.launch_thread("threadIdx.x", 32)
+    S = T.alloc_buffer((32,), "float32", scope="shared")
+    S[tx] = A[bx * 32 + tx]
+    T.tvm_storage_sync("shared")
+    O[bx * 32 + tx] = S[31 - tx]
+
+
+@T.prim_func
+def overwrite_before_barrier(A: T.Buffer((32,), "float32"), O: T.Buffer((32,), "float32")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 32)
+    S = T.alloc_buffer((32,), "float32", scope="shared")
+    S[tx] = A[tx]
+    T.tvm_storage_sync("shared")
+    O[tx] = S[(tx + 1) % 32]
+    S[tx] = T.float32(0)          # another thread may still be reading S[tx]: needs a barrier first
+
+
+@T.prim_func
+def shared_global_element(A: T.Buffer((32,), "float32"), O: T.Buffer((8,), "float32")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 32)
+    O[tx // 4] = O[tx // 4] + A[tx]
+
+
+@T.prim_func
+def atomic_accumulation(A: T.Buffer((64,), "float32"), O: T.Buffer((8,), "float32")):
+    bx = T.launch_thread("blockIdx.x", 2)
+    tx = T.launch_thread("threadIdx.x", 32)
+    T.evaluate(T.call_extern("float32", "atomicAdd", T.address_of(O[tx // 4]), A[bx * 32 + tx]))
+
+
+@T.prim_func
+def blocks_write_one_element(A: T.Buffer((64,), "float32"), O: T.Buffer((32,), "float32")):
+    bx = T.launch_thread("blockIdx.x", 2)
+    tx = T.launch_thread("threadIdx.x", 32)
+    O[tx] = A[bx * 32 + tx]
+
+
+@T.prim_func
+def out_of_bounds_store(A: T.Buffer((32,), "float32"), O: T.Buffer((32,), "float32")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 32)
+    O[tx * 3] = A[tx]
+
+
+@T.prim_func
+def atomic_after_plain_store(A: T.Buffer((32,), "float32"), O: T.Buffer((32,), "float32")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 32)
+    S = T.alloc_buffer((32,), "float32", scope="shared")
+    S[tx] = T.float32(0)
+    # TVM's barrier insertion does not see an access through address_of: nothing orders the zero fill first
+    T.evaluate(T.call_extern("float32", "atomicAdd", T.address_of(S[(tx + 1) % 32]), A[tx]))
+    T.tvm_storage_sync("shared")
+    O[tx] = S[tx]
+
+
+def _run(func, tvm_barriers: bool = True):
+    kernel = build_race_checked(func, tvm_barriers=tvm_barriers)
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal([int(s) for s in p.shape]).astype("float32") for p in func.params]
+    return kernel, arrays, kernel.run(*arrays)
+
+
+def test_missing_barrier_between_shared_write_and_cross_thread_read_is_reported():
+    _, _, races = _run(exchange_without_barrier, tvm_barriers=False)
+    assert races
+    r = races[0]
+    assert (r.buffer, r.scope, r.kind) == ("S", "shared", "read by one thread and written by another")
+    assert r.thread + r.other_thread == 31 and r.thread != r.other_thread and r.block == r.other_block
+    assert r.element == (31 - r.thread,)
+    assert "S[31 - tx]" in r.statement and r.other_statement.startswith("S[tx] =")
+    assert "no barrier between them" in r.describe()
+
+
+def test_the_same_exchange_with_its_barrier_is_clean_and_right():
+    _, (a, o), races = _run(exchange_with_barrier, tvm_barriers=False)
+    assert races == []
+    np.testing.assert_array_equal(o, a.reshape(2, 32)[:, ::-1].reshape(-1))
+
+
+def test_tvm_inserts_the_missing_shared_barrier_so_the_gpu_kernel_is_clean():
+    assert _run(exchange_without_barrier, tvm_barriers=True)[2] == []
+
+
+def test_write_after_a_cross_thread_read_in_one_interval_is_reported():
+    _, _, races = _run(overwrite_before_barrier, tvm_barriers=False)
+    assert races and races[0].kind == "written after another thread read it"
+    assert races[0].statement.startswith("S[tx] = T.float32(0")
+
+
+def test_two_threads_updating_one_global_element_are_reported():
+    _, _, races = _run(shared_global_element)
+    kinds = {r.kind for r in races}
+    assert "written by two threads" in kinds and all(r.buffer == "O" for r in races)
+    with pytest.raises(RaceError) as info:
+        build_race_checked(shared_global_element)(*[np.zeros([int(s) for s in p.shape], "float32")
+                                                    for p in shared_global_element.params])
+    assert isinstance(info.value, TileLayoutError) and "global buffer O" in str(info.value) and info.value.races
+
+
+def test_atomics_are_not_races_and_add_up():
+    _, (a, o0), races = _run(atomic_accumulation)
+    assert races == []
+    kernel = build_race_checked(atomic_accumulation)
+    rng = np.random.default_rng(1)
+    a, o = rng.standard_normal(64).astype("float32"), np.zeros(8, "float32")
+    kernel(a, o)
+    np.testing.assert_allclose(o, a.reshape(2, 8, 4).sum(axis=(0, 2)), rtol=1e-5)
+
+
+def test_different_blocks_writing_one_global_element_are_reported():
+    _, _, races = _run(blocks_write_one_element)
+    assert races and races[0].block != races[0].other_block
+    assert "blocks never synchronise" in races[0].describe()
+
+
+def test_out_of_bounds_store_is_reported_and_not_made():
+    _, _, races = _run(out_of_bounds_store)
+    assert races and {r.kind for r in races} == {"out-of-bounds write"}
+    assert min(r.element[0] for r in races) == 33 and races[0].other_statement is None
+
+
+def test_atomic_unordered_after_a_plain_store_is_reported():
+    _, _, races = _run(atomic_after_plain_store)
+    assert races and races[0].kind == "an atomic update and a plain access by different threads"
+
+
+# --------------------------------------------------------------------------- through the lowering
+
+RACY_SOURCE = textwrap.dedent('''
+    from tvm.script import tirx as T
+
+    @T.prim_func
+    def accumulate(A: T.Buffer((8, 16), "float32"), O: T.Buffer((8,), "float32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", 32)
+        for i in T.parallel(8):
+            for j in T.parallel(16):
+                O[i] = O[i] + A[i, j]
+''')
+
+
+def _racy_kernel(tmp_path):
+    path = tmp_path / "racy.py"
+    path.write_text(RACY_SOURCE)
+    ns: dict = {}
+    exec(compile(RACY_SOURCE, str(path), "exec"), ns)      # noqa: S102 -- the test's own source
+    return path, ns["accumulate"]
+
+
+def test_check_numeric_fails_a_parallel_accumulation_into_global_memory(tmp_path):
+    from tilelayout.passes.lowering.pipeline import check_numeric
+    _, func = _racy_kernel(tmp_path)
+    try:
+        res = check_numeric(func)
+    except LoweringError as err:          # refused by name is the other acceptable answer
+        assert "O" in str(err)
+        return
+    assert not res.ok and res.races and "race on global buffer O" in res.message
+    assert check_numeric(func, race_check=False).ok      # the serialised values alone cannot see it
+
+
+def test_cli_check_exits_1_and_describes_the_race(tmp_path):
+    path, _ = _racy_kernel(tmp_path)
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main(["check", f"{path}:accumulate"], stdout=out, stderr=err)
+    if code == 2:                          # refused by name
+        assert "O" in err.getvalue()
+        return
+    assert code == 1 and "race on global buffer O" in out.getvalue()
+
+
+# --------------------------------------------------------------------------- collectives and async copies
+
+def _golden_lowered(case: str, variant: str):
+    from pathlib import Path
+
+    from maint.case_loader import load_case
+    from tilelayout.passes.lowering.pipeline import lower_func
+    root = Path(__file__).resolve().parents[1] / "cases"
+    return lower_func(load_case(root, case).VARIANTS[variant]())
+
+
+def _rewrite_calls(func, op_name: str, make):
+    import tvm
+    from tvm import tirx
+
+    from tilelayout.passes.ir_utils import mapped
+
+    def on_eval(e):
+        c = e.value
+        if isinstance(c, tvm.ir.Call) and isinstance(c.op, tvm.ir.Op) and str(c.op.name) == op_name:
+            return make(c)
+        return e
+    return func.with_body(mapped(func.body, [(tirx.Evaluate, on_eval)]))
+
+
+def _races_of(func, tvm_barriers: bool = True):
+    from tilelayout.passes.lowering.pipeline import random_inputs
+    kernel = build_race_checked(func, tvm_barriers=tvm_barriers)
+    inputs = random_inputs(func)
+    return kernel.run(*[inputs[n].copy() for n in inputs])
+
+
+def test_a_too_small_cp_async_wait_is_reported_and_the_right_one_is_clean():
+    from tvm import tirx
+    lowered = _golden_lowered("gemm_pipelined", "sm80_s2_k128")
+    assert _races_of(lowered) == []
+    early = _rewrite_calls(lowered, "tirx.ptx.cp_async_wait_group", lambda c: tirx.Evaluate(
+        tirx.call_intrin(c.ty, c.op, tirx.const(1, "int32"), *c.args[1:])))
+    races = _races_of(early)
+    assert races and races[0].buffer in ("A_s", "B_s") and "cp.async" in races[0].kind
+    assert "landing" in races[0].statement and "ldmatrix" in races[0].other_statement
+
+
+def test_wgmma_reading_a_tile_no_barrier_orders_after_its_writes_is_reported():
+    from tvm import tirx
+    lowered = _golden_lowered("gemm_fp8", "sm90a_e4m3_ss_m64n128k64_t128")
+    assert _races_of(lowered) == []
+    unsynced = _rewrite_calls(lowered, "tirx.tvm_storage_sync", lambda c: tirx.Evaluate(0))
+    races = _races_of(unsynced)          # TVM's barrier insertion does not see the descriptors' reads either
+    assert races and races[0].buffer in ("A_s", "B_s") and races[0].thread == -2
+    assert races[0].statement.startswith("T.ptx.wgmma(")
+
+
+# --------------------------------------------------------------------------- the fuzzer's racy classes
+
+@pytest.mark.parametrize("cls", ["accumulate-global", "accumulate-shared", "accumulate-grouped", "write-race"])
+def test_fuzz_racy_tile_classes_are_refused_or_reported(cls):
+    import random
+
+    from maint.fuzz import Kernel, check
+    from maint.fuzz_races import _tile_text
+    text, threads = _tile_text(random.Random(f"race-test:{cls}"), cls)
+    outcomes = check(Kernel(text, threads, notes=[f"racy:{cls}"]), models=("io-aware",))
+    assert [o.kind for o in outcomes] == ["unsupported"], outcomes
+
+
+@pytest.mark.parametrize("cls", ["exchange", "shared-global", "atomic", "out-of-bounds"])
+def test_fuzz_hand_written_lowered_classes_agree_with_their_index_maps(cls):
+    import random
+
+    from maint.fuzz import Kernel, check
+    from maint.fuzz_races import _lowered_text
+    seen = set()
+    for k in range(6):
+        text, threads, racy = _lowered_text(random.Random(f"race-test:{cls}:{k}"), cls)
+        seen.add(racy)
+        outcomes = check(Kernel(text, threads, notes=[f"lowered:{cls}", "race" if racy else "race-free"]),
+                         models=("io-aware",))
+        assert [o.kind for o in outcomes] == ["ok"], (text, outcomes)
+    assert seen == ({False} if cls == "atomic" else {True, False})
+
+
+def test_build_cpu_with_race_check_raises_a_race_error(tmp_path):
+    import tilelayout as tl
+    _, func = _racy_kernel(tmp_path)
+    try:
+        kernel = tl.build_cpu(func, race_check=True)
+    except LoweringError:                 # refused by name
+        return
+    with pytest.raises(tl.RaceError, match="global buffer O"):
+        kernel(np.ones((8, 16), "float32"), np.zeros(8, "float32"))
+
+
+def test_cross_warp_all_reduce_publishes_each_partial_from_one_lane():
+    """Every lane of a warp stored its (equal) partial into one shared slot: a race the check reported on
+    three golden cases; now one lane per butterfly coset publishes."""
+    lowered = _golden_lowered("reduce_owner_subset", "max_64x256_t64")
+    assert _races_of(lowered) == []
