@@ -177,7 +177,8 @@ def check_lowered(kernel, func) -> tuple:
 
 def check_racy(func, model: str, cls: str) -> tuple:
     """(kind, detail) of a racy tile program: ``unsupported`` when lowering refuses it by name or the race check
-    reports it, ``accepted-bad`` when it passes, ``crash`` on any other exception."""
+    reports it; an update (``accumulate-*``) lowered race-free is ``ok`` when it matches the sequential program
+    (else ``mismatch``); anything else that passes is ``accepted-bad``; ``crash`` on any other exception."""
     import traceback
 
     from tilelayout.errors import TileLayoutError
@@ -193,4 +194,8 @@ def check_racy(func, model: str, cls: str) -> tuple:
     races = kernel.run(*[inputs[n].copy() for n in inputs])
     if races:
         return "unsupported", "race check: " + races[0].describe()[:300]
+    if cls.startswith("accumulate"):     # an update: inference runs each element's iterations in one thread
+        from tilelayout.passes.lowering.pipeline import check_numeric
+        res = check_numeric(func, cost_model=model)
+        return ("ok", "") if res.ok else ("mismatch", f"a {cls} update lowered race-free: {res.message[:300]}")
     return "accepted-bad", f"a {cls} race passed the race check"
