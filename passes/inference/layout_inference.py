@@ -577,6 +577,8 @@ def infer_layouts(func, target=None, cost_model=None, conflicts=None) -> Inferen
     if isinstance(func, tvm.tirx.PrimFunc):
         from ..nan_tests import rewrite_nan_tests
         func = rewrite_nan_tests(func)      # before anything simplifies ``x != x`` away
+        from ..index_binds import inline_index_binds
+        func = inline_index_binds(func)     # a named index is inferred like the same expression inline
     folded, dims = fold_thread_dims(func) if isinstance(func, tvm.tirx.PrimFunc) else (func, None)
     if dims is not None:   # a multi-dimensional block: infer over the linear thread id, annotate the original
         result = infer_layouts(folded, target, cost_model, conflicts)

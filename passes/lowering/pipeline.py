@@ -65,6 +65,8 @@ def lower_func(func, target=None, cost_model=None, infer: bool = True, verify: b
     """The lowered PrimFunc (see ``lower``); ``infer=False`` starts from an already annotated function."""
     target = normalize_target(func_target(_as_func(func), target))
     func = rewrite_nan_tests(_as_func(func))     # ``x != x`` is a NaN test: before anything simplifies it away
+    from ..index_binds import inline_index_binds
+    func = inline_index_binds(func)              # named indices: the passes see the expression, as if inline
     from ..hardware import check_block_threads
     from .loop_partition import thread_launch
     check_block_threads(thread_launch(fold_thread_dims(func)[0])[1], target, _name(func))
@@ -83,6 +85,8 @@ def lower_func(func, target=None, cost_model=None, infer: bool = True, verify: b
     func = func.with_body(protect_indices(func.body, tx, threads))
     from .shared_liveness import keep_shared_alive
     from .uniform_branches import mark_uniform_branches
+    from .unroll_registers import unroll_register_loops
+    func = unroll_register_loops(func)       # every register index a constant: fragments stay in registers
     return unfold_thread_dims(keep_shared_alive(mark_uniform_branches(fence_shared_atomics(func))), dims)
 
 
