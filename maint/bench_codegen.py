@@ -23,7 +23,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, dataclass
+import warnings
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,6 +48,7 @@ class Stats:
     spill_stores: int
     spill_loads: int
     static_smem: int
+    dynamic_smem: int = 0
 
     @property
     def clean(self) -> bool:
@@ -80,27 +82,29 @@ def compile_stats(source: str, arch: str, extra_flags: list | None = None) -> St
         cmd = [nvcc, *NVCC_FLAGS, f"-arch={arch}", *(extra_flags or []), "-o", str(Path(tmp) / "k.cubin"), str(src)]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
-        raise RuntimeError(f"nvcc failed for {arch}: " + (proc.stderr or proc.stdout)[-2000:])
+        errors = [line for line in (proc.stderr + proc.stdout).splitlines() if "error" in line]
+        raise RuntimeError(f"nvcc failed for {arch}: " + (errors[0] if errors else proc.stderr[-300:]).strip())
     return ptxas_stats(proc.stderr + proc.stdout)
 
 
-def dynamic_smem(mod) -> int:
-    """Dynamic shared memory bytes of a lowered module (TVM's merged ``shared.dyn`` allocation)."""
+def dynamic_smem(mod, target) -> int:
+    """Dynamic shared memory bytes of a lowered module: TVM's merged ``shared.dyn`` allocation after its own
+    pipeline (what the launch asks for; ptxas counts only static shared memory)."""
     import tvm
     from tvm import tirx
-    total = 0
+    from maint.lanes import device_functions
+    from tilelayout.passes.ir_utils import walk
+    sizes = [0]
 
     def visit(node):
-        nonlocal total
-        if isinstance(node, tirx.AllocBuffer) and node.buffer.scope() == "shared.dyn":
+        if node.buffer.scope() == "shared.dyn":
             size = 1
             for s in node.buffer.shape:
-                size *= int(s) if isinstance(s, (int, tvm.tirx.IntImm)) else 0
-            total += size * tvm.DataType(node.buffer.dtype).bits // 8
-    for f in mod.functions.values():
-        if isinstance(f, tirx.PrimFunc):
-            tvm.tirx.stmt_functor.post_order_visit(f.body, visit)
-    return total
+                size *= int(s)
+            sizes.append(size * tvm.DataType(node.buffer.dtype).bits // 8)
+    for f in device_functions(mod, target):
+        walk(f.body, [(tirx.AllocBuffer, visit)])
+    return max(sizes)
 
 
 def variant_targets(func, archs) -> list:
@@ -122,10 +126,12 @@ def variant_stats(module, variant: str, archs=ARCHS) -> list:
     for target in variant_targets(func, archs):
         arch = str(target.attrs["arch"])
         try:
-            source = lowered_cuda_source(lower(func, target), target)
-            out.append((arch, compile_stats(source, arch)))
+            mod = lower(func, target)
+            stats = compile_stats(lowered_cuda_source(mod, target), arch)
+            out.append((arch, replace(stats, dynamic_smem=dynamic_smem(mod, target))))
         except Exception as err:  # noqa: BLE001 -- one failing variant is a row, not the end of the table
-            out.append((arch, f"{type(err).__name__}: {str(err).splitlines()[0][:120]}"))
+            text = str(err).splitlines()[0]
+            out.append((arch, f"{type(err).__name__}: {text.rsplit('}: ', 1)[-1][:160]}"))
     return out
 
 
@@ -140,14 +146,21 @@ def _selected(cases_dir: Path, wanted: list) -> list:
     return rows
 
 
-HEADER = f"{'case/variant':56} {'arch':7} {'regs':>5} {'stack':>6} {'spill_st':>8} {'spill_ld':>8} {'smem':>7}"
+#: one column group per side: ours now, TileLang's CUDA of the same kernel beside it when a peer side is added
+COLUMNS = f"{'regs':>5} {'stack':>6} {'spill_st':>8} {'spill_ld':>8} {'smem':>7} {'dyn_smem':>8}"
+HEADER = f"{'case/variant':56} {'arch':7} {COLUMNS}"
 
 
 def format_row(label: str, arch: str, stats) -> str:
     if isinstance(stats, str):
         return f"{label:56} {arch:7} {stats}"
-    return (f"{label:56} {arch:7} {stats.registers:5d} {stats.stack_frame:6d} {stats.spill_stores:8d} "
-            f"{stats.spill_loads:8d} {stats.static_smem:7d}")
+    return f"{label:56} {arch:7} {format_stats(stats)}"
+
+
+def format_stats(stats: Stats) -> str:
+    """One side's column group."""
+    return (f"{stats.registers:5d} {stats.stack_frame:6d} {stats.spill_stores:8d} {stats.spill_loads:8d} "
+            f"{stats.static_smem:7d} {stats.dynamic_smem:8d}")
 
 
 def main(argv=None) -> int:
@@ -161,6 +174,7 @@ def main(argv=None) -> int:
         print("nvcc not found on PATH: nothing to measure", file=sys.stderr)
         return 2
     archs = tuple(args.arch or ARCHS)
+    warnings.simplefilter("ignore")       # lowering's resource notes are not this table's subject
     print(HEADER)
     records, dirty = [], 0
     for name, module, variant in _selected(args.cases_dir, args.case):
