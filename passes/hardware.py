@@ -8,20 +8,60 @@ import tvm
 
 from tilelayout.errors import ConfigError
 
-DEFAULT_TARGET = {"kind": "cuda", "arch": "sm_90"}
+#: Hopper with its arch-specific features (wgmma); layout inference is the same on sm_90 and sm_90a
+DEFAULT_TARGET = {"kind": "cuda", "arch": "sm_90a"}
 SEGMENT_BYTES = 128  # global-memory transaction granularity the io-aware model counts
+
+#: what a plain ``sm_90`` target gives up against ``sm_90a`` (PTX's arch-specific Hopper instructions)
+SM90_WITHOUT_A = ("wgmma (gemms run as mma.sync on the same accumulator layout), TMA (cp.async.bulk.tensor) and "
+                  "setmaxnreg")
+_WARNED_TARGETS: set = set()
 
 
 def normalize_target(target=None) -> tvm.target.Target:
-    """A tvm Target from a Target, dict or string; default CUDA sm_90 (where TileLang's goldens were recorded)."""
+    """A tvm Target from a Target, dict or string; default CUDA sm_90a. A CUDA target without an arch on a
+    machine without a GPU is refused (TVM would silently pick sm_50)."""
     if target is None:
         return tvm.target.Target(DEFAULT_TARGET)
     if isinstance(target, tvm.target.Target):
         return target
+    if _cuda_without_arch(target) and not _gpu_present():
+        raise ConfigError(f"the target {target!r} names no CUDA arch and this machine has no GPU to take it from; "
+                          f"name one, e.g. {{\"kind\": \"cuda\", \"arch\": \"sm_90a\"}}")
     try:
-        return tvm.target.Target(target)
+        made = tvm.target.Target(target)
     except Exception as err:
         raise ConfigError(f"cannot make a TVM target from {target!r}: {str(err).splitlines()[-1]}") from None
+    return made
+
+
+def _cuda_without_arch(target) -> bool:
+    """A CUDA target spelled without an arch (TVM fills one in from the GPU, or sm_50 without one)."""
+    if isinstance(target, dict):
+        return target.get("kind") == "cuda" and "arch" not in target and "tag" not in target
+    if isinstance(target, str):
+        words = target.split()
+        return bool(words) and words[0] == "cuda" and not any("arch" in w for w in words)
+    return False
+
+
+def _gpu_present() -> bool:
+    try:
+        return bool(tvm.cuda(0).exist)
+    except Exception:  # noqa: BLE001 -- a TVM without CUDA runtime: no GPU
+        return False
+
+
+def warn_target_features(target: tvm.target.Target) -> None:
+    """Lowering for a plain sm_90: one warning per process naming what it gives up against sm_90a (layout
+    inference is the same on both, so only the lowering warns)."""
+    arch = str(target.attrs.get("arch", ""))
+    if target.kind.name != "cuda" or arch != "sm_90" or arch in _WARNED_TARGETS:
+        return
+    _WARNED_TARGETS.add(arch)
+    from tilelayout.errors import TargetFeatureWarning, warn_user
+    warn_user(f"target sm_90 (without the arch-specific 'a') gives up {SM90_WITHOUT_A}; use sm_90a for them",
+              TargetFeatureWarning)
 
 
 def func_target(func, target=None):

@@ -30,7 +30,7 @@ def test_lower_returns_a_module_tvm_compiles():
     mod = lower(_case("elementwise_copy").VARIANTS["fp16_128x128_t128"]())
     assert isinstance(mod, tvm.IRModule)
     (func,) = mod.functions.values()
-    assert func.attrs["target"].attrs["arch"] == "sm_90"
+    assert func.attrs["target"].attrs["arch"] == "sm_90a"
     ex = tvm.compile(mod)                                 # the bound target is enough
     assert "uint4" in ex.mod.imports[0].inspect_source("cuda")
 

@@ -67,7 +67,8 @@ def lower_func(func, target=None, cost_model=None, infer: bool = True, verify: b
     func = rewrite_nan_tests(_as_func(func))     # ``x != x`` is a NaN test: before anything simplifies it away
     from ..index_binds import inline_index_binds
     func = inline_index_binds(func)              # named indices: the passes see the expression, as if inline
-    from ..hardware import check_block_threads
+    from ..hardware import check_block_threads, warn_target_features
+    warn_target_features(target)
     from .loop_partition import thread_launch
     check_block_threads(thread_launch(fold_thread_dims(func)[0])[1], target, _name(func))
     if infer:
@@ -139,7 +140,7 @@ def compile_ptx(source: str, target=None) -> bytes:
         raise FileNotFoundError("nvcc is not on PATH")
     import tvm.support.nvcc as nvcc
     target = normalize_target(target)
-    arch = str(target.attrs.get("arch", "sm_90"))
+    arch = str(target.attrs.get("arch", "sm_90a"))
     with target:
         return bytes(nvcc.compile_cuda(source, target_format="ptx", arch=arch, compiler="nvcc"))
 
