@@ -44,10 +44,10 @@ def inline_index_binds(func: tirx.PrimFunc) -> tirx.PrimFunc:
     body = func.body
     for _ in range(_MAX_ROUNDS):
         new = _inline_round(body)
-        if new is body:
+        if new.same_as(body):
             break
         body = new
-    return func if body is func.body else func.with_body(body)
+    return func if body.same_as(func.body) else func.with_body(body)
 
 
 def _inline_round(body):
