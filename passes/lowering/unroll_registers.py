@@ -7,11 +7,13 @@ small loops on its own, not all (a 512-element fragment, a softmax's row loops),
 a serial loop of constant extent whose variable reaches an index of a local array, directly or through a
 ``Bind``, becomes ``ForKind.UNROLLED`` (TVM unrolls it before printing the CUDA). Loops whose variable
 indexes only shared or global memory (a pipelined K loop) are left rolled, and so is a loop that holds a
-loop staying rolled (a main loop whose body has its own K steps) or whose unrolled body would exceed
-``MAX_UNROLLED_STORES`` statements: there the kernel's own runtime index decides, not the partition.
+main loop's work (a barrier, an asynchronous copy, a loop of runtime extent) or whose unrolled body would
+exceed ``MAX_UNROLLED_STORES`` stores: such a loop is the kernel's own (a per-thread mask read by the K
+loop), and copying its body per iteration would cost more than the local-memory access it saves.
 """
 from __future__ import annotations
 
+import tvm
 from tvm import tirx
 from tvm.ir import TensorLoad
 
@@ -61,7 +63,7 @@ def unroll_register_loops(func):
     def on_for(f):
         if (f.kind == tirx.ForKind.SERIAL and int_value(f.extent) is not None and int_value(f.min) is not None
                 and any(f.loop_var.same_as(v) for v in used) and _indexes_register(f)
-                and not _holds_rolled_loop(f) and _stores(f.body) * int_value(f.extent) <= MAX_UNROLLED_STORES):
+                and not _holds_main_loop_work(f) and _stores(f.body) * int_value(f.extent) <= MAX_UNROLLED_STORES):
             return tirx.For(f.loop_var, f.min, f.extent, tirx.ForKind.UNROLLED, f.body, None, f.annotations,
                             f.step)
         return f
@@ -73,10 +75,24 @@ def _indexes_register(loop) -> bool:
     return any(v.same_as(loop.loop_var) for v in register_index_vars(loop.body))
 
 
-def _holds_rolled_loop(loop) -> bool:
-    """A serial loop stays inside ``loop``'s body (its inner loops were decided first: bottom-up)."""
+#: calls that mark a main loop's work: barriers and asynchronous copies are ordered per iteration, and a body
+#: holding them is a pipeline step, not per-register arithmetic
+_MAIN_LOOP_CALLS = ("storage_sync", "barrier", "cp_async", "commit_group", "wait_group", "mbarrier")
+
+
+def _holds_main_loop_work(loop) -> bool:
+    """``loop``'s body holds a loop of runtime extent, a barrier or an asynchronous copy."""
     found: list = []
-    walk(loop.body, [(tirx.For, lambda f: found.append(1) if f.kind == tirx.ForKind.SERIAL else None)])
+
+    def on_for(f):
+        if int_value(f.extent) is None:
+            found.append(1)
+
+    def on_call(c):
+        name = str(getattr(c.op, "name", ""))
+        if any(word in name for word in _MAIN_LOOP_CALLS):
+            found.append(1)
+    walk(loop.body, [(tirx.For, on_for), (tvm.ir.Call, on_call)])
     return bool(found)
 
 
