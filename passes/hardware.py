@@ -87,12 +87,43 @@ def max_vector_load_bits(target=None, global_only: bool = False) -> int:
     return 256 if global_only and sm_version(target) >= 100 else 128
 
 
-def vector_lanes_limit(target, element_bits, global_only: bool = False) -> int:
+def vector_lanes_limit(target, element_bits, global_only: bool = False, widening_from: int | None = None) -> int:
     """The most lanes one vector access of a statement may have: the target's widest vector access divided
     by the widest element the statement moves (global, shared or register side). The io-aware model and the
-    vectorizer both take their cap from here, so the width scored is the width emitted."""
+    vectorizer both take their cap from here, so the width scored is the width emitted. ``widening_from``:
+    the statement loads floats of that many bits from memory into wider float registers
+    (``widening_load_bits``), and the memory side sets the lanes (8 fp16 -> fp32: one 128-bit load, two
+    registers vectors' worth of conversions)."""
+    return lanes_for_bits(max_vector_load_bits(target, global_only), element_bits, widening_from)
+
+
+#: a converting load's register side may span this many of the target's widest vectors (TVM prints 8 float32
+#: lanes as one ``ulonglong4``; ptxas keeps it in registers)
+WIDENING_REGISTER_VECTORS = 2
+
+
+def lanes_for_bits(max_bits: int, element_bits, widening_from: int | None = None) -> int:
+    """``vector_lanes_limit`` for a given widest access of ``max_bits``."""
     widest = max([int(b) for b in element_bits] or [8])
-    return max(1, max_vector_load_bits(target, global_only) // widest)
+    lanes = max(1, max_bits // widest)
+    if widening_from:
+        wide = max(1, max_bits // int(widening_from))
+        if wide > lanes and wide * widest <= WIDENING_REGISTER_VECTORS * max_bits:
+            lanes = wide
+    return lanes
+
+
+def widening_load_bits(accesses) -> int | None:
+    """Bits of the memory side when a statement only loads floats from global or shared memory into wider
+    float registers, else None. ``accesses``: (bits, is_register, is_write, dtype) per access."""
+    memory = [(b, w) for b, reg, w, _ in accesses if not reg]
+    registers = [(b, w) for b, reg, w, _ in accesses if reg]
+    if not memory or not registers or any(w for _, w in memory) or not all(w for _, w in registers):
+        return None
+    if not all(str(d).startswith(("float", "bfloat")) and not str(d).startswith("float8") for *_, d in accesses):
+        return None
+    widest_memory = max(b for b, _ in memory)
+    return widest_memory if widest_memory < min(b for b, _ in registers) else None
 
 
 def warp_size(target=None) -> int:
