@@ -187,3 +187,20 @@ def test_ptxas_reports_no_stack_frame_and_no_spills(label, make, arch):
     assert stats.clean, f"{label}: {stats}"
     if label.startswith("named"):
         assert "*(uint4*)(A_ptr" in source and "*(uint4*)(C_ptr" in source, "named indices must load 128 bits"
+
+
+PTXAS = """ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function 'kernel_kernel' for 'sm_80'
+ptxas info    : Function properties for kernel_kernel
+    2608 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 66 registers, used 0 barriers, 1024 bytes smem, 360 bytes cmem[0]
+"""
+
+
+def test_ptxas_figures_are_read_from_its_report():
+    from maint.bench_codegen import ptxas_stats
+    stats = ptxas_stats(PTXAS)
+    assert (stats.registers, stats.stack_frame, stats.spill_stores, stats.static_smem) == (66, 2608, 0, 1024)
+    assert not stats.clean
+    with pytest.raises(RuntimeError, match="no register"):
+        ptxas_stats("ptxas info    : 0 bytes gmem")
