@@ -21,8 +21,10 @@ from ..ir_utils import int_value, mapped, walk
 
 __all__ = ["unroll_register_loops", "register_index_vars", "MAX_UNROLLED_STORES"]
 
-#: the most stores one unrolled loop may expand to (a 512-element fragment updated one scalar at a time fits)
-MAX_UNROLLED_STORES = 4096
+#: the most stores one unrolled loop may expand to, inner loops of constant extent counted at their extent (a
+#: 512-element fragment folded one scalar at a time fits; every thread visiting a 64x32 tile under an owner
+#: guard does not: ptxas then takes minutes over 2,048 predicated stores)
+MAX_UNROLLED_STORES = 1024
 
 
 def _is_register(buf) -> bool:
@@ -100,9 +102,8 @@ def _stores(stmt) -> int:
     """Stores ``stmt`` executes once unrolled (inner unrolled loops counted by their extent)."""
     if isinstance(stmt, tirx.BufferStore):
         return 1
-    if isinstance(stmt, tirx.For):
-        ext = int_value(stmt.extent) if stmt.kind == tirx.ForKind.UNROLLED else 1
-        return (ext or 1) * _stores(stmt.body)
+    if isinstance(stmt, tirx.For):      # nvcc unrolls small constant loops itself: count them at their extent
+        return (int_value(stmt.extent) or 1) * _stores(stmt.body)
     if isinstance(stmt, tirx.SeqStmt):
         return sum(_stores(s) for s in stmt.seq)
     if isinstance(stmt, tirx.IfThenElse):
