@@ -204,3 +204,27 @@ def test_ptxas_figures_are_read_from_its_report():
     assert not stats.clean
     with pytest.raises(RuntimeError, match="no register"):
         ptxas_stats("ptxas info    : 0 bytes gmem")
+
+
+def test_a_loop_past_the_unroll_budget_stays_rolled():
+    """Every thread visiting a 64x32 tile under an owner guard, its register slot set by the row: 2,048
+    predicated stores once ptxas unrolls the inner loop too (it then took minutes); the row loop stays rolled
+    while the 16-row version, 512 stores, is unrolled."""
+    def kernel(rows: int):
+        return _parse(f'''
+@T.prim_func
+def main(A: T.Buffer(({rows}, 32), "float32"), O: T.Buffer(({rows}, 32), "float32")):
+    tx = T.launch_thread("threadIdx.x", 32)
+    f = T.alloc_buffer(({rows},), "float32", scope="local")
+    for i in T.serial({rows}):
+        for j in T.serial(32):
+            if j == tx:
+                O[i, j] = f[i] + A[i, j]
+''')
+    from tilelayout.passes.lowering.unroll_registers import MAX_UNROLLED_STORES
+    assert 16 * 32 <= MAX_UNROLLED_STORES < 64 * 32
+    for rows, kind in ((64, tirx.ForKind.SERIAL), (16, tirx.ForKind.UNROLLED)):
+        kinds: dict = {}
+        tvm_ffi.structural_walk(unroll_register_loops(kernel(rows)).body,
+                                (tirx.For, lambda f: kinds.__setitem__(str(f.loop_var), int(f.kind))))
+        assert kinds == {"i": int(kind), "j": int(tirx.ForKind.SERIAL)}, (rows, kinds)
