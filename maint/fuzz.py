@@ -24,7 +24,8 @@ elementwise math with broadcast rows/columns, constant-index, reversed, shifted,
 (a fragment scaled and cast to e4m3 / e5m2, then stored or decoded for later steps), and ops under ``if fl[k]``
 on a local copy of a global mask (block-sparse attention's pattern), and global regions and nest accesses
 that run past their buffer (safe memory: a partial last tile, or a row offset read per block from an int32
-parameter, which starts regions before the buffer and runs them past it). Steps are drawn by weight (``Gen.STEPS``); the classes that
+parameter, which starts regions before the buffer and runs them past it), nests reading at named indices
+(``n0 = T.bind(i)``). Steps are drawn by weight (``Gen.STEPS``); the classes that
 found silent miscompiles have their own steps: ops under ``if tx < c:`` (and ``else:``), partial visits at an
 offset (``f[i + c, j + d]``, read or written), copies into/out of interior boxes of a fragment, reversed
 indices in one or both dimensions and diagonals (``f[i, i]``, read or updated), one fragment read at several
@@ -593,6 +594,24 @@ class Gen:
             return [f"{self.global_write(shape, self.dtype, ivars, transposed)} = {value}"]
         self.nest(shape, body)
 
+    def named_index(self) -> None:
+        """Indices named before use (``n0 = T.bind(i + c)``; a global read at the names): substituted as if
+        written inline. Bug class: named indices hid contiguity (scalar code); the substitution must never change
+        what is read. (A name written as ``n0: T.int32 = i`` is a one-element local buffer, which the numpy
+        reference shares between parallel iterations; ``tests/test_index_binds.py`` checks that form.)"""
+        rng = self.rng
+        shape = rng.choice(self.shapes())
+        dst = self.new_frag(shape)
+        self.notes.append("named-index")
+
+        def body(ivars):
+            names = [self.fresh("n") for _ in ivars]
+            lines = [f"{n} = T.bind({v})" for n, v in zip(names, ivars)]
+            read = self.global_read(shape, dst.dtype, names)
+            lines.append(f"{dst.name}[{', '.join(ivars)}] = {read} * {_const(dst.dtype, 2.0)}")
+            return lines
+        self.nest(shape, body)
+
     def small_const_frag(self) -> None:
         """A tiny fragment (fewer elements than threads) loaded for constant-index reads."""
         n = self.rng.choice((1, 2, 3, 4))
@@ -897,7 +916,7 @@ class Gen:
              "tile_elementwise": 3, "transposed_frag": 2, "guarded_store": 2, "step_store": 2,
              "thread_region": 5, "offset_visit": 5, "sub_region_copy": 4, "reversed_read": 5,
              "multi_index_read": 3, "reduce_permuted": 4, "gemm": 3, "pipelined": 3, "cumsum": 3, "quantize": 3,
-             "flagged": 3, "unpack_nibbles": 3, "memory_update": 4}
+             "flagged": 3, "unpack_nibbles": 3, "memory_update": 4, "named_index": 3}
 
     #: gemm operand dtype -> (weight, accumulator, K choices); fp8 (e4m3 / e5m2 codes through byte storage and
     #: bit decoding on the CPU), tf32 (f32 operands read truncated) and f64 (m8n8k4) exercise the bug classes of

@@ -9,7 +9,7 @@
                                            TFLOP/s: 2*M*N*K per gemm execution, counted over the grid and the
                                            serial loops); without a GPU say so and exit 0
     python maint/gpu_check.py --offline    no GPU needed: lower every variant for its own target (the kernel's
-                                           "target" attribute, else sm_90), compile its CUDA source to PTX with
+                                           "target" attribute, else sm_90a), compile its CUDA source to PTX with
                                            nvcc (skipped when absent), run it on the CPU against the reference,
                                            and print per variant: lowering time (inference included), nvcc time,
                                            CPU build time (lowering + LLVM), first CPU run (includes LLVM's JIT), a
@@ -131,7 +131,7 @@ def gemm_report(lowered) -> str:
 
 
 def variant_target(func):
-    """The target a variant is written for (its ``target`` attribute), else the default (sm_90)."""
+    """The target a variant is written for (its ``target`` attribute), else the default (sm_90a)."""
     from tilelayout.passes.hardware import func_target, normalize_target
     return normalize_target(func_target(func, None))
 

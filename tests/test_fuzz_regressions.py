@@ -860,7 +860,7 @@ def test_generator_draws_every_class_and_replays_deterministically():
     for prefix in ("thread-region", "offset-write", "offset-read", "sub-region-copy-in", "sub-region-copy-out",
                    "reversed-", "diagonal-read", "diagonal-update", "multi-index-read", "reduce-permuted-read",
                    "pin-cyclic", "pin-blocked", "pin-thread-out-of-range", "gemm", "gemm-chain", "pipelined-", "cumsum",
-                   "safe-partial-tile", "safe-data-offset"):
+                   "safe-partial-tile", "safe-data-offset", "named-index"):
         assert any(n.startswith(prefix) for n in notes), prefix
     assert any(kern.threads in TINY_THREADS for kern in kernels)
     assert generate(7, 123).text == kernels[123].text and generate(7, 123).pins == kernels[123].pins

@@ -63,7 +63,8 @@ def test_ops_under_a_uniform_local_flag_run_on_every_thread_and_match_numpy(mode
 @pytest.mark.parametrize("store, why", [
     ("flags[v] = M[v] + tx", "a store to it reads tx"),                                       # the thread index
     ("if tx < 64:\n            flags[v] = M[v]", "a store to it reads tx"),                   # under a thread condition
-    ("t: T.int32 = tx * 0 + tx\n        flags[v] = M[v] * t", "a store to it reads t,"),     # bound to the index
+    # bound to the index: the name is substituted (passes/index_binds.py), so the store reads tx itself
+    ("t: T.int32 = tx * 0 + tx\n        flags[v] = M[v] * t", "a store to it reads tx"),
     ("flags[v] = T.Cast(\"int32\", F[v, 0])", "a store to it reads fragment F"),             # one holder's value
 ])
 def test_a_flag_that_can_differ_between_threads_keeps_the_condition_refused(store, why):

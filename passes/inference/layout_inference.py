@@ -525,6 +525,8 @@ def infer_layouts(func, target=None, cost_model=None, conflicts=None) -> Inferen
         func = rewrite_nan_tests(func)      # before anything simplifies ``x != x`` away
         from ..named_scalars import inline_named_scalars
         func = inline_named_scalars(func)   # ``row0 = by * 64`` read by a tile op: its regions see ``by * 64``
+        from ..index_binds import inline_index_binds
+        func = inline_index_binds(func)     # a named index is inferred like the same expression inline
     folded, dims = fold_thread_dims(func) if isinstance(func, tvm.tirx.PrimFunc) else (func, None)
     if dims is not None:   # a multi-dimensional block: infer over the linear thread id, annotate the original
         result = infer_layouts(folded, target, cost_model, conflicts)

@@ -17,6 +17,7 @@ from tvm.ir import Range, TensorLoad
 from tilelayout.fragment import Fragment
 from tilelayout.layout import placeholder, substitute
 
+from ..hardware import lanes_for_bits, widening_load_bits
 from ..ir_utils import walk
 
 __all__ = ["plan_loop_layout", "plan_vector_width", "is_contiguous_run", "same_in_group", "linear_offset",
@@ -140,8 +141,10 @@ def plan_vector_width(loop_vars: Sequence, extents: Sequence[int], accesses: Seq
         return 1
     limit = math.gcd(max_bits, inner_ext)
     bounds = {v: e for v, e in zip(loop_vars, extents) if isinstance(e, int)}
-    # the widest element of the statement caps every access's lanes (the rule the io-aware model uses too)
-    lanes = max(1, max_bits // max(buf.bits for buf, _, _ in accesses)) if accesses else limit
+    # the widest element of the statement caps every access's lanes (the rule the io-aware model uses too),
+    # except a converting load into wider registers, whose memory side sets them (``hardware.lanes_for_bits``)
+    lanes = lanes_for_bits(max_bits, [buf.bits for buf, _, _ in accesses], widening_load_bits(
+        [(buf.bits, buf.is_fragment or buf.is_local, w, buf.dtype) for buf, _, w in accesses])) if accesses else limit
     if _converts_float8(accesses):
         lanes = min(lanes, FLOAT8_CONVERSION_LANES)
     if value_cap is not None:        # what the stored values' operations allow (``value_lane_cap``)

@@ -65,7 +65,10 @@ def _tile_loops(func, target, cost_model, infer: bool) -> tuple:
     """(function, folded thread dims) after tile-op lowering and the safe-memory guards: the program-level
     loops, before partitioning."""
     func = rewrite_nan_tests(func)           # ``x != x`` is a NaN test: before anything simplifies it away
-    from ..hardware import check_block_threads
+    from ..index_binds import inline_index_binds
+    func = inline_index_binds(func)          # named indices: the passes see the expression, as if inline
+    from ..hardware import check_block_threads, warn_target_features
+    warn_target_features(target)
     from .loop_partition import thread_launch
     check_block_threads(thread_launch(fold_thread_dims(func)[0])[1], target, _name(func))
     if infer:
@@ -98,6 +101,8 @@ def lower_func(func, target=None, cost_model=None, infer: bool = True, verify: b
     func = func.with_body(protect_indices(func.body, tx, threads))
     from .shared_liveness import keep_shared_alive
     from .uniform_branches import mark_uniform_branches
+    from .unroll_registers import unroll_register_loops
+    func = unroll_register_loops(func)       # every register index a constant: fragments stay in registers
     return unfold_thread_dims(keep_shared_alive(mark_uniform_branches(fence_shared_atomics(func))), dims)
 
 
@@ -175,7 +180,7 @@ def compile_ptx(source: str, target=None) -> bytes:
         raise FileNotFoundError("nvcc is not on PATH")
     import tvm.support.nvcc as nvcc
     target = normalize_target(target)
-    arch = str(target.attrs.get("arch", "sm_90"))
+    arch = str(target.attrs.get("arch", "sm_90a"))
     with target:
         return bytes(nvcc.compile_cuda(source, target_format="ptx", arch=arch, compiler="nvcc"))
 

@@ -2,7 +2,7 @@
 __version__ = "0.1.0"
 
 from .errors import (ConfigError, EvaluationError, InferenceError, LayoutConflictError, LayoutError, LoweringError,
-                     MissingLaunchError, PipelineError, RaceError, ReferenceFunctionError,
+                     MissingLaunchError, PipelineError, RaceError, ReferenceFunctionError, TargetFeatureWarning,
                      TileLayoutError, TileLayoutResourceWarning, UninitializedReadError, UninitializedReadWarning,
                      ScopeError, WarpPolicyConflictError, WriteRaceError)
 from .evaluate import evaluate, evaluate_grid
@@ -46,7 +46,7 @@ def get_layouts(func):
 __all__ = [
     "Layout", "Fragment", "fully_replicated", "layout_from_dict", "evaluate", "evaluate_grid",
     "lower", "cuda_source", "build_cpu", "LoweringError", "PipelineError", "MissingLaunchError", "RaceError",
-    "ReferenceFunctionError",
+    "ReferenceFunctionError", "TargetFeatureWarning",
     "TileLayoutError", "TileLayoutResourceWarning", "UninitializedReadWarning", "UninitializedReadError", "LayoutError",
     "ConfigError", "EvaluationError", "LayoutConflictError", "InferenceError", "WarpPolicyConflictError",
     "WriteRaceError", "ScopeError",

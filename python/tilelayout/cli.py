@@ -41,7 +41,7 @@ class UsageError(Exception):
 
 def parse_target(text: str | None):
     """``--target`` value -> what ``tl.infer_layouts`` accepts: ``sm_80`` (CUDA of that arch), a JSON dict,
-    or any string TVM accepts (``cuda``, ``nvidia/nvidia-h100``); None keeps the default (CUDA sm_90)."""
+    or any string TVM accepts (``cuda``, ``nvidia/nvidia-h100``); None keeps the default (CUDA sm_90a)."""
     if text is None:
         return None
     text = text.strip()
@@ -291,7 +291,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
         p.add_argument("kernel", metavar="KERNEL", help="path/to/file.py:name or a printed TVMScript file")
         p.add_argument("--target", metavar="T", help="sm_80, a TVM target string (nvidia/nvidia-h100) or JSON "
-                                                       "dict; default CUDA sm_90")
+                                                       "dict; default CUDA sm_90a")
         p.add_argument("--cost-model", metavar="NAME", help="register-count (default) or io-aware, or any "
                                                              "registered model")
         p.add_argument("--json", action="store_true", help="print one JSON object instead of text")

@@ -78,6 +78,11 @@ class TileLayoutResourceWarning(UserWarning):
     still correct; it may spill, fail to launch or fail to compile on the target."""
 
 
+class TargetFeatureWarning(UserWarning):
+    """The target lacks instructions the lowering would otherwise use (a plain ``sm_90`` instead of ``sm_90a``:
+    no wgmma, TMA or setmaxnreg). The kernel is still correct, built from older instructions."""
+
+
 class UninitializedReadWarning(UserWarning):
     """A register fragment is read before any op writes it: the kernel reads garbage registers (often
     TileLang's source-first ``copy(A, frag)`` carried over to TIRx's destination-first ``Tx.copy``)."""

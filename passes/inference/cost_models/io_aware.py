@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from ..fragment_rules import dynamic_slot_accesses
 from ..ops import CopyOp, ParallelOp
-from ...hardware import max_vector_load_bits, vector_lanes_limit, warp_size
+from ...hardware import max_vector_load_bits, vector_lanes_limit, warp_size, widening_load_bits
 from ..loop_nest import nest_of
 from .affine_address import affine_address
 from .base import AttemptCost, ScoringContext, count_register_slots
@@ -42,6 +42,7 @@ class Statement:
     spill_accesses: list = field(default_factory=list)  # (buffer name, elem_bytes) spilled fragment accesses
     global_count: int = 1                                # every global access, scorable or not (worst case)
     element_bits: tuple = ()                             # bits of every element the statement moves (lane cap)
+    widening_from: int | None = None                     # memory bits of a converting load into wider registers
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,9 @@ def op_statement(op, nest, layouts: dict, loops: dict, graph) -> Statement | Non
         unscorable = None
     st = Statement(op.index, op.describe(), frag, repeat=op.serial_repeat,
                    global_only=not nest.touches_shared, worst_elements=nest.size, global_count=len(globals_),
-                   element_bits=tuple(sorted({a.buffer.bits for a in nest.accesses})))
+                   element_bits=tuple(sorted({a.buffer.bits for a in nest.accesses})),
+                   widening_from=widening_load_bits([(a.buffer.bits, a.buffer.is_fragment or a.buffer.is_local,
+                                                      a.is_write, a.buffer.dtype) for a in nest.accesses]))
     if st.repeat is None:
         unscorable = "symbolic serial repeat"
     for a in globals_:
@@ -156,7 +159,7 @@ def score_statement(st: Statement, target) -> StatementCost:
     the trial runs of conversion planning and across ops (a fragment loaded and stored through equal strides)."""
     warp = warp_size(target)
     vector_bits = max_vector_load_bits(target, st.global_only)
-    lanes = vector_lanes_limit(target, st.element_bits, st.global_only) if st.element_bits else None
+    lanes = vector_lanes_limit(target, st.element_bits, st.global_only, st.widening_from) if st.element_bits else None
     key = (st.frag.key, tuple((a.strides, a.base, a.elem_bytes, a.is_store) for a in st.accesses), st.repeat,
            st.unscorable, tuple(st.spill_accesses), st.global_count, st.worst_elements, warp, vector_bits, lanes)
     hit = STATEMENT_COSTS.get(key)
