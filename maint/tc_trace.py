@@ -179,6 +179,8 @@ def evaluate(e, env: dict, nthreads: int):
                 raise TraceError(f"shared address {c} is not the address of a buffer element")
             load = inner.args[0]
             return ev(load.indices[0]) * (tvm.DataType(str(load.source.dtype)).bits // 8)
+        if name == "tirx.tvm_thread_invariant":     # a marker for TVM's barrier placement: the value itself
+            return ev(c.args[0])
         raise TraceError(f"cannot evaluate the call {name}")
 
     return ev(e)
@@ -384,15 +386,23 @@ def trace(func: tirx.PrimFunc) -> list:
 
 def _is_kstep_loop(s) -> bool:
     """A serial loop issuing tensor-core instructions with no serial loop inside that does."""
-    if not isinstance(s, tirx.For) or s.kind != tirx.ForKind.SERIAL or not _has_tc(s.body):
+    if not isinstance(s, tirx.For) or not _program_loop(s) or not _has_tc(s.body):
         return False
-    return not _contains(s.body, tirx.For, lambda n: n.kind == tirx.ForKind.SERIAL and _has_tc(n.body))
+    return not _contains(s.body, tirx.For, lambda n: _program_loop(n) and _has_tc(n.body))
+
+
+def _program_loop(s) -> bool:
+    """A serial loop of the program: serial, or unrolled by lowering's register unrolling (which marks it), as
+    opposed to an instruction's own unrolled register loops."""
+    from tilelayout.passes.lowering.unroll_registers import UNROLLED_KEY
+    return s.kind == tirx.ForKind.SERIAL or (s.kind == tirx.ForKind.UNROLLED and s.annotations is not None
+                                             and UNROLLED_KEY in s.annotations)
 
 
 def _bindings(outer) -> list:
     """Outer serial loop variables at 0, then (one pass more) at 1 where the loop runs twice or more."""
     base = {v: 0 for v, _, _ in outer}
-    twice = {v: 1 for v, ext, kind in outer if kind == tirx.ForKind.SERIAL
+    twice = {v: 1 for v, ext, kind in outer if kind in (tirx.ForKind.SERIAL, tirx.ForKind.UNROLLED)
              and isinstance(ext, tirx.IntImm) and int(ext.value) > 1}
     return [base] + ([{**base, **twice}] if twice else [])
 

@@ -19,12 +19,14 @@ from tvm.ir import TensorLoad
 
 from ..ir_utils import int_value, mapped, walk
 
-__all__ = ["unroll_register_loops", "register_index_vars", "MAX_UNROLLED_STORES"]
+__all__ = ["unroll_register_loops", "register_index_vars", "MAX_UNROLLED_STORES", "UNROLLED_KEY"]
 
 #: the most stores one unrolled loop may expand to, inner loops of constant extent counted at their extent (a
 #: 512-element fragment folded one scalar at a time fits; every thread visiting a 64x32 tile under an owner
 #: guard does not: ptxas then takes minutes over 2,048 predicated stores)
 MAX_UNROLLED_STORES = 1024
+#: loop annotation on every loop this pass unrolled (a program loop, not an instruction's own register loop)
+UNROLLED_KEY = "tilelayout.unrolled"
 
 
 def _is_register(buf) -> bool:
@@ -66,8 +68,8 @@ def unroll_register_loops(func):
         if (f.kind == tirx.ForKind.SERIAL and int_value(f.extent) is not None and int_value(f.min) is not None
                 and any(f.loop_var.same_as(v) for v in used) and _indexes_register(f)
                 and not _holds_main_loop_work(f) and _stores(f.body) * int_value(f.extent) <= MAX_UNROLLED_STORES):
-            return tirx.For(f.loop_var, f.min, f.extent, tirx.ForKind.UNROLLED, f.body, None, f.annotations,
-                            f.step)
+            notes = {**dict(f.annotations or {}), UNROLLED_KEY: True}    # was a serial loop of the program
+            return tirx.For(f.loop_var, f.min, f.extent, tirx.ForKind.UNROLLED, f.body, None, notes, f.step)
         return f
     return func.with_body(mapped(func.body, [(tirx.For, on_for)]))
 
