@@ -18,6 +18,8 @@ KNOWN = [
     {"lowering.atomics", "lowering.loop_partition"},
     {"lowering.emulate_mma", "lowering.emulate_wgmma"},
     {"lowering.lower_conversion", "lowering.lower_tile_ops", "lowering.shuffle_conversion"},
+    {"lowering.pipeline", "lowering.race_report"},
+    {"lowering.race_check", "lowering.race_collectives"},
 ]
 
 

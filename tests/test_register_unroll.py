@@ -24,6 +24,14 @@ if str(ROOT) not in sys.path:
 
 from maint.case_loader import load_case  # noqa: E402
 from tilelayout.passes.lowering.pipeline import check_case, check_numeric, lower_func  # noqa: E402
+from conftest import kernel_warnings  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _oversized_kernels_warn_by_design():
+    """The 512-element fragment and the wide softmaxes are sized past the register budget on purpose."""
+    with kernel_warnings():
+        yield
 from tilelayout.passes.lowering.unroll_registers import unroll_register_loops  # noqa: E402
 
 CASES = ROOT / "cases"
