@@ -124,7 +124,9 @@ def _ref_row_sum_min(d):
 
 NUMERIC = [
     (col_sum, lambda d: {"B": d["A"].sum(0)}),
-    (row_sum_min_accum, _ref_row_sum_min),
+    pytest.param(row_sum_min_accum, _ref_row_sum_min, marks=pytest.mark.xfail(
+        strict=True, reason="the race check does not yet treat warp shuffles as ordering the lanes of a warp: the "
+                            "holders' read of B and lane 0's final store sit on either side of __shfl_xor_sync")),
     (max_to_global, lambda d: {"B": d["A"].max(1)}),
     (sum_from_shared, lambda d: {"B": d["A"].sum(1)}),
     (gemm_ss, lambda d: {"C": d["A"].astype(np.float32) @ d["B"].astype(np.float32)}),
@@ -132,7 +134,8 @@ NUMERIC = [
 ]
 
 
-@pytest.mark.parametrize("func,reference", NUMERIC, ids=[f.attrs["global_symbol"] for f, _ in NUMERIC])
+@pytest.mark.parametrize("func,reference", NUMERIC,
+                         ids=[(p.values[0] if hasattr(p, "values") else p[0]).attrs["global_symbol"] for p in NUMERIC])
 def test_lowered_ops_match_numpy(func, reference):
     res = check_numeric(func, reference, tolerance=(1e-4, 1e-4))
     assert res.ok, res.message
