@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = ["TileRequest", "Requests", "cutlass_include", "cuda_include", "compiler", "unavailable", "evaluate",
-           "program_source"]
+           "program_source", "run_source"]
 
 #: ldmatrix copy atoms (m8n8 .b16): plain x1/x2/x4 and .trans x1/x2/x4
 LDSM_ATOMS = ("SM75_U32x1_LDSM_N", "SM75_U32x2_LDSM_N", "SM75_U32x4_LDSM_N",
@@ -251,10 +251,14 @@ def _prune(folder: Path, keep: int) -> None:
 
 def evaluate(req: Requests) -> dict:
     """Run the CuTe program for ``req`` (compiled once per distinct source) and return its JSON."""
+    return run_source(program_source(req))
+
+
+def run_source(source: str) -> dict:
+    """Compile ``source`` (a C++ program printing JSON) against CuTe once per distinct source, run it, parse it."""
     why = unavailable()
     if why:
         raise RuntimeError(f"CuTe oracle unavailable: {why}")
-    source = program_source(req)
     cxx = compiler()
     includes = [cutlass_include()] + cuda_include()
     flags = ["-std=c++17", "-O0", "-w"] + [f"-I{p}" for p in includes]
