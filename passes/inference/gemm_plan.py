@@ -7,13 +7,15 @@ PrimFunc; lowering reads them back (``gemm_plan_of``) instead of deciding again,
 
 Interface (stable: extend, never rename):
 
-* ``GemmPlan`` (frozen dataclass): ``instruction`` (``"mma_sync"`` | ``"wgmma"``), the instruction shape
+* ``GemmPlan`` (frozen dataclass): ``instruction`` (``"mma_sync"`` | ``"wgmma"`` | ``"tcgen05"``), the instruction shape
   ``instr_m, instr_n, instr_k``, the tile ``m, n, k``, ``threads``, the warp partition ``warp_m, warp_n``
   (number of warps along M and along N, TileLang's ``m_warp, n_warp``; warps are numbered M-block fastest,
   for wgmma in warpgroups of four along M), the warp ``policy`` (``"square"`` | ``"full_row"`` |
   ``"full_col"``) and where it came from (``policy_source``: ``"user"``, ``"default"``, ``"chain"``),
   ``a_in_registers``, ``a_dtype, b_dtype, accum_dtype``, ``transpose_a, transpose_b``, ``thread_offset``
-  (the first thread of the range running the gemm; the fragments are over ``threads`` threads from there).
+  (the first thread of the range running the gemm; the fragments are over ``threads`` threads from there);
+  for tcgen05 also ``ld_shape`` (the ``tcgen05.ld`` shape reading the accumulator out of Tensor Memory) and
+  ``tmem_columns`` (the TMEM columns allocated), see ``tcgen05_plan``.
   ``plan.accumulator_fragment()`` / ``plan.a_fragment()`` / ``plan.b_fragment()`` build the register
   fragments FROM the plan (``tilelayout.gemm_layouts`` with ``warp_partition=(warp_m, warp_n)``).
   ``to_dict()`` / ``GemmPlan.from_dict()``: plain ints, strings and bools.
@@ -30,7 +32,8 @@ Interface (stable: extend, never rename):
 Instruction choice (TileLang's rule, checked against TileLang 0.1.15): on sm_90 wgmma when B is in shared
 memory, A is in shared memory or (K-major) in registers, the block has whole warpgroups, the dtypes have a
 wgmma form and a warpgroup partition exists; mma.sync m16n8kK otherwise (sm_80 and newer; m8n8k4 for
-float64). K is 16 for 16-bit operands, 8 for tf32, 32 for 8-bit ones.
+float64). K is 16 for 16-bit operands, 8 for tf32, 32 for 8-bit ones. On sm_100a / sm_103a every gemm but a
+float64 one is planned as tcgen05.mma with its accumulator in Tensor Memory, or refused (``tcgen05_plan``).
 
 Warp policy: ``Tx.gemm(..., warp_policy="full_row")`` (any spelling of square / full_row / full_col; the
 keyword lands in the call's config and survives print -> parse). Without it a gemm gets TileLang's default,
@@ -58,6 +61,7 @@ from tilelayout.errors import InferenceError, LayoutError
 from tilelayout.fragment import Fragment
 
 from ..hardware import normalize_target, sm_version
+from .tcgen05_plan import chain_conflict, has_tcgen05, tcgen05_fields, tcgen05_kind
 
 __all__ = ["GemmPlan", "GemmPlanError", "GEMM_PLANS_ATTR", "POLICIES", "plan_gemm", "plan_gemms", "chains",
            "annotate_gemm_plans", "read_gemm_plans", "gemm_ordinal", "gemm_ordinals", "gemm_plan_of", "gemm_calls",
@@ -66,7 +70,7 @@ __all__ = ["GemmPlan", "GemmPlanError", "GEMM_PLANS_ATTR", "POLICIES", "plan_gem
 GEMM_PLANS_ATTR = "tilelayout.gemm_plans"
 POLICIES = ("square", "full_row", "full_col")
 _POLICY_NAMES = {"square": "square", "fullrow": "full_row", "fullcol": "full_col"}
-_INSTRUCTIONS = ("mma_sync", "wgmma")
+_INSTRUCTIONS = ("mma_sync", "wgmma", "tcgen05")
 
 
 class GemmPlanError(InferenceError):
@@ -96,6 +100,8 @@ class GemmPlan:
     transpose_a: bool = False
     transpose_b: bool = False
     thread_offset: int = 0         # first thread of the range running the gemm (warp-specialised kernels)
+    ld_shape: str = ""             # tcgen05: the tcgen05.ld shape reading the accumulator out of Tensor Memory
+    tmem_columns: int = 0          # tcgen05: Tensor Memory columns the accumulator is allocated
 
     @property
     def warp_partition(self) -> tuple[int, int]:
@@ -110,7 +116,11 @@ class GemmPlan:
         return self.n // self.warp_n
 
     def accumulator_fragment(self) -> Fragment:
-        """The m x n accumulator fragment the instruction writes under this partition."""
+        """The m x n accumulator fragment the instruction writes under this partition (for tcgen05: the
+        registers ``tcgen05.ld`` reads the Tensor Memory accumulator into)."""
+        if self.instruction == "tcgen05":
+            from tilelayout.tmem import tmem_ld_fragment
+            return tmem_ld_fragment(self.ld_shape, self.instr_m, self.n, self.warp_n, self.m // self.instr_m)
         if self.instruction == "wgmma":
             return gemm_layouts.make_wgmma_accumulator_fragment(self.m, self.n, self.threads,
                                                                 warp_partition=self.warp_partition)
@@ -119,6 +129,8 @@ class GemmPlan:
 
     def a_fragment(self) -> Fragment:
         """The register fragment of operand A (m x k, or k x m when ``transpose_a``) this instruction reads."""
+        if self.instruction == "tcgen05":
+            raise LayoutError(f"a tcgen05 plan ({self.describe()}) reads A from shared memory; it has no register A")
         if self.instruction == "wgmma":
             return gemm_layouts.make_wgmma_fragment_a(self.m, self.k, self.threads, self.a_dtype,
                                                       warp_partition=self.warp_partition)
@@ -152,6 +164,10 @@ class GemmPlan:
 
     def describe(self) -> str:
         shape = f"m{self.instr_m}n{self.instr_n}k{self.instr_k}"
+        if self.instruction == "tcgen05":
+            return (f"tcgen05.mma {shape} {tcgen05_kind(_kind(self.a_dtype))} cta_group::1, SS, accumulator in Tensor "
+                    f"Memory ({self.tmem_columns} columns), read by tcgen05.ld {self.ld_shape} over {self.warp_n} "
+                    f"warpgroup(s)")
         return (f"{self.instruction} {shape}, {self.warp_m}x{self.warp_n} warps ({self.policy}, "
                 f"{self.policy_source}){', A in registers' if self.a_in_registers else ''}")
 
@@ -302,6 +318,17 @@ def plan_gemm(op, threads: int, target, policy: str | None = None, instruction: 
     accs, k_step, min_sm = _MMA_FORMS[kind]
     if sm < min_sm:
         raise GemmPlanError(f"{op.describe()}: {_dtype(op.a.buffer)} operands need sm_{min_sm} or newer")
+    if has_tcgen05(target) and kind != "f64":
+        if instruction not in (None, "tcgen05"):
+            raise GemmPlanError(f"{op.describe()}: on {target.attrs['arch']} this gemm runs as tcgen05.mma, not "
+                                f"{instruction}")
+        fields_ = tcgen05_fields(op, kind, m, n, k, threads, thread_offset)
+        if isinstance(fields_, str):
+            raise GemmPlanError(fields_)
+        return GemmPlan(instruction="tcgen05", m=m, n=n, k=k, threads=threads, policy=policy, policy_source=source,
+                        a_in_registers=False, a_dtype=_dtype(op.a.buffer), b_dtype=_dtype(op.b.buffer),
+                        accum_dtype=_dtype(op.c.buffer), transpose_a=bool(op.transpose_a),
+                        transpose_b=bool(op.transpose_b), thread_offset=thread_offset, **fields_)
     if instruction is None:
         instruction = "wgmma" if uses_wgmma(op, threads, target, kind, thread_offset) else "mma_sync"
     if threads % 32 or thread_offset % 32:
@@ -391,10 +418,13 @@ def plan_gemms(ops, threads: int, target, thread_range_of=None, policy_override:
     plans: dict = {}
     for chain in _chains(ops, gemms):
         first = {g.index: plan(g) for g in chain}
-        instruction = "wgmma" if all(p.instruction == "wgmma" for p in first.values()) else "mma_sync"
-        if len(chain) == 1:
-            plans.update(first)
+        conflict = chain_conflict(chain, first)
+        if conflict:
+            raise GemmPlanError(conflict)
+        if len(chain) == 1 or any(p.instruction == "tcgen05" for p in first.values()):
+            plans.update(first)         # tcgen05: each accumulator its own TMEM columns, no warp policy to share
             continue
+        instruction = "wgmma" if all(p.instruction == "wgmma" for p in first.values()) else "mma_sync"
         trial = {}
         for g in chain:
             policy = user(g) or "full_row"

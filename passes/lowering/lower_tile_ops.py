@@ -362,10 +362,12 @@ class _Lowering:
             raise LoweringError(f"{op.describe()}: the gemm accumulator must be the whole 2-D fragment {d.name}")
         if self.tx is None:
             raise LoweringError(f"{op.describe()}: tensor-core lowering needs a threadIdx.x launch")
+        plan = self.gemm_plan(op)
+        from .lower_tcgen05 import refuse_tcgen05
+        refuse_tcgen05(op, plan, self.target)
         work = self.layout_of(d, op)
         inst = _gemm.choose_instruction(op, self.target)
         m, n = (int(s) for s in d.shape)
-        plan = self.gemm_plan(op)
         wanted = [_gemm.tiling_of_plan(plan)] if plan is not None else None
         base, running = work.thread_range or (0, self.threads)
         if base % warp_size(self.target):

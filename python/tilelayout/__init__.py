@@ -4,7 +4,7 @@ __version__ = "0.1.0"
 from .errors import (ConfigError, EvaluationError, InferenceError, LayoutConflictError, LayoutError, LoweringError,
                      MissingLaunchError, PipelineError, RaceError, ReferenceFunctionError, TargetFeatureWarning,
                      TileLayoutError, TileLayoutResourceWarning, UninitializedReadError, UninitializedReadWarning,
-                     ScopeError, WarpPolicyConflictError, WriteRaceError)
+                     ScopeError, Tcgen05LoweringError, WarpPolicyConflictError, WriteRaceError)
 from .evaluate import evaluate, evaluate_grid
 from .fragment import Fragment, fully_replicated
 from .layout import Layout
@@ -49,6 +49,7 @@ __all__ = [
     "ReferenceFunctionError", "TargetFeatureWarning",
     "TileLayoutError", "TileLayoutResourceWarning", "UninitializedReadWarning", "UninitializedReadError", "LayoutError",
     "ConfigError", "EvaluationError", "LayoutConflictError", "InferenceError", "WarpPolicyConflictError",
+    "Tcgen05LoweringError",
     "WriteRaceError", "ScopeError",
     "SwizzleMode", "choose_swizzle_mode", "detect_swizzle_mode", "make_bank_swizzled_layout",
     "make_full_bank_swizzled_layout", "make_half_bank_swizzled_layout", "make_linear_layout",

@@ -42,6 +42,11 @@ class LoweringError(LayoutError):
     """A layout or op cannot be lowered correctly; the message names the buffer / loop / op and why."""
 
 
+class Tcgen05LoweringError(LoweringError):
+    """A gemm planned as ``tcgen05.mma`` (Blackwell, sm_100a) reached lowering, which does not emit tcgen05 code
+    yet; the message names the gemm and its plan. It is never lowered to mma.sync instead."""
+
+
 class PipelineError(LoweringError):
     """A loop annotated for software pipelining (``num_stages``) cannot be pipelined as written; the message
     names the loop and the buffer or op in the way."""

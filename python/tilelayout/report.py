@@ -164,12 +164,14 @@ def explain_lines(result, layouts: bool = True) -> list[str]:
                     lines.append(f"      statement {_statement_line(cost)}")
     for note in getattr(result, "notes", ()):     # conflicts met and the conversions that resolved them
         lines.append(f"  {note}")
+    # the gemm plans fixed the accumulators before any search: say which instruction each gemm got
+    lines += [f"  gemm plan: {row['op']}: {row['summary']}" for row in gemm_plans(result)]
     return lines
 
 
 def explain_dict(result) -> dict:
     """JSON-ready form of ``explain_lines``."""
-    return {"cost_model": result.cost_model, "tie_break": TIE_BREAK,
+    return {"cost_model": result.cost_model, "tie_break": TIE_BREAK, "gemms": gemm_plans(result),
             "attempts": [g.to_dict() for g in attempt_groups(result)],
             "notes": list(getattr(result, "notes", ())),
             "conversions": [_conversion_dict(c) for c in getattr(result, "conversions", ())]}
