@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from maint import cute_host
 
-__all__ = ["TMEM_ATOMS", "IdescRequest", "UmmaTile", "evaluate"]
+__all__ = ["TMEM_ATOMS", "IdescRequest", "UmmaTile", "STANDARD_IDESCS", "STANDARD_TILES", "evaluate"]
 
 #: (our shape, CuTe's name stem, repetitions)
 TMEM_ATOMS = (("32x32b", "32dp32b", (1, 2, 4, 8, 16, 32, 64, 128)),
@@ -154,6 +154,19 @@ def program_source(idescs=(), tiles=()) -> str:
     return _PRELUDE + "\n".join(body) + "\n"
 
 
-def evaluate(idescs=(), tiles=()) -> dict:
+_E4M3, _E5M2 = "float8_e4m3fn", "float8_e5m2"
+#: the instruction descriptors and UMMA tiles the tests compare (one program, compiled once, serves them all)
+STANDARD_IDESCS = tuple(IdescRequest(*r) for r in (
+    ("float16", "float16", "float32", 128, 64, False, False), ("bfloat16", "bfloat16", "float32", 64, 256, True, False),
+    ("float16", "float16", "float32", 128, 16, False, True), ("tfloat32", "tfloat32", "float32", 128, 128, False, False),
+    (_E4M3, _E5M2, "float32", 128, 64, False, False), (_E5M2, _E4M3, "float32", 64, 8, False, True)))
+STANDARD_TILES = tuple(UmmaTile(*t) for t in (
+    (16, "K", "SW128", 128, 64, 128, 16), (16, "K", "SW64", 64, 32, 64, 16), (16, "K", "SW32", 64, 32, 64, 16),
+    (16, "K", "INTER", 64, 32, 64, 16), (16, "MN", "SW128", 128, 32, 128, 16), (16, "MN", "SW64", 64, 32, 64, 16),
+    (16, "MN", "INTER", 64, 32, 64, 16), (8, "K", "SW128", 128, 128, 128, 32), (32, "K", "SW128", 128, 32, 128, 8),
+    (16, "K", "SW128", 256, 64, 128, 16), (16, "MN", "SW128", 256, 64, 128, 16)))
+
+
+def evaluate(idescs=STANDARD_IDESCS, tiles=STANDARD_TILES) -> dict:
     """CuTe's answers as JSON (see module doc)."""
     return cute_host.run_source(program_source(idescs, tiles))
