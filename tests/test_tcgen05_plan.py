@@ -110,3 +110,42 @@ def test_explain_reports_the_tcgen05_plan():
     lines = [ln for ln in report.explain_lines(result) if "gemm plan" in ln]
     assert lines and "tcgen05.mma m64n64k16" in lines[0] and "16x256b" in lines[0]
     assert report.explain_dict(result)["gemms"][0]["plan"]["instruction"] == "tcgen05"
+
+
+def _gemm_row_softmax_epilogue(m, n, k):
+    from tvm.script import tirx as T
+    from tvm.tirx.script import tile as Tx
+
+    @T.prim_func
+    def kernel(A: T.Buffer((m, k), "float16"), B: T.Buffer((k, n), "float16"), C: T.Buffer((m, n), "float16")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", 128)
+        A_s = T.alloc_buffer((m, k), "float16", scope="shared")
+        B_s = T.alloc_buffer((k, n), "float16", scope="shared")
+        S = T.alloc_buffer((m, n), "float32", scope="local.fragment")
+        mx = T.alloc_buffer((m,), "float32", scope="local.fragment")
+        P = T.alloc_buffer((m, n), "float16", scope="local.fragment")
+        Tx.copy(A_s[0:m, 0:k], A[0:m, 0:k])
+        Tx.copy(B_s[0:k, 0:n], B[0:k, 0:n])
+        Tx.gemm(S[0:m, 0:n], A_s[0:m, 0:k], B_s[0:k, 0:n], S[0:m, 0:n], False, False, 1.0, 0.0)
+        Tx.max(mx[0:m], S[0:m, 0:n], axes=[1])
+        for i in T.parallel(m):
+            for j in T.parallel(n):
+                P[i, j] = T.cast(T.exp(S[i, j] - mx[i]), "float16")
+        Tx.copy(C[0:m, 0:n], P[0:m, 0:n])
+    return kernel
+
+
+@pytest.mark.parametrize("m, quad", [(128, 1), (64, 4)])
+def test_tmem_fragment_takes_part_in_inference_like_any_other(m, quad):
+    """The accumulator read out of TMEM feeds a row reduction and an elementwise epilogue: the row maximum lives
+    with its row (one thread for 32x32b, a quad of lanes for 16x256b, as wgmma's) and P takes S's layout."""
+    result = tl.infer_layouts(_gemm_row_softmax_epilogue(m, 64, 32), target=SM100A)
+    (plan,) = result.gemm_plans.values()
+    assert plan.instruction == "tcgen05"
+    s, mx, p = (result.buffers[name] for name in ("S", "mx", "P"))
+    assert p.is_equal(s)
+    assert mx.replicate_size == quad
+    for i in range(m):
+        holders = {s.thread_of(i, j) for j in range(64)}
+        assert {mx.thread_of(i, rep=r) for r in range(quad)} == holders
