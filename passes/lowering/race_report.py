@@ -137,7 +137,8 @@ def build_race_checked(lowered, name: str | None = None, tvm_barriers: bool = Tr
     flat = device_index_rewrites(lowered)
     synced = gpu_barriers(flat) if tvm_barriers else flat
     memory = _memory_buffers(synced)
-    inst = instrument_races(emulate_async_copies(synced), memory)
+    from .emulate_tma import emulate_tma
+    inst = instrument_races(emulate_tma(emulate_async_copies(synced)), memory)
     serial = serialize_threads(inst.func)
     nparams = sum(1 for p in lowered.params if tirx.is_buffer_var(p))
     name = name or _name(lowered)

@@ -78,7 +78,7 @@ def _software_pipeline(func):
     for loop in loops:
         plan = read_plan(loop)
         label = plan["loop"]
-        if plan["mode"] != "cp.async":
+        if plan["mode"] not in ("cp.async", "tma"):
             reports[label] = f"not pipelined: {plan['note']}"
             continue
         for name in plan["buffers"]:
@@ -91,13 +91,17 @@ def _software_pipeline(func):
                 raise PipelineError(f"buffer {name}: {label} pipelines it, but it lowered to scope {old.scope()}")
             if name not in staged:
                 staged[name] = _staged_buffer(old, plan["stages"])
-    out_body = func.body
+    out_body, host = func.body, []
     for loop in loops:
         plan = read_plan(loop)
-        if plan["mode"] != "cp.async":
+        if plan["mode"] not in ("cp.async", "tma"):
             continue
         bufs = {name: staged[name] for name in plan["buffers"]}
-        new, text = _pipeline_loop(loop, plan, bufs, params, thread_bounds, views)
+        if plan["mode"] == "tma":       # TMA loads and mbarriers instead of cp.async (tma.py)
+            new, prelude, text = _tma_loop(func, loop, plan, bufs, params)
+            host += prelude
+        else:
+            new, text = _pipeline_loop(loop, plan, bufs, params, thread_bounds, views)
         reports[plan["loop"]] = text
         out_body = mutate(out_body, [(tirx.For, lambda f, m, old=loop, new=new: new if f.same_as(old)
                                       else m.default_mutate(f))])
@@ -116,8 +120,25 @@ def _software_pipeline(func):
                      if any(e.source.same_as(v) for v in old_vars) else None)])
     if leftover:
         raise PipelineError(f"buffer {leftover[0]}: pipelined, but still used outside its pipelined loop")
-    out = func.with_body(out_body)
+    out = func.with_body(tirx.SeqStmt(host + [out_body]) if host else out_body)
     return out.with_attr(PIPELINE_REPORT_ATTR, reports)
+
+
+def _tma_loop(func, loop, plan: dict, staged: dict, params: list):
+    """``tma.tma_pipeline_loop`` on the loop body split into the copies it replaces and the rest."""
+    from ..ir_utils import thread_launch
+    from .tma import tma_pipeline_loop
+    olds = [old for _, old, _, _ in staged.values()]
+    producer, consumer = [], []
+    for guard, it in _guarded_items(loop.body, olds):
+        writes = []
+        walk(it, [(tirx.BufferStore, lambda st: writes.append(st.buffer))])
+        mine = [w for w in writes if any(w.same_as(o) for o in olds)]
+        (producer if mine else consumer).append((guard, it))
+        if mine and len(mine) != len(writes):
+            raise PipelineError(f"loop {loop.loop_var.name}: a lowered statement writes both a TMA-loaded tile "
+                                f"({mine[0].name}) and another buffer")
+    return tma_pipeline_loop(loop, plan, staged, params, thread_launch(func)[0], producer, consumer)
 
 
 def _param_views(func, params: list) -> list:

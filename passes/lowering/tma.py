@@ -1,0 +1,149 @@
+"""The TMA schedule of a pipelined loop that ``tma_plan`` marked ``mode = "tma"`` (sm_90a).
+
+Reads the plan's TMA entries (one per copy: global parameter, box, swizzle, panels, region start) and never
+re-derives them. For a loop ``for k in [lo, lo + n)`` with ``s`` stages:
+
+- host, before the launch: one tensor map per copy (``tvm_stack_alloca("tensormap")`` +
+  ``tensormap_encode_tiled``: the global's dimensions and byte strides, the box, the swizzle); TVM passes it to
+  the kernel as a ``const __grid_constant__ CUtensorMap`` parameter;
+- a shared ``uint64`` array of ``s`` mbarriers ("full" barriers, one per stage), initialised by thread 0 with an
+  arrival count of 1, then ``fence.mbarrier_init`` and a block barrier;
+- ``P(j)`` (iteration ``j``'s loads into stage ``q = (j - lo) % s``), by thread 0: ``mbarrier.arrive.expect_tx``
+  of the stage's bytes on barrier ``q``, then one ``cp.async.bulk.tensor`` per panel of every tile, completing
+  on barrier ``q``;
+- the schedule::
+
+      for p in 0 .. s-2:  [if p < n] P(lo + p)
+      for k in [lo, lo + n):
+          mbarrier wait(full[(k - lo) % s], parity ((k - lo) // s) % 2)   # stage k's bytes have landed
+          __syncthreads()          # everyone finished C(k - 1): its stage may be refilled
+          if k + s - 1 < lo + n: P(k + s - 1)
+          C(k)
+
+  Stage ``q`` is filled at its ``i``-th use by the ``i``-th phase of barrier ``q``, so the wait names parity
+  ``i % 2``. Every load is waited for inside the loop: nothing is left in flight after it.
+"""
+from __future__ import annotations
+
+import tvm
+from tvm import sym, tirx
+
+from tilelayout.errors import PipelineError
+from tilelayout.expr import substitute
+
+from .lower_gemm import ptx_call
+from .tma_plan import TMA_SWIZZLES
+
+__all__ = ["tma_pipeline_loop", "TMA_LOAD"]
+
+#: the PTX of one TMA load into this CTA's shared memory (the rank is filled in)
+TMA_LOAD = "cp.async.bulk.tensor.{rank}d.shared::cluster.global.mbarrier::complete_tx::bytes"
+
+
+def _ptr(buf, index):
+    return tirx.address_of(tirx.BufferLoad(buf, [index]))
+
+
+def _tensor_map(entry: dict, glob, label: str) -> tuple:
+    """(tensor-map variable, host statements encoding it) for one copy of the plan."""
+    from tvm.script import tirx as T
+    shape = [int(s) for s in glob.shape]
+    dtype = str(glob.dtype)
+    ebytes = tvm.DataType(dtype).bits // 8
+    rank = len(shape)
+    dims = list(reversed(shape))
+    strides, acc = [], ebytes
+    for s in dims[:-1]:
+        acc *= s
+        strides.append(acc)
+    box = [int(b) for b in entry["box"]]
+    if len(box) != rank:
+        raise PipelineError(f"{label}: the TMA plan of {entry['buffer']} has a box of rank {len(box)} for "
+                            f"{glob.name} of rank {rank}")
+    tmap = tirx.Var(f"{entry['buffer']}_tmap", T.handle("tensormap").ty)
+    encode = tirx.op.tensormap_encode_tiled(
+        tmap, glob.data, *dims, *strides, *box, *([1] * rank), descriptor_dtype=dtype, rank=rank, interleave=0,
+        swizzle=TMA_SWIZZLES[int(entry["swizzle"])], l2_promotion=2, oob_fill=0)
+    return tmap, [tirx.Bind(tmap, tirx.op.tvm_stack_alloca("tensormap", 1)), tirx.Evaluate(encode)]
+
+
+def tma_pipeline_loop(loop, plan: dict, staged: dict, params: list, tx, producer: list, consumer: list):
+    """(the loop's TMA schedule, host statements, report text); ``producer`` / ``consumer``: the lowered body's
+    statements that write the pipelined tiles (replaced by the TMA loads) and the rest."""
+    from .software_pipeline import _is_block_barrier, _regroup, _restage
+    s = plan["stages"]
+    label = f"loop {loop.loop_var.name} ({s} stages)"
+    if tx is None:
+        raise PipelineError(f"{label}: TMA needs the kernel's threadIdx.x")
+    for guard, _ in producer:
+        if guard is not None:
+            raise PipelineError(f"{label}: a TMA-loaded copy sits under an if; the plan admits none")
+    entries = plan["tma"]
+    by_name = {str(p.name): p for p in params}
+    host, maps = [], []
+    for e in entries:
+        glob = by_name.get(str(e["global"]))
+        if glob is None:
+            raise PipelineError(f"{label}: the TMA plan reads {e['global']}, which is not a parameter of the kernel")
+        if str(e["buffer"]) not in staged:
+            raise PipelineError(f"{label}: the TMA plan loads {e['buffer']}, which the loop does not multi-buffer")
+        tmap, stmts = _tensor_map(e, glob, label)
+        host += stmts
+        maps.append(tmap)
+    bar = tirx.decl_buffer([s], "uint64", name=f"{loop.loop_var.name}_full", scope="shared")
+    total = sum(int(e["bytes"]) for e in entries)
+    k, lo, n = loop.loop_var, loop.min, loop.extent
+    ana = sym.Analyzer()
+
+    def issue(j, stage, guard=None):
+        body = [ptx_call("mbarrier.arrive.expect_tx.shared.b64", _ptr(bar, stage), tirx.const(total, "uint32"))]
+        for e, tmap in zip(entries, maps):
+            new, _, _, stride = staged[str(e["buffer"])]
+            start = [ana.simplify(substitute(o, {k: j})) for o in e["start"]]
+            rank = len(start)
+            for p in range(int(e["panels"])):
+                coords = list(reversed(start))
+                coords[0] = coords[0] + p * int(e["panel"])
+                coords = [tirx.Cast("int32", ana.simplify(c)) if str(c.ty) != "int32" else ana.simplify(c)
+                          for c in (tirx.const(c, "int32") if isinstance(c, int) else c for c in coords)]
+                dst = stage * stride + p * int(e["rows"]) * int(e["panel"])
+                body.append(ptx_call(TMA_LOAD.format(rank=rank), _ptr(new, dst), tirx.address_of(tmap), *coords,
+                                     _ptr(bar, stage)))
+        st = tirx.IfThenElse(tx == 0, tirx.SeqStmt(body), None)
+        if guard is not None:
+            g = ana.simplify(guard)
+            if isinstance(g, tirx.IntImm) and int(g.value) == 0:
+                return None
+            if not (isinstance(g, tirx.IntImm) and int(g.value) == 1):
+                st = tirx.IfThenElse(g, st, None)
+        return st
+
+    sync = tirx.Evaluate(tirx.op.tvm_storage_sync("shared"))
+    init = [tirx.AllocBuffer(bar),
+            tirx.IfThenElse(tx == 0, tirx.SeqStmt(
+                [ptx_call("mbarrier.init.shared.b64", _ptr(bar, q), tirx.const(1, "uint32")) for q in range(s)]
+                + [ptx_call("fence.mbarrier_init.release.cluster")]), None),
+            sync]
+    prologue = []
+    for p in range(s - 1):
+        st = issue(lo + p, tirx.const(p, "int32"), tirx.const(p, "int32") < n)
+        if st is not None:
+            prologue.append(st)
+    if consumer and _is_block_barrier(consumer[0][1]):
+        consumer = consumer[1:]
+    consumer = _regroup(consumer)
+    from tvm.backend.cuda.op import cuda_mbarrier_wait
+    stage = tirx.floormod(k - lo, s)
+    steady = [tirx.Evaluate(cuda_mbarrier_wait(_ptr(bar, stage), tirx.floormod(tirx.floordiv(k - lo, s), 2))), sync]
+    ahead = k + (s - 1)
+    st = issue(ahead, tirx.floormod(ahead - lo, s), ahead < lo + n)
+    steady += ([st] if st is not None else [])
+    steady += [_restage(c, staged, stage) for c in consumer]
+    notes = {key: val for key, val in loop.annotations.items()}
+    new_loop = tirx.For(k, lo, n, loop.kind, tirx.SeqStmt(steady), loop.thread_binding, notes, loop.step)
+    out = tirx.SeqStmt(init + prologue + [new_loop])
+    loads = ", ".join(f"{e['buffer']} {int(e['panels'])} x {int(e['bytes']) // int(e['panels'])} B "
+                      f"({int(e['swizzle'])}B swizzle)" for e in entries)
+    text = (f"TMA, {s} stages of {', '.join(staged)} (cp.async.bulk.tensor per stage: {loads}; mbarrier "
+            f"expect_tx {total} B); one mbarrier wait + one barrier per iteration")
+    return out, host, text
