@@ -35,7 +35,7 @@ from tilelayout.errors import LoweringError
 from ..ir_utils import int_value, mapped, walk
 from .emulate_async_copy import PER_THREAD_KEY, _inside_launch, _poison, _thread_id
 
-__all__ = ["emulate_tma", "TMA_ISSUE_KEY", "TMA_LANDING_KEY", "TMA_SEEN", "TMA_THREAD"]
+__all__ = ["emulate_tma", "TMA_ISSUE_KEY", "TMA_ISSUED", "TMA_LANDING_KEY", "TMA_SEEN", "TMA_SLOTS", "TMA_THREAD"]
 
 #: AttrStmt key around an emulated TMA issue (the race check names its stores after it)
 TMA_ISSUE_KEY = "tilelayout.tma_issue"
@@ -43,8 +43,14 @@ TMA_ISSUE_KEY = "tilelayout.tma_issue"
 TMA_LANDING_KEY = "tilelayout.tma_landing"
 #: per-thread array: per barrier slot, the phases this thread has seen complete
 TMA_SEEN = "tma_seen"
-#: the race check's record thread of an element landed through barrier slot ``b``: ``TMA_THREAD - b``
+#: the race check's record thread of an element landed through barrier slot ``b`` completing its ``p``-th phase:
+#: ``TMA_THREAD - (p * TMA_SLOTS + b)``
 TMA_THREAD = -3
+#: mbarrier slots the emulation tells apart
+TMA_SLOTS = 64
+#: the race check's record thread of an element a TMA load issued by thread ``t`` is in flight into:
+#: ``TMA_ISSUED - t`` (below every landing code)
+TMA_ISSUED = -(1 << 30)
 
 _INIT = "tirx.ptx.mbarrier_init"
 _EXPECT = "tirx.ptx.mbarrier_arrive_expect_tx"
@@ -104,6 +110,8 @@ def emulate_tma(func):
         return func
     maps = _tensor_maps(func)
     slots, nslots = _barrier_slots(calls)
+    if nslots > TMA_SLOTS:
+        raise LoweringError(f"cannot emulate {nslots} mbarriers (at most {TMA_SLOTS})")
     state = tirx.decl_buffer([max(nslots, 1), 5], "int32", name="tma_mbarrier", scope="shared")
     seen = tirx.decl_buffer([max(nslots, 1)], "int32", name=TMA_SEEN, scope="local")
     tid, _ = _thread_id(func)

@@ -53,6 +53,12 @@ class Race:
 
 
 def _who(thread) -> str:
+    from .emulate_tma import TMA_ISSUED, TMA_SLOTS, TMA_THREAD
+    if thread is not None and thread <= TMA_ISSUED:
+        return f"the TMA load issued by thread {TMA_ISSUED - thread}, in flight"
+    if thread is not None and thread <= TMA_THREAD:
+        code = TMA_THREAD - thread
+        return f"the TMA load landing at phase {code // TMA_SLOTS} of mbarrier slot {code % TMA_SLOTS}"
     return "several threads (a collective or multi-thread access)" if thread == SEVERAL else f"thread {thread}"
 
 
