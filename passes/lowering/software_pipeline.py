@@ -138,7 +138,10 @@ def _tma_loop(func, loop, plan: dict, staged: dict, params: list):
         if mine and len(mine) != len(writes):
             raise PipelineError(f"loop {loop.loop_var.name}: a lowered statement writes both a TMA-loaded tile "
                                 f"({mine[0].name}) and another buffer")
-    return tma_pipeline_loop(loop, plan, staged, params, thread_launch(func)[0], producer, consumer)
+    if consumer and _is_block_barrier(consumer[0][1]):
+        consumer = consumer[1:]     # the schedule's barrier right before C(k) already orders what this one did
+    return tma_pipeline_loop(loop, plan, staged, params, thread_launch(func)[0], producer, _regroup(consumer),
+                             lambda stmt, stage: _restage(stmt, staged, stage))
 
 
 def _param_views(func, params: list) -> list:

@@ -67,10 +67,10 @@ def _tensor_map(entry: dict, glob, label: str) -> tuple:
     return tmap, [tirx.Bind(tmap, tirx.op.tvm_stack_alloca("tensormap", 1)), tirx.Evaluate(encode)]
 
 
-def tma_pipeline_loop(loop, plan: dict, staged: dict, params: list, tx, producer: list, consumer: list):
-    """(the loop's TMA schedule, host statements, report text); ``producer`` / ``consumer``: the lowered body's
-    statements that write the pipelined tiles (replaced by the TMA loads) and the rest."""
-    from .software_pipeline import _is_block_barrier, _regroup, _restage
+def tma_pipeline_loop(loop, plan: dict, staged: dict, params: list, tx, producer: list, consumer: list, restage):
+    """(the loop's TMA schedule, host statements, report text); ``producer``: the lowered body's (guard,
+    statement) pairs that write the pipelined tiles (replaced by the TMA loads); ``consumer``: the other
+    statements, in order; ``restage(stmt, stage)``: ``stmt`` reading stage ``stage`` of the staged tiles."""
     s = plan["stages"]
     label = f"loop {loop.loop_var.name} ({s} stages)"
     if tx is None:
@@ -129,16 +129,13 @@ def tma_pipeline_loop(loop, plan: dict, staged: dict, params: list, tx, producer
         st = issue(lo + p, tirx.const(p, "int32"), tirx.const(p, "int32") < n)
         if st is not None:
             prologue.append(st)
-    if consumer and _is_block_barrier(consumer[0][1]):
-        consumer = consumer[1:]
-    consumer = _regroup(consumer)
     from tvm.backend.cuda.op import cuda_mbarrier_wait
     stage = tirx.floormod(k - lo, s)
     steady = [tirx.Evaluate(cuda_mbarrier_wait(_ptr(bar, stage), tirx.floormod(tirx.floordiv(k - lo, s), 2))), sync]
     ahead = k + (s - 1)
     st = issue(ahead, tirx.floormod(ahead - lo, s), ahead < lo + n)
     steady += ([st] if st is not None else [])
-    steady += [_restage(c, staged, stage) for c in consumer]
+    steady += [restage(c, stage) for c in consumer]
     notes = {key: val for key, val in loop.annotations.items()}
     new_loop = tirx.For(k, lo, n, loop.kind, tirx.SeqStmt(steady), loop.thread_binding, notes, loop.step)
     out = tirx.SeqStmt(init + prologue + [new_loop])

@@ -60,17 +60,19 @@ def plan_tma(func, copies: list, guarded: bool, uniform: list, loop) -> tuple[li
     layouts = buffer_layouts(func)
     entries = []
     for op in copies:
-        entry, why = _plan_copy(op, layouts, uniform, loop)
+        entry, why = _plan_copy(op, layouts, uniform, loop, func.params)
         if entry is None:
             return None, f"{op.describe()}: {why}"
         entries.append(entry)
     return entries, ""
 
 
-def _plan_copy(op, layouts: dict, uniform: list, loop) -> tuple[dict | None, str]:
+def _plan_copy(op, layouts: dict, uniform: list, loop, params) -> tuple[dict | None, str]:
     dst, src = op.dst, op.src
     tile, glob = dst.buffer, src.buffer
     dtype = tile.dtype
+    if not any(p.same_as(glob.var) for p in params):
+        return None, f"{glob.name} is a view, not a parameter (the host encodes tensor maps of parameters)"
     if glob.dtype != dtype:
         return None, f"it converts {glob.dtype} to {dtype} (TMA copies bytes)"
     if dtype not in TMA_DTYPES:
