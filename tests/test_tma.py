@@ -291,3 +291,16 @@ def test_a_thread_that_skips_its_wait_is_reported_without_a_barrier_after_the_wa
     races = build_race_checked(edited, tvm_barriers=False).run(*random_inputs(edited).values())
     kinds = {r.kind for r in races}
     assert any("before its mbarrier wait" in k for k in kinds), kinds
+
+
+def test_explain_and_the_json_reports_carry_the_tma_plan():
+    import json
+    from tilelayout.report import explain_dict, explain_lines, show_dict
+    result = tl.infer_layouts(KP.gemm(64, 128, 128, 32, 3, "sm_90a"))
+    assert any(ln.strip().startswith("pipeline loop ko (tma):") for ln in explain_lines(result))
+    shown = json.loads(json.dumps(show_dict(result)))
+    entry = shown["pipelines"]["loop ko"]
+    assert entry["mode"] == "tma" and entry["tma"][1]["start"] == ["ko * 32", "0"]
+    assert json.loads(json.dumps(explain_dict(result)))["pipelines"]["loop ko"]["mode"] == "tma"
+    # the staged tiles count once per stage in the resources, as with cp.async
+    assert shown["resources"]["shared_stages"] == {"A_s": 3, "B_s": 3}
