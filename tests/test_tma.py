@@ -304,3 +304,40 @@ def test_explain_and_the_json_reports_carry_the_tma_plan():
     assert json.loads(json.dumps(explain_dict(result)))["pipelines"]["loop ko"]["mode"] == "tma"
     # the staged tiles count once per stage in the resources, as with cp.async
     assert shown["resources"]["shared_stages"] == {"A_s": 3, "B_s": 3}
+
+
+@pytest.mark.parametrize("builder,why", [
+    ("conv_im2col", "weight_flat is a view, not a parameter"),
+    ("block_sparse", "sits under an if"),
+])
+def test_copies_tma_cannot_take_keep_cp_async_with_the_reason(builder, why):
+    import kernels_pipeline_indexing as KI
+    (plan,) = _plans(getattr(KI, builder)(stages=2, arch="sm_90a"))
+    assert plan["mode"] == "cp.async" and "not TMA" in plan["note"] and why in plan["note"], plan["note"]
+
+
+def test_lowering_builds_the_recorded_plan_and_the_emulation_reads_the_instructions():
+    """The plan is decided once: an edited plan (A_s said to be 32B-swizzled, in two 16-column panels) is what
+    lowering builds (tensor map swizzle 1, boxes of 16 columns), and the emulation, which reads the encoded tensor
+    map, lands A_s where the 64B-swizzled layout does not expect it: wrong values."""
+    func = plan_pipelines(tl.infer_layouts(KP.gemm(64, 128, 128, 32, 2, "sm_90a")).func, SM90A)
+
+    def edit(f):
+        if f.annotations is not None and PIPELINE_KEY in f.annotations:
+            notes = dict(f.annotations)
+            plan = dict(notes[PIPELINE_KEY])
+            a = dict(plan["tma"][0])
+            a.update(swizzle=32, panel=16, panels=2, box=[16, 64])
+            plan["tma"] = [a] + list(plan["tma"][1:])
+            notes[PIPELINE_KEY] = plan
+            return tirx.For(f.loop_var, f.min, f.extent, f.kind, f.body, f.thread_binding, notes, f.step)
+        return f
+
+    lowered = lower_func(func.with_body(mapped(func.body, [(tirx.For, edit)])), SM90A, infer=False)
+    encodes = []
+    walk(lowered.body, [(tvm.ir.Call, lambda c: encodes.append(c) if _op(c) == "tirx.tensormap_encode_tiled"
+                         else None)])
+    a = [c for c in encodes if str(c.args[1].args[0].name) == "A"][0]
+    assert int(a.attrs.swizzle) == 1 and int(a.args[5]) == 16
+    problems, _ = _run(lowered)
+    assert problems
