@@ -341,3 +341,14 @@ def test_lowering_builds_the_recorded_plan_and_the_emulation_reads_the_instructi
     assert int(a.attrs.swizzle) == 1 and int(a.args[5]) == 16
     problems, _ = _run(lowered)
     assert problems
+
+
+def test_a_refill_without_the_barrier_after_the_wait_is_reported():
+    """Without the block barrier between the wait and the refill, thread 0's TMA load overwrites the stage other
+    threads are still reading (write after read)."""
+    def no_barrier(seq):
+        return tirx.SeqStmt([s for s in seq if _op(s) != "tirx.tvm_storage_sync"])
+    edited = _loop_body_edit(lower_func(_pinned_rowsum()), no_barrier)
+    races = build_race_checked(edited, tvm_barriers=False).run(*random_inputs(edited).values())
+    assert any("written after another thread read it" in r.kind and "TMA load into X_s, issued" in r.statement
+               for r in races), races
