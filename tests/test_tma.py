@@ -352,3 +352,24 @@ def test_a_refill_without_the_barrier_after_the_wait_is_reported():
     races = build_race_checked(edited, tvm_barriers=False).run(*random_inputs(edited).values())
     assert any("written after another thread read it" in r.kind and "TMA load into X_s, issued" in r.statement
                for r in races), races
+
+
+def test_a_loop_mixes_tma_and_cp_async_when_only_some_tiles_take_tma():
+    """Dequant gemm on sm_90a: the f16 A tile (64B swizzle) is a TMA load, the packed uint8 B tile (row-major)
+    stays cp.async in the same loop; both emulations and the race check run together."""
+    import importlib
+    case = importlib.import_module("cases.dequant_gemm")
+    from tilelayout.passes.lowering.pipeline import check_case
+    variant = "sm90a_b128x128x32_s3_t128"
+    (plan,) = _plans(case.VARIANTS[variant]())
+    assert plan["mode"] == "tma" and [e["buffer"] for e in plan["tma"]] == ["A_shared"]
+    assert "cp.async for the others, not TMA" in plan["note"] and "B_shared is row-major" in plan["note"]
+    src = cuda_source(case.VARIANTS[variant]())
+    assert "cp.async.bulk.tensor.2d" in src and "cp.async.cg.shared.global" in src
+    loop = src[src.index("for (int ko = 0;"):]
+    assert loop.index("wait_group") < loop.index("mbarrier_wait") < loop.index("__syncthreads()")
+    res = check_case(case, variant)
+    assert res.ok, res.message
+    if shutil.which("nvcc") is not None:
+        ptx = compile_ptx(src, SM90A).decode()
+        assert "cp.async.bulk.tensor.2d" in ptx and "cp.async.cg.shared.global" in ptx

@@ -281,10 +281,11 @@ def _decide(loop, stages: int, graph, target, shared_sizes: dict, uniform: list,
         from .tma_plan import plan_tma
         tma, why = plan_tma(func, copies, any(g is not None for g in guard_of), uniform, loop)
         if tma is not None:
+            rest = f"; cp.async for the others, not TMA: {why}" if why else ""
             return {"stages": stages, "buffers": names, "mode": "tma", "tma": tma,
                     "note": f"{stages} stages of {names.replace(',', ', ')}: TMA (cp.async.bulk.tensor, mbarrier "
                             f"completion) for iteration k + {stages - 1} while iteration k computes; "
-                            + "; ".join(describe_tma(e) for e in tma)}
+                            + "; ".join(describe_tma(e) for e in tma) + rest}
         note += f"; not TMA: {why}"
     return {"stages": stages, "buffers": names, "mode": "cp.async", "note": note}
 

@@ -67,10 +67,14 @@ def _tensor_map(entry: dict, glob, label: str) -> tuple:
     return tmap, [tirx.Bind(tmap, tirx.op.tvm_stack_alloca("tensormap", 1)), tirx.Evaluate(encode)]
 
 
-def tma_pipeline_loop(loop, plan: dict, staged: dict, params: list, tx, producer: list, consumer: list, restage):
+def tma_pipeline_loop(loop, plan: dict, staged: dict, params: list, tx, producer: list, consumer: list, restage,
+                      issue_cp=None):
     """(the loop's TMA schedule, host statements, report text); ``producer``: the lowered body's (guard,
-    statement) pairs that write the pipelined tiles (replaced by the TMA loads); ``consumer``: the other
-    statements, in order; ``restage(stmt, stage)``: ``stmt`` reading stage ``stage`` of the staged tiles."""
+    statement) pairs that write the TMA-loaded tiles (replaced by the TMA loads); ``consumer``: the other
+    statements, in order; ``restage(stmt, stage)``: ``stmt`` reading stage ``stage`` of the staged tiles;
+    ``issue_cp(j, stage)``: the cp.async copies of iteration ``j`` into ``stage`` of the tiles TMA does not load
+    (None: there are none). With those, every issue also commits a cp.async group, each iteration first waits
+    for its own group (``wait_group s - 2``) and the loop drains with ``wait_group 0``."""
     s = plan["stages"]
     label = f"loop {loop.loop_var.name} ({s} stages)"
     if tx is None:
@@ -110,6 +114,8 @@ def tma_pipeline_loop(loop, plan: dict, staged: dict, params: list, tx, producer
                 body.append(ptx_call(TMA_LOAD.format(rank=rank), _ptr(new, dst), tirx.address_of(tmap), *coords,
                                      _ptr(bar, stage)))
         st = tirx.IfThenElse(tx == 0, tirx.SeqStmt(body), None)
+        if issue_cp is not None:
+            st = tirx.SeqStmt([st, issue_cp(j, stage)])
         if guard is not None:
             g = ana.simplify(guard)
             if isinstance(g, tirx.IntImm) and int(g.value) == 0:
@@ -124,23 +130,27 @@ def tma_pipeline_loop(loop, plan: dict, staged: dict, params: list, tx, producer
                 [ptx_call("mbarrier.init.shared.b64", _ptr(bar, q), tirx.const(1, "uint32")) for q in range(s)]
                 + [ptx_call("fence.mbarrier_init.release.cluster")]), None),
             sync]
+    commit = [ptx_call("cp.async.commit_group")] if issue_cp is not None else []
     prologue = []
     for p in range(s - 1):
         st = issue(lo + p, tirx.const(p, "int32"), tirx.const(p, "int32") < n)
-        if st is not None:
-            prologue.append(st)
+        prologue += ([st] if st is not None else []) + commit
     from tvm.backend.cuda.op import cuda_mbarrier_wait
     stage = tirx.floormod(k - lo, s)
-    steady = [tirx.Evaluate(cuda_mbarrier_wait(_ptr(bar, stage), tirx.floormod(tirx.floordiv(k - lo, s), 2))), sync]
+    steady = [ptx_call("cp.async.wait_group", s - 2)] if issue_cp is not None else []
+    steady += [tirx.Evaluate(cuda_mbarrier_wait(_ptr(bar, stage), tirx.floormod(tirx.floordiv(k - lo, s), 2))), sync]
     ahead = k + (s - 1)
     st = issue(ahead, tirx.floormod(ahead - lo, s), ahead < lo + n)
-    steady += ([st] if st is not None else [])
+    steady += ([st] if st is not None else []) + commit
     steady += [restage(c, stage) for c in consumer]
     notes = {key: val for key, val in loop.annotations.items()}
     new_loop = tirx.For(k, lo, n, loop.kind, tirx.SeqStmt(steady), loop.thread_binding, notes, loop.step)
-    out = tirx.SeqStmt(init + prologue + [new_loop])
+    out = tirx.SeqStmt(init + prologue + [new_loop] + ([ptx_call("cp.async.wait_group", 0)] if commit else []))
     loads = ", ".join(f"{e['buffer']} {int(e['panels'])} x {int(e['bytes']) // int(e['panels'])} B "
                       f"({int(e['swizzle'])}B swizzle)" for e in entries)
+    others = [name for name in staged if name not in {str(e["buffer"]) for e in entries}]
     text = (f"TMA, {s} stages of {', '.join(staged)} (cp.async.bulk.tensor per stage: {loads}; mbarrier "
             f"expect_tx {total} B); one mbarrier wait + one barrier per iteration")
+    if others:
+        text += f"; cp.async for {', '.join(others)} (wait_group {s - 2} before the mbarrier wait)"
     return out, host, text

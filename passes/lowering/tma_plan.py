@@ -14,8 +14,8 @@ box of a 16-byte multiple no wider than the swizzle atom, global strides multipl
 at most 5.
 
 The decision is recorded in the loop's ``tilelayout.pipeline`` annotation (``mode = "tma"`` and one entry per
-copy under ``"tma"``); when any copy does not qualify, the loop stays on ``cp.async`` and the note says which copy
-and why (``show`` prints it).
+TMA-loaded copy under ``"tma"``); copies that do not qualify stay ``cp.async`` in the same loop (the note says which
+and why, ``show`` prints it); when none qualifies, the loop stays on ``cp.async``.
 """
 from __future__ import annotations
 
@@ -53,18 +53,23 @@ def _bits(dtype: str) -> int:
 
 
 def plan_tma(func, copies: list, guarded: bool, uniform: list, loop) -> tuple[list | None, str]:
-    """(one TMA entry per copy, "") when every copy of the loop can be a TMA load, else (None, why not)."""
+    """(one TMA entry per copy that can be a TMA load, why the others cannot ("" when all can)); (None, why)
+    when none can."""
     if guarded:
         return None, "a pipelined copy sits under an if (TMA issues are unconditional here)"
     from .loop_partition import buffer_layouts
     layouts = buffer_layouts(func)
-    entries = []
+    entries, refused = [], []
     for op in copies:
-        entry, why = _plan_copy(op, layouts, uniform, loop, func.params)
+        if sum(1 for o in copies if o.dst.buffer is op.dst.buffer) > 1:
+            entry, why = None, f"{op.dst.buffer.name} is filled by several copies"
+        else:
+            entry, why = _plan_copy(op, layouts, uniform, loop, func.params)
         if entry is None:
-            return None, f"{op.describe()}: {why}"
-        entries.append(entry)
-    return entries, ""
+            refused.append(f"{op.describe()}: {why}")
+        else:
+            entries.append(entry)
+    return (entries or None), "; ".join(refused)
 
 
 def _plan_copy(op, layouts: dict, uniform: list, loop, params) -> tuple[dict | None, str]:
