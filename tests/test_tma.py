@@ -373,3 +373,15 @@ def test_a_loop_mixes_tma_and_cp_async_when_only_some_tiles_take_tma():
     if shutil.which("nvcc") is not None:
         ptx = compile_ptx(src, SM90A).decode()
         assert "cp.async.bulk.tensor.2d" in ptx and "cp.async.cg.shared.global" in ptx
+
+
+def test_tma_loop_drops_the_wgmmas_proxy_fence_and_its_barrier():
+    """Tiles that arrive by TMA need no generic-to-async proxy fence before wgmma (one fence before the loop covers
+    earlier generic writes): two block barriers per iteration (after the wait; after wgmma's wait_group) instead of
+    three; with a cp.async tile in the loop the fence stays."""
+    src = cuda_source(KP.gemm(64, 128, 128, 32, 3, "sm_90a"))
+    loop = src[src.index("for (int ko = 0;"):]
+    loop = loop[:loop.index("C_ptr")]                  # up to the epilogue
+    assert loop.count("__syncthreads()") == 2 and "fence_proxy" not in loop
+    head = src[:src.index("for (int ko = 0;")]
+    assert head.rindex("fence_proxy") < head.rindex("__syncthreads()")

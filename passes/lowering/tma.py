@@ -7,7 +7,9 @@ re-derives them. For a loop ``for k in [lo, lo + n)`` with ``s`` stages:
   ``tensormap_encode_tiled``: the global's dimensions and byte strides, the box, the swizzle); TVM passes it to
   the kernel as a ``const __grid_constant__ CUtensorMap`` parameter;
 - a shared ``uint64`` array of ``s`` mbarriers ("full" barriers, one per stage), initialised by thread 0 with an
-  arrival count of 1, then ``fence.mbarrier_init`` and a block barrier;
+  arrival count of 1, then ``fence.mbarrier_init``, a ``fence.proxy.async`` by every thread and a block barrier
+  (when no statement of the loop writes shared memory through the generic proxy, the wgmmas' own proxy fence and
+  the barrier after it are dropped from the loop: three block barriers per iteration become two);
 - ``P(j)`` (iteration ``j``'s loads into stage ``q = (j - lo) % s``), by thread 0: ``mbarrier.arrive.expect_tx``
   of the stage's bytes on barrier ``q``, then one ``cp.async.bulk.tensor`` per panel of every tile, completing
   on barrier ``q``;
@@ -31,6 +33,7 @@ from tvm import sym, tirx
 from tilelayout.errors import PipelineError
 from tilelayout.expr import substitute
 
+from ..ir_utils import walk
 from .lower_gemm import ptx_call
 from .tma_plan import TMA_SWIZZLES
 
@@ -65,6 +68,60 @@ def _tensor_map(entry: dict, glob, label: str) -> tuple:
         tmap, glob.data, *dims, *strides, *box, *([1] * rank), descriptor_dtype=dtype, rank=rank, interleave=0,
         swizzle=TMA_SWIZZLES[int(entry["swizzle"])], l2_promotion=2, oob_fill=0)
     return tmap, [tirx.Bind(tmap, tirx.op.tvm_stack_alloca("tensormap", 1)), tirx.Evaluate(encode)]
+
+
+def _call_name(stmt) -> str:
+    c = stmt.value if isinstance(stmt, tirx.Evaluate) else None
+    return str(c.op.name) if isinstance(c, tvm.ir.Call) and isinstance(c.op, tvm.ir.Op) else ""
+
+
+def _writes_shared(stmts: list) -> bool:
+    """Whether any of ``stmts`` writes shared memory through the generic proxy (a store, or a call such as
+    cp.async or stmatrix that names a shared destination)."""
+    hits = []
+
+    def on_store(st):
+        if str(st.buffer.scope()).startswith("shared"):
+            hits.append(st)
+
+    def on_call(c):
+        name = str(c.op.name) if isinstance(c.op, tvm.ir.Op) else ""
+        if name.startswith("tirx.ptx.") and not name.startswith(("tirx.ptx.wgmma", "tirx.ptx.fence", "tirx.ptx.bar",
+                                                                  "tirx.ptx.ldmatrix", "tirx.ptx.mma")):
+            hits.append(c)
+    for st in stmts:
+        walk(st, [(tirx.BufferStore, on_store), (tvm.ir.Call, on_call)])
+    return bool(hits)
+
+
+def _without_proxy_fence(consumer: list) -> list:
+    """``consumer`` without a wgmma's ``fence.proxy.async`` and the block barrier after it, when nothing in the
+    iteration writes shared memory through the generic proxy: the tiles wgmma reads arrive by TMA (the async
+    proxy) and the mbarrier wait already made them visible, and writes before the loop were fenced once before
+    its first barrier, so the fence has nothing to order."""
+    if _writes_shared(consumer):
+        return consumer
+    return _drop_fence_pairs(consumer)
+
+
+def _drop_fence_pairs(stmts: list) -> list:
+    out, k = [], 0
+    consumer = []
+    for st in stmts:        # the consumer comes regrouped: statements of one sequence, or sequences of them
+        if isinstance(st, tirx.SeqStmt):
+            inner = _drop_fence_pairs(list(st.seq))
+            consumer.append(inner[0] if len(inner) == 1 else tirx.SeqStmt(inner))
+        else:
+            consumer.append(st)
+    while k < len(consumer):
+        st = consumer[k]
+        if _call_name(st) == "tirx.ptx.fence_proxy" and k + 1 < len(consumer) and \
+                _call_name(consumer[k + 1]) == "tirx.tvm_storage_sync":
+            k += 2
+            continue
+        out.append(st)
+        k += 1
+    return out
 
 
 def tma_pipeline_loop(loop, plan: dict, staged: dict, params: list, tx, producer: list, consumer: list, restage,
@@ -129,12 +186,17 @@ def tma_pipeline_loop(loop, plan: dict, staged: dict, params: list, tx, producer
             tirx.IfThenElse(tx == 0, tirx.SeqStmt(
                 [ptx_call("mbarrier.init.shared.b64", _ptr(bar, q), tirx.const(1, "uint32")) for q in range(s)]
                 + [ptx_call("fence.mbarrier_init.release.cluster")]), None),
+            # every thread's earlier generic-proxy writes of shared memory (a tile copied before the loop that a
+            # wgmma in it reads) reach the async proxy: the loop's wgmmas need no fence of their own
+            ptx_call("fence.proxy.async.shared::cta"),
             sync]
     commit = [ptx_call("cp.async.commit_group")] if issue_cp is not None else []
     prologue = []
     for p in range(s - 1):
         st = issue(lo + p, tirx.const(p, "int32"), tirx.const(p, "int32") < n)
         prologue += ([st] if st is not None else []) + commit
+    if issue_cp is None:
+        consumer = _without_proxy_fence(consumer)
     from tvm.backend.cuda.op import cuda_mbarrier_wait
     stage = tirx.floormod(k - lo, s)
     steady = [ptx_call("cp.async.wait_group", s - 2)] if issue_cp is not None else []
