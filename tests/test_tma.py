@@ -4,7 +4,6 @@ cp.async with the reason otherwise), the host-encoded tensor maps and the mbarri
 expect_tx, a wait on the wrong parity, a read before the wait, a thread that skips its wait -- each caught."""
 from __future__ import annotations
 
-import re
 import shutil
 import sys
 from pathlib import Path

@@ -162,10 +162,10 @@ def explain_lines(result, layouts: bool = True) -> list[str]:
             for cost in g.details:
                 if hasattr(cost, "statement"):
                     lines.append(f"      statement {_statement_line(cost)}")
-    for note in getattr(result, "notes", ()):     # conflicts met and the conversions that resolved them
-        lines.append(f"  {note}")
     # how each pipelined loop loads its tiles (TMA or cp.async per copy, and why not TMA)
     lines += [f"  pipeline {p['loop']} ({p['mode']}): {p['note']}" for p in pipeline_plans(result)[0]]
+    for note in getattr(result, "notes", ()):     # conflicts met and the conversions that resolved them
+        lines.append(f"  {note}")
     return lines
 
 
