@@ -6,9 +6,10 @@ column count (EXTENTS: tile multiples, a partial last tile, fewer tiles than sta
 
 Pipelining is decided after inference and does not change any layout: A_s / B_s / X_s get the same layout in
 every stage (the stage is the outermost dimension of the lowered buffer), so the snapshots equal those of the
-same loop without the annotation. Lowering issues the copies of iteration k + s - 1 with cp.async while
-iteration k computes; ``maint/run.py --numeric`` runs that schedule on the CPU, where cp.async lands only after
-its wait_group and a barrier (a wrong schedule reads poison).
+same loop without the annotation. Lowering issues the copies of iteration k + s - 1 with cp.async (TMA on
+sm_90a) while iteration k computes; ``maint/run.py --numeric`` runs that schedule on the CPU, where cp.async lands
+only after its wait_group and a barrier, a TMA load at the mbarrier wait completing its phase (a wrong schedule
+reads poison).
 """
 import numpy as np
 import tvm
@@ -27,7 +28,9 @@ consumers), so its fragments have thread_range [128, 256); shifted to [0, 128) t
 (acc_f is the wgmma accumulator in both); the symbolic row sum (n = T.dynamic("n"), T.Pipelined(T.ceildiv(n,
 32), num_stages=3), sm_90 only) equals ours the same way. TileLang also lists its T.clear loops, which we lower
 as fills.
-Difference: we keep one thread group that issues cp.async from every thread (no TMA producer warps)."""
+Difference: we keep one thread group (no producer warpgroup): on sm_80 and sm_90 every thread issues cp.async; on
+sm_90a thread 0 issues TMA loads (A_s one 64B-swizzled box, B_s two 128B-swizzled panels per stage, the swizzles
+being the inferred layouts') and every thread waits on the stage's mbarrier."""
 
 
 def _gemm(m: int, n: int, k: int, bk: int, stages: int, arch: str, threads: int = 128, scope: str = "shared"):

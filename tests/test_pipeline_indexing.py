@@ -48,7 +48,10 @@ def _close(got, want):
 def test_named_offsets_are_pipelined_and_match_numpy(arch, stages):
     func = KI.named_offsets(stages=stages, arch=arch)
     lowered = lower_func(func)
-    assert "cp.async" in _report(lowered) and "16 B" in _report(lowered)
+    if arch == "sm_90a":        # swizzled tiles of parameters: TMA (test_tma.py)
+        assert _report(lowered).startswith("TMA")
+    else:
+        assert "cp.async" in _report(lowered) and "16 B" in _report(lowered)
     # the names are gone from the copies: nothing reads row0 / k0 any more
     assert "row0" not in lowered.script() and "k0" not in lowered.script()
     rng = np.random.default_rng(1)
@@ -230,6 +233,9 @@ BUILDERS = {"named": KI.named_offsets, "grouped": KI.grouped_gemm, "block_sparse
 @pytest.mark.parametrize("name", sorted(BUILDERS))
 def test_cuda_source_issues_cp_async(arch, name):
     src = cuda_source(BUILDERS[name](arch=arch))
+    if arch == "sm_90a" and name == "named":      # TMA (test_tma.py); the conv's weight is a view: cp.async
+        assert "cp.async.bulk.tensor.2d" in src
+        return
     assert "cp.async.commit_group;" in src and re.search(r"cp\.async\.c[ag]\.shared\.global", src)
 
 
@@ -239,6 +245,9 @@ def test_cuda_source_issues_cp_async(arch, name):
 def test_pipelined_indexing_compiles_with_nvcc(arch, name):
     target = {"kind": "cuda", "arch": arch}
     ptx = compile_ptx(cuda_source(BUILDERS[name](arch=arch), target), target).decode()
+    if arch == "sm_90a" and name == "named":
+        assert "cp.async.bulk.tensor.2d" in ptx and "mbarrier.try_wait.parity" in ptx
+        return
     assert re.search(r"cp\.async\.c[ag]\.shared\.global", ptx) and "cp.async.wait_group" in ptx
 
 

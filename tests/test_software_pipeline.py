@@ -96,7 +96,7 @@ def test_stage_stride_rounds_up_to_the_alignment():
 
 # ------------------------------------------------------------------------------------ CUDA
 
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90", "sm_90a"])
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])      # sm_90a loads these tiles with TMA (test_tma.py)
 @pytest.mark.parametrize("stages", [2, 3])
 def test_cuda_source_issues_cp_async_with_commit_and_wait(arch, stages):
     src = cuda_source(KP.gemm(64, 128, 128, 32, stages, arch))
@@ -108,7 +108,7 @@ def test_cuda_source_issues_cp_async_with_commit_and_wait(arch, stages):
     assert body.index("wait_group") < body.index("__syncthreads()") < body.index("cp_async_cg")
 
 
-@pytest.mark.parametrize("arch,barriers", [("sm_80", 2), ("sm_90a", 3)])
+@pytest.mark.parametrize("arch,barriers", [("sm_80", 2), ("sm_90", 2)])
 def test_barriers_per_iteration(arch, barriers):
     """One barrier after the wait; mma.sync keeps the gemm's trailing one, wgmma also the one after its
     fence.proxy.async (generic-proxy writes must reach the async proxy); the gemm's leading barrier goes."""
@@ -127,6 +127,9 @@ def test_pipelined_kernels_compile_with_nvcc(arch, variant):
             "narrow_s2": lambda: KP.narrow_rows(2).with_attr("target", tvm.target.Target(target)),
             "symbolic_s3": lambda: KP.rowsum_symbolic(3).with_attr("target", tvm.target.Target(target))}[variant]()
     ptx = compile_ptx(cuda_source(func, target), target).decode()
+    if arch == "sm_90a" and variant == "gemm_s3":     # swizzled tiles on sm_90a: TMA (test_tma.py)
+        assert "cp.async.bulk.tensor.2d" in ptx and "mbarrier.try_wait.parity" in ptx
+        return
     assert re.search(r"cp\.async\.c[ag]\.shared\.global", ptx) and "cp.async.commit_group" in ptx
     assert "cp.async.wait_group" in ptx
 

@@ -285,9 +285,10 @@ def build_cpu(func, target=None, cost_model=None, infer: bool = True, verify: bo
 
 def build_cpu_lowered(lowered) -> CpuKernel:
     """An already lowered PrimFunc (``lower_func``'s result, possibly edited) run on the CPU: the GPU's index
-    rewriting, cp.async emulation (``emulate_async_copy``), then the threads serialised."""
+    rewriting, cp.async and TMA emulation (``emulate_async_copy``, ``emulate_tma``), then the threads serialised."""
     from .emulate_async_copy import emulate_async_copies
-    serial = serialize_threads(emulate_async_copies(device_index_rewrites(lowered)))
+    from .emulate_tma import emulate_tma
+    serial = serialize_threads(emulate_tma(emulate_async_copies(device_index_rewrites(lowered))))
     return _cpu_compile(cpu_index_guard(serial), _name(lowered))
 
 

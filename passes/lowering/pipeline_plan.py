@@ -5,8 +5,8 @@ A serial loop annotated ``num_stages = s`` (TileLang's ``T.Pipelined(n, num_stag
 global -> shared copy of the loop body writes gets ``s`` copies (a leading stage dimension, the same layout in
 each stage), and the copy of iteration ``k + s - 1`` is issued while iteration ``k`` computes. This pass checks
 that the loop can be pipelined as written and records the decision on the loop as the annotation
-``tilelayout.pipeline`` = ``{"stages": s, "buffers": "A_s,B_s", "mode": "cp.async" | "synchronous",
-"note": why}``; ``software_pipeline.py`` reads it after vectorisation and never re-derives it.
+``tilelayout.pipeline`` = ``{"stages": s, "buffers": "A_s,B_s", "mode": "tma" | "cp.async" | "synchronous",
+"note": why}`` (``"tma"``: one entry per copy, ``tma_plan``; sm_90a); ``software_pipeline.py`` reads it after vectorisation and never re-derives it.
 
 Refused (``PipelineError`` naming the loop and the buffer or op):
 - a pipelined tile written inside the loop by anything but a global -> shared copy, or used outside the loop;
@@ -52,8 +52,11 @@ def read_plan(loop: tirx.For) -> dict | None:
         return None
     raw = ann[PIPELINE_KEY]
     key = str(raw["loop"]) if "loop" in raw else f"loop {loop.loop_var.name}"
-    return {"stages": int(raw["stages"]), "buffers": [b for b in str(raw["buffers"]).split(",") if b],
-            "mode": str(raw["mode"]), "note": str(raw["note"]), "loop": key}
+    out = {"stages": int(raw["stages"]), "buffers": [b for b in str(raw["buffers"]).split(",") if b],
+           "mode": str(raw["mode"]), "note": str(raw["note"]), "loop": key}
+    if "tma" in raw:
+        out["tma"] = [dict(e) for e in raw["tma"]]
+    return out
 
 
 def _label(loop: tirx.For) -> str:
@@ -131,7 +134,7 @@ def plan_pipelines(func, target=None):
             return loop                 # one stage: nothing to overlap, the loop stays as written
         if loop.kind != tirx.ForKind.SERIAL:
             raise PipelineError(f"{_label(loop)}: only serial loops can be pipelined, this one is {loop.kind}")
-        decision = dict(_decide(loop, stages, graph, target, shared_sizes, uniform), loop=keys[_loop_id(loop)])
+        decision = dict(_decide(loop, stages, graph, target, shared_sizes, uniform, func), loop=keys[_loop_id(loop)])
         notes = dict(loop.annotations)
         notes[PIPELINE_KEY] = decision
         return tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, loop.body, loop.thread_binding, notes,
@@ -180,7 +183,7 @@ def _writes(op):
     return None
 
 
-def _decide(loop, stages: int, graph, target, shared_sizes: dict, uniform: list) -> dict:
+def _decide(loop, stages: int, graph, target, shared_sizes: dict, uniform: list, func=None) -> dict:
     label = _label(loop)
     guarded = _guarded_items(loop.body)
     items = [it for _, it in guarded]
@@ -272,9 +275,31 @@ def _decide(loop, stages: int, graph, target, shared_sizes: dict, uniform: list)
         return {"stages": stages, "buffers": names, "mode": "synchronous",
                 "note": f"{target.attrs.get('arch', target.kind.name)} has no cp.async (sm_80+): copies stay "
                         f"synchronous and single-buffered"}
-    return {"stages": stages, "buffers": names, "mode": "cp.async",
-            "note": f"{stages} stages of {names.replace(',', ', ')}: cp.async for iteration k + {stages - 1} "
-                    f"while iteration k computes"}
+    note = (f"{stages} stages of {names.replace(',', ', ')}: cp.async for iteration k + {stages - 1} while iteration "
+            f"k computes")
+    if has_tma(target) and func is not None:
+        from .tma_plan import plan_tma
+        tma, why = plan_tma(func, copies, any(g is not None for g in guard_of), uniform, loop)
+        if tma is not None:
+            rest = f"; cp.async for the others, not TMA: {why}" if why else ""
+            return {"stages": stages, "buffers": names, "mode": "tma", "tma": tma,
+                    "note": f"{stages} stages of {names.replace(',', ', ')}: TMA (cp.async.bulk.tensor, mbarrier "
+                            f"completion) for iteration k + {stages - 1} while iteration k computes; "
+                            + "; ".join(describe_tma(e) for e in tma) + rest}
+        note += f"; not TMA: {why}"
+    return {"stages": stages, "buffers": names, "mode": "cp.async", "note": note}
+
+
+def has_tma(target) -> bool:
+    """Whether ``target`` has the Tensor Memory Accelerator as PTX exposes it (``sm_90a`` and later ``a`` targets)."""
+    return sm_version(target) >= 90 and str(target.attrs.get("arch", "")).endswith("a")
+
+
+def describe_tma(entry) -> str:
+    """One TMA copy of a plan, as ``show`` prints it."""
+    box = "x".join(str(int(b)) for b in entry["box"])
+    return (f"{entry['buffer']} <- {entry['global']} by TMA ({int(entry['swizzle'])}B swizzle, box {box}, "
+            f"{int(entry['panels'])} issue(s) per stage)")
 
 
 def _dedup(items: list) -> list:

@@ -30,6 +30,7 @@ from tilelayout.lang import atomic_of
 
 from ..ir_utils import int_value, walk
 from .emulate_async_copy import PER_THREAD_KEY
+from .emulate_tma import TMA_ISSUE_KEY, TMA_ISSUED, TMA_LANDING_KEY, TMA_SEEN, TMA_SLOTS, TMA_THREAD
 
 __all__ = ["instrument_races", "Instrumented", "Site", "LOG_ENTRIES", "LOG_FIELDS", "SHADOW_FIELDS", "KINDS"]
 
@@ -46,7 +47,9 @@ SEVERAL = -2
 KINDS = {1: "written by two threads", 2: "read by one thread and written by another",
          3: "written after another thread read it", 4: "out-of-bounds read", 5: "out-of-bounds write",
          6: "an atomic update and a plain access by different threads",
-         7: "read by one thread while another thread's asynchronous copy (cp.async) into it was in flight"}
+         7: "read by one thread while an asynchronous copy (cp.async, or a TMA load before its mbarrier wait) into "
+            "it was in flight",
+         8: "used by a thread before its mbarrier wait on the phase that completes the TMA load into it"}
 
 _SYNCS = ("tirx.tvm_storage_sync", "tirx.ptx.bar_sync_count")
 _LDMATRIX = "tirx.ptx.ldmatrix"
@@ -113,6 +116,8 @@ class _Instrumenter:
         self.stored: list = []            # buffers some statement writes (stores, atomics)
         self._written: set | None = None  # their memory-buffer indices
         self.emulating = False            # inside an emulation block (``emulate_async_copy``)
+        self.tma = None                   # inside an emulated TMA issue ("issue") or landing ((slot, phase count))
+        self.seen = None                  # per-thread phases seen complete per mbarrier (``emulate_tma``)
 
     # ------------------------------------------------------------------ buffers and sites
     def entry(self, buf):
@@ -252,12 +257,36 @@ class _Instrumenter:
         def setrec(base, values):
             return [tirx.BufferStore(shadow, _i32(v), [i, tirx.const(base + j, "int32")]) for j, v in enumerate(values)]
 
+        tma = []
+        if self.seen is not None and not glob and kind in ("read", "write"):
+            # an element a TMA load landed in (record thread TMA_THREAD - (phases * TMA_SLOTS + slot), epoch of the
+            # thread whose wait landed it): a thread may use it once it has seen that phase of that barrier
+            # complete (its own mbarrier wait), or after a barrier following the landing
+            # -- and an element whose TMA load is still in flight (record thread TMA_ISSUED - issuer) may not be
+            # used at all, whatever the barriers: the load lands only at the wait completing its phase
+            flying = f(_W, 1) <= TMA_ISSUED
+            landed = tirx.And(f(_W, 1) <= TMA_THREAD, tirx.Not(flying))
+            code = tirx.Select(landed, tirx.const(TMA_THREAD, "int32") - f(_W, 1), tirx.const(0, "int32"))
+            slot, phases = tirx.floormod(code, TMA_SLOTS), tirx.floordiv(code, TMA_SLOTS)
+            unseen = tirx.BufferLoad(self.seen, [slot]) < phases
+            tma = [(tirx.And(flying, f(_W, 0) == bid), 7, _W),
+                   (tirx.And(landed, tirx.And(tirx.And(f(_W, 0) == bid, f(_W, 2) == ep), unseen)), 8, _W)]
+            plain = conflict
+
+            def conflict(base, plain=plain, tma_record=f(_W, 1) <= TMA_THREAD):
+                return tirx.And(tirx.Not(tma_record), plain(base)) if base == _W else plain(base)
         if kind == "read" and glob and not self.written(ent):
             checks, update = [], []      # a global buffer nothing writes: only its bounds can be wrong
         elif kind == "write":
-            checks = [(conflict(_W), 1, _W), (tirx.Or(f(_R, 0) == SEVERAL, conflict(_R)) if glob else conflict(_R),
-                       3, _R), (conflict(_A), 6, _A)]
-            update = setrec(_W, [bid, tid, ep, site])
+            checks = tma + [(conflict(_W), 1, _W), (tirx.Or(f(_R, 0) == SEVERAL, conflict(_R)) if glob else
+                                                    conflict(_R), 3, _R), (conflict(_A), 6, _A)]
+            # a TMA issue marks the element in flight (every use until the landing is reported, above)
+            update = setrec(_W, [bid, tid if self.tma != "issue" else tirx.const(TMA_ISSUED, "int32") - tid, ep, site])
+        elif kind == "tma_landing":
+            # a TMA load lands at the wait completing its phase; uses while it was in flight were reported then
+            slot, phases = self.tma
+            checks = []
+            update = setrec(_W, [bid, tirx.const(TMA_THREAD, "int32") - (phases * TMA_SLOTS + slot), ep, site])
         elif kind == "atomic":
             checks = [(conflict(_W), 6, _W), (tirx.Or(f(_R, 0) == SEVERAL, conflict(_R)) if glob else conflict(_R),
                        6, _R)]
@@ -271,7 +300,7 @@ class _Instrumenter:
             checks = [(tirx.And(tirx.Not(mine), conflict(_W)), 1, _W), (flight, 7, _R)]
             update = setrec(_W, [bid, tid, ep, site])
         else:
-            checks = [(conflict(_W), 2, _W), (conflict(_A), 6, _A)]
+            checks = tma + [(conflict(_W), 2, _W), (conflict(_A), 6, _A)]
             update = self.merge(f, setrec, _R, bid, tid, ep, site, glob)
         body = []
         if checks:
@@ -285,7 +314,7 @@ class _Instrumenter:
             body = [tirx.BufferStore(self.hit, hit, zero),
                     tirx.IfThenElse(h != 0, self.log_race(tirx.floordiv(h, 16), site, k, i, tid, ep, *other), None)]
         body += update
-        oob = self.log_race(5 if kind in ("write", "landing") else 4, site, k, i, tid, ep, -1, -1, -1)
+        oob = self.log_race(5 if kind in ("write", "landing", "tma_landing") else 4, site, k, i, tid, ep, -1, -1, -1)
         inside = tirx.And(i >= 0, i < numel)
         # a Bind would split the serialiser's phases, and a one-iteration loop upsets TVM's simplifier
         check = tirx.IfThenElse(inside, _seq(body), oob) if body else tirx.IfThenElse(tirx.Not(inside), oob, None)
@@ -325,8 +354,13 @@ class _Instrumenter:
             if ent is None:
                 return pre + [s]
             kind = "landing" if self.landing(s0) else "write"
+            if kind == "landing" and isinstance(self.tma, tuple):
+                kind = "tma_landing"
             site = self.site(s.buffer, kind, s0)
-            if self.emulating:      # the emulation's own statements: name the copy they stand for
+            if self.tma is not None:    # the TMA emulation's statements: name the load they stand for
+                self.sites[site].text = (f"TMA load into {s.buffer.name}, landing (at the mbarrier wait completing "
+                                         f"its phase)" if kind == "tma_landing" else f"TMA load into {s.buffer.name}, issued")
+            elif self.emulating:      # the emulation's own statements: name the copy they stand for
                 self.sites[site].text = (f"cp.async into {s.buffer.name}, landing (after its wait_group, at a barrier)"
                                          if kind == "landing" else f"cp.async into {s.buffer.name}, issued")
             check = self.access(ent, s0.indices, kind, site)
@@ -347,8 +381,13 @@ class _Instrumenter:
             return pre + [tirx.IfThenElse(s.condition, self.block(s.then_case), other)]
         if isinstance(s, tirx.AttrStmt):
             outer, self.emulating = self.emulating, self.emulating or s.attr_key == PER_THREAD_KEY
+            tma = self.tma
+            if s.attr_key == TMA_ISSUE_KEY:
+                self.tma = "issue"
+            elif s.attr_key == TMA_LANDING_KEY:
+                self.tma = (s.node, s.value)
             body = self.block(s.body)
-            self.emulating = outer
+            self.emulating, self.tma = outer, tma
             return [tirx.AttrStmt(s.node, s.attr_key, s.value, body)]
         if isinstance(s, tirx.Bind):
             return self.read_checks([s.value], s) + [s]
@@ -459,6 +498,8 @@ def instrument_races(func, memory_buffers: list) -> Instrumented:
     ins = _Instrumenter(memory, tid, bid, epoch, log)
     ins.views = _views(func)
     ins.stored = _stored(func)
+    _visit(func.body, lambda n: setattr(ins, "seen", n.buffer) if isinstance(n, tirx.AllocBuffer)
+           and str(n.buffer.name) == TMA_SEEN else None)
     body = ins.block(func.body)
     body = _inside_launch(body, [tirx.AllocBuffer(epoch), tirx.AllocBuffer(ins.at), tirx.AllocBuffer(ins.hit),
                                  tirx.BufferStore(epoch, tirx.const(0, "int32"), [tirx.const(0, "int32")])])

@@ -53,6 +53,12 @@ class Race:
 
 
 def _who(thread) -> str:
+    from .emulate_tma import TMA_ISSUED, TMA_SLOTS, TMA_THREAD
+    if thread is not None and thread <= TMA_ISSUED:
+        return f"the TMA load issued by thread {TMA_ISSUED - thread}, in flight"
+    if thread is not None and thread <= TMA_THREAD:
+        code = TMA_THREAD - thread
+        return f"the TMA load landing at phase {code // TMA_SLOTS} of mbarrier slot {code % TMA_SLOTS}"
     return "several threads (a collective or multi-thread access)" if thread == SEVERAL else f"thread {thread}"
 
 
@@ -137,7 +143,8 @@ def build_race_checked(lowered, name: str | None = None, tvm_barriers: bool = Tr
     flat = device_index_rewrites(lowered)
     synced = gpu_barriers(flat) if tvm_barriers else flat
     memory = _memory_buffers(synced)
-    inst = instrument_races(emulate_async_copies(synced), memory)
+    from .emulate_tma import emulate_tma
+    inst = instrument_races(emulate_tma(emulate_async_copies(synced)), memory)
     serial = serialize_threads(inst.func)
     nparams = sum(1 for p in lowered.params if tirx.is_buffer_var(p))
     name = name or _name(lowered)

@@ -78,7 +78,7 @@ def _software_pipeline(func):
     for loop in loops:
         plan = read_plan(loop)
         label = plan["loop"]
-        if plan["mode"] != "cp.async":
+        if plan["mode"] not in ("cp.async", "tma"):
             reports[label] = f"not pipelined: {plan['note']}"
             continue
         for name in plan["buffers"]:
@@ -91,13 +91,17 @@ def _software_pipeline(func):
                 raise PipelineError(f"buffer {name}: {label} pipelines it, but it lowered to scope {old.scope()}")
             if name not in staged:
                 staged[name] = _staged_buffer(old, plan["stages"])
-    out_body = func.body
+    out_body, host = func.body, []
     for loop in loops:
         plan = read_plan(loop)
-        if plan["mode"] != "cp.async":
+        if plan["mode"] not in ("cp.async", "tma"):
             continue
         bufs = {name: staged[name] for name in plan["buffers"]}
-        new, text = _pipeline_loop(loop, plan, bufs, params, thread_bounds, views)
+        if plan["mode"] == "tma":       # TMA loads and mbarriers instead of cp.async (tma.py)
+            new, prelude, text = _tma_loop(func, loop, plan, bufs, params, thread_bounds, views)
+            host += prelude
+        else:
+            new, text = _pipeline_loop(loop, plan, bufs, params, thread_bounds, views)
         reports[plan["loop"]] = text
         out_body = mutate(out_body, [(tirx.For, lambda f, m, old=loop, new=new: new if f.same_as(old)
                                       else m.default_mutate(f))])
@@ -116,8 +120,54 @@ def _software_pipeline(func):
                      if any(e.source.same_as(v) for v in old_vars) else None)])
     if leftover:
         raise PipelineError(f"buffer {leftover[0]}: pipelined, but still used outside its pipelined loop")
-    out = func.with_body(out_body)
+    out = func.with_body(tirx.SeqStmt(host + [out_body]) if host else out_body)
     return out.with_attr(PIPELINE_REPORT_ATTR, reports)
+
+
+def _tma_loop(func, loop, plan: dict, staged: dict, params: list, thread_bounds: dict, views: list):
+    """``tma.tma_pipeline_loop`` on the loop body split into the copies TMA replaces, the copies that stay cp.async
+    (tiles the plan has no TMA entry for) and the rest."""
+    from ..ir_utils import thread_launch
+    from .tma import tma_pipeline_loop
+    olds = [old for _, old, _, _ in staged.values()]
+    by_tma = {str(e["buffer"]) for e in plan["tma"]}
+    producer, consumer, cp_async = [], [], []
+    for guard, it in _guarded_items(loop.body, olds):
+        writes = []
+        walk(it, [(tirx.BufferStore, lambda st: writes.append(st.buffer))])
+        mine = [w for w in writes if any(w.same_as(o) for o in olds)]
+        if mine and len(mine) != len(writes):
+            raise PipelineError(f"loop {loop.loop_var.name}: a lowered statement writes both a pipelined tile "
+                                f"({mine[0].name}) and another buffer")
+        if not mine:
+            consumer.append((guard, it))
+        elif all(str(w.name) in by_tma for w in mine):
+            producer.append((guard, it))
+        elif any(str(w.name) in by_tma for w in mine):
+            raise PipelineError(f"loop {loop.loop_var.name}: a lowered statement writes a TMA-loaded tile and a "
+                                f"cp.async one")
+        else:
+            cp_async.append((guard, it))
+    issue_cp = None
+    if cp_async:
+        # the copies TMA does not take: cp.async, issued with the TMA loads of the same iteration (one group each)
+        readable = _early_readable(loop, params, views)
+        for guard, it in cp_async:
+            bad = [b for b in _loads(it) if not any(b.same_as(p) for p in readable)]
+            if bad or isinstance(it, (tirx.AllocBuffer, tirx.Bind)):
+                raise PipelineError(f"loop {loop.loop_var.name}: the copy into a pipelined tile reads "
+                                    f"{bad[0].name if bad else 'a value the loop computes'} ahead of its iteration")
+        sizes: dict = {}
+        bounds = {**thread_bounds, loop.loop_var: (loop.min, loop.extent)}
+        cp_stmts = _regroup([(g, _async_copies(it, olds, bounds, sizes)) for g, it in cp_async])
+        cp_body = tirx.SeqStmt(cp_stmts) if len(cp_stmts) > 1 else cp_stmts[0]
+
+        def issue_cp(j, stage):
+            return _restage(substitute(_fresh_loops(cp_body), {loop.loop_var: j}), staged, stage)
+    if consumer and _is_block_barrier(consumer[0][1]):
+        consumer = consumer[1:]     # the schedule's barrier right before C(k) already orders what this one did
+    return tma_pipeline_loop(loop, plan, staged, params, thread_launch(func)[0], producer, _regroup(consumer),
+                             lambda stmt, stage: _restage(stmt, staged, stage), issue_cp)
 
 
 def _param_views(func, params: list) -> list:

@@ -162,6 +162,8 @@ def explain_lines(result, layouts: bool = True) -> list[str]:
             for cost in g.details:
                 if hasattr(cost, "statement"):
                     lines.append(f"      statement {_statement_line(cost)}")
+    # how each pipelined loop loads its tiles (TMA or cp.async per copy, and why not TMA)
+    lines += [f"  pipeline {p['loop']} ({p['mode']}): {p['note']}" for p in pipeline_plans(result)[0]]
     for note in getattr(result, "notes", ()):     # conflicts met and the conversions that resolved them
         lines.append(f"  {note}")
     # the gemm plans fixed the accumulators before any search: say which instruction each gemm got
@@ -174,6 +176,7 @@ def explain_dict(result) -> dict:
     return {"cost_model": result.cost_model, "tie_break": TIE_BREAK, "gemms": gemm_plans(result),
             "attempts": [g.to_dict() for g in attempt_groups(result)],
             "notes": list(getattr(result, "notes", ())),
+            "pipelines": {p["loop"]: p for p in pipeline_plans(result)[0]},
             "conversions": [_conversion_dict(c) for c in getattr(result, "conversions", ())]}
 
 
@@ -276,14 +279,24 @@ def pipeline_plans(result) -> tuple[list[dict], str | None]:
     except TileLayoutError as err:
         return [], str(err)
     plans: list = []
-    walk(planned.body, [(tirx.For, lambda f: plans.append(read_plan(f))
+    walk(planned.body, [(tirx.For, lambda f: plans.append(_plain_plan(read_plan(f)))
                          if f.annotations is not None and PIPELINE_KEY in f.annotations else None)])
     return plans, None
 
 
+def _plain_plan(plan: dict) -> dict:
+    """A pipeline plan with its TMA entries in JSON-ready form (region starts as text, numbers as ints)."""
+    if "tma" in plan:
+        plan = dict(plan, tma=[{k: ([str(x) for x in v] if k == "start" else [int(x) for x in v] if k == "box"
+                                    else int(v) if k in ("swizzle", "panel", "panels", "rows", "bytes") else str(v))
+                                for k, v in e.items()} for e in plan["tma"]])
+    return plan
+
+
 def _staged_buffers(plans: list[dict]) -> dict:
-    """{shared buffer: stages} of the plans that multi-buffer (cp.async mode; synchronous keeps one copy)."""
-    return {b: p["stages"] for p in plans if p["mode"] == "cp.async" for b in p["buffers"]}
+    """{shared buffer: stages} of the plans that multi-buffer (cp.async and TMA modes; synchronous keeps one
+    copy)."""
+    return {b: p["stages"] for p in plans if p["mode"] in ("cp.async", "tma") for b in p["buffers"]}
 
 
 def show_lines(result) -> list[str]:
