@@ -19,7 +19,7 @@ from tilelayout.layout import substitute
 
 from ..hardware import func_target, max_vector_load_bits, normalize_target
 from ..ir_utils import int_value, mapped, mutate, thread_launch, walk
-from .loop_partition import SLOT_LOOP_KEY
+from .loop_marks import SLOT_LOOP_KEY
 from ..inference.loop_plan import plan_vector_width, same_in_group, value_lane_cap
 from .atomics import has_atomic
 from .vector_atomics import vector_atomic_lanes, vectorize_atomic

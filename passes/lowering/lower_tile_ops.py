@@ -39,10 +39,12 @@ from ..inference.frontend import CopyOp, ElementwiseOp, FillOp, GemmOp, ReduceOp
 from ..hardware import func_target, normalize_target, warp_size
 from ..inference.all_reduce import _cell_elements, _reduced, _split_basis, _xor_basis  # noqa: F401 (tests use them)
 from ..inference.loop_nest import nest_of
-from ..ir_utils import int_value, make_analyzer, mutate, thread_launch, walk
+from ..ir_utils import int_value, mutate, thread_launch, walk
 from . import lower_gemm as _gemm
 from .lower_gemm import _region_index
-from .loop_partition import LoweringError, buffer_layouts, check_thread_fit, per_thread_cells
+from .cell_loops import ForCells as _ForCells, guard as _guard, slot_loops as _slot_loops
+from .loop_partition import LoweringError, buffer_layouts, check_thread_fit
+from .lower_conversion import is_conversion, lower_conversion_call
 from .shared_liveness import keep_shared_alive
 from .uniform_branches import mark_uniform_branches
 
@@ -97,7 +99,6 @@ def element_loop(op, node, nest, kind):
 def lower_tile_ops(func, target=None):
     """``func`` with every tile op replaced by loops (see the module docstring)."""
     target = normalize_target(target)
-    from .lower_conversion import is_conversion, lower_conversion_call
     graph = build_op_graph(func)
     tx, threads = thread_launch(func)
     layouts = buffer_layouts(func)
@@ -532,38 +533,6 @@ def _has_block_barrier(stmt) -> bool:
     walk(stmt, [(tvm.ir.Call, lambda c: hits.append(1) if isinstance(c.op, tvm.ir.Op)
                  and str(c.op.name) == "tirx.tvm_storage_sync" else None)])
     return bool(hits)
-
-
-class _ForCells:
-    """Per-thread iteration over the cells of a fragment (see ``per_thread_cells``)."""
-
-    def __init__(self, layout: Fragment, tx, threads: int, what: str, prefix: str):
-        self.layout = layout
-        self.svars, self.slots, self.coords, self.guards, bounds = per_thread_cells(layout, tx, threads, what, prefix)
-        # cells also run in threads outside the layout's range (uniform control flow); bind the whole block
-        if tx is not None:
-            bounds = dict(bounds)
-            bounds[tx] = (0, threads)
-        self.ana = make_analyzer(bounds)
-
-
-def _slot_loops(cells: _ForCells, body):
-    """Serial loops over the slots around ``body``, with fresh loop variables (TIR defines a var once)."""
-    fresh = [tirx.Var(v.name, "int32") for v in cells.svars]
-    body = substitute(body, dict(zip(cells.svars, fresh)))
-    for v, e in reversed(list(zip(fresh, cells.slots))):
-        body = tirx.For(v, 0, e, tirx.ForKind.SERIAL, body)
-    return body
-
-
-def _guard(stmt, conds: list, ana):
-    conds = [ana.simplify(c) for c in conds if not ana.can_prove(c)]
-    if not conds:
-        return stmt
-    out = conds[0]
-    for c in conds[1:]:
-        out = tirx.And(out, c)
-    return tirx.IfThenElse(out, stmt, None)
 
 
 def _cast(dtype: str, value):

@@ -24,7 +24,7 @@ from tilelayout.layout import substitute
 from ..ir_utils import int_value, mapped, mutate, walk
 from .atomics import atomics_as_updates
 from .emulate_async_copy import PER_THREAD_KEY
-from .emulate_mma import emulate_collective, is_collective
+from .emulate_collective import emulate_collective, is_collective
 from .loop_partition import LoweringError
 
 __all__ = ["SerializeThreads", "serialize_threads", "SequentialSemantics", "sequential_semantics", "LOCAL_SCOPES"]
