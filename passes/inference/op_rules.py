@@ -621,6 +621,16 @@ def combining_layout(reduced: Fragment, dst: Fragment | None) -> Fragment:
     return reduced
 
 
+def reduction_decision(src: Fragment, axes, dst: Fragment | None, threads: int) -> tuple:
+    """(reduced layout, ``"destination"`` | ``"reduced"``): the partials' layout, bound to the launched threads
+    when the source is unbound, and whose holders combine them (``combining_layout``); recorded per reduction
+    (``annotate.REDUCTIONS_ATTR``) for lowering to follow."""
+    reduced = reduced_layout(src, axes)
+    if reduced.thread_range is None:
+        reduced = reduced.bind_thread_range(0, threads)
+    return reduced, "destination" if combining_layout(reduced, dst) is dst else "reduced"
+
+
 def check_conditioned_reduction(op: ReduceOp, state) -> None:
     """A reduction under a thread-dependent condition may combine partials only with warp shuffles: the
     shared-memory exchange needs a block-wide barrier that threads outside the condition never reach. Nor
@@ -630,7 +640,7 @@ def check_conditioned_reduction(op: ReduceOp, state) -> None:
     if op.thread_range is None or not op.src.buffer.is_fragment or state.layout(op.src.buffer) is None:
         return
     from ..hardware import warp_size
-    from .all_reduce import needs_barrier
+    from ..all_reduce import needs_barrier
     dst = state.layout(op.dst.buffer) if op.dst.buffer.is_fragment else None
     work = combining_layout(reduced_layout(state.layout(op.src.buffer), op.axes), dst)
     if work is None or not work.is_static:

@@ -28,16 +28,15 @@ import tvm
 from tvm import tirx
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
-from tilelayout.annotate import TILE_LOOPS_ATTR, annotate_loop, read_tile_loops
+from tilelayout.annotate import REDUCTIONS_ATTR, TILE_LOOPS_ATTR, annotate_loop, read_reductions, read_tile_loops
 from tilelayout.errors import warn_user
 from tilelayout.expr import row_major_offset as _flat
 from tilelayout.fragment import Fragment
 from tilelayout.layout import substitute
 
-from ..inference import op_rules
 from ..inference.frontend import CopyOp, ElementwiseOp, FillOp, GemmOp, ReduceOp, build_op_graph
 from ..hardware import func_target, normalize_target, warp_size
-from ..inference.all_reduce import _cell_elements, _reduced, _split_basis, _xor_basis  # noqa: F401 (tests use them)
+from ..all_reduce import _cell_elements, _reduced, _split_basis, _xor_basis, unheld_partial  # noqa: F401 (tests use some)
 from ..inference.loop_nest import nest_of
 from ..ir_utils import int_value, mutate, thread_launch, walk
 from . import lower_gemm as _gemm
@@ -108,6 +107,7 @@ def lower_tile_ops(func, target=None):
         raise LoweringError(f"function attribute {_gemm.GEMM_FALLBACK_ATTR}={fallback!r}: the only fallback is "
                             f"\"scalar\" (omit the attribute for tensor-core lowering)")
     lowering = _Lowering(graph, tx, threads, target, layouts, read_tile_loops(func), fallback)
+    lowering.reductions = read_reductions(func)
     lowering.func = func
     ops = [op for op in graph.ops if isinstance(op, (CopyOp, FillOp, ElementwiseOp, ReduceOp, GemmOp))]
 
@@ -135,6 +135,7 @@ class _Lowering:
         self.reports: dict = {}
         self.thread_name = tx.name if tx is not None else "threadIdx.x"
         self.counter: dict = {}
+        self.reductions: dict = {}
 
     def fresh(self, base: str) -> str:
         self.counter[base] = self.counter.get(base, 0) + 1
@@ -177,9 +178,7 @@ class _Lowering:
             raise LoweringError(f"{op.describe()}: reductions over part of fragment {src.name} are not supported")
         ls = self.layout_of(src, op)
         check_thread_fit(f"fragment {src.name}", ls, self.threads)
-        lr = op_rules.reduced_layout(ls, op.axes)
-        if lr.thread_range is None:
-            lr = lr.bind_thread_range(0, self.threads)
+        lr, combine = self.reduction_decision(op, ls)
         if dst.is_fragment:
             if not op.dst.is_full:
                 raise LoweringError(f"{op.describe()}: reductions into part of fragment {dst.name} are not supported")
@@ -188,16 +187,15 @@ class _Lowering:
             if [int_value(s) if not isinstance(s, int) else s for s in work.input_shape] != list(lr.input_shape):
                 raise LoweringError(f"{op.describe()}: fragment {dst.name} has shape {work.input_shape} but the "
                                     f"reduction produces {lr.input_shape}")
-            err = work.containment_error(lr)
-            if err is not None and lr.containment_error(work) is not None:
+            # combining in the destination needs it to hold every partial; otherwise the destination's holders
+            # must be some of the partials' holders: all of those combine, then each owner takes its elements
+            err = work.containment_error(lr) if combine == "destination" else lr.containment_error(work)
+            if err is not None:
                 raise LoweringError(
                     f"buffer {dst.name}: {op.describe()}: unsatisfiable reduction replication: the holders of "
                     f"each result must be all the threads holding source elements of its row, or some of "
                     f"them, but {err}")
-            # an owner subset of the reducer layout's threads: all of them combine, then each owner takes its
-            # elements (the rule inference's barrier check judges too)
-            combined = op_rules.combining_layout(lr, work)
-            owners, work = (work, combined) if combined is not work else (None, work)
+            owners, work = (None, work) if combine == "destination" else (work, lr)
         else:
             work, owners = lr, None
         dtype = dst.dtype
@@ -313,6 +311,23 @@ class _Lowering:
         if rounds == 1:
             return [tirx.AllocBuffer(ws), sync, *step]
         return [tirx.AllocBuffer(ws), sync, tirx.For(rd, 0, rounds, tirx.ForKind.SERIAL, tirx.SeqStmt(step))]
+
+    def reduction_decision(self, op: ReduceOp, src: Fragment) -> tuple:
+        """(partials' layout, who combines) as inference recorded them (``REDUCTIONS_ATTR``), checked against
+        the source's layout: every thread holding a source element (its first replica, the one folded) must
+        hold the partial of that element's result."""
+        entry = self.reductions.get(op.index)
+        if entry is None or entry[0] != op.describe():
+            raise LoweringError(f"{op.describe()}: no reduction decision recorded for this tile op (attribute "
+                                f"{REDUCTIONS_ATTR!r}); run layout inference first")
+        _, reduced, combine = entry
+        if not isinstance(reduced, Fragment):
+            raise LoweringError(f"{op.describe()}: its recorded reduced layout {reduced!r} is not a Fragment")
+        err = unheld_partial(src, reduced, op.axes, self.threads)
+        if err is not None:
+            raise LoweringError(f"buffer {op.src.buffer.name}: {op.describe()}: the recorded reduced layout "
+                                f"{reduced!r} does not fit the source's layout: {err}")
+        return reduced, combine
 
     def reduce_from_memory(self, op: ReduceOp):
         dst = op.dst.buffer
