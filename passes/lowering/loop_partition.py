@@ -214,7 +214,7 @@ def _frontend_nests(func) -> list:
 
 
 def _verify_nest(key: str, nest, layout: Fragment, frag_layouts: dict) -> None:
-    from ..inference.fragment_rules import ownership_error
+    from ..inference.ownership import ownership_error
     by_name = {str(b.name): lay for b, lay in frag_layouts.items()}
     for access in nest.fragment_accesses():
         frag = by_name.get(access.buffer.name)
