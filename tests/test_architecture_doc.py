@@ -1,0 +1,58 @@
+"""docs/architecture.md's source tree is the tree as it is: every module under passes/ and python/tilelayout/ is
+listed at its place (folder by folder, read from the indentation), and nothing listed there is missing."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "architecture.md"
+PACKAGES = ("python/tilelayout", "passes")
+
+
+def _tree_block(text: str) -> list[str]:
+    """The indented lines of the code block under ``## Source tree``."""
+    section = text.split("## Source tree", 1)[1].split("\n## ", 1)[0]
+    return [line for line in section.splitlines() if line.startswith("    ") and line.strip()]
+
+
+def documented_modules(text: str) -> set[str]:
+    """Paths of the modules the tree lists: a name ending in ``/`` opens a folder for the lines indented under
+    it, a name ending in ``.py`` is a module there, any other line is a heading (it groups, adds no folder)."""
+    out: set[str] = set()
+    stack: list[tuple[int, str | None]] = []          # (indent, folder or None for a heading)
+    for line in _tree_block(text):
+        indent = len(line) - len(line.lstrip())
+        name = line.split()[0]
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        folders = [f for _, f in stack if f]
+        if name.endswith(".py"):
+            out.add("/".join(folders + [name]))
+        elif name.endswith("/") and re.fullmatch(r"[\w./]+/", name):
+            stack.append((indent, name.rstrip("/")))
+        else:
+            stack.append((indent, None))
+    return out
+
+
+def source_modules() -> set[str]:
+    return {str(p.relative_to(ROOT)) for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
+
+
+def test_every_module_is_in_the_architecture_doc_at_its_place():
+    documented = documented_modules(DOC.read_text())
+    missing = sorted(source_modules() - documented)
+    assert not missing, f"modules not in docs/architecture.md's source tree (add each with its job): {missing}"
+
+
+def test_the_architecture_doc_lists_no_module_that_is_gone():
+    documented = {m for m in documented_modules(DOC.read_text()) if m.startswith(PACKAGES)}
+    stale = sorted(documented - source_modules())
+    assert not stale, f"docs/architecture.md lists modules that do not exist: {stale}"
+
+
+def test_the_tree_reader_follows_folders_and_skips_headings():
+    text = ("## Source tree\n\n    passes/          the passes\n      shared\n        a.py       job\n"
+            "      sub/\n        b.py         job\n      c.py         job\n    other/\n      d.py\n\n## Next\n")
+    assert documented_modules(text) == {"passes/a.py", "passes/sub/b.py", "passes/c.py", "other/d.py"}
