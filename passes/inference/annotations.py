@@ -9,6 +9,7 @@ from tilelayout.annotate import (REDUCTIONS_ATTR, TILE_LOOPS_ATTR, annotate_layo
 from tilelayout.errors import LayoutError
 
 from .ops import ReduceOp
+from .reduce_layouts import reduction_decision
 
 __all__ = ["annotate_result", "get_layouts"]
 
@@ -54,7 +55,6 @@ def annotate_result(func, result):
 
 def _reductions(result) -> dict:
     """{op number: encoded reduction decision} for every reduction of a whole fragment with a layout."""
-    from .op_rules import reduction_decision
     graph = getattr(result, "graph", None)
     out = {}
     for op in graph.ops if graph is not None else []:
