@@ -1,7 +1,9 @@
 """docs/architecture.md's source tree is the tree as it is: every module under passes/ and python/tilelayout/ is
-listed at its place (folder by folder, read from the indentation), and nothing listed there is missing."""
+listed at its place (folder by folder, read from the indentation), and nothing listed there is missing. And a
+module of the package over 600 lines says at its top why it is one module."""
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -56,3 +58,20 @@ def test_the_tree_reader_follows_folders_and_skips_headings():
     text = ("## Source tree\n\n    passes/          the passes\n      shared\n        a.py       job\n"
             "      sub/\n        b.py         job\n      c.py         job\n    other/\n      d.py\n\n## Next\n")
     assert documented_modules(text) == {"passes/a.py", "passes/sub/b.py", "passes/c.py", "other/d.py"}
+
+
+#: a module longer than this says at its top why it is one module (a paragraph of its docstring starting "Size")
+MAX_LINES = 600
+
+
+def test_every_long_module_says_at_its_top_why_it_is_one_module():
+    unexplained = []
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            text = path.read_text()
+            if text.count("\n") <= MAX_LINES:
+                continue
+            doc = ast.get_docstring(ast.parse(text)) or ""
+            if not any(p.lstrip().startswith("Size") for p in doc.split("\n\n")):
+                unexplained.append(f"{path.relative_to(ROOT)} ({text.count(chr(10))} lines)")
+    assert not unexplained, f"split these by job, or say in their docstring why each is one module: {unexplained}"
