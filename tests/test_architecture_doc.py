@@ -75,3 +75,19 @@ def test_every_long_module_says_at_its_top_why_it_is_one_module():
             if not any(p.lstrip().startswith("Size") for p in doc.split("\n\n")):
                 unexplained.append(f"{path.relative_to(ROOT)} ({text.count(chr(10))} lines)")
     assert not unexplained, f"split these by job, or say in their docstring why each is one module: {unexplained}"
+
+
+def test_lowering_takes_from_inference_only_through_its_boundary_module():
+    """``passes/lowering/from_inference.py`` is the one door: every name lowering takes from inference's code is
+    listed (and explained) there, and it imports no inference rule."""
+    import sys
+    sys.path.insert(0, str(ROOT / "maint"))
+    import import_cycles
+    graph = import_cycles.import_graph()
+    edges = graph.edges("module_level", "function_level", "typing_only")
+    door = "tilelayout.passes.lowering.from_inference"
+    crossing = sorted(f"{m} -> {t}" for m, ts in edges.items() if m.startswith("tilelayout.passes.lowering.")
+                      and m != door for t in ts if t.startswith("tilelayout.passes.inference"))
+    assert not crossing, f"lowering modules importing inference directly (go through from_inference.py): {crossing}"
+    rules = {"op_rules", "fragment_rules", "reduce_layouts", "loop_plan"}
+    assert not {t.rsplit(".", 1)[-1] for t in edges[door]} & rules

@@ -197,8 +197,8 @@ def fragment_layouts(func, layouts: dict, threads: int) -> dict:
 
 def _frontend_nests(func) -> list:
     """[(root For, LoopNest)] of every parallel nest, from the front end (for ownership verification)."""
-    from ..inference.frontend import ParallelOp, build_op_graph
-    from ..inference.loop_nest import nest_of
+    from .from_inference import ParallelOp, build_op_graph
+    from .from_inference import nest_of
     try:
         graph = build_op_graph(func)
     except LayoutError:
@@ -214,7 +214,7 @@ def _frontend_nests(func) -> list:
 
 
 def _verify_nest(key: str, nest, layout: Fragment, frag_layouts: dict) -> None:
-    from ..inference.ownership import ownership_error
+    from .from_inference import ownership_error
     by_name = {str(b.name): lay for b, lay in frag_layouts.items()}
     for access in nest.fragment_accesses():
         frag = by_name.get(access.buffer.name)

@@ -26,7 +26,7 @@ from tilelayout.annotate import _plain
 from tilelayout.fragment import Fragment
 
 from ..hardware import warp_size
-from ..inference.conversion import CONFIG_KEY, SHARED_STAGE_LIMIT, is_noop, shuffle_count
+from .from_inference import CONFIG_KEY, SHARED_STAGE_LIMIT, is_noop, shuffle_count
 from .cell_loops import ForCells as _cells, guard as _guard, slot_loops as _slot_loops
 from .loop_marks import SLOT_LOOP_KEY
 from .loop_partition import LoweringError

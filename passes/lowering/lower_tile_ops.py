@@ -34,10 +34,10 @@ from tilelayout.expr import row_major_offset as _flat
 from tilelayout.fragment import Fragment
 from tilelayout.layout import substitute
 
-from ..inference.frontend import CopyOp, ElementwiseOp, FillOp, GemmOp, ReduceOp, build_op_graph
+from .from_inference import CopyOp, ElementwiseOp, FillOp, GemmOp, ReduceOp, build_op_graph
 from ..hardware import func_target, normalize_target, warp_size
 from ..all_reduce import _cell_elements, _reduced, _split_basis, _xor_basis, unheld_partial  # noqa: F401 (tests use some)
-from ..inference.loop_nest import nest_of
+from .from_inference import nest_of
 from ..ir_utils import int_value, mutate, thread_launch, walk
 from . import lower_gemm as _gemm
 from .lower_gemm import _region_index
@@ -430,7 +430,7 @@ class _Lowering:
 
     def gemm_plan(self, op: GemmOp):
         """The plan inference recorded for ``op`` (None when the function carries no plans)."""
-        from ..inference.gemm_plan import gemm_ordinal, read_gemm_plans
+        from .from_inference import gemm_ordinal, read_gemm_plans
         func = getattr(self, "func", None)
         plans = read_gemm_plans(func) if func is not None else {}
         if not plans:

@@ -68,7 +68,7 @@ def _tile_loops(func, target, cost_model, infer: bool) -> tuple:
     from .loop_partition import thread_launch
     check_block_threads(thread_launch(fold_thread_dims(func)[0])[1], target, _name(func))
     if infer:
-        from ..inference.layout_inference import infer_layouts
+        from .from_inference import infer_layouts
         func = infer_layouts(func, target, cost_model).func
     func = plan_pipelines(func, target)      # num_stages loops: decided once, recorded on the loop
     func, dims = fold_thread_dims(func)      # threadIdx.y/z: lower over the linear thread id, then restore

@@ -12,7 +12,7 @@ from tvm import tirx
 
 from tilelayout.layout import substitute
 
-from ..inference.conversion import shuffle_plan
+from .from_inference import shuffle_plan
 from .cell_loops import ForCells as _cells
 from .loop_partition import LoweringError
 
