@@ -85,3 +85,14 @@ def test_unheld_partial_names_the_first_source_element_left_out():
     every = Fragment.from_exprs([4], P(0) * 8 + rep_placeholder(), [0], 8).bind_thread_range(0, 32)
     assert unheld_partial(src, every, [1], 32) is None                                 # all 8 holders of each row
     assert "covers [8]" in unheld_partial(src, Fragment.from_exprs([8], P(0), [0]), [1], 32)
+
+
+def test_the_recorded_decision_survives_printing_and_parsing():
+    import tvm
+    res = infer_layouts(_variant("reduce_broadcast", "64x128_t128"))
+    parsed = tvm.script.from_source(res.func.script())
+    parsed = parsed if not isinstance(parsed, tvm.IRModule) else parsed[list(parsed.functions)[0]]
+    (text, reduced, combine), = read_reductions(res.func).values()
+    (text2, reduced2, combine2), = read_reductions(parsed).values()
+    assert (text2, combine2) == (text, combine) and reduced2.is_equal(reduced)
+    lower_tile_ops(parsed)                      # lowering reads the parsed record as it reads the original
