@@ -1,4 +1,5 @@
-"""CPU emulation of warp- and warpgroup-collective tensor-core instructions (ldmatrix, mma.sync, wgmma).
+"""CPU emulation of the warp-collective tensor-core instructions (ldmatrix, mma.sync), and the register
+exchange and operand helpers the warpgroup ones (``emulate_wgmma``) use too; ``emulate_collective`` dispatches.
 
 ``SerializeThreads`` runs threads one after another, so an instruction whose operands come from the
 registers of *other* lanes cannot run as a per-thread statement. Each such call becomes two phases,
