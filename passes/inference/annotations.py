@@ -4,7 +4,12 @@ from __future__ import annotations
 from tilelayout.ir_walk import mutate_typed
 from tvm import tirx
 
-from tilelayout.annotate import TILE_LOOPS_ATTR, annotate_layouts, annotate_loop, encode_tile_loop, read_layout_annotations
+from tilelayout.annotate import (REDUCTIONS_ATTR, TILE_LOOPS_ATTR, annotate_layouts, annotate_loop, encode_reduction,
+                                 encode_tile_loop, read_layout_annotations)
+from tilelayout.errors import LayoutError
+
+from .ops import ReduceOp
+from .reduce_layouts import reduction_decision
 
 __all__ = ["annotate_result", "get_layouts"]
 
@@ -13,7 +18,8 @@ def annotate_result(func, result):
     """``func`` with a layout map for every inferred buffer; on the outermost loop of every parallel nest its
     loop layout, predicate and guard flags; for tile ops (which have no loop yet), the same decision in the
     function attribute ``TILE_LOOPS_ATTR``, so lowering reads every loop decision instead of making it; and
-    the plan of every gemm (``gemm_plan.GEMM_PLANS_ATTR``)."""
+    the reduction decision of every reduction of a fragment (``REDUCTIONS_ATTR``); and the plan of every gemm
+    (``gemm_plan.GEMM_PLANS_ATTR``)."""
     roots, tile_loops = {}, {}
     for index, decision in sorted(result.op_loops.items()):
         op = result.graph.ops[index]
@@ -36,12 +42,33 @@ def annotate_result(func, result):
     annotated = func.with_body(mutate_typed(func.body, [(tirx.For, on_for)])) if roots else func
     out = annotate_layouts(annotated, dict(result.buffers))
     out = out.with_attr(TILE_LOOPS_ATTR, tile_loops) if tile_loops else out
+    reductions = _reductions(result)
+    out = out.with_attr(REDUCTIONS_ATTR, reductions) if reductions else out
     plans = getattr(result, "gemm_plans", None) or {}
     if plans:
         from .gemm_plan import annotate_gemm_plans, gemm_ordinals
         indices = sorted(plans)
         ordinals = gemm_ordinals(func, [result.graph.ops[i] for i in indices])
         out = annotate_gemm_plans(out, {k: plans[i] for k, i in zip(ordinals, indices)})
+    return out
+
+
+def _reductions(result) -> dict:
+    """{op number: encoded reduction decision} for every reduction of a whole fragment with a layout."""
+    graph = getattr(result, "graph", None)
+    out = {}
+    for op in graph.ops if graph is not None else []:
+        if not isinstance(op, ReduceOp) or not op.src.buffer.is_fragment or not op.src.is_full:
+            continue
+        src = result.buffers.get(op.src.buffer.name)
+        dst = result.buffers.get(op.dst.buffer.name) if op.dst.buffer.is_fragment else None
+        if src is None or (op.dst.buffer.is_fragment and dst is None):
+            continue
+        try:
+            reduced, combine = reduction_decision(src, op.axes, dst, graph.thread_extent)
+        except LayoutError:
+            continue        # lowering refuses the reduction: no decision recorded
+        out[str(op.index)] = encode_reduction(op.describe(), reduced, combine)
     return out
 
 

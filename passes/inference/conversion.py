@@ -14,6 +14,10 @@ wherever ``src``'s layout keeps them. Three ways, judged by exact enumeration of
 Costs are in bytes at the wavefront granularity (a shuffle or a conflict-free shared access of one warp moves
 128 bytes), the unit the io-aware model charges global segments in: a conversion is never free unless it is a
 no-op, so a conflict-free plan wins whenever one exists.
+
+Size (over 800 lines): one job, the price of a conversion; the three ways read the same two enumerated (or
+separable) cell tables, share their memo caches (``clear_caches``) and are compared in one chooser, most of the
+module being the shared-memory wavefront count those tables feed.
 """
 from __future__ import annotations
 

@@ -148,7 +148,7 @@ def conversion_call(dst_var, src_var, plan: dict):
 def split_fragment(func, graph, split: Split):
     """(``func`` with ``split`` applied: the new version allocated and converted right before the reader, the
     new version's name, the statements that replaced the reader's: allocation, conversion, redirected reader)."""
-    from ..lowering.loop_partition import mapped, mutate
+    from ..ir_utils import mapped, mutate
     buf = graph.buffer(split.buffer)
     op = graph.ops[split.op_index]
     name = _fresh_name(graph, buf.name)
@@ -441,7 +441,7 @@ def read_conversions(func) -> list:
 
 
 def _write_plans(func, records: list):
-    from ..lowering.loop_partition import mutate
+    from ..ir_utils import mutate
     by_dst = {r["dst"]: r for r in records}
 
     def on_call(node, mutator):

@@ -14,7 +14,7 @@ only *reads* them: it walks the statement tree once, in program order, and recor
 Anything else (serial loops, `if`, binds, attributes) is walked through; a tile primitive that
 cannot be modelled raises `FrontendError` naming it.
 
-Size (about 660 lines): the statement walker alone; the op data model is in ops.py.
+Size (over 700 lines): the statement walker alone, one visitor whose cases share the walk's state; the op data model is in ops.py.
 """
 
 from __future__ import annotations

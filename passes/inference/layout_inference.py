@@ -22,7 +22,7 @@ from tilelayout.layout import Layout
 from .conversion import register_count32
 from .conversion_plan import conversion_costs
 from .cost_models import ScoringContext, get_cost_model
-from .fragment_rules import ownership_error
+from .ownership import ownership_error
 from .frontend import ConvertOp, build_op_graph
 from .gemm_plan import plan_gemms
 from ..hardware import check_block_threads, func_target, normalize_target

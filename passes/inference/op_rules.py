@@ -4,21 +4,17 @@ A rule reads the attempt's state and proposes layouts through ``state.propose``;
 conflicts itself. Levels: STRICT (pinned/forced facts only), COMMON (propagate from known layouts),
 FREE (may invent a layout when nothing constrains it).
 
-Size (about 590 lines): one rule per op kind, kept together because they share the loop-decision helpers;
-fragment helpers are in fragment_rules.py, gemm plans in gemm_plan.py.
+One rule per op kind, kept together because they share the loop-decision helpers; fragment helpers are in
+fragment_rules.py, the layouts a reduction implies in reduce_layouts.py, gemm plans in gemm_plan.py.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tvm import tirx
-
 from tilelayout.errors import InferenceError, LayoutConflictError, LayoutError, WriteRaceError
-from tilelayout.expr import row_major_offset
-from tilelayout.fragment import Fragment, fully_replicated
-from tilelayout.layout import placeholder, rep_placeholder, substitute
+from tilelayout.fragment import Fragment
 
-from .fragment_rules import (PartialCoverage, _condensed, complete_fragment, dynamic_slot_accesses, everyone,
+from .fragment_rules import (PartialCoverage, complete_fragment, dynamic_slot_accesses, everyone,
                              loop_from_fragment, ownership_error, reaches_partly)
 from .ops import GemmOp, ReduceOp
 from ..hardware import max_vector_load_bits
@@ -26,6 +22,7 @@ from .loop_nest import LoopNest
 from .memory_writes import grouped_update_layout, memory_race, memory_update
 from .rule_state import RuleState  # noqa: F401  (the state every rule here is handed)
 from .loop_plan import plan_loop_layout, plan_vector_width, select_min_padding_width
+from .reduce_layouts import combining_layout, reduced_layout, slot_count
 from .scan_split import scan_of, split_lanes, split_loop_layout
 
 STRICT, COMMON, FREE = 2, 1, 0
@@ -468,76 +465,6 @@ def check_runs_in_range(op, layout: Fragment, what, state) -> None:
 
 # ------------------------------------------------------------------------------------------ reduce
 
-def reducer_layout(src: Fragment, axis: int) -> Fragment:
-    """Destination layout of reducing ``src`` along ``axis``: the reduced coordinate becomes replicas."""
-    n = src.input_dim
-    extent = src.input_shape[axis]
-    r = rep_placeholder()
-    coords, k = [], 0
-    for d in range(n):
-        if d == axis:
-            coords.append(tirx.floormod(r, extent))
-        else:
-            coords.append(placeholder(k))
-            k += 1
-    vmap = dict(zip(src.forward_vars, coords))
-    vmap[r] = tirx.floordiv(r, extent)
-    thread = substitute(src.forward_thread, vmap)
-    shape = [s for d, s in enumerate(src.input_shape) if d != axis] or [1]
-    if n == 1:
-        thread = substitute(thread, {placeholder(0): tirx.const(0, "int32")})
-    try:
-        out = Fragment.from_exprs(shape, thread, None, extent * src.replicate_size)
-    except LayoutError:
-        # a wrapped thread map (``(_i * 32 + _rep) % 100``) has no derivable slot map: one slot per element
-        out = Fragment.from_exprs(shape, thread, [_flat_index(shape)], extent * src.replicate_size)
-    out = _distinct_replicas(_condensed(out))
-    return out.bind_thread_range(*src.thread_range) if src.thread_range is not None else out
-
-
-def _flat_index(shape: list):
-    """Row-major element number over ``shape`` in the placeholders (one register slot per element)."""
-    return row_major_offset([placeholder(k) for k in range(len(shape))], shape)
-
-
-def _distinct_replicas(frag: Fragment) -> Fragment:
-    """``frag`` with no replica repeating a thread that another replica of the element already gives.
-
-    Reducing ``(_i * 7 + _j) % 32`` over 96 rows gives holders ``(_rep * 7 + _i) % 32`` for 96 replicas: each
-    thread three times, which no (slot, thread) packing can hold. Every thread holds every element there, so
-    that is the layout; otherwise the fewest leading replicas that reach every holder (checked by
-    enumeration: same holders, injective), else a clear refusal."""
-    if frag.replicate_size == 1 or not frag.is_static:
-        return frag
-    total, shape = frag.replicate_size, list(frag.input_shape)
-    every = fully_replicated(shape, frag.thread_extent)
-    if every.contains(frag) and frag.contains(every):
-        return every        # every thread holds every element: say so (invertible, unlike a modular map)
-    if frag.is_injective():
-        return frag
-    flat = _flat_index(shape)
-    for d in range(1, total + 1):       # the first d replicas, when they already reach every holder
-        for index in (None, [flat]):      # the derived slot map, else one slot per element
-            try:
-                cand = Fragment.from_exprs(shape, frag.forward_thread, index, d)
-            except LayoutError:
-                continue
-            if cand.is_injective() and cand.contains(frag):
-                return cand
-    raise InferenceError(f"reducing gives a destination layout whose replicas share threads irregularly ({frag!r}); "
-                         f"no fragment layout holds it")
-
-
-def _slot_count(frag: Fragment) -> float:
-    """Registers per thread of ``frag`` (infinite when symbolic, so a symbolic layout is never preferred)."""
-    out = 1
-    for s in frag.output_shape:
-        if not isinstance(s, int):
-            return float("inf")
-        out *= s
-    return out
-
-
 def _infer_reduce(op: ReduceOp, level: int, state) -> None:
     if level == STRICT:
         return
@@ -563,7 +490,7 @@ def _infer_reduce(op: ReduceOp, level: int, state) -> None:
     old = state.layout(dst)
     if old is not None and old.contains(out):
         return      # every holder of a source row already holds its result (extra holders get it too)
-    if isinstance(old, Fragment) and _slot_count(old) < _slot_count(out) and out.contains(old):
+    if isinstance(old, Fragment) and slot_count(old) < slot_count(out) and out.contains(old):
         # a consumer gave the destination fewer registers and only threads that hold a source row: after the
         # cross-thread combine every holder of the row has the result, and these owners keep it
         return
@@ -600,27 +527,6 @@ def check_cells_invertible(op, state) -> None:
         check_conditioned_reduction(op, state)
 
 
-def reduced_layout(src: Fragment, axes) -> Fragment:
-    """``src`` reduced over ``axes`` (``reducer_layout``, highest axis first): every thread holding source
-    elements of a result holds its partial."""
-    out = src
-    for axis in sorted(axes, reverse=True):
-        out = reducer_layout(out, axis)
-    return out
-
-
-def combining_layout(reduced: Fragment, dst: Fragment | None) -> Fragment:
-    """The layout whose holders combine a reduction's partials (``reduced``: ``reduced_layout`` of the source),
-    the rule lowering's ``reduce`` follows: the destination's when it holds every result wherever ``reduced``
-    does, else ``reduced`` itself (a destination keeping the results in a subset of those threads, or in
-    memory: all of them combine, then each owner takes its elements). Fuzz seed 1764: the barrier check once
-    judged an owner subset's holders (one thread each) while lowering combined over warps under
-    ``if tx < 65``, and refused after inference."""
-    if dst is not None and dst.containment_error(reduced) is None:
-        return dst
-    return reduced
-
-
 def check_conditioned_reduction(op: ReduceOp, state) -> None:
     """A reduction under a thread-dependent condition may combine partials only with warp shuffles: the
     shared-memory exchange needs a block-wide barrier that threads outside the condition never reach. Nor
@@ -630,7 +536,7 @@ def check_conditioned_reduction(op: ReduceOp, state) -> None:
     if op.thread_range is None or not op.src.buffer.is_fragment or state.layout(op.src.buffer) is None:
         return
     from ..hardware import warp_size
-    from .all_reduce import needs_barrier
+    from ..all_reduce import needs_barrier
     dst = state.layout(op.dst.buffer) if op.dst.buffer.is_fragment else None
     work = combining_layout(reduced_layout(state.layout(op.src.buffer), op.axes), dst)
     if work is None or not work.is_static:

@@ -15,6 +15,7 @@ from tvm.ir import TensorLoad
 from tilelayout.lang import atomic_of
 
 from ..ir_utils import mapped, walk
+from .loop_marks import PARTITIONED_KEY
 
 __all__ = ["has_atomic", "atomics_as_updates", "guard_atomics", "fence_shared_atomics"]
 
@@ -88,8 +89,6 @@ def fence_shared_atomics(func: Any) -> Any:
     """A barrier before and after every partitioned nest doing atomics on shared memory: TVM's own barrier
     insertion does not see an atomic through ``address_of`` as an access, so the writes before it (e.g. a
     zero fill) and the reads after it would race with it."""
-    from .loop_partition import PARTITIONED_KEY
-
     def sync():
         return tirx.Evaluate(tirx.op.tvm_storage_sync("shared"))
 

@@ -1,4 +1,5 @@
-"""CPU emulation of warp- and warpgroup-collective tensor-core instructions (ldmatrix, mma.sync, wgmma).
+"""CPU emulation of the warp-collective tensor-core instructions (ldmatrix, mma.sync), and the register
+exchange and operand helpers the warpgroup ones (``emulate_wgmma``) use too; ``emulate_collective`` dispatches.
 
 ``SerializeThreads`` runs threads one after another, so an instruction whose operands come from the
 registers of *other* lanes cannot run as a per-thread statement. Each such call becomes two phases,
@@ -27,25 +28,15 @@ from ..ir_utils import int_value
 from .loop_partition import LoweringError
 from .mma_ptx import PTX_TYPE, TF32_MASK, MmaInst, WgmmaInst, dtype_bits
 
-__all__ = ["is_collective", "emulate_collective", "COLLECTIVE_OPS", "fp8_to_f32", "tf32_input"]
+__all__ = ["MMA_OPS", "LDMATRIX_OPS", "emulate_mma_sync", "emulate_ldmatrix", "fp8_to_f32", "tf32_input"]
 
 _PTX_DTYPE = {**{v: k for k, v in PTX_TYPE.items()}, "tf32": "float32"}
-_MMA_OPS = ("tirx.ptx.mma", "tirx.ptx.mma_f16acc", "tirx.ptx.mma_int", "tirx.ptx.mma_f64")
-_LDMATRIX_OPS = ("tirx.ptx.ldmatrix",)
-_WGMMA_MMA = re.compile(r"tirx\.ptx\.wgmma_(f16|bf16|f16_f16acc|tf32|fp8|fp8_f16acc)_(ss|rs)$")
-_WGMMA_SYNC = ("tirx.ptx.wgmma_fence", "tirx.ptx.wgmma_commit_group", "tirx.ptx.wgmma_wait_group",
-               "tirx.ptx.fence_proxy")
-COLLECTIVE_OPS = _MMA_OPS + _LDMATRIX_OPS
+MMA_OPS = ("tirx.ptx.mma", "tirx.ptx.mma_f16acc", "tirx.ptx.mma_int", "tirx.ptx.mma_f64")
+LDMATRIX_OPS = ("tirx.ptx.ldmatrix",)
 
 
 def _op_name(call) -> str:
     return str(call.op.name) if isinstance(call, tvm.ir.Call) and isinstance(call.op, tvm.ir.Op) else ""
-
-
-def is_collective(call) -> bool:
-    """A tensor-core call that reads other lanes' registers (or orders the warpgroup's async MMAs)."""
-    name = _op_name(call)
-    return name in COLLECTIVE_OPS or bool(_WGMMA_MMA.match(name)) or name in _WGMMA_SYNC
 
 
 def _split_args(call) -> tuple[list, list]:
@@ -172,28 +163,13 @@ def _store_to(load, value):
     return tirx.BufferStore(load.source, value, list(load.indices))
 
 
-def emulate_collective(call, phases) -> tirx.Stmt:
-    """The phases (over all threads) that emulate one collective ``call`` (see the module docstring)."""
-    name = _op_name(call)
-    if name in _MMA_OPS:
-        return _emulate_mma(call, phases)
-    if name in _LDMATRIX_OPS:
-        return _emulate_ldmatrix(call, phases)
-    if name in _WGMMA_SYNC:
-        return tirx.Evaluate(0)           # threads are serialised: every wgmma (and shared write) has completed
-    if _WGMMA_MMA.match(name):
-        from .emulate_wgmma import emulate_wgmma
-        return emulate_wgmma(call, phases)
-    raise LoweringError(f"no CPU emulation for {name}")
-
-
 def _exchange(phases, name: str, width: int, dtype: str):
     buf = tirx.decl_buffer([phases.nthreads, width], dtype, name=name)
     phases.extra.append(tirx.AllocBuffer(buf))
     return buf
 
 
-def _emulate_mma(call, phases) -> tirx.Stmt:
+def emulate_mma_sync(call, phases) -> tirx.Stmt:
     operands, tokens = _split_args(call)
     inst = _mma_from_tokens(tokens)
     nd = inst.c_elems // inst.c_pack
@@ -255,7 +231,7 @@ def shared_element(addr) -> tuple:
     return node.source, node.indices[0]
 
 
-def _emulate_ldmatrix(call, phases) -> tirx.Stmt:
+def emulate_ldmatrix(call, phases) -> tirx.Stmt:
     operands, tokens = _split_args(call)
     trans = "trans" in tokens
     regs, addr = operands[:-1], operands[-1]

@@ -28,14 +28,12 @@ from tilelayout.layout import Layout, rep_placeholder, substitute
 
 from ..ir_utils import (conj, func_label, int_value, is_memory_scope, make_analyzer, mapped, mutate,  # noqa: F401
                         thread_launch, walk)
+from .atomics import guard_atomics
+from .loop_marks import PARTITIONED_KEY, SLOT_LOOP_KEY
 
 __all__ = ["LoweringError", "LoopPartition", "partition_function", "thread_launch", "buffer_layouts",
            "PARTITIONED_KEY", "SLOT_LOOP_KEY", "mutate", "walk", "int_value", "is_memory_scope"]
 
-#: annotation on the outermost serial loop a partitioned nest becomes (value: the nest's loop key)
-PARTITIONED_KEY = "tilelayout.partitioned"
-#: annotation on the innermost slot loop (value: the nest's loop key); the vectorizer works on these
-SLOT_LOOP_KEY = "tilelayout.slot_loop"
 
 
 def buffer_layouts(func) -> dict:
@@ -199,8 +197,8 @@ def fragment_layouts(func, layouts: dict, threads: int) -> dict:
 
 def _frontend_nests(func) -> list:
     """[(root For, LoopNest)] of every parallel nest, from the front end (for ownership verification)."""
-    from ..inference.frontend import ParallelOp, build_op_graph
-    from ..inference.loop_nest import nest_of
+    from .from_inference import ParallelOp, build_op_graph
+    from .from_inference import nest_of
     try:
         graph = build_op_graph(func)
     except LayoutError:
@@ -216,7 +214,7 @@ def _frontend_nests(func) -> list:
 
 
 def _verify_nest(key: str, nest, layout: Fragment, frag_layouts: dict) -> None:
-    from ..inference.fragment_rules import ownership_error
+    from .from_inference import ownership_error
     by_name = {str(b.name): lay for b, lay in frag_layouts.items()}
     for access in nest.fragment_accesses():
         frag = by_name.get(access.buffer.name)
@@ -282,7 +280,6 @@ def _partition_nest(root, tx, threads: int, frag_layouts: dict, nest, verify: bo
             guards.append(pred)
     ana = make_analyzer(bounds)      # valid under the thread guard (``bounds`` restrict the thread range)
     if layout.replicate_size > 1 and not ana.can_prove(rep == 0):
-        from .atomics import guard_atomics
         body = guard_atomics(_guard_memory_stores(body, ana.simplify(rep == 0)), ana.simplify(rep == 0))
     guard = conj(guards)
     if guard is not None:
@@ -344,7 +341,6 @@ def _scan_nest(root, loops: list, layout: Fragment, tx, threads: int, key: str):
         conds.append(_predicate_expr(str(ann[LOOP_PREDICATE_KEY]), tx, key))
     body = _unroll_fragment_scans(body)
     if layout.replicate_size > 1:
-        from .atomics import guard_atomics
         body = guard_atomics(_guard_memory_stores(body, rep == 0), rep == 0)
     body = tirx.IfThenElse(conj(conds), body, None)
     if layout.replicate_size > 1:

@@ -1,9 +1,11 @@
 """Loop vectorize: give every partitioned nest's innermost slot loop the widest safe vector width.
 
-The width comes from ``loop_plan.plan_vector_width`` -- the rule layout inference and the io-aware model
-use -- applied to the partitioned body: global/shared accesses must move contiguously and aligned with the
-slot, stores that do not move with it stay scalar, register accesses only cap the width by element size,
-and the whole is bounded by ``hardware.max_vector_load_bits(target, global_only)``. Guards (padding,
+Slot loops are made by partitioning, after inference: their widths are this pass's decision, recorded on
+each slot loop (``VECTOR_WIDTH_KEY``). The width comes from ``vector_width.plan_vector_width`` -- the shared
+rule inference's planner and the io-aware model apply to user loops -- applied to the partitioned body:
+global/shared accesses must move contiguously and aligned with the slot, stores that do not move with it stay
+scalar, register accesses only cap the width by element size, and the whole is bounded by
+``hardware.max_vector_load_bits(target, global_only)``. Guards (padding,
 thread range, ``rep == 0``) must be invariant inside each vector, as TileLang requires; they are then
 hoisted or evaluated once per vector so TVM's VectorizeLoop emits real vector loads and stores.
 """
@@ -19,8 +21,8 @@ from tilelayout.layout import substitute
 
 from ..hardware import func_target, max_vector_load_bits, normalize_target
 from ..ir_utils import int_value, mapped, mutate, thread_launch, walk
-from .loop_partition import SLOT_LOOP_KEY
-from ..inference.loop_plan import plan_vector_width, same_in_group, value_lane_cap
+from ..vector_width import plan_vector_width, same_in_group, value_lane_cap
+from .loop_marks import SLOT_LOOP_KEY
 from .atomics import has_atomic
 from .vector_atomics import vector_atomic_lanes, vectorize_atomic
 

@@ -26,8 +26,11 @@ from tilelayout.annotate import _plain
 from tilelayout.fragment import Fragment
 
 from ..hardware import warp_size
-from ..inference.conversion import CONFIG_KEY, SHARED_STAGE_LIMIT, is_noop, shuffle_count
+from .from_inference import CONFIG_KEY, SHARED_STAGE_LIMIT, is_noop, shuffle_count
+from .cell_loops import ForCells as _cells, guard as _guard, slot_loops as _slot_loops
+from .loop_marks import SLOT_LOOP_KEY
 from .loop_partition import LoweringError
+from .shuffle_conversion import lower_shuffle
 
 __all__ = ["lower_conversion_call", "is_conversion"]
 
@@ -130,7 +133,6 @@ class _Conversion:
         if shuffle_count(self.src, self.dst, self.threads, self.warp, self.elem_bytes) is None:
             raise LoweringError(f"{self.what}: annotated as warp shuffles, but some element must cross a warp "
                                 f"({self.src!r} -> {self.dst!r})")
-        from .shuffle_conversion import lower_shuffle
         return lower_shuffle(self)
 
 
@@ -139,25 +141,9 @@ def tirx_bits(dtype: str) -> int:
     return int(tvm.DataType(dtype).bits)
 
 
-def _cells(layout, tx, threads, what, prefix):
-    from .lower_tile_ops import _ForCells
-    return _ForCells(layout, tx, threads, what, prefix)
-
-
-def _slot_loops(cells, body):
-    from .lower_tile_ops import _slot_loops as loops
-    return loops(cells, body)
-
-
-def _guard(stmt, conds, ana):
-    from .lower_tile_ops import _guard as guard
-    return guard(stmt, conds, ana)
-
-
 def _vectorizable(loops, key: str):
     """Mark the innermost slot loop for ``LoopVectorize`` (it vectorises the staging accesses when they are
     contiguous and aligned along the slot, the rule ``conversion.shared_cost`` charges)."""
-    from .loop_partition import SLOT_LOOP_KEY
     if not isinstance(loops, tirx.For):
         return loops
     if isinstance(loops.body, tirx.For):

@@ -20,7 +20,7 @@ from tilelayout.errors import LoweringError
 from tilelayout.layout import substitute
 
 from ..hardware import warp_size
-from ..inference.scan_split import (CumsumScan, is_split_fragment, is_split_loop, match_cumsum, split_lanes)
+from .from_inference import (CumsumScan, is_split_fragment, is_split_loop, match_cumsum, split_lanes)
 from ..ir_utils import int_value
 
 __all__ = ["split_scan_of", "lower_split_scan"]

@@ -17,7 +17,7 @@ __all__ = ["refuse_tcgen05"]
 
 def refuse_tcgen05(op, plan, target) -> None:
     """Raise ``Tcgen05LoweringError`` for a gemm planned as tcgen05 (or on a tcgen05 target without a plan)."""
-    from ..inference.tcgen05_plan import has_tcgen05
+    from .from_inference import has_tcgen05
     if plan is not None and plan.instruction != "tcgen05":
         return
     if plan is None and not (has_tcgen05(target) and str(op.a.buffer.dtype) != "float64"):

@@ -28,22 +28,25 @@ import tvm
 from tvm import tirx
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
-from tilelayout.annotate import TILE_LOOPS_ATTR, annotate_loop, read_tile_loops
+from tilelayout.annotate import REDUCTIONS_ATTR, TILE_LOOPS_ATTR, annotate_loop, read_reductions, read_tile_loops
 from tilelayout.errors import warn_user
 from tilelayout.expr import row_major_offset as _flat
 from tilelayout.fragment import Fragment
 from tilelayout.layout import substitute
 
-from ..inference import op_rules
-from ..inference.frontend import CopyOp, ElementwiseOp, FillOp, GemmOp, ReduceOp, build_op_graph
+from .from_inference import CopyOp, ElementwiseOp, FillOp, GemmOp, ReduceOp, build_op_graph
 from ..hardware import func_target, normalize_target, warp_size
-from ..inference.all_reduce import _cell_elements, _reduced, _split_basis, _xor_basis  # noqa: F401 (tests use them)
-from ..inference.loop_nest import nest_of
-from ..ir_utils import int_value, make_analyzer, mutate, thread_launch, walk
+from ..all_reduce import _cell_elements, _reduced, _split_basis, _xor_basis, unheld_partial  # noqa: F401 (tests use some)
+from .from_inference import nest_of
+from ..ir_utils import int_value, mutate, thread_launch, walk
 from . import lower_gemm as _gemm
 from .lower_gemm import _region_index
-from .loop_partition import LoweringError, buffer_layouts, check_thread_fit, per_thread_cells
+from .cell_loops import ForCells as _ForCells, guard as _guard, slot_loops as _slot_loops
+from .loop_partition import LoweringError, buffer_layouts, check_thread_fit
+from .lower_conversion import is_conversion, lower_conversion_call
 from .shared_liveness import keep_shared_alive
+from .tile_values import (_cast, _is_one, _leading_bits, _operands, _shuffle_xor, elementwise_value,  # noqa: F401
+                          reduce_combine, reduce_identity)
 from .uniform_branches import mark_uniform_branches
 
 __all__ = ["LowerTileOps", "lower_tile_ops", "elementwise_value", "reduce_identity",
@@ -97,7 +100,6 @@ def element_loop(op, node, nest, kind):
 def lower_tile_ops(func, target=None):
     """``func`` with every tile op replaced by loops (see the module docstring)."""
     target = normalize_target(target)
-    from .lower_conversion import is_conversion, lower_conversion_call
     graph = build_op_graph(func)
     tx, threads = thread_launch(func)
     layouts = buffer_layouts(func)
@@ -107,6 +109,7 @@ def lower_tile_ops(func, target=None):
         raise LoweringError(f"function attribute {_gemm.GEMM_FALLBACK_ATTR}={fallback!r}: the only fallback is "
                             f"\"scalar\" (omit the attribute for tensor-core lowering)")
     lowering = _Lowering(graph, tx, threads, target, layouts, read_tile_loops(func), fallback)
+    lowering.reductions = read_reductions(func)
     lowering.func = func
     ops = [op for op in graph.ops if isinstance(op, (CopyOp, FillOp, ElementwiseOp, ReduceOp, GemmOp))]
 
@@ -134,6 +137,7 @@ class _Lowering:
         self.reports: dict = {}
         self.thread_name = tx.name if tx is not None else "threadIdx.x"
         self.counter: dict = {}
+        self.reductions: dict = {}
 
     def fresh(self, base: str) -> str:
         self.counter[base] = self.counter.get(base, 0) + 1
@@ -176,9 +180,7 @@ class _Lowering:
             raise LoweringError(f"{op.describe()}: reductions over part of fragment {src.name} are not supported")
         ls = self.layout_of(src, op)
         check_thread_fit(f"fragment {src.name}", ls, self.threads)
-        lr = op_rules.reduced_layout(ls, op.axes)
-        if lr.thread_range is None:
-            lr = lr.bind_thread_range(0, self.threads)
+        lr, combine = self.reduction_decision(op, ls)
         if dst.is_fragment:
             if not op.dst.is_full:
                 raise LoweringError(f"{op.describe()}: reductions into part of fragment {dst.name} are not supported")
@@ -187,16 +189,15 @@ class _Lowering:
             if [int_value(s) if not isinstance(s, int) else s for s in work.input_shape] != list(lr.input_shape):
                 raise LoweringError(f"{op.describe()}: fragment {dst.name} has shape {work.input_shape} but the "
                                     f"reduction produces {lr.input_shape}")
-            err = work.containment_error(lr)
-            if err is not None and lr.containment_error(work) is not None:
+            # combining in the destination needs it to hold every partial; otherwise the destination's holders
+            # must be some of the partials' holders: all of those combine, then each owner takes its elements
+            err = work.containment_error(lr) if combine == "destination" else lr.containment_error(work)
+            if err is not None:
                 raise LoweringError(
                     f"buffer {dst.name}: {op.describe()}: unsatisfiable reduction replication: the holders of "
                     f"each result must be all the threads holding source elements of its row, or some of "
                     f"them, but {err}")
-            # an owner subset of the reducer layout's threads: all of them combine, then each owner takes its
-            # elements (the rule inference's barrier check judges too)
-            combined = op_rules.combining_layout(lr, work)
-            owners, work = (work, combined) if combined is not work else (None, work)
+            owners, work = (None, work) if combine == "destination" else (work, lr)
         else:
             work, owners = lr, None
         dtype = dst.dtype
@@ -313,6 +314,23 @@ class _Lowering:
             return [tirx.AllocBuffer(ws), sync, *step]
         return [tirx.AllocBuffer(ws), sync, tirx.For(rd, 0, rounds, tirx.ForKind.SERIAL, tirx.SeqStmt(step))]
 
+    def reduction_decision(self, op: ReduceOp, src: Fragment) -> tuple:
+        """(partials' layout, who combines) as inference recorded them (``REDUCTIONS_ATTR``), checked against
+        the source's layout: every thread holding a source element (its first replica, the one folded) must
+        hold the partial of that element's result."""
+        entry = self.reductions.get(op.index)
+        if entry is None or entry[0] != op.describe():
+            raise LoweringError(f"{op.describe()}: no reduction decision recorded for this tile op (attribute "
+                                f"{REDUCTIONS_ATTR!r}); run layout inference first")
+        _, reduced, combine = entry
+        if not isinstance(reduced, Fragment):
+            raise LoweringError(f"{op.describe()}: its recorded reduced layout {reduced!r} is not a Fragment")
+        err = unheld_partial(src, reduced, op.axes, self.threads)
+        if err is not None:
+            raise LoweringError(f"buffer {op.src.buffer.name}: {op.describe()}: the recorded reduced layout "
+                                f"{reduced!r} does not fit the source's layout: {err}")
+        return reduced, combine
+
     def reduce_from_memory(self, op: ReduceOp):
         dst = op.dst.buffer
         work = self.layout_of(dst, op)
@@ -414,7 +432,7 @@ class _Lowering:
 
     def gemm_plan(self, op: GemmOp):
         """The plan inference recorded for ``op`` (None when the function carries no plans)."""
-        from ..inference.gemm_plan import gemm_ordinal, read_gemm_plans
+        from .from_inference import gemm_ordinal, read_gemm_plans
         func = getattr(self, "func", None)
         plans = read_gemm_plans(func) if func is not None else {}
         if not plans:
@@ -534,138 +552,3 @@ def _has_block_barrier(stmt) -> bool:
     walk(stmt, [(tvm.ir.Call, lambda c: hits.append(1) if isinstance(c.op, tvm.ir.Op)
                  and str(c.op.name) == "tirx.tvm_storage_sync" else None)])
     return bool(hits)
-
-
-class _ForCells:
-    """Per-thread iteration over the cells of a fragment (see ``per_thread_cells``)."""
-
-    def __init__(self, layout: Fragment, tx, threads: int, what: str, prefix: str):
-        self.layout = layout
-        self.svars, self.slots, self.coords, self.guards, bounds = per_thread_cells(layout, tx, threads, what, prefix)
-        # cells also run in threads outside the layout's range (uniform control flow); bind the whole block
-        if tx is not None:
-            bounds = dict(bounds)
-            bounds[tx] = (0, threads)
-        self.ana = make_analyzer(bounds)
-
-
-def _slot_loops(cells: _ForCells, body):
-    """Serial loops over the slots around ``body``, with fresh loop variables (TIR defines a var once)."""
-    fresh = [tirx.Var(v.name, "int32") for v in cells.svars]
-    body = substitute(body, dict(zip(cells.svars, fresh)))
-    for v, e in reversed(list(zip(fresh, cells.slots))):
-        body = tirx.For(v, 0, e, tirx.ForKind.SERIAL, body)
-    return body
-
-
-def _guard(stmt, conds: list, ana):
-    conds = [ana.simplify(c) for c in conds if not ana.can_prove(c)]
-    if not conds:
-        return stmt
-    out = conds[0]
-    for c in conds[1:]:
-        out = tirx.And(out, c)
-    return tirx.IfThenElse(out, stmt, None)
-
-
-def _cast(dtype: str, value):
-    if isinstance(value, (int, float)):
-        return tirx.const(value, dtype)
-    return value if str(value.ty) == dtype else tirx.Cast(dtype, value)
-
-
-def _is_one(value) -> bool:
-    if isinstance(value, (int, float)):
-        return value == 1
-    return isinstance(value, (tirx.FloatImm, tirx.IntImm)) and float(value.value) == 1.0
-
-
-def _shuffle_xor(value, mask: int, warp: int):
-    dtype = str(value.ty)
-    bits = tvm.DataType(dtype).bits
-    wide = dtype if bits >= 32 or (dtype in ("float16", "bfloat16")) else ("float32" if "float" in dtype else "int32")
-    v = _cast(wide, value)
-    out = tirx.call_intrin(wide, "tirx.tvm_warp_shuffle_xor", tirx.call_intrin("uint32", "tirx.tvm_warp_activemask"),
-                           v, mask, warp, warp)
-    return _cast(dtype, out)
-
-
-def reduce_identity(reducer: str, dtype: str):
-    if reducer == "sum":
-        return tirx.const(0, dtype)
-    if reducer == "max":
-        return tirx.min_value(dtype)
-    if reducer == "min":
-        return tirx.max_value(dtype)
-    raise LoweringError(f"unknown reducer {reducer!r}")
-
-
-def reduce_combine(reducer: str, a, b):
-    if reducer == "sum":
-        return a + b
-    if reducer == "max":
-        return tirx.max(a, b)
-    if reducer == "min":
-        return tirx.min(a, b)
-    raise LoweringError(f"unknown reducer {reducer!r}")
-
-
-def _operands(op, node, loads: list) -> list:
-    """Positional operands of an elementwise tile call: loads for regions, the scalars as they are (from the
-    op's own operand list when it was expanded from a composite primitive)."""
-    from tvm.ir import TensorRegion
-    out, it = [], iter(loads)
-    if getattr(op, "operands", None) is not None:
-        return [next(it) if hasattr(a, "buffer") else a for a in op.operands]
-    for a in list(node.args)[1:]:
-        out.append(next(it) if isinstance(a, TensorRegion) else a)
-    return out
-
-
-def elementwise_value(name: str, dtype: str, operands: list, old):
-    """The value an elementwise tile op stores (TIRx semantics: ``dst = f(operands)``)."""
-    def arg(k, default=None):
-        v = operands[k] if k < len(operands) else None
-        return default if v is None else _cast(dtype, v)
-
-    if name == "zero":
-        return tirx.const(0, dtype)
-    if name in ("add", "sub", "mul", "fdiv", "maximum", "minimum"):
-        a, b = arg(0), arg(1)
-        return {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b, "fdiv": lambda: a / b,
-                "maximum": lambda: tirx.max(a, b), "minimum": lambda: tirx.min(a, b)}[name]()
-    if name == "cast":
-        return _cast(dtype, operands[0] if operands and operands[0] is not None else old)
-    if name == "fma":
-        return arg(0) * arg(1) + arg(2)
-    if name in ("exp", "exp2", "log2", "sqrt"):
-        x = arg(0, old)
-        scale, bias = arg(2), arg(1)
-        if scale is not None:
-            x = x * scale
-        if bias is not None:
-            x = x + bias
-        return {"exp": tirx.exp, "exp2": tirx.exp2, "log2": tirx.log2, "sqrt": tirx.sqrt}[name](x)
-    if name == "negate":
-        return tirx.const(0, dtype) - arg(0, old)
-    if name == "reciprocal":
-        return tirx.const(1, dtype) / arg(0, old)
-    if name == "silu":
-        x = arg(0, old)
-        return x / (tirx.const(1, dtype) + tirx.exp(tirx.const(0, dtype) - x))
-    raise LoweringError(f"elementwise tile op {name!r} has no lowering")
-
-
-def _leading_bits(masks: list) -> int:
-    """The leading bits of an echelon basis of the xor masks ``masks``: exactly one thread id of every coset
-    ``tx ^ span(masks)`` has none of them set."""
-    basis: list = []
-    for m in masks:
-        for b in basis:
-            m = min(m, m ^ b)
-        if m:
-            basis.append(m)
-    out = 0
-    for b in basis:
-        out |= 1 << (b.bit_length() - 1)
-    return out

@@ -31,8 +31,8 @@ from tilelayout.errors import PipelineError
 from tilelayout.expr import mentions
 
 from ..hardware import func_target, normalize_target, sm_version
-from ..inference.frontend import CopyOp, build_op_graph
-from ..inference.resources import stage_stride
+from .from_inference import CopyOp, build_op_graph
+from .from_inference import stage_stride
 from ..ir_utils import int_value, mapped, walk
 
 __all__ = ["PlanPipelines", "STAGES_KEY", "PIPELINE_KEY", "PIPELINE_REPORT_ATTR", "plan_pipelines", "read_plan", "stage_stride"]
@@ -334,7 +334,7 @@ def free_vars_of(expr) -> list:
 
 
 def _check_shared_budget(label: str, stages: int, buffers: list, shared: dict, target) -> None:
-    from ..inference.resources import MAX_STATIC_SHARED_BYTES, shared_memory_limit, shared_tile_bytes
+    from .from_inference import MAX_STATIC_SHARED_BYTES, shared_memory_limit, shared_tile_bytes
     static = dynamic = 0
     for name, b in shared.items():
         n = 1

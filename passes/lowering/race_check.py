@@ -31,6 +31,7 @@ from tilelayout.lang import atomic_of
 from ..ir_utils import int_value, walk
 from .emulate_async_copy import PER_THREAD_KEY
 from .emulate_tma import TMA_ISSUE_KEY, TMA_ISSUED, TMA_LANDING_KEY, TMA_SEEN, TMA_SLOTS, TMA_THREAD
+from .race_fields import SEVERAL
 
 __all__ = ["instrument_races", "Instrumented", "Site", "LOG_ENTRIES", "LOG_FIELDS", "SHADOW_FIELDS", "KINDS"]
 
@@ -41,8 +42,6 @@ LOG_FIELDS = 10
 #: per shadow element: (block, thread, epoch, site) of the last write, of the reads, of the atomics
 SHADOW_FIELDS = 12
 _W, _R, _A = 0, 4, 8
-#: a thread field meaning "several threads" (a collective read, or reads by more than one thread)
-SEVERAL = -2
 
 KINDS = {1: "written by two threads", 2: "read by one thread and written by another",
          3: "written after another thread read it", 4: "out-of-bounds read", 5: "out-of-bounds write",

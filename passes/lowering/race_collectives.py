@@ -18,7 +18,9 @@ import tvm
 from tvm import tirx
 from tvm.ir import TensorLoad
 
-from .race_check import SEVERAL, _op
+from .emulate_mma import _op_name as _op, _split_args
+from .emulate_wgmma import _buffer_of, _decode, _element
+from .race_fields import SEVERAL
 
 __all__ = ["collective_reads"]
 
@@ -54,8 +56,6 @@ def _ldmatrix(ins, call, stmt) -> list:
 
 
 def _wgmma(ins, call, stmt) -> list:
-    from .emulate_mma import _split_args
-    from .emulate_wgmma import _buffer_of, _decode, _element
     operands, tokens = _split_args(call)
     shape = next((t for t in tokens if re.fullmatch(r"m64n\d+k\d+", t)), None)
     if shape is None:

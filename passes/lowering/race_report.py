@@ -14,6 +14,7 @@ from tvm import tirx
 
 from tilelayout.errors import RaceError
 
+from .cpu_build import _cpu_compile, _name, cpu_index_guard, device_index_rewrites
 from .race_check import _visit, KINDS, LOG_ENTRIES, LOG_FIELDS, SEVERAL, SHADOW_FIELDS, instrument_races
 
 __all__ = ["Race", "RaceCheckedKernel", "build_race_checked", "gpu_barriers", "describe_races"]
@@ -138,7 +139,6 @@ def build_race_checked(lowered, name: str | None = None, tvm_barriers: bool = Tr
     """An already lowered PrimFunc (``lower_func``'s result) as a race-checked CPU kernel. ``tvm_barriers=False``
     checks the barriers as written, without the ones TVM's CUDA build would add (for hand-written kernels)."""
     from .emulate_async_copy import emulate_async_copies
-    from .pipeline import _cpu_compile, _name, cpu_index_guard, device_index_rewrites
     from .serialize_threads import serialize_threads
     flat = device_index_rewrites(lowered)
     synced = gpu_barriers(flat) if tvm_barriers else flat

@@ -24,7 +24,7 @@ from tilelayout.layout import substitute
 from ..ir_utils import int_value, mapped, mutate, walk
 from .atomics import atomics_as_updates
 from .emulate_async_copy import PER_THREAD_KEY
-from .emulate_mma import emulate_collective, is_collective
+from .emulate_collective import emulate_collective, is_collective
 from .loop_partition import LoweringError
 
 __all__ = ["SerializeThreads", "serialize_threads", "SequentialSemantics", "sequential_semantics", "LOCAL_SCOPES"]
@@ -357,7 +357,7 @@ def SequentialSemantics():
 
 def sequential_semantics(func):
     """The unlowered tile program run once, by one thread, op by op over whole regions (the reference)."""
-    from ..inference.frontend import ConvertOp, CopyOp, ElementwiseOp, FillOp, GemmOp, ReduceOp, build_op_graph
+    from .from_inference import ConvertOp, CopyOp, ElementwiseOp, FillOp, GemmOp, ReduceOp, build_op_graph
     graph = build_op_graph(func)
     blocks, threads, body = _launches(func)
     if threads and _uses_any(body, [v for v, _ in threads]):
@@ -393,10 +393,10 @@ def sequential_semantics(func):
 
 
 def _reference_op(op, node):
-    from ..inference.ops import CopyOp, ElementwiseOp, FillOp, GemmOp
+    from .from_inference import CopyOp, ElementwiseOp, FillOp, GemmOp
     from .lower_tile_ops import _cast, _region_index, element_loop, reduce_combine, reduce_identity
     if isinstance(op, (CopyOp, FillOp, ElementwiseOp)):
-        from ..inference.loop_nest import nest_of
+        from .from_inference import nest_of
         return element_loop(op, node, nest_of(op), tirx.ForKind.SERIAL)
     acc = tirx.decl_buffer([1], (op.c if isinstance(op, GemmOp) else op.dst).buffer.dtype, name="ref_acc")
     zero = [tirx.const(0, "int32")]

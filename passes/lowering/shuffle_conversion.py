@@ -12,7 +12,8 @@ from tvm import tirx
 
 from tilelayout.layout import substitute
 
-from ..inference.conversion import shuffle_plan
+from .from_inference import shuffle_plan
+from .cell_loops import ForCells as _cells
 from .loop_partition import LoweringError
 
 __all__ = ["lower_shuffle"]
@@ -50,7 +51,6 @@ def _flat_slot(cells, values: dict) -> list:
 
 def lower_shuffle(conv):
     """The SeqStmt converting ``conv.src`` to ``conv.dst`` by warp shuffles (``conv``: a ``_Conversion``)."""
-    from .lower_conversion import _cells
     plan = shuffle_plan(conv.src, conv.dst, conv.threads, conv.warp)
     if plan is None:
         raise LoweringError(f"{conv.what}: warp shuffles cannot do this conversion")

@@ -17,7 +17,7 @@ import tvm
 from tvm import tirx
 from tvm.ir import TensorLoad
 
-from ..inference.uniform_locals import uniform_local_buffers
+from .from_inference import uniform_local_buffers
 from ..ir_utils import mapped, walk
 
 __all__ = ["mark_uniform_branches", "unwrap", "is_marked"]

@@ -35,7 +35,7 @@ from .tile_layout_interop import from_tile_layout, is_default_tile_layout
 
 __all__ = [
     "LAYOUTS_ATTR", "LOOP_LAYOUT_KEY", "LOOP_PREDICATE_KEY", "PADDING_GUARD_KEY", "TILE_LOOPS_ATTR",
-    "encode_tile_loop", "read_tile_loops",
+    "encode_tile_loop", "read_tile_loops", "REDUCTIONS_ATTR", "encode_reduction", "read_reductions",
     "encode_layout", "decode_layout", "annotate_layouts", "annotate_loop", "annotate_loops",
     "read_layout_annotations",
     "get_pinned_layouts", "loop_nest", "loop_key", "parallel_nests", "function_buffers",
@@ -50,6 +50,11 @@ REPLICA_GUARD_KEY = "tilelayout.replica_guard"
 #: have no loop in the IR until lowering creates one, so their loop decisions travel here (numbered by the
 #: op's position in the front end's op graph, with the op's description to catch a stale annotation)
 TILE_LOOPS_ATTR = "tilelayout.tile_loops"
+#: function attribute: {tile op number: its reduction decision} for reductions of a fragment: the layout of the
+#: partial results (``reduced``: the source's layout with the reduced axes turned into replicas) and which
+#: layout's holders combine them (``combine``: ``"destination"``, or ``"reduced"`` when the destination is
+#: memory or keeps the results in a subset of the holders, which then take theirs after the combination)
+REDUCTIONS_ATTR = "tilelayout.reductions"
 
 
 # --------------------------------------------------------------------------- value encoding
@@ -377,6 +382,36 @@ def read_tile_loops(func) -> dict:
             raise LayoutError(f"tile op {key} ({entry['op']}) in {func_name(func)}: {err}") from None
         out[int(key)] = (str(entry["op"]), layout, entry.get("predicate"), bool(entry.get("padding_guard", False)),
                          bool(entry.get("replica_guard", False)))
+    return out
+
+
+def encode_reduction(op_text: str, reduced: Layout, combine: str) -> dict:
+    """The annotation form of a reduction decision (see ``REDUCTIONS_ATTR``)."""
+    if combine not in ("destination", "reduced"):
+        raise ValueError(f"combine must be 'destination' or 'reduced', got {combine!r}")
+    return {"op": str(op_text), "reduced": encode_layout(reduced), "combine": combine}
+
+
+def read_reductions(func) -> dict:
+    """{op number: (op text, reduced layout, combine)} from ``func`` (see ``REDUCTIONS_ATTR``)."""
+    attrs = func.attrs
+    if attrs is None or REDUCTIONS_ATTR not in attrs:
+        return {}
+    raw = _plain(attrs[REDUCTIONS_ATTR])
+    if not isinstance(raw, dict):
+        raise LayoutError(f"attribute {REDUCTIONS_ATTR!r} of {func_name(func)} must map op numbers to reduction "
+                          f"decisions, got {raw!r}")
+    out = {}
+    for key in sorted(raw, key=lambda k: int(k) if str(k).isdigit() else -1):
+        entry = raw[key]
+        if not str(key).isdigit() or not isinstance(entry, dict) or "reduced" not in entry or "op" not in entry \
+                or entry.get("combine") not in ("destination", "reduced"):
+            raise LayoutError(f"attribute {REDUCTIONS_ATTR!r} of {func_name(func)}: malformed entry {key!r}: {entry!r}")
+        try:
+            reduced = decode_layout(entry["reduced"])
+        except LayoutError as err:
+            raise LayoutError(f"tile op {key} ({entry['op']}) in {func_name(func)}: {err}") from None
+        out[int(key)] = (str(entry["op"]), reduced, str(entry["combine"]))
     return out
 
 

@@ -9,7 +9,8 @@ function receives the replica as a keyword-free trailing argument only when repl
 takes ``rep=`` by name, tables put the replica on the last axis, and ``inverse()`` always answers
 ``(slot..., thread) -> (coords..., rep)`` with ``rep`` last.
 
-Size (about 510 lines): the Fragment class and its methods only.
+Size (over 600 lines): the Fragment class and its methods only, one job (holders, containment, thread
+tables and their caches all read one another's state).
 """
 from __future__ import annotations
 from .expr import mentions as _uses

@@ -5,7 +5,7 @@ inverse, injectivity) is computed symbolically where TVM can and confirmed or re
 enumeration where the domain is static and small enough; the analysis and inverse solvers live in
 ``inverse.py``, the snapshot reader in ``serialize.py``.
 
-Size (about 520 lines): the Layout class and its methods only; expressions, inverses and the snapshot
+Size (over 600 lines): the Layout class and its methods only, one job; expressions, inverses and the snapshot
 reader live beside it.
 """
 from __future__ import annotations

@@ -29,7 +29,7 @@ guesses. An index outside its buffer raises ``ReferenceOutOfBounds``, except on 
 (the default; function attribute ``tilelayout.safe_memory``): a read outside it gives the pad (0, or its entry of
 ``tilelayout.safe_memory_pad``) and a write outside it is dropped.
 
-Size (about 950 lines): one interpreter whose parts (expressions, statements, tile ops) share one evaluation
+Size (under 1000 lines): one interpreter whose parts (expressions, statements, tile ops) share one evaluation
 context; it may import nothing from the passes, so it cannot lean on their helpers.
 """
 from __future__ import annotations

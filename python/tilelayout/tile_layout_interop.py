@@ -38,7 +38,7 @@ multiple of 32 and every thread digit splits at the warp boundary, otherwise as 
 single-output Layout that is not affine is tried as an XOR swizzle of an affine layout
 (``ComposeLayout``). Anything else raises :class:`LayoutError` naming what cannot be represented.
 
-Size (about 800 lines): both directions of one conversion and their digit solvers share helpers; split,
+Size (over 800 lines): both directions of one conversion and their digit solvers share helpers; split,
 each half would import the other's internals.
 """
 from __future__ import annotations

@@ -13,6 +13,7 @@ from .int_tuple import CuteError, ScaledBasis, ceil_div, crd2idx, flatten, fmt, 
 from .core import (_by_mode, _from_lists, coalesce, compose_layouts, complement, filter, left_inverse,
                    right_inverse)
 from .layout import Layout, cosize, make_layout, size
+from .swizzle import ComposedLayout
 
 __all__ = ["coalesce", "filter", "composition", "complement", "right_inverse", "left_inverse", "logical_divide",
            "zipped_divide", "tiled_divide", "logical_product", "zipped_product", "tiled_product", "blocked_product",
@@ -21,7 +22,6 @@ __all__ = ["coalesce", "filter", "composition", "complement", "right_inverse", "
 
 # Functional composition A o B: (A o B)(c) = A(B(c)); B may be a tuple of layouts (by mode), an int, or None.
 def composition(a, b):
-    from .swizzle import ComposedLayout
     if isinstance(a, ComposedLayout):
         return ComposedLayout(a.swizzle, a.offset, composition(a.layout, b))
     if b is None:
@@ -192,6 +192,14 @@ def with_shape(layout: Layout, shape) -> Layout:
     if is_int(size(layout)) and is_int(size(target)) and size(layout) != size(target):
         raise CuteError(f"with_shape: {layout} has size {size(layout)}, shape {fmt(target.shape)} has {size(target)}")
     return composition(layout, target)
+
+
+def _with_shape_method(self: Layout, *shape) -> Layout:
+    """``layout.with_shape(s)`` (or ``with_shape(*s)``): the free function as a method of Layout."""
+    return with_shape(self, shape[0] if len(shape) == 1 else shape)
+
+
+Layout.with_shape = _with_shape_method       # see Layout's docstring: layout.py does not import the algebra
 
 
 # ----------------------------------------------------------------------------- probing helpers (also used by convert)

@@ -186,3 +186,17 @@ def composed_to_tilelang(composed: ComposedLayout) -> TLLayout:
         raise CuteError(f"to_tilelang: {composed} needs an integer inner layout and offset")
     addr = composed.offset + inner.forward_index[0]
     return TLLayout(inner.input_shape, [composed.swizzle(addr)])
+
+
+def _layout_to_tilelang_method(self: Layout, num_outputs: int | None = None) -> TLLayout:
+    """The same map as a tilelayout Layout: one input per top-level mode, one output per codomain axis (at
+    least ``num_outputs``, for axes no basis stride reaches)."""
+    return layout_to_tilelang(self, num_outputs)
+
+
+# Methods of Layout and ComposedLayout (see Layout's docstring): layout.py and swizzle.py do not import this module.
+Layout.from_tilelang = staticmethod(layout_from_tilelang)
+Layout.from_tilelang_hierarchical = staticmethod(layout_from_tilelang_hierarchical)
+Layout.to_tilelang = _layout_to_tilelang_method
+ComposedLayout.from_tilelang = staticmethod(composed_from_tilelang)
+ComposedLayout.to_tilelang = composed_to_tilelang

@@ -32,7 +32,12 @@ def _check_shape(shape, what: str) -> None:
 
 
 class Layout(LayoutBase):
-    """``shape:stride``; calling it with an index or a coordinate gives the codomain value."""
+    """``shape:stride``; calling it with an index or a coordinate gives the codomain value.
+
+    The methods that need the algebra, the parser or the TileLang converters are defined by those modules,
+    which import this one (this module imports none of them): ``with_shape`` (``algebra``), ``parse``
+    (``parse``), ``from_tilelang``, ``from_tilelang_hierarchical`` and ``to_tilelang`` (``convert``). The
+    package imports all three, so every ``Layout`` has them."""
 
     __slots__ = ("shape", "stride")
 
@@ -79,42 +84,12 @@ class Layout(LayoutBase):
     def cosize(self):
         return cosize(self)
 
-    def with_shape(self, *shape):
-        from .algebra import with_shape
-        return with_shape(self, shape[0] if len(shape) == 1 else shape)
-
     def __str__(self):
         return f"{fmt(self.shape)}:{fmt(self.stride)}"
 
     def __repr__(self):
         return f"Layout({self.shape!r}, {self.stride!r})"
 
-    @staticmethod
-    def parse(text: str) -> "Layout":
-        """Read CuTe's spelling back (``((2,2),3):((24,2),8)``)."""
-        from .parse import parse
-        out = parse(text)
-        if not isinstance(out, Layout):
-            raise CuteError(f"Layout.parse: {text!r} is a composed layout; use cute.parse")
-        return out
-
-    @staticmethod
-    def from_tilelang(layout):
-        """One flat integer output (outputs serialised row-major); probe, then prove; None when impossible."""
-        from .convert import layout_from_tilelang
-        return layout_from_tilelang(layout)
-
-    @staticmethod
-    def from_tilelang_hierarchical(layout):
-        """Per-output-axis strides ``v@k``; probe, then prove; None when impossible."""
-        from .convert import layout_from_tilelang_hierarchical
-        return layout_from_tilelang_hierarchical(layout)
-
-    def to_tilelang(self, num_outputs: int | None = None):
-        """The same map as a tilelayout Layout: one input per top-level mode, one output per codomain axis
-        (at least ``num_outputs``, for axes no basis stride reaches)."""
-        from .convert import layout_to_tilelang
-        return layout_to_tilelang(self, num_outputs)
 
 
 def compact_strides(shape, products):

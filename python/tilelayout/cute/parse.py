@@ -99,3 +99,14 @@ def parse(text: str):
     stride = r.tree()
     r.done()
     return Layout(shape, stride)
+
+
+def _parse_layout(text: str) -> Layout:
+    """Read CuTe's spelling of a Layout back (``((2,2),3):((24,2),8)``)."""
+    out = parse(text)
+    if not isinstance(out, Layout):
+        raise CuteError(f"Layout.parse: {text!r} is a composed layout; use cute.parse")
+    return out
+
+
+Layout.parse = staticmethod(_parse_layout)   # see Layout's docstring: layout.py does not import the parser

@@ -115,14 +115,3 @@ class ComposedLayout(LayoutBase):
 
     def __repr__(self):
         return f"ComposedLayout({self.swizzle!r}, {self.offset!r}, {self.layout!r})"
-
-    @staticmethod
-    def from_tilelang(layout):
-        """Recover ``swizzle o offset o layout`` from a tilelayout Layout (probe, then prove); None when impossible."""
-        from .convert import composed_from_tilelang
-        return composed_from_tilelang(layout)
-
-    def to_tilelang(self):
-        """The same map as a tilelayout Layout (one XOR expression output)."""
-        from .convert import composed_to_tilelang
-        return composed_to_tilelang(self)

@@ -1,13 +1,14 @@
 """Which threads must combine partial results of a reduction, and how: xor-shuffles inside a warp, or an
-exchange through shared memory behind block-wide barriers. Inference uses it to refuse what lowering cannot do
-(a barrier under a thread-dependent condition); lowering uses it to emit the combination."""
+exchange through shared memory behind block-wide barriers. Both sides apply it to the combining layout that
+inference records (``annotate.REDUCTIONS_ATTR``): inference to refuse what lowering cannot do (a barrier under a
+thread-dependent condition), lowering to emit the combination."""
 from __future__ import annotations
 
 import numpy as np
 
 from tilelayout.fragment import Fragment
 
-__all__ = ["needs_barrier"]
+__all__ = ["needs_barrier", "unheld_partial"]
 
 
 def needs_barrier(work: Fragment, threads: int, warp: int) -> bool:
@@ -86,3 +87,27 @@ def _split_basis(basis: list | None, warp: int):
     return lanes, sorted(high)
 
 
+def unheld_partial(src: Fragment, reduced: Fragment, axes, threads: int) -> str | None:
+    """None when every thread holding a source element (its first replica, the one a reduction folds) holds the
+    partial of that element's result in ``reduced`` (``src`` reduced over ``axes``); else the first element
+    that breaks it, in words. Lowering folds each source element into the partial its thread holds, so a
+    recorded reduced layout must pass this before lowering follows it."""
+    if not src.is_static or not reduced.is_static:
+        return "the layouts are not static, so the partials' holders cannot be checked"
+    shape = [int(s) for s in src.input_shape]
+    kept = [d for d in range(len(shape)) if d not in set(axes)]
+    rshape = [shape[d] for d in kept] or [1]
+    if [int(s) for s in reduced.input_shape] != rshape:
+        return f"it covers {list(reduced.input_shape)}, the reduction of {shape} over axes {sorted(axes)} gives {rshape}"
+    lo_s = (src.thread_range or (0, threads))[0]
+    lo_r = (reduced.thread_range or (0, threads))[0]
+    first = np.asarray(src.thread_table())[..., 0] + lo_s                      # (*shape,)
+    holders = np.asarray(reduced.thread_table()).reshape(int(np.prod(rshape)), -1) + lo_r
+    coords = np.indices(shape).reshape(len(shape), -1)
+    row = np.ravel_multi_index(coords[kept], rshape) if kept else np.zeros(coords.shape[1], dtype=np.int64)
+    held = (holders[row] == first.reshape(-1)[:, None]).any(axis=1)
+    if held.all():
+        return None
+    k = int(np.argmin(held))
+    coord = [int(c) for c in coords[:, k]]
+    return f"thread {int(first.reshape(-1)[k])} holds source element {coord} but not the partial of its result"
