@@ -12,6 +12,7 @@ from tvm.tirx.script import tile as Tx
 
 # kernels that are also golden cases are imported from them, not repeated here
 from cases.elementwise_copy import roundtrip as copy_roundtrip  # noqa: F401
+from cases.ragged_extent import ragged  # noqa: F401  (#2398: n columns, n not a multiple of the threads)
 from cases.register_spill import spill_kernel as register_spill  # noqa: F401
 
 
@@ -242,20 +243,6 @@ def const_pair(m: int, n: int, threads: int):
             for j in T.parallel(n):
                 F[i, j] = A[i, j] * s[0] + s[1]
         Tx.copy(Out[0:m, 0:n], F[0:m, 0:n])
-    return kernel
-
-
-def ragged(n: int, threads: int):
-    """#2398: n columns over ``threads`` threads, n not a multiple of the thread count."""
-    @T.prim_func
-    def kernel(X: T.Buffer((1, n), "float32"), Y: T.Buffer((1, n), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", threads)
-        frag = T.alloc_buffer((1, n), "float32", scope="local.fragment")
-        for i in T.parallel(1):
-            for j in T.parallel(n):
-                frag[i, j] = X[i, j] * T.float32(2)
-        Tx.copy(Y[0:1, 0:n], frag[0:1, 0:n])
     return kernel
 
 
