@@ -169,21 +169,9 @@ reduce_sum, reduce_max, reduce_min = _reduce(Tx.sum), _reduce(Tx.max), _reduce(T
 
 
 def row_max_then_subtract(m: int, n: int, threads: int):
-    """x -> row max -> y = x - row_max[i] -> B (the reduce_broadcast pattern)."""
-    @T.prim_func
-    def kernel(A: T.Buffer((m, n), "float32"), B: T.Buffer((m, n), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", threads)
-        x = T.alloc_buffer((m, n), "float32", scope="local.fragment")
-        mx = T.alloc_buffer((m,), "float32", scope="local.fragment")
-        y = T.alloc_buffer((m, n), "float32", scope="local.fragment")
-        Tx.copy(x[0:m, 0:n], A[0:m, 0:n])
-        Tx.max(mx[0:m], x[0:m, 0:n], axes=[1])
-        for i in T.parallel(m):
-            for j in T.parallel(n):
-                y[i, j] = x[i, j] - mx[i]
-        Tx.copy(B[0:m, 0:n], y[0:m, 0:n])
-    return kernel
+    """x -> row max ``row_max`` -> y = x - row_max[i] -> B: the ``reduce_broadcast`` case's kernel."""
+    from cases.reduce_broadcast import _softmaxish
+    return _softmaxish(m, n, threads)
 
 
 def partial_reduce():
