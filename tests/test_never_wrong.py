@@ -156,29 +156,21 @@ def test_thread_range_reaches_cuda_source():
 # trusted inverse sent rows to the wrong threads and registers (896 of 1,024 outputs wrong). Inverses are now
 # verified by enumeration; a layout with no closed-form inverse is partitioned by a guarded scan.
 
-OFFSET_VISIT = '''
+# one kernel, rows 3..10 of F written by a parallel nest or by a copy of the region
+_OFFSET = '''
 @T.prim_func
 def main(A: T.Buffer((8, 64), "float32"), B: T.Buffer((16, 64), "float32")):
     bx = T.launch_thread("blockIdx.x", 1)
     tx = T.launch_thread("threadIdx.x", 128)
     F = T.alloc_buffer((16, 64), "float32", scope="local.fragment")
     Tx.fill(F[0:16, 0:64], T.float32(0))
-    for i in T.parallel(8):
+{write}
+    Tx.copy(B[0:16, 0:64], F[0:16, 0:64])
+'''
+OFFSET_VISIT = _OFFSET.format(write='''    for i in T.parallel(8):
         for j in T.parallel(64):
-            F[i + 3, j] = A[i, j]
-    Tx.copy(B[0:16, 0:64], F[0:16, 0:64])
-'''
-
-OFFSET_COPY = '''
-@T.prim_func
-def main(A: T.Buffer((8, 64), "float32"), B: T.Buffer((16, 64), "float32")):
-    bx = T.launch_thread("blockIdx.x", 1)
-    tx = T.launch_thread("threadIdx.x", 128)
-    F = T.alloc_buffer((16, 64), "float32", scope="local.fragment")
-    Tx.fill(F[0:16, 0:64], T.float32(0))
-    Tx.copy(F[3:11, 0:64], A[0:8, 0:64])
-    Tx.copy(B[0:16, 0:64], F[0:16, 0:64])
-'''
+            F[i + 3, j] = A[i, j]''')
+OFFSET_COPY = _OFFSET.format(write="    Tx.copy(F[3:11, 0:64], A[0:8, 0:64])")
 
 
 @pytest.mark.parametrize("text", [OFFSET_VISIT, OFFSET_COPY], ids=["parallel", "copy"])
