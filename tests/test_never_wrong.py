@@ -239,14 +239,17 @@ def test_reversed_read_after_reduction(model):
 # realises every valid layout (a layout without a closed-form inverse is partitioned by a guarded scan), and
 # indices that TVM's buffer flattening would rewrite wrongly (``(3 - j) % 4``) are protected.
 
-REVERSED_2D = '''
+# A copied into a 128x128 fragment F on 128 threads; what reads F follows (here and in section 5)
+_F_FROM_A = '''
 @T.prim_func
 def main(A: T.Buffer((128, 128), "float32"), B: T.Buffer((128, 128), "float32")):
     bx = T.launch_thread("blockIdx.x", 1)
     tx = T.launch_thread("threadIdx.x", 128)
     F = T.alloc_buffer((128, 128), "float32", scope="local.fragment")
     Tx.copy(F[0:128, 0:128], A[0:128, 0:128])
-    for i in T.parallel(128):
+'''
+
+REVERSED_2D = _F_FROM_A + '''    for i in T.parallel(128):
         for j in T.parallel(128):
             B[i, j] = F[127 - i, 127 - j]
 '''
@@ -291,14 +294,7 @@ def test_flattening_rewrite_is_avoided():
 # 5. Pins are validated: thread ids inside the block, one element per (thread, slot), the buffer's shape, a
 # Fragment for a fragment buffer, an existing buffer, one layout per buffer.
 
-PIN_KERNEL = '''
-@T.prim_func
-def main(A: T.Buffer((128, 128), "float32"), B: T.Buffer((128, 128), "float32")):
-    bx = T.launch_thread("blockIdx.x", 1)
-    tx = T.launch_thread("threadIdx.x", 128)
-    F = T.alloc_buffer((128, 128), "float32", scope="local.fragment")
-    Tx.copy(F[0:128, 0:128], A[0:128, 0:128])
-    Tx.copy(B[0:128, 0:128], F[0:128, 0:128])
+PIN_KERNEL = _F_FROM_A + '''    Tx.copy(B[0:128, 0:128], F[0:128, 0:128])
 '''
 
 
