@@ -411,21 +411,17 @@ class Gen:
         kind, b = rng.choice(options)
         if kind == "frag":
             return _cast(f"{b.name}[{', '.join(ivars)}]", b.dtype, dtype)
-        if kind == "row":
-            self.notes.append("broadcast-row")
-            return _cast(f"{b.name}[{ivars[0]}]", b.dtype, dtype)
-        if kind == "col":
-            self.notes.append("broadcast-col")
-            return _cast(f"{b.name}[{ivars[1]}]", b.dtype, dtype)
-        if kind == "const":
-            self.notes.append("const-index")
-            return _cast(f"{b.name}[{rng.randrange(b.shape[0])}]", b.dtype, dtype)
-        if kind == "fixed-row":
-            self.notes.append("fixed-row")
-            return _cast(f"{b.name}[{rng.randrange(b.shape[0])}, {ivars[0]}]", b.dtype, dtype)
-        if kind == "shifted":
-            self.notes.append("shifted")
-            return _cast(f"{b.name}[{ivars[0]} + 1]", b.dtype, dtype)
+        reads = {       # kind -> (note, the index of b it reads; drawn only when that kind was picked)
+            "row": ("broadcast-row", lambda: ivars[0]),
+            "col": ("broadcast-col", lambda: ivars[1]),
+            "const": ("const-index", lambda: rng.randrange(b.shape[0])),
+            "fixed-row": ("fixed-row", lambda: f"{rng.randrange(b.shape[0])}, {ivars[0]}"),
+            "shifted": ("shifted", lambda: f"{ivars[0]} + 1"),
+        }
+        if kind in reads:
+            note, index = reads[kind]
+            self.notes.append(note)
+            return _cast(f"{b.name}[{index()}]", b.dtype, dtype)
         if kind == "strided":
             # f[i // 2] (each element read by two iterations), f[2 * i] / f[2 * i + 1] (every other element)
             n = shape[0]
