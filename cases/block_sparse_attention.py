@@ -4,7 +4,8 @@ Each query block copies its row of the block mask into a per-thread array (``blo
 and runs the whole attention step (K and V tiles through shared memory, two gemms, the online softmax) under
 ``if block_mask[k] != 0``. Every store into ``block_mask`` is block-uniform, so every thread takes the branch
 and the ops under it run on the whole block (``inference/uniform_locals.py``); before, the condition was
-refused as a per-thread value. Pinned:
+refused as a per-thread value. The kernel is the dense one's body (``flash_attention.attention`` with
+``masked=True``), so the two cannot drift apart. Pinned:
 
 - every fragment and shared tile is laid out exactly as in the dense kernel of the same shape
   (``flash_attention``'s snapshot): the branch changes which steps run, not where data lives;
@@ -18,9 +19,6 @@ import json
 from pathlib import Path
 
 import numpy as np
-import tvm
-from tvm.script import tirx as T
-from tvm.tirx.script import tile as Tx
 
 from cases import _support, flash_attention as dense
 
@@ -32,78 +30,9 @@ TileLang's thread range [128, 256) to [0, 128) (its pipelined loop becomes a con
 producer one)."""
 
 
-NEG_INF = float("-inf")
-
 
 def _block_sparse(arch: str, dim: int, bm: int, bn: int, threads: int, causal: bool, seq: int):
-    scale = (1.0 / dim) ** 0.5 * 1.44269504
-    blocks, qblocks = seq // bn, seq // bm
-    shape = (1, 1, seq, dim)
-
-    @T.prim_func
-    def kernel(Q: T.Buffer(shape, "float16"), K: T.Buffer(shape, "float16"), V: T.Buffer(shape, "float16"),
-               BlockSparseMask: T.Buffer((1, 1, qblocks, blocks), "bool"), O: T.Buffer(shape, "float16")):
-        bx = T.launch_thread("blockIdx.x", qblocks)
-        by = T.launch_thread("blockIdx.y", 1)
-        bz = T.launch_thread("blockIdx.z", 1)
-        tx = T.launch_thread("threadIdx.x", threads)
-        Q_shared = T.alloc_buffer((bm, dim), "float16", scope="shared.dyn")
-        K_shared = T.alloc_buffer((bn, dim), "float16", scope="shared.dyn")
-        V_shared = T.alloc_buffer((bn, dim), "float16", scope="shared.dyn")
-        O_shared = T.alloc_buffer((bm, dim), "float16", scope="shared.dyn")
-        acc_s = T.alloc_buffer((bm, bn), "float32", scope="local.fragment")
-        acc_s_cast = T.alloc_buffer((bm, bn), "float16", scope="local.fragment")
-        acc_o = T.alloc_buffer((bm, dim), "float32", scope="local.fragment")
-        scores_max = T.alloc_buffer((bm,), "float32", scope="local.fragment")
-        scores_max_prev = T.alloc_buffer((bm,), "float32", scope="local.fragment")
-        scores_scale = T.alloc_buffer((bm,), "float32", scope="local.fragment")
-        scores_sum = T.alloc_buffer((bm,), "float32", scope="local.fragment")
-        logsum = T.alloc_buffer((bm,), "float32", scope="local.fragment")
-        block_mask = T.alloc_buffer((blocks,), "bool", scope="local")
-        Tx.copy(Q_shared[0:bm, 0:dim], Q[bz, by, bx * bm:bx * bm + bm, 0:dim])
-        Tx.fill(acc_o[0:bm, 0:dim], T.float32(0))
-        Tx.fill(logsum[0:bm], T.float32(0))
-        Tx.fill(scores_max[0:bm], T.float32(NEG_INF))
-        for vj in T.serial(blocks):
-            block_mask[vj] = BlockSparseMask[bz, by, bx, vj]
-        for k in T.serial(T.min(blocks, (bx * bm + bm + bn - 1) // bn) if causal else blocks):
-            if block_mask[k]:
-                Tx.copy(K_shared[0:bn, 0:dim], K[bz, by, k * bn:k * bn + bn, 0:dim])
-                if causal:
-                    for i in T.parallel(bm):
-                        for j in T.parallel(bn):
-                            acc_s[i, j] = T.if_then_else(bx * bm + i >= k * bn + j, T.float32(0), T.float32(NEG_INF))
-                else:
-                    Tx.fill(acc_s[0:bm, 0:bn], T.float32(0))
-                Tx.gemm(acc_s[0:bm, 0:bn], Q_shared[0:bm, 0:dim], K_shared[0:bn, 0:dim], acc_s[0:bm, 0:bn], False,
-                        True, T.float32(1), T.float32(1), warp_policy="full_row")
-                Tx.copy(scores_max_prev[0:bm], scores_max[0:bm])
-                Tx.fill(scores_max[0:bm], T.float32(NEG_INF))
-                Tx.max(scores_max[0:bm], acc_s[0:bm, 0:bn], axes=[1], accum=True)
-                for i in T.parallel(bm):
-                    scores_max[i] = T.max(scores_max[i], scores_max_prev[i])
-                for i in T.parallel(bm):
-                    scores_scale[i] = T.exp2(scores_max_prev[i] * T.float32(scale) - scores_max[i] * T.float32(scale))
-                for i in T.parallel(bm):
-                    for j in T.parallel(bn):
-                        acc_s[i, j] = T.exp2(acc_s[i, j] * T.float32(scale) - scores_max[i] * T.float32(scale))
-                Tx.sum(scores_sum[0:bm], acc_s[0:bm, 0:bn], axes=[1])
-                for i in T.parallel(bm):
-                    logsum[i] = logsum[i] * scores_scale[i] + scores_sum[i]
-                Tx.copy(acc_s_cast[0:bm, 0:bn], acc_s[0:bm, 0:bn])
-                for i in T.parallel(bm):
-                    for j in T.parallel(dim):
-                        acc_o[i, j] = acc_o[i, j] * scores_scale[i]
-                Tx.copy(V_shared[0:bn, 0:dim], V[bz, by, k * bn:k * bn + bn, 0:dim])
-                Tx.gemm(acc_o[0:bm, 0:dim], acc_s_cast[0:bm, 0:bn], V_shared[0:bn, 0:dim], acc_o[0:bm, 0:dim],
-                        False, False, T.float32(1), T.float32(1), warp_policy="full_row")
-        for i in T.parallel(bm):
-            for j in T.parallel(dim):
-                acc_o[i, j] = acc_o[i, j] / logsum[i]
-        Tx.copy(O_shared[0:bm, 0:dim], acc_o[0:bm, 0:dim])
-        Tx.copy(O[bz, by, bx * bm:bx * bm + bm, 0:dim], O_shared[0:bm, 0:dim])
-
-    return kernel.with_attr("target", tvm.target.Target({"kind": "cuda", "arch": arch}))
+    return dense.attention(arch, dim, bm, bn, threads, causal, seq=seq, masked=True)
 
 
 #: the example's test (1 batch, 1 head, 256 tokens, d 64, 64x64 blocks, 128 threads, causal) on both targets, and

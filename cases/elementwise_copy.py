@@ -12,14 +12,29 @@ TILELANG = """TileLang 0.1.15 (sm_90), both models: fp16 128x128/128 threads -> 
 `_i // 4 * 4 + _j % 4`. Correct; we must match."""
 
 
-def roundtrip(m: int, n: int, dtype: str, threads: int):
+def roundtrip(m: int, n: int, dtype: str, threads: int, staged: bool = False, transposed: bool = False):
+    """``A -> frag -> B``; with ``staged`` A goes through a shared tile ``smem`` first (``shared_staging``), with
+    ``transposed`` a loop stores ``B[j, i] = frag[i, j]`` (``transposed_store``)."""
+    out = (n, m) if transposed else (m, n)
+
     @T.prim_func
-    def kernel(A: T.Buffer((m, n), dtype), B: T.Buffer((m, n), dtype)):
+    def kernel(A: T.Buffer((m, n), dtype), B: T.Buffer(out, dtype)):
         bx = T.launch_thread("blockIdx.x", 1)
         tx = T.launch_thread("threadIdx.x", threads)
+        if staged:
+            smem = T.alloc_buffer((m, n), dtype, scope="shared")
         frag = T.alloc_buffer((m, n), dtype, scope="local.fragment")
-        Tx.copy(frag[0:m, 0:n], A[0:m, 0:n])
-        Tx.copy(B[0:m, 0:n], frag[0:m, 0:n])
+        if staged:
+            Tx.copy(smem[0:m, 0:n], A[0:m, 0:n])
+            Tx.copy(frag[0:m, 0:n], smem[0:m, 0:n])
+        else:
+            Tx.copy(frag[0:m, 0:n], A[0:m, 0:n])
+        if transposed:
+            for i in T.parallel(m):
+                for j in T.parallel(n):
+                    B[j, i] = frag[i, j]
+        else:
+            Tx.copy(B[0:m, 0:n], frag[0:m, 0:n])
     return kernel
 
 

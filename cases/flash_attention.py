@@ -30,16 +30,58 @@ and put all warps on M for both. On sm_90 Square already gives one warpgroup on 
 NEG_INF = float("-inf")
 
 
-def _flash(arch: str, dim: int, bm: int, bn: int, threads: int, causal: bool, policy: bool = True,
-           batch: int = 1, heads: int = 1):
-    seq = 2 * max(bm, bn)
+def attention(arch: str, dim: int, bm: int, bn: int, threads: int, causal: bool, policy: bool = True,
+              batch: int = 1, heads: int = 1, seq: int = 0, masked: bool = False):
+    """The kernel; with ``masked`` it takes a block mask ``BlockSparseMask`` and runs a K/V block only where the
+    query block's mask row is set (``block_sparse_attention``: the same kernel otherwise, so one body serves)."""
+    seq = seq or 2 * max(bm, bn)
     scale = (1.0 / dim) ** 0.5 * 1.44269504      # softmax in base 2: exp(x / sqrt(d)) = exp2(x * scale)
     blocks = seq // bn
     shape = (batch, heads, seq, dim)
 
-    @T.prim_func
-    def kernel(Q: T.Buffer(shape, "float16"), K: T.Buffer(shape, "float16"), V: T.Buffer(shape, "float16"),
-               O: T.Buffer(shape, "float16")):
+    @T.macro
+    def step(Q_shared, K_shared, V_shared, acc_s, acc_s_cast, acc_o, scores_max, scores_max_prev, scores_scale,
+             scores_sum, logsum, K, V, bx, by, bz, k):
+        Tx.copy(K_shared[0:bn, 0:dim], K[bz, by, k * bn:k * bn + bn, 0:dim])
+        if causal:
+            for i in T.parallel(bm):
+                for j in T.parallel(bn):
+                    acc_s[i, j] = T.if_then_else(bx * bm + i >= k * bn + j, T.float32(0), T.float32(NEG_INF))
+        else:
+            Tx.fill(acc_s[0:bm, 0:bn], T.float32(0))
+        if policy:
+            Tx.gemm(acc_s[0:bm, 0:bn], Q_shared[0:bm, 0:dim], K_shared[0:bn, 0:dim], acc_s[0:bm, 0:bn], False,
+                    True, T.float32(1), T.float32(1), warp_policy="full_row")
+        else:
+            Tx.gemm(acc_s[0:bm, 0:bn], Q_shared[0:bm, 0:dim], K_shared[0:bn, 0:dim], acc_s[0:bm, 0:bn], False,
+                    True, T.float32(1), T.float32(1))
+        Tx.copy(scores_max_prev[0:bm], scores_max[0:bm])
+        Tx.fill(scores_max[0:bm], T.float32(NEG_INF))
+        Tx.max(scores_max[0:bm], acc_s[0:bm, 0:bn], axes=[1], accum=True)
+        for i in T.parallel(bm):
+            scores_max[i] = T.max(scores_max[i], scores_max_prev[i])
+        for i in T.parallel(bm):
+            scores_scale[i] = T.exp2(scores_max_prev[i] * T.float32(scale) - scores_max[i] * T.float32(scale))
+        for i in T.parallel(bm):
+            for j in T.parallel(bn):
+                acc_s[i, j] = T.exp2(acc_s[i, j] * T.float32(scale) - scores_max[i] * T.float32(scale))
+        Tx.sum(scores_sum[0:bm], acc_s[0:bm, 0:bn], axes=[1])
+        for i in T.parallel(bm):
+            logsum[i] = logsum[i] * scores_scale[i] + scores_sum[i]
+        Tx.copy(acc_s_cast[0:bm, 0:bn], acc_s[0:bm, 0:bn])
+        for i in T.parallel(bm):
+            for j in T.parallel(dim):
+                acc_o[i, j] = acc_o[i, j] * scores_scale[i]
+        Tx.copy(V_shared[0:bn, 0:dim], V[bz, by, k * bn:k * bn + bn, 0:dim])
+        if policy:
+            Tx.gemm(acc_o[0:bm, 0:dim], acc_s_cast[0:bm, 0:bn], V_shared[0:bn, 0:dim], acc_o[0:bm, 0:dim],
+                    False, False, T.float32(1), T.float32(1), warp_policy="full_row")
+        else:
+            Tx.gemm(acc_o[0:bm, 0:dim], acc_s_cast[0:bm, 0:bn], V_shared[0:bn, 0:dim], acc_o[0:bm, 0:dim],
+                    False, False, T.float32(1), T.float32(1))
+
+    @T.macro
+    def body(Q, K, V, O, BlockSparseMask):
         bx = T.launch_thread("blockIdx.x", seq // bm)
         by = T.launch_thread("blockIdx.y", heads)
         bz = T.launch_thread("blockIdx.z", batch)
@@ -56,55 +98,46 @@ def _flash(arch: str, dim: int, bm: int, bn: int, threads: int, causal: bool, po
         scores_scale = T.alloc_buffer((bm,), "float32", scope="local.fragment")
         scores_sum = T.alloc_buffer((bm,), "float32", scope="local.fragment")
         logsum = T.alloc_buffer((bm,), "float32", scope="local.fragment")
+        if masked:
+            block_mask = T.alloc_buffer((blocks,), "bool", scope="local")
         Tx.copy(Q_shared[0:bm, 0:dim], Q[bz, by, bx * bm:bx * bm + bm, 0:dim])
         Tx.fill(acc_o[0:bm, 0:dim], T.float32(0))
         Tx.fill(logsum[0:bm], T.float32(0))
         Tx.fill(scores_max[0:bm], T.float32(NEG_INF))
+        if masked:
+            for vj in T.serial(blocks):
+                block_mask[vj] = BlockSparseMask[bz, by, bx, vj]
         for k in T.serial(T.min(blocks, (bx * bm + bm + bn - 1) // bn) if causal else blocks):
-            Tx.copy(K_shared[0:bn, 0:dim], K[bz, by, k * bn:k * bn + bn, 0:dim])
-            if causal:
-                for i in T.parallel(bm):
-                    for j in T.parallel(bn):
-                        acc_s[i, j] = T.if_then_else(bx * bm + i >= k * bn + j, T.float32(0), T.float32(NEG_INF))
+            if masked:
+                if block_mask[k]:
+                    step(Q_shared, K_shared, V_shared, acc_s, acc_s_cast, acc_o, scores_max, scores_max_prev,
+                         scores_scale, scores_sum, logsum, K, V, bx, by, bz, k)
             else:
-                Tx.fill(acc_s[0:bm, 0:bn], T.float32(0))
-            if policy:
-                Tx.gemm(acc_s[0:bm, 0:bn], Q_shared[0:bm, 0:dim], K_shared[0:bn, 0:dim], acc_s[0:bm, 0:bn], False,
-                        True, T.float32(1), T.float32(1), warp_policy="full_row")
-            else:
-                Tx.gemm(acc_s[0:bm, 0:bn], Q_shared[0:bm, 0:dim], K_shared[0:bn, 0:dim], acc_s[0:bm, 0:bn], False,
-                        True, T.float32(1), T.float32(1))
-            Tx.copy(scores_max_prev[0:bm], scores_max[0:bm])
-            Tx.fill(scores_max[0:bm], T.float32(NEG_INF))
-            Tx.max(scores_max[0:bm], acc_s[0:bm, 0:bn], axes=[1], accum=True)
-            for i in T.parallel(bm):
-                scores_max[i] = T.max(scores_max[i], scores_max_prev[i])
-            for i in T.parallel(bm):
-                scores_scale[i] = T.exp2(scores_max_prev[i] * T.float32(scale) - scores_max[i] * T.float32(scale))
-            for i in T.parallel(bm):
-                for j in T.parallel(bn):
-                    acc_s[i, j] = T.exp2(acc_s[i, j] * T.float32(scale) - scores_max[i] * T.float32(scale))
-            Tx.sum(scores_sum[0:bm], acc_s[0:bm, 0:bn], axes=[1])
-            for i in T.parallel(bm):
-                logsum[i] = logsum[i] * scores_scale[i] + scores_sum[i]
-            Tx.copy(acc_s_cast[0:bm, 0:bn], acc_s[0:bm, 0:bn])
-            for i in T.parallel(bm):
-                for j in T.parallel(dim):
-                    acc_o[i, j] = acc_o[i, j] * scores_scale[i]
-            Tx.copy(V_shared[0:bn, 0:dim], V[bz, by, k * bn:k * bn + bn, 0:dim])
-            if policy:
-                Tx.gemm(acc_o[0:bm, 0:dim], acc_s_cast[0:bm, 0:bn], V_shared[0:bn, 0:dim], acc_o[0:bm, 0:dim],
-                        False, False, T.float32(1), T.float32(1), warp_policy="full_row")
-            else:
-                Tx.gemm(acc_o[0:bm, 0:dim], acc_s_cast[0:bm, 0:bn], V_shared[0:bn, 0:dim], acc_o[0:bm, 0:dim],
-                        False, False, T.float32(1), T.float32(1))
+                step(Q_shared, K_shared, V_shared, acc_s, acc_s_cast, acc_o, scores_max, scores_max_prev,
+                     scores_scale, scores_sum, logsum, K, V, bx, by, bz, k)
         for i in T.parallel(bm):
             for j in T.parallel(dim):
                 acc_o[i, j] = acc_o[i, j] / logsum[i]
         Tx.copy(O_shared[0:bm, 0:dim], acc_o[0:bm, 0:dim])
         Tx.copy(O[bz, by, bx * bm:bx * bm + bm, 0:dim], O_shared[0:bm, 0:dim])
 
+    if masked:
+        @T.prim_func
+        def kernel(Q: T.Buffer(shape, "float16"), K: T.Buffer(shape, "float16"), V: T.Buffer(shape, "float16"),
+                   BlockSparseMask: T.Buffer((batch, heads, seq // bm, blocks), "bool"), O: T.Buffer(shape, "float16")):
+            body(Q, K, V, O, BlockSparseMask)
+    else:
+        @T.prim_func
+        def kernel(Q: T.Buffer(shape, "float16"), K: T.Buffer(shape, "float16"), V: T.Buffer(shape, "float16"),
+                   O: T.Buffer(shape, "float16")):
+            body(Q, K, V, O, None)
+
     return kernel.with_attr("target", tvm.target.Target({"kind": "cuda", "arch": arch}))
+
+
+def _flash(arch: str, dim: int, bm: int, bn: int, threads: int, causal: bool, policy: bool = True,
+           batch: int = 1, heads: int = 1):
+    return attention(arch, dim, bm, bn, threads, causal, policy, batch, heads)
 
 
 SHAPES = {  # (dim, block_M, block_N, threads, causal)

@@ -22,7 +22,16 @@ conflict between S and P in T.Parallel loop" on both targets; we decide the chai
 the copy S -> P is thread-local."""
 
 
-def _chain(arch: str, m: int, n: int, k: int, d: int, threads: int, policy: bool):
+def chain(arch: str, m: int, n: int, k: int, d: int, threads: int, policy_s: str | None, policy_o: str | None,
+          row_max: bool = False):
+    """``S = A B^T``; ``P = S`` (fp16, registers); ``O = P C``. ``policy_*``: each gemm's ``warp_policy`` (None: no
+    keyword). With ``row_max``, also a row max of S that scales O (``O *= rmax``): the row vector and the register
+    A operand tie both gemms' rows to the same threads (the warp-policy tests' attention-shaped chain)."""
+    def gemm(D, A, B, C, tb, policy):
+        if policy is None:
+            return Tx.gemm(D, A, B, C, False, tb, T.float32(1), T.float32(0))
+        return Tx.gemm(D, A, B, C, False, tb, T.float32(1), T.float32(0), warp_policy=policy)
+
     @T.prim_func
     def kernel(A: T.Buffer((m, k), "float16"), B: T.Buffer((n, k), "float16"), C: T.Buffer((n, d), "float16"),
                D: T.Buffer((m, d), "float32")):
@@ -34,23 +43,27 @@ def _chain(arch: str, m: int, n: int, k: int, d: int, threads: int, policy: bool
         S = T.alloc_buffer((m, n), "float32", scope="local.fragment")
         P = T.alloc_buffer((m, n), "float16", scope="local.fragment")
         O = T.alloc_buffer((m, d), "float32", scope="local.fragment")
+        if row_max:
+            rmax = T.alloc_buffer((m,), "float32", scope="local.fragment")
         Tx.copy(A_s[0:m, 0:k], A[0:m, 0:k])
         Tx.copy(B_s[0:n, 0:k], B[0:n, 0:k])
         Tx.copy(C_s[0:n, 0:d], C[0:n, 0:d])
-        if policy:
-            Tx.gemm(S[0:m, 0:n], A_s[0:m, 0:k], B_s[0:n, 0:k], S[0:m, 0:n], False, True, T.float32(1),
-                    T.float32(0), warp_policy="full_row")
-        else:
-            Tx.gemm(S[0:m, 0:n], A_s[0:m, 0:k], B_s[0:n, 0:k], S[0:m, 0:n], False, True, T.float32(1), T.float32(0))
+        gemm(S[0:m, 0:n], A_s[0:m, 0:k], B_s[0:n, 0:k], S[0:m, 0:n], True, policy_s)
+        if row_max:
+            Tx.max(rmax[0:m], S[0:m, 0:n], axes=[1])
         Tx.copy(P[0:m, 0:n], S[0:m, 0:n])
-        if policy:
-            Tx.gemm(O[0:m, 0:d], P[0:m, 0:n], C_s[0:n, 0:d], O[0:m, 0:d], False, False, T.float32(1),
-                    T.float32(0), warp_policy="full_row")
-        else:
-            Tx.gemm(O[0:m, 0:d], P[0:m, 0:n], C_s[0:n, 0:d], O[0:m, 0:d], False, False, T.float32(1), T.float32(0))
+        gemm(O[0:m, 0:d], P[0:m, 0:n], C_s[0:n, 0:d], O[0:m, 0:d], False, policy_o)
+        if row_max:
+            for i in T.parallel(m):
+                for j in T.parallel(d):
+                    O[i, j] = O[i, j] * rmax[i]
         Tx.copy(D[0:m, 0:d], O[0:m, 0:d])
 
     return kernel.with_attr("target", tvm.target.Target({"kind": "cuda", "arch": arch}))
+
+
+def _chain(arch: str, m: int, n: int, k: int, d: int, threads: int, policy: bool):
+    return chain(arch, m, n, k, d, threads, *(("full_row", "full_row") if policy else (None, None)))
 
 
 SHAPES = {"m64n64k64d64_t128": (64, 64, 64, 64, 128, True),

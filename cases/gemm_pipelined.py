@@ -52,11 +52,12 @@ def _gemm(m: int, n: int, k: int, bk: int, stages: int, arch: str, threads: int 
     return kernel.with_attr("target", tvm.target.Target({"kind": "cuda", "arch": arch}))
 
 
-def _rowsum(m: int, n: int, bn: int, stages: int, arch: str, threads: int = 128):
-    steps = n // bn
-
-    @T.prim_func
-    def kernel(X: T.Buffer((m, n), "float32"), R: T.Buffer((m,), "float32")):
+def _rowsum(m: int, n: int | None, bn: int, stages: int, arch: str, threads: int = 128):
+    """Row sums of X through a pipelined shared tile. With ``n`` None the column count is symbolic, in
+    ceildiv(n, bn) tiles: the last tile is partial (its bounds-guarded load becomes cp.async's zero-filling
+    src-size form) and n < bn * stages leaves fewer iterations than stages."""
+    @T.macro
+    def body(X, R, steps):
         bx = T.launch_thread("blockIdx.x", 1)
         tx = T.launch_thread("threadIdx.x", threads)
         X_s = T.alloc_buffer((m, bn), "float32", scope="shared")
@@ -70,31 +71,18 @@ def _rowsum(m: int, n: int, bn: int, stages: int, arch: str, threads: int = 128)
                     acc[i, j] = acc[i, j] + X_s[i, j]
         Tx.sum(row[0:m], acc[0:m, 0:bn], axes=[1])
         Tx.copy(R[0:m], row[0:m])
-    return kernel.with_attr("target", tvm.target.Target({"kind": "cuda", "arch": arch}))
 
-
-def _rowsum_dynamic(m: int, bn: int, stages: int, arch: str, threads: int = 128):
-    """The row sum over a symbolic column count n in ceildiv(n, bn) tiles: the last tile is partial (its
-    bounds-guarded load becomes cp.async's zero-filling src-size form) and n < bn * stages leaves fewer
-    iterations than stages."""
-    @T.prim_func
-    def kernel(x: T.handle, r: T.handle):
-        n = T.int32()
-        X = T.match_buffer(x, (m, n), "float32")
-        R = T.match_buffer(r, (m,), "float32")
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", threads)
-        X_s = T.alloc_buffer((m, bn), "float32", scope="shared")
-        acc = T.alloc_buffer((m, bn), "float32", scope="local.fragment")
-        row = T.alloc_buffer((m,), "float32", scope="local.fragment")
-        Tx.fill(acc[0:m, 0:bn], T.float32(0))
-        for ko in T.serial(T.ceildiv(n, bn), annotations={"num_stages": stages}):
-            Tx.copy(X_s[0:m, 0:bn], X[0:m, ko * bn:ko * bn + bn])
-            for i in T.parallel(m):
-                for j in T.parallel(bn):
-                    acc[i, j] = acc[i, j] + X_s[i, j]
-        Tx.sum(row[0:m], acc[0:m, 0:bn], axes=[1])
-        Tx.copy(R[0:m], row[0:m])
+    if n is None:
+        @T.prim_func
+        def kernel(x: T.handle, r: T.handle):
+            n = T.int32()
+            X = T.match_buffer(x, (m, n), "float32")
+            R = T.match_buffer(r, (m,), "float32")
+            body(X, R, T.ceildiv(n, bn))
+    else:
+        @T.prim_func
+        def kernel(X: T.Buffer((m, n), "float32"), R: T.Buffer((m,), "float32")):
+            body(X, R, n // bn)
     return kernel.with_attr("target", tvm.target.Target({"kind": "cuda", "arch": arch}))
 
 
@@ -107,7 +95,7 @@ VARIANTS = {
     "sm90a_s3_k96": lambda: _gemm(64, 128, 96, 32, 3, "sm_90a"),
     "rowsum_sm80_s2": lambda: _rowsum(64, 256, 32, 2, "sm_80"),
     "rowsum_sm90_s3": lambda: _rowsum(64, 256, 32, 3, "sm_90"),
-    "rowsum_dynamic_sm80_s3": lambda: _rowsum_dynamic(64, 32, 3, "sm_80"),
+    "rowsum_dynamic_sm80_s3": lambda: _rowsum(64, None, 32, 3, "sm_80"),
 }
 
 #: sizes ``run.py --numeric`` runs the symbolic variant at: tile multiples, a partial last tile, fewer tiles

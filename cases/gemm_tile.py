@@ -18,7 +18,8 @@ it. A_s, B_s equal ours on both targets as flat offsets (TileLang prints [panels
 128B swizzle for 64-element fp16 rows (B_s [32, 128] as two 64-column panels), 64B for A_s [128, 32]."""
 
 
-def _gemm(m: int, n: int, k: int, threads: int):
+def gemm_epilogue(m: int, n: int, k: int, threads: int):
+    """``C = 2 * A @ B``, one tile (also ``maint/bench_kernels``' gemm)."""
     @T.prim_func
     def kernel(A: T.Buffer((m, k), "float16"), B: T.Buffer((k, n), "float16"), C: T.Buffer((m, n), "float32")):
         bx = T.launch_thread("blockIdx.x", 1)
@@ -37,8 +38,8 @@ def _gemm(m: int, n: int, k: int, threads: int):
 
 
 VARIANTS = {
-    "m64n64k64_t128": lambda: _gemm(64, 64, 64, 128),
-    "m128n128k32_t128": lambda: _gemm(128, 128, 32, 128),
+    "m64n64k64_t128": lambda: gemm_epilogue(64, 64, 64, 128),
+    "m128n128k32_t128": lambda: gemm_epilogue(128, 128, 32, 128),
 }
 
 

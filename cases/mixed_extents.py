@@ -18,7 +18,9 @@ away (`tx < 100`): C[100:256] is never written. Still open (fix proposed in #306
 FULL = 256
 
 
-def _mixed_read(small: int, full: int, threads: int):
+def _mixed(small: int, full: int, threads: int, write: bool):
+    """A ``small``-iteration loop writes frag; then ``C = frag + 1`` (read), or a ``full`` loop rewrites frag
+    first and C copies it (write)."""
     @T.prim_func
     def kernel(C: T.Buffer((full,), "float32")):
         bx = T.launch_thread("blockIdx.x", 1)
@@ -26,31 +28,21 @@ def _mixed_read(small: int, full: int, threads: int):
         frag = T.alloc_buffer((full,), "float32", scope="local.fragment")
         Tx.fill(frag[0:full], T.float32(0))
         for i in T.parallel(small):
-            frag[i] = T.float32(5)
-        for i in T.parallel(full):
-            C[i] = frag[i] + T.float32(1)
-    return kernel
-
-
-def _mixed_write(small: int, full: int, threads: int):
-    @T.prim_func
-    def kernel(C: T.Buffer((full,), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", threads)
-        frag = T.alloc_buffer((full,), "float32", scope="local.fragment")
-        Tx.fill(frag[0:full], T.float32(0))
-        for i in T.parallel(small):
-            frag[i] = T.float32(7)
-        for i in T.parallel(full):
-            frag[i] = T.float32(5)
-        for i in T.parallel(full):
-            C[i] = frag[i]
+            frag[i] = T.float32(7 if write else 5)
+        if write:
+            for i in T.parallel(full):
+                frag[i] = T.float32(5)
+            for i in T.parallel(full):
+                C[i] = frag[i]
+        else:
+            for i in T.parallel(full):
+                C[i] = frag[i] + T.float32(1)
     return kernel
 
 
 VARIANTS = {
-    "read_100_to_256_t128": lambda: _mixed_read(100, FULL, 128),
-    "write_100_to_256_t128": lambda: _mixed_write(100, FULL, 128),
+    "read_100_to_256_t128": lambda: _mixed(100, FULL, 128, write=False),
+    "write_100_to_256_t128": lambda: _mixed(100, FULL, 128, write=True),
 }
 
 #: which loops write frag (the others read it), by loop key

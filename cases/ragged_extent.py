@@ -16,34 +16,27 @@ TILELANG = """TileLang 0.1.15 (sm_90), both models, all three variants (loop 1x2
 Still open."""
 
 
-def _loop(n: int, threads: int):
+def ragged(n: int, threads: int, copy: bool = False):
+    """``n`` columns over ``threads`` threads, written by a loop (``Y = 2 X``) or, with ``copy``, by a copy."""
     @T.prim_func
     def kernel(X: T.Buffer((1, n), "float32"), Y: T.Buffer((1, n), "float32")):
         bx = T.launch_thread("blockIdx.x", 1)
         tx = T.launch_thread("threadIdx.x", threads)
         frag = T.alloc_buffer((1, n), "float32", scope="local.fragment")
-        for i in T.parallel(1):
-            for j in T.parallel(n):
-                frag[i, j] = X[i, j] * T.float32(2)
-        Tx.copy(Y[0:1, 0:n], frag[0:1, 0:n])
-    return kernel
-
-
-def _copy(n: int, threads: int):
-    @T.prim_func
-    def kernel(X: T.Buffer((1, n), "float32"), Y: T.Buffer((1, n), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", threads)
-        frag = T.alloc_buffer((1, n), "float32", scope="local.fragment")
-        Tx.copy(frag[0:1, 0:n], X[0:1, 0:n])
+        if copy:
+            Tx.copy(frag[0:1, 0:n], X[0:1, 0:n])
+        else:
+            for i in T.parallel(1):
+                for j in T.parallel(n):
+                    frag[i, j] = X[i, j] * T.float32(2)
         Tx.copy(Y[0:1, 0:n], frag[0:1, 0:n])
     return kernel
 
 
 VARIANTS = {
-    "loop_1x229_t128": lambda: _loop(229, 128),
-    "loop_1x192_t128": lambda: _loop(192, 128),
-    "copy_1x229_t128": lambda: _copy(229, 128),
+    "loop_1x229_t128": lambda: ragged(229, 128),
+    "loop_1x192_t128": lambda: ragged(192, 128),
+    "copy_1x229_t128": lambda: ragged(229, 128, copy=True),
 }
 
 WIDTH = {"loop_1x229_t128": 229, "loop_1x192_t128": 192, "copy_1x229_t128": 229}

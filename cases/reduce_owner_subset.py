@@ -18,28 +18,31 @@ TILELANG = """TileLang 0.1.15 (sm_90, register-count), the same layouts as ours 
 register); max_64x256_t128 s `_i % 2 * 64 + _rep`, replicate 64 (32 registers)."""
 
 
-def _reduce_rows(m: int, n: int, threads: int, reducer: str):
+def reduce_lines(m: int, n: int, threads: int, reducer: str, axis: int = 1):
+    """``B = reducer(A, axis)`` through a fragment (also the row and column reductions of ``maint/bench_kernels``)."""
+    r = m if axis == 1 else n
+
     @T.prim_func
-    def kernel(A: T.Buffer((m, n), "float32"), B: T.Buffer((m,), "float32")):
+    def kernel(A: T.Buffer((m, n), "float32"), B: T.Buffer((r,), "float32")):
         bx = T.launch_thread("blockIdx.x", 1)
         tx = T.launch_thread("threadIdx.x", threads)
         x = T.alloc_buffer((m, n), "float32", scope="local.fragment")
-        s = T.alloc_buffer((m,), "float32", scope="local.fragment")
+        s = T.alloc_buffer((r,), "float32", scope="local.fragment")
         Tx.copy(x[0:m, 0:n], A[0:m, 0:n])
         if reducer == "sum":
-            Tx.sum(s[0:m], x[0:m, 0:n], axes=[1])
+            Tx.sum(s[0:r], x[0:m, 0:n], axes=[axis])
         else:
-            Tx.max(s[0:m], x[0:m, 0:n], axes=[1])
-        Tx.copy(B[0:m], s[0:m])
+            Tx.max(s[0:r], x[0:m, 0:n], axes=[axis])
+        Tx.copy(B[0:r], s[0:r])
     return kernel
 
 
 VARIANTS = {
-    "sum_128x128_t32": lambda: _reduce_rows(128, 128, 32, "sum"),
-    "max_64x256_t64": lambda: _reduce_rows(64, 256, 64, "max"),
+    "sum_128x128_t32": lambda: reduce_lines(128, 128, 32, "sum"),
+    "max_64x256_t64": lambda: reduce_lines(64, 256, 64, "max"),
     # the copy-out's planned owners (threads i and 64 + i) are not all holders of row i (threads
     # i % 2 * 64 + 0..63): no owner subset exists, the destination stays on every holder of its row
-    "max_64x256_t128": lambda: _reduce_rows(64, 256, 128, "max"),
+    "max_64x256_t128": lambda: reduce_lines(64, 256, 128, "max"),
 }
 
 REFERENCE = {

@@ -28,50 +28,45 @@ a warp (16 contiguous elements each, a chunk scan joined by a warp-shuffle scan 
 16 as well, where keeping whole rows held 32 (and left half the threads replicating the other half)."""
 
 
+def _scan(m: int, n: int, threads: int, how: str):
+    """``B`` = prefix sums of ``A`` through a fragment F: ``"manual"`` (the serial loop along rows),
+    ``"cumsum"`` or ``"cumsum_reverse"`` (``lang.cumsum`` of F along rows), ``"shared_dim0"`` (``lang.cumsum`` of
+    a shared tile along columns into F)."""
+    @T.prim_func
+    def kernel(A: T.Buffer((m, n), "float32"), B: T.Buffer((m, n), "float32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", threads)
+        if how == "shared_dim0":
+            S = T.alloc_shared((m, n), "float32")
+        F = T.alloc_buffer((m, n), "float32", scope="local.fragment")
+        if how == "shared_dim0":
+            Tx.copy(S[0:m, 0:n], A[0:m, 0:n])
+            lang.cumsum(S, F, dim=0)
+        else:
+            Tx.copy(F[0:m, 0:n], A[0:m, 0:n])
+            if how == "manual":
+                for i in T.parallel(m):
+                    for j in T.serial(1, n):
+                        F[i, j] = F[i, j] + F[i, j - 1]
+            else:
+                lang.cumsum(F, dim=1, reverse=how == "cumsum_reverse")
+        Tx.copy(B[0:m, 0:n], F[0:m, 0:n])
+    return kernel
+
+
 def manual_scan(m: int, n: int, threads: int):
-    @T.prim_func
-    def kernel(A: T.Buffer((m, n), "float32"), B: T.Buffer((m, n), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", threads)
-        F = T.alloc_buffer((m, n), "float32", scope="local.fragment")
-        Tx.copy(F[0:m, 0:n], A[0:m, 0:n])
-        for i in T.parallel(m):
-            for j in T.serial(1, n):
-                F[i, j] = F[i, j] + F[i, j - 1]
-        Tx.copy(B[0:m, 0:n], F[0:m, 0:n])
-    return kernel
-
-
-def _cumsum(m: int, n: int, threads: int, reverse: bool):
-    @T.prim_func
-    def kernel(A: T.Buffer((m, n), "float32"), B: T.Buffer((m, n), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", threads)
-        F = T.alloc_buffer((m, n), "float32", scope="local.fragment")
-        Tx.copy(F[0:m, 0:n], A[0:m, 0:n])
-        lang.cumsum(F, dim=1, reverse=reverse)
-        Tx.copy(B[0:m, 0:n], F[0:m, 0:n])
-    return kernel
+    return _scan(m, n, threads, "manual")
 
 
 def _cumsum_shared(m: int, n: int, threads: int):
-    @T.prim_func
-    def kernel(A: T.Buffer((m, n), "float32"), B: T.Buffer((m, n), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", threads)
-        S = T.alloc_shared((m, n), "float32")
-        F = T.alloc_buffer((m, n), "float32", scope="local.fragment")
-        Tx.copy(S[0:m, 0:n], A[0:m, 0:n])
-        lang.cumsum(S, F, dim=0)
-        Tx.copy(B[0:m, 0:n], F[0:m, 0:n])
-    return kernel
+    return _scan(m, n, threads, "shared_dim0")
 
 
 VARIANTS = {
     "manual_f32_128x128_t128": lambda: manual_scan(128, 128, 128),
-    "cumsum_f32_64x32_t64": lambda: _cumsum(64, 32, 64, False),
-    "cumsum_reverse_f32_64x32_t128": lambda: _cumsum(64, 32, 128, True),
-    "cumsum_shared_dim0_f32_32x64_t64": lambda: _cumsum_shared(32, 64, 64),
+    "cumsum_f32_64x32_t64": lambda: _scan(64, 32, 64, "cumsum"),
+    "cumsum_reverse_f32_64x32_t128": lambda: _scan(64, 32, 128, "cumsum_reverse"),
+    "cumsum_shared_dim0_f32_32x64_t64": lambda: _scan(32, 64, 64, "shared_dim0"),
 }
 
 

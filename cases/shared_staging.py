@@ -4,8 +4,7 @@ The shared-to-fragment copy is outside the io model (only fragment <-> global st
 charged), so the fragment's layout is decided by the copy-out alone. A model that starts charging
 shared traffic, or a shared layout that starts constraining the fragment, shows up here first.
 """
-from tvm.script import tirx as T
-from tvm.tirx.script import tile as Tx
+from cases.elementwise_copy import roundtrip
 
 TILELANG = """TileLang 0.1.15 (sm_90), both models: fp16 64x64 -> frag `_i % 16 * 8 + _j // 8` /
 `_i // 16 * 8 + _j % 8`; fp32 128x128 -> `_i % 4 * 32 + _j // 4` / `_i // 4 * 4 + _j % 4`. smem gets
@@ -13,16 +12,7 @@ no layout entry."""
 
 
 def _staged(m: int, n: int, dtype: str, threads: int):
-    @T.prim_func
-    def kernel(A: T.Buffer((m, n), dtype), B: T.Buffer((m, n), dtype)):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", threads)
-        smem = T.alloc_buffer((m, n), dtype, scope="shared")
-        frag = T.alloc_buffer((m, n), dtype, scope="local.fragment")
-        Tx.copy(smem[0:m, 0:n], A[0:m, 0:n])
-        Tx.copy(frag[0:m, 0:n], smem[0:m, 0:n])
-        Tx.copy(B[0:m, 0:n], frag[0:m, 0:n])
-    return kernel
+    return roundtrip(m, n, dtype, threads, staged=True)
 
 
 VARIANTS = {

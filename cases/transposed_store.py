@@ -5,10 +5,8 @@ serves both. Register count cannot tell the candidates apart (same slot count), 
 the transactions: for fp32 it gives each thread a column (`_j` / `_i`), for fp16 the load side
 wins. The goldens are the expectation; a diff between the models is the signal.
 """
-from tvm.script import tirx as T
-from tvm.tirx.script import tile as Tx
-
 from cases import _support
+from cases.elementwise_copy import roundtrip
 
 TILELANG = """TileLang 0.1.15 (sm_90). fp32 128x128: io-aware frag and loop thread `_j`, index `_i`;
 register-count `_i % 4 * 32 + _j // 4` / `_i // 4 * 4 + _j % 4`. fp16 64x256: both models
@@ -16,16 +14,7 @@ register-count `_i % 4 * 32 + _j // 4` / `_i // 4 * 4 + _j % 4`. fp16 64x256: bo
 
 
 def _transposed(m: int, n: int, dtype: str, threads: int):
-    @T.prim_func
-    def kernel(A: T.Buffer((m, n), dtype), B: T.Buffer((n, m), dtype)):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", threads)
-        frag = T.alloc_buffer((m, n), dtype, scope="local.fragment")
-        Tx.copy(frag[0:m, 0:n], A[0:m, 0:n])
-        for i in T.parallel(m):
-            for j in T.parallel(n):
-                B[j, i] = frag[i, j]
-    return kernel
+    return roundtrip(m, n, dtype, threads, transposed=True)
 
 
 VARIANTS = {

@@ -9,6 +9,9 @@ from __future__ import annotations
 from tvm.script import tirx as T
 from tvm.tirx.script import tile as Tx
 
+from cases.gemm_tile import gemm_epilogue
+from cases.reduce_owner_subset import reduce_lines
+
 
 def layernorm(m: int = 64, n: int = 1024, threads: int = 256):
     """Row layernorm without affine terms, bf16 throughout: three (m, n) fragments, two row sums."""
@@ -81,54 +84,6 @@ def softmax(m: int = 128, n: int = 256, threads: int = 256):
     return kernel
 
 
-def reduce_rows(m: int = 128, n: int = 128, threads: int = 32):
-    """TileLang's reduction test: a fragment summed over its rows, the result copied out."""
-    @T.prim_func
-    def kernel(A: T.Buffer((m, n), "float32"), B: T.Buffer((m,), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", threads)
-        x = T.alloc_buffer((m, n), "float32", scope="local.fragment")
-        s = T.alloc_buffer((m,), "float32", scope="local.fragment")
-        Tx.copy(x[0:m, 0:n], A[0:m, 0:n])
-        Tx.sum(s[0:m], x[0:m, 0:n], axes=[1])
-        Tx.copy(B[0:m], s[0:m])
-    return kernel
-
-
-def reduce_cols(m: int = 128, n: int = 256, threads: int = 128):
-    """A column max (reduction over axis 0), the result copied out."""
-    @T.prim_func
-    def kernel(A: T.Buffer((m, n), "float32"), B: T.Buffer((n,), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", threads)
-        x = T.alloc_buffer((m, n), "float32", scope="local.fragment")
-        s = T.alloc_buffer((n,), "float32", scope="local.fragment")
-        Tx.copy(x[0:m, 0:n], A[0:m, 0:n])
-        Tx.max(s[0:n], x[0:m, 0:n], axes=[0])
-        Tx.copy(B[0:n], s[0:n])
-    return kernel
-
-
-def gemm(m: int = 128, n: int = 128, k: int = 64, threads: int = 128):
-    """One GEMM tile: fp16 operands staged in shared memory, fp32 accumulator fragment, scaled and stored."""
-    @T.prim_func
-    def kernel(A: T.Buffer((m, k), "float16"), B: T.Buffer((k, n), "float16"), C: T.Buffer((m, n), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", threads)
-        A_s = T.alloc_buffer((m, k), "float16", scope="shared")
-        B_s = T.alloc_buffer((k, n), "float16", scope="shared")
-        C_frag = T.alloc_buffer((m, n), "float32", scope="local.fragment")
-        Tx.copy(A_s[0:m, 0:k], A[0:m, 0:k])
-        Tx.copy(B_s[0:k, 0:n], B[0:k, 0:n])
-        Tx.gemm(C_frag[0:m, 0:n], A_s[0:m, 0:k], B_s[0:k, 0:n], C_frag[0:m, 0:n], False, False,
-                T.float32(1.0), T.float32(0.0))
-        for i in T.parallel(m):
-            for j in T.parallel(n):
-                C_frag[i, j] = C_frag[i, j] * T.float32(2.0)
-        Tx.copy(C[0:m, 0:n], C_frag[0:m, 0:n])
-    return kernel
-
-
 def dequant(m: int = 128, n: int = 256, threads: int = 128):
     """int8 weights times a per-row fp16 scale into an fp16 tile (the dequantisation step of a W8A16 GEMM)."""
     @T.prim_func
@@ -151,8 +106,9 @@ KERNELS = {
     "layernorm_64x1024_bf16_t256": layernorm,
     "rmsnorm_32x2048_fp16_t128": rmsnorm,
     "softmax_128x256_fp32_t256": softmax,
-    "reduce_rows_128x128_t32": reduce_rows,
-    "reduce_cols_128x256_t128": reduce_cols,
-    "gemm_128x128x64_fp16_t128": gemm,
+    # TileLang's reduction test and a column max; one gemm tile: the golden cases' kernels at these shapes
+    "reduce_rows_128x128_t32": lambda: reduce_lines(128, 128, 32, "sum"),
+    "reduce_cols_128x256_t128": lambda: reduce_lines(128, 256, 128, "max", axis=0),
+    "gemm_128x128x64_fp16_t128": lambda: gemm_epilogue(128, 128, 64, 128),
     "dequant_w8_128x256_t128": dequant,
 }

@@ -273,29 +273,26 @@ class Gen:
 
     # -- ops
     def load(self, frag: Buf) -> None:
-        g, reg = self.global_region(frag.shape, frag.dtype, "in", offset_ok=True)
-        full = _region(frag.shape)
-        if self.rng.random() < 0.25:
-            s = Buf(self.fresh("s"), frag.shape, frag.dtype, self.shared_scope())
-            self.allocs.append(s)
-            self.body.append(f"Tx.copy({s.name}[{full}], {g}[{reg}])")
-            self.body.append(f"Tx.copy({frag.name}[{full}], {s.name}[{full}])")
-            self.notes.append("shared-load")
-        else:
-            self.body.append(f"Tx.copy({frag.name}[{full}], {g}[{reg}])")
+        self._move(frag, "in")
         self.defined.add(frag.name)
 
     def store(self, frag: Buf) -> None:
-        g, reg = self.global_region(frag.shape, frag.dtype, "out", offset_ok=True)
+        self._move(frag, "out")
+
+    def _move(self, frag: Buf, way: str) -> None:
+        """Copy a global region into ``frag`` (``way`` "in") or ``frag`` out to one ("out"); a quarter of the time
+        through a shared tile of the same shape."""
+        g, reg = self.global_region(frag.shape, frag.dtype, way, offset_ok=True)
         full = _region(frag.shape)
+        src, dst = (f"{g}[{reg}]", f"{frag.name}[{full}]") if way == "in" else (f"{frag.name}[{full}]", f"{g}[{reg}]")
         if self.rng.random() < 0.25:
             s = Buf(self.fresh("s"), frag.shape, frag.dtype, self.shared_scope())
             self.allocs.append(s)
-            self.body.append(f"Tx.copy({s.name}[{full}], {frag.name}[{full}])")
-            self.body.append(f"Tx.copy({g}[{reg}], {s.name}[{full}])")
-            self.notes.append("shared-store")
+            self.body.append(f"Tx.copy({s.name}[{full}], {src})")
+            self.body.append(f"Tx.copy({dst}, {s.name}[{full}])")
+            self.notes.append("shared-load" if way == "in" else "shared-store")
         else:
-            self.body.append(f"Tx.copy({g}[{reg}], {frag.name}[{full}])")
+            self.body.append(f"Tx.copy({dst}, {src})")
 
     def fill(self, frag: Buf) -> None:
         value = self.rng.choice((0.0, 1.0, -2.5, 0.5))
@@ -414,21 +411,17 @@ class Gen:
         kind, b = rng.choice(options)
         if kind == "frag":
             return _cast(f"{b.name}[{', '.join(ivars)}]", b.dtype, dtype)
-        if kind == "row":
-            self.notes.append("broadcast-row")
-            return _cast(f"{b.name}[{ivars[0]}]", b.dtype, dtype)
-        if kind == "col":
-            self.notes.append("broadcast-col")
-            return _cast(f"{b.name}[{ivars[1]}]", b.dtype, dtype)
-        if kind == "const":
-            self.notes.append("const-index")
-            return _cast(f"{b.name}[{rng.randrange(b.shape[0])}]", b.dtype, dtype)
-        if kind == "fixed-row":
-            self.notes.append("fixed-row")
-            return _cast(f"{b.name}[{rng.randrange(b.shape[0])}, {ivars[0]}]", b.dtype, dtype)
-        if kind == "shifted":
-            self.notes.append("shifted")
-            return _cast(f"{b.name}[{ivars[0]} + 1]", b.dtype, dtype)
+        reads = {       # kind -> (note, the index of b it reads; drawn only when that kind was picked)
+            "row": ("broadcast-row", lambda: ivars[0]),
+            "col": ("broadcast-col", lambda: ivars[1]),
+            "const": ("const-index", lambda: rng.randrange(b.shape[0])),
+            "fixed-row": ("fixed-row", lambda: f"{rng.randrange(b.shape[0])}, {ivars[0]}"),
+            "shifted": ("shifted", lambda: f"{ivars[0]} + 1"),
+        }
+        if kind in reads:
+            note, index = reads[kind]
+            self.notes.append(note)
+            return _cast(f"{b.name}[{index()}]", b.dtype, dtype)
         if kind == "strided":
             # f[i // 2] (each element read by two iterations), f[2 * i] / f[2 * i + 1] (every other element)
             n = shape[0]

@@ -187,29 +187,36 @@ def _entry_verdicts(expected: dict | None, got: dict, prefix: str) -> list[str]:
     return lines + [str(f) for f in other]
 
 
-def compare(case: str, module: ModuleType, outcomes: list[Outcome], expected: dict,
-            models: list[str], report: Report) -> None:
-    """Check mode: every run pair against its snapshot entry."""
+def _inferred_pairs(case: str, outcomes: list[Outcome], models: list[str], report: Report, note: str):
+    """Every (outcome, model, line prefix) run pair, counted in ``report``; a pair whose inference failed is
+    reported (``note`` before the reason) and skipped, in check and record mode alike."""
     for out in outcomes:
         for model in models:
             report.pairs += 1
             prefix = f"{case}/{out.variant}/{model}"
             if model in out.errors:
-                report.lines.append(f"{prefix}: inference failed: {out.errors[model]}")
+                report.lines.append(f"{prefix}: {note}inference failed: {out.errors[model]}")
                 continue
-            ok = True
-            if model in out.check_failures:
-                report.lines.append(f"{prefix}: check failed: {out.check_failures[model]}")
-                ok = False
-            want = expected.get(out.variant, {}).get(model)
-            if want is None:
-                report.lines.append(f"{prefix}: no snapshot in expected/{case}.json (run --record)")
-                ok = False
-            else:
-                lines = _entry_verdicts(want, out.snapshots[model], prefix)
-                report.lines += lines
-                ok = ok and not lines
-            report.matching += ok
+            yield out, model, prefix
+
+
+def compare(case: str, module: ModuleType, outcomes: list[Outcome], expected: dict,
+            models: list[str], report: Report) -> None:
+    """Check mode: every run pair against its snapshot entry."""
+    for out, model, prefix in _inferred_pairs(case, outcomes, models, report, ""):
+        ok = True
+        if model in out.check_failures:
+            report.lines.append(f"{prefix}: check failed: {out.check_failures[model]}")
+            ok = False
+        want = expected.get(out.variant, {}).get(model)
+        if want is None:
+            report.lines.append(f"{prefix}: no snapshot in expected/{case}.json (run --record)")
+            ok = False
+        else:
+            lines = _entry_verdicts(want, out.snapshots[model], prefix)
+            report.lines += lines
+            ok = ok and not lines
+        report.matching += ok
     for stale in sorted(set(expected) - set(module.VARIANTS)):
         report.lines.append(f"{case}/{stale}: in expected/{case}.json but not in VARIANTS (run --record)")
         report.failures += 1
@@ -219,24 +226,18 @@ def record(case: str, module: ModuleType, outcomes: list[Outcome], expected: dic
            models: list[str], path: Path, report: Report) -> None:
     """Record mode: rewrite the pairs whose inference and check passed; keep the rest as they were."""
     new = {v: dict(m) for v, m in expected.items() if v in module.VARIANTS}
-    for out in outcomes:
-        for model in models:
-            report.pairs += 1
-            prefix = f"{case}/{out.variant}/{model}"
-            if model in out.errors:
-                report.lines.append(f"{prefix}: not recorded, inference failed: {out.errors[model]}")
-                continue
-            if model in out.check_failures:
-                report.lines.append(f"{prefix}: not recorded, check failed: {out.check_failures[model]}")
-                continue
-            report.matching += 1
-            old = expected.get(out.variant, {}).get(model)
-            got = out.snapshots[model]
-            if old is None:
-                report.lines.append(f"{prefix}: recorded (new)")
-            else:
-                report.lines += [f"recorded {line}" for line in _entry_verdicts(old, got, prefix)]
-            new.setdefault(out.variant, {})[model] = got
+    for out, model, prefix in _inferred_pairs(case, outcomes, models, report, "not recorded, "):
+        if model in out.check_failures:
+            report.lines.append(f"{prefix}: not recorded, check failed: {out.check_failures[model]}")
+            continue
+        report.matching += 1
+        old = expected.get(out.variant, {}).get(model)
+        got = out.snapshots[model]
+        if old is None:
+            report.lines.append(f"{prefix}: recorded (new)")
+        else:
+            report.lines += [f"recorded {line}" for line in _entry_verdicts(old, got, prefix)]
+        new.setdefault(out.variant, {})[model] = got
     for stale in sorted(set(expected) - set(module.VARIANTS)):
         report.lines.append(f"{case}/{stale}: removed (no longer in VARIANTS)")
     if (new or path.exists()) and snapshot.save(path, new):

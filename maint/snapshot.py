@@ -14,6 +14,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from tilelayout.report import describe_layout as describe  # one line per layout, as ``show`` prints it
+
 SECTIONS = ("buffers", "loops")
 
 
@@ -85,16 +87,6 @@ def short(value: Any) -> str:
     if isinstance(value, dict):
         return "{" + ", ".join(sorted(value)) + "}" if value else "{}"
     return json.dumps(value)
-
-
-def describe(d: dict) -> str:
-    """One line per layout, as ``--show`` prints it."""
-    head = f"{d['kind']} {d['input_shape']} -> {d.get('output_shape')}"
-    index = ", ".join(d["forward_index"])
-    if d["kind"] != "Fragment":
-        return f"{head} | index: {index}"
-    return (f"{head} | threads={d.get('threads')} rep={d.get('replicate')} range={d.get('thread_range')} "
-            f"| thread: {d.get('forward_thread')} | index: {index}")
 
 
 def diff(expected: Any, got: Any, path: str = "") -> list[FieldDiff]:

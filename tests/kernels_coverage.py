@@ -40,76 +40,65 @@ def scan_out_of_bounds():
     return kernel
 
 
-def cumsum(m: int, n: int, threads: int, dim: int, reverse: bool, into_other: bool = False):
+def _scan(shape: tuple, threads: int, scans: tuple, dtype: str = "float32", shared: bool = False,
+          spare: bool = False, into_other: bool = False, scale: bool = False):
+    """``A -> tile -> lang.cumsum`` along each ``(dim, reverse)`` of ``scans`` ``-> B``; the tile is the fragment F
+    or, with ``shared``, the shared tile S. ``spare``: a second fragment G of F's shape (``into_other``: the scan
+    writes G, which is copied out); ``scale``: F doubled by a parallel nest after the scans."""
+    def scan_all(tile):
+        for dim, reverse in scans:
+            lang.cumsum(tile, dim=dim, reverse=reverse)
+
     @T.prim_func
-    def kernel(A: T.Buffer((m, n), "float32"), B: T.Buffer((m, n), "float32")):
+    def kernel(A: T.Buffer(shape, dtype), B: T.Buffer(shape, dtype)):
         bx = T.launch_thread("blockIdx.x", 1)
         tx = T.launch_thread("threadIdx.x", threads)
-        F = T.alloc_buffer((m, n), "float32", scope="local.fragment")
-        G = T.alloc_buffer((m, n), "float32", scope="local.fragment")
-        Tx.copy(F[0:m, 0:n], A[0:m, 0:n])
-        if into_other:
-            lang.cumsum(F, G, dim=dim, reverse=reverse)
-            Tx.copy(B[0:m, 0:n], G[0:m, 0:n])
+        if shared:
+            S = T.alloc_buffer(shape, dtype, scope="shared")
+            Tx.copy(S, A)
+            scan_all(S)
+            Tx.copy(B, S)
         else:
-            lang.cumsum(F, dim=dim, reverse=reverse)
-            Tx.copy(B[0:m, 0:n], F[0:m, 0:n])
+            F = T.alloc_buffer(shape, dtype, scope="local.fragment")
+            if spare:
+                G = T.alloc_buffer(shape, dtype, scope="local.fragment")
+            Tx.copy(F, A)
+            if into_other:
+                lang.cumsum(F, G, dim=scans[0][0], reverse=scans[0][1])
+                Tx.copy(B, G)
+            else:
+                scan_all(F)
+                if scale:
+                    for i in T.parallel(shape[0]):
+                        for j in T.parallel(shape[1]):
+                            F[i, j] = F[i, j] * T.float32(2.0)
+                Tx.copy(B, F)
     return kernel
+
+
+def cumsum(m: int, n: int, threads: int, dim: int, reverse: bool, into_other: bool = False):
+    """lang.cumsum of a fragment F in place, or into a second fragment G."""
+    return _scan((m, n), threads, ((dim, reverse),), spare=True, into_other=into_other)
 
 
 def cumsum_shared_in_place(m: int, n: int, threads: int, dim: int, reverse: bool):
     """lang.cumsum of a shared tile into itself (each line of the tile scanned by one thread)."""
-    @T.prim_func
-    def kernel(A: T.Buffer((m, n), "float32"), B: T.Buffer((m, n), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", threads)
-        S = T.alloc_buffer((m, n), "float32", scope="shared")
-        Tx.copy(S[0:m, 0:n], A[0:m, 0:n])
-        lang.cumsum(S, dim=dim, reverse=reverse)
-        Tx.copy(B[0:m, 0:n], S[0:m, 0:n])
-    return kernel
+    return _scan((m, n), threads, ((dim, reverse),), shared=True)
 
 
 def cumsum_1d_fragment(n: int, threads: int, reverse: bool, dtype: str = "float32"):
     """lang.cumsum of a whole 1-D fragment (one row)."""
-    @T.prim_func
-    def kernel(A: T.Buffer((n,), dtype), B: T.Buffer((n,), dtype)):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", threads)
-        F = T.alloc_buffer((n,), dtype, scope="local.fragment")
-        Tx.copy(F[0:n], A[0:n])
-        lang.cumsum(F, reverse=reverse)
-        Tx.copy(B[0:n], F[0:n])
-    return kernel
+    return _scan((n,), threads, ((0, reverse),), dtype)
 
 
 def cumsum_twice(m: int, n: int, threads: int):
     """A forward then a reversed lang.cumsum of one fragment, then an elementwise use of it."""
-    @T.prim_func
-    def kernel(A: T.Buffer((m, n), "float32"), B: T.Buffer((m, n), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", threads)
-        F = T.alloc_buffer((m, n), "float32", scope="local.fragment")
-        Tx.copy(F[0:m, 0:n], A[0:m, 0:n])
-        lang.cumsum(F, dim=1)
-        lang.cumsum(F, dim=1, reverse=True)
-        for i in T.parallel(m):
-            for j in T.parallel(n):
-                F[i, j] = F[i, j] * T.float32(2.0)
-        Tx.copy(B[0:m, 0:n], F[0:m, 0:n])
-    return kernel
+    return _scan((m, n), threads, ((1, False), (1, True)), scale=True)
 
 
 def cumsum_1d(n: int, threads: int):
-    @T.prim_func
-    def kernel(A: T.Buffer((n,), "float32"), B: T.Buffer((n,), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", threads)
-        S = T.alloc_shared((n,), "float32")
-        Tx.copy(S[0:n], A[0:n])
-        lang.cumsum(S[0:n])
-        Tx.copy(B[0:n], S[0:n])
-    return kernel
+    """lang.cumsum of a 1-D shared tile."""
+    return _scan((n,), threads, ((0, False),), shared=True)
 
 
 def histogram(m: int, n: int, bins: int, threads: int, shared: bool):

@@ -12,6 +12,7 @@ from tvm.tirx.script import tile as Tx
 
 # kernels that are also golden cases are imported from them, not repeated here
 from cases.elementwise_copy import roundtrip as copy_roundtrip  # noqa: F401
+from cases.ragged_extent import ragged  # noqa: F401  (#2398: n columns, n not a multiple of the threads)
 from cases.register_spill import spill_kernel as register_spill  # noqa: F401
 
 
@@ -168,21 +169,9 @@ reduce_sum, reduce_max, reduce_min = _reduce(Tx.sum), _reduce(Tx.max), _reduce(T
 
 
 def row_max_then_subtract(m: int, n: int, threads: int):
-    """x -> row max -> y = x - row_max[i] -> B (the reduce_broadcast pattern)."""
-    @T.prim_func
-    def kernel(A: T.Buffer((m, n), "float32"), B: T.Buffer((m, n), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", threads)
-        x = T.alloc_buffer((m, n), "float32", scope="local.fragment")
-        mx = T.alloc_buffer((m,), "float32", scope="local.fragment")
-        y = T.alloc_buffer((m, n), "float32", scope="local.fragment")
-        Tx.copy(x[0:m, 0:n], A[0:m, 0:n])
-        Tx.max(mx[0:m], x[0:m, 0:n], axes=[1])
-        for i in T.parallel(m):
-            for j in T.parallel(n):
-                y[i, j] = x[i, j] - mx[i]
-        Tx.copy(B[0:m, 0:n], y[0:m, 0:n])
-    return kernel
+    """x -> row max ``row_max`` -> y = x - row_max[i] -> B: the ``reduce_broadcast`` case's kernel."""
+    from cases.reduce_broadcast import _softmaxish
+    return _softmaxish(m, n, threads)
 
 
 def partial_reduce():
@@ -242,20 +231,6 @@ def const_pair(m: int, n: int, threads: int):
             for j in T.parallel(n):
                 F[i, j] = A[i, j] * s[0] + s[1]
         Tx.copy(Out[0:m, 0:n], F[0:m, 0:n])
-    return kernel
-
-
-def ragged(n: int, threads: int):
-    """#2398: n columns over ``threads`` threads, n not a multiple of the thread count."""
-    @T.prim_func
-    def kernel(X: T.Buffer((1, n), "float32"), Y: T.Buffer((1, n), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", threads)
-        frag = T.alloc_buffer((1, n), "float32", scope="local.fragment")
-        for i in T.parallel(1):
-            for j in T.parallel(n):
-                frag[i, j] = X[i, j] * T.float32(2)
-        Tx.copy(Y[0:1, 0:n], frag[0:1, 0:n])
     return kernel
 
 
@@ -467,18 +442,10 @@ def small_roundtrip(n: int, threads: int, dtype: str):
 
 def accumulate_rows(threads: int):
     """r is filled, then ``sum(x, axis 1)`` accumulates into it: starting from the fill plans r the wrong
-    way for the reduction (that attempt fails); starting from the copy works."""
-    @T.prim_func
-    def kernel(A: T.Buffer((64, 128), "float32"), R: T.Buffer((64,), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", threads)
-        x = T.alloc_buffer((64, 128), "float32", scope="local.fragment")
-        r = T.alloc_buffer((64,), "float32", scope="local.fragment")
-        Tx.fill(r[0:64], T.float32(0))
-        Tx.copy(x[0:64, 0:128], A[0:64, 0:128])
-        Tx.sum(r[0:64], x[0:64, 0:128], axes=[1], accum=True)
-        Tx.copy(R[0:64], r[0:64])
-    return kernel
+    way for the reduction (that attempt fails); starting from the copy works (the ``conversion_avoided`` case's
+    kernel, 64x128)."""
+    from cases.conversion_avoided import _kernel
+    return _kernel(64, 128, threads)
 
 
 def column_broadcast(m: int, n: int, threads: int):

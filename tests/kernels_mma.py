@@ -91,38 +91,7 @@ def gemm_b_in_registers():
 
 
 def attention_chain(m=64, n=64, k=64, d=64, threads=128, policy_s=None, policy_o=None, arch="sm_80"):
-    """``S = A B^T``; a row max of S; ``P = S`` (fp16, registers); ``O = P C``; ``O *= rowmax``: the row vector and
-    the register A operand tie both gemms' rows to the same threads. ``policy_*``: each gemm's ``warp_policy``
-    (None: no keyword)."""
-    import tvm
-
-    def gemm(D, A, B, C, tb, policy):
-        if policy is None:
-            return Tx.gemm(D, A, B, C, False, tb, T.float32(1), T.float32(0))
-        return Tx.gemm(D, A, B, C, False, tb, T.float32(1), T.float32(0), warp_policy=policy)
-
-    @T.prim_func
-    def kernel(A: T.Buffer((m, k), "float16"), B: T.Buffer((n, k), "float16"), C: T.Buffer((n, d), "float16"),
-               D: T.Buffer((m, d), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", threads)
-        A_s = T.alloc_buffer((m, k), "float16", scope="shared")
-        B_s = T.alloc_buffer((n, k), "float16", scope="shared")
-        C_s = T.alloc_buffer((n, d), "float16", scope="shared")
-        S = T.alloc_buffer((m, n), "float32", scope="local.fragment")
-        P = T.alloc_buffer((m, n), "float16", scope="local.fragment")
-        O = T.alloc_buffer((m, d), "float32", scope="local.fragment")
-        rmax = T.alloc_buffer((m,), "float32", scope="local.fragment")
-        Tx.copy(A_s[0:m, 0:k], A[0:m, 0:k])
-        Tx.copy(B_s[0:n, 0:k], B[0:n, 0:k])
-        Tx.copy(C_s[0:n, 0:d], C[0:n, 0:d])
-        gemm(S[0:m, 0:n], A_s[0:m, 0:k], B_s[0:n, 0:k], S[0:m, 0:n], True, policy_s)
-        Tx.max(rmax[0:m], S[0:m, 0:n], axes=[1])
-        Tx.copy(P[0:m, 0:n], S[0:m, 0:n])
-        gemm(O[0:m, 0:d], P[0:m, 0:n], C_s[0:n, 0:d], O[0:m, 0:d], False, policy_o)
-        for i in T.parallel(m):
-            for j in T.parallel(d):
-                O[i, j] = O[i, j] * rmax[i]
-        Tx.copy(D[0:m, 0:d], O[0:m, 0:d])
-
-    return kernel.with_attr("target", tvm.target.Target({"kind": "cuda", "arch": arch}))
+    """``S = A B^T``; a row max of S; ``P = S`` (fp16, registers); ``O = P C``; ``O *= rowmax``: the golden
+    ``gemm_chain`` kernel with its row max (``policy_*``: each gemm's ``warp_policy``, None: no keyword)."""
+    from cases.gemm_chain import chain
+    return chain(arch, m, n, k, d, threads, policy_s, policy_o, row_max=True)

@@ -173,7 +173,7 @@ def test_ties_skip_failed_roots():
 # --------------------------------------------------------------------------- register-count
 
 @pytest.mark.parametrize("kernel,expected", [
-    (lambda: K.row_max_then_subtract(64, 128, 128), 64 + 16 + 64),       # x, mx (64 rows / 4 per thread), y
+    (lambda: K.row_max_then_subtract(64, 128, 128), 64 + 16 + 64),       # x, row_max (64 rows / 4 per thread), y
     (lambda: K.const_pair(64, 128, 128), 2 + 64),                         # s fully replicated: 2 slots
     (lambda: K.small_fragment(4, 128), 1),
 ])

@@ -39,22 +39,16 @@ INSTS = [MmaInst(16, "float16", "float16", "float32"), MmaInst(16, "float16", "f
 
 @pytest.mark.parametrize("inst", INSTS, ids=lambda i: i.name)
 def test_mma_fragments_are_bijections(inst):
-    seen = set()
-    for lane in range(32):
-        for r in range(inst.a_regs):
-            for p in range(inst.pack):
-                row, k = inst.a_element(lane, r, p)
-                assert inst.a_owner(row, k) == (lane, r, p)
-                seen.add((row, k))
-    assert seen == {(i, k) for i in range(16) for k in range(inst.k)}
-    seen = set()
-    for lane in range(32):
-        for r in range(inst.b_regs):
-            for p in range(inst.pack):
-                k, col = inst.b_element(lane, r, p)
-                assert inst.b_owner(k, col) == (lane, r, p)
-                seen.add((k, col))
-    assert seen == {(k, j) for k in range(inst.k) for j in range(8)}
+    for operand, rows, cols in (("a", 16, inst.k), ("b", inst.k, 8)):       # A is 16 x k, B is k x 8
+        element, owner = getattr(inst, f"{operand}_element"), getattr(inst, f"{operand}_owner")
+        seen = set()
+        for lane in range(32):
+            for r in range(getattr(inst, f"{operand}_regs")):
+                for p in range(inst.pack):
+                    cell = element(lane, r, p)
+                    assert owner(*cell) == (lane, r, p), operand
+                    seen.add(cell)
+        assert seen == {(i, j) for i in range(rows) for j in range(cols)}, operand
     cells = {inst.c_element(lane, e) for lane in range(32) for e in range(4)}
     assert cells == {(i, j) for i in range(16) for j in range(8)}
     for lane in range(32):

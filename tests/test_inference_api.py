@@ -108,7 +108,7 @@ def test_round_trip_keeps_predicate_and_padding_guard(results):
 def test_get_layouts_reads_the_result_without_running_inference(results):
     r = results["row_max", "io-aware"]
     back = tl.get_layouts(r.func)
-    assert back.attempts == [] and sorted(back.buffers) == ["mx", "x", "y"]
+    assert back.attempts == [] and sorted(back.buffers) == ["row_max", "x", "y"]
 
 
 def test_reinferring_an_annotated_function_reproduces_it(results):
@@ -185,7 +185,7 @@ def test_conflict_errors_are_layout_errors_and_value_errors():
 def test_result_summary_and_attempt_dicts(results):
     r = results["row_max", "io-aware"]
     text = r.summary()
-    assert "mx: Fragment" in text and "loop i,j[64x128]: Fragment" in text
+    assert "row_max: Fragment" in text and "loop i,j[64x128]: Fragment" in text
     d = r.attempts[0].to_dict()
     assert set(d) >= {"component", "root", "root_description", "mem", "regs", "chosen", "error", "layouts", "loops"}
     assert json.loads(json.dumps(d)) == d

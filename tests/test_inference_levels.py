@@ -119,8 +119,8 @@ def test_common_level_propagates_through_a_reduction(kernels, monkeypatch):
     pin = tl.Fragment([64, 128], lambda i, j: i * 2 + j // 64, lambda i, j: j % 64)
     func = annotate_layouts(kernels("rowmax", lambda: K.row_max_then_subtract(64, 128, T128)), {"x": pin})
     common = layouts_after(func, "common", monkeypatch)
-    assert set(common["buffers"]) == {"x", "mx", "y"} and sorted(common["loops"]) == [0, 2, 3]
-    mx = common["buffers"]["mx"]
+    assert set(common["buffers"]) == {"x", "row_max", "y"} and sorted(common["loops"]) == [0, 2, 3]
+    mx = common["buffers"]["row_max"]
     want = tl.Fragment([64], lambda i, r: i * 2 + r, lambda i: 0 * i, replicate=2)
     assert mx.is_equal(want.bind_thread_range(0, T128))
     r = tl.infer_layouts(func)
@@ -167,7 +167,7 @@ def test_every_root_is_tried_and_failures_are_recorded_with_their_reason(kernels
 
 
 def test_all_roots_of_row_max_agree(kernels):
-    """Starting anywhere in x -> row max -> y gives the same layouts (the broadcast of mx[i] induces
+    """Starting anywhere in x -> row max -> y gives the same layouts (the broadcast of row_max[i] induces
     exactly the reducer's layout)."""
     r = tl.infer_layouts(kernels("rowmax_free", lambda: K.row_max_then_subtract(64, 128, T128)))
     assert [a.error for a in r.attempts] == [None] * 4

@@ -153,7 +153,7 @@ def test_reduction_result_is_held_by_exactly_the_threads_of_its_source_line(infe
 
 
 def test_row_max_of_a_128x128_tile_matches_the_issue_statement(infer):
-    mx = infer("row_max_128").buffers["mx"]
+    mx = infer("row_max_128").buffers["row_max"]
     want = tl.Fragment([128], lambda i, r: i % 4 * 32 + r, lambda i: i // 4, replicate=32)
     assert mx.is_equal(want.bind_thread_range(0, T128))
 
@@ -262,19 +262,19 @@ def test_ownership_conflict_names_the_buffer_both_ops_and_both_layouts(infer):
 def test_reduction_into_a_pinned_superset_of_holders_is_accepted():
     """Every holder of a source row must end with its result; extra holders (a fully replicated pin) are fine."""
     pin = tl.fully_replicated([64], T128)
-    result = tl.infer_layouts(annotate_layouts(K.row_max_then_subtract(64, 128, T128), {"mx": pin}))
-    assert result.buffers["mx"].is_equal(pin)
+    result = tl.infer_layouts(annotate_layouts(K.row_max_then_subtract(64, 128, T128), {"row_max": pin}))
+    assert result.buffers["row_max"].is_equal(pin)
 
 
 def test_reduction_conflict_names_the_buffer_both_parties_and_both_layouts():
     """A pin holding each row in fewer threads than hold the source row cannot receive the reduction."""
     rows = tl.Fragment([64, 128], lambda i, j: i % 4 * 32 + j // 4)           # x: a row spread over 32 threads
-    pin = tl.Fragment([64], lambda i: i, lambda i: [0])                         # mx: each row in one thread
-    func = annotate_layouts(K.row_max_then_subtract(64, 128, T128), {"x": rows, "mx": pin})
+    pin = tl.Fragment([64], lambda i: i, lambda i: [0])                         # row_max: each row in one thread
+    func = annotate_layouts(K.row_max_then_subtract(64, 128, T128), {"x": rows, "row_max": pin})
     with pytest.raises(tl.LayoutError) as err:
         tl.infer_layouts(func)
     text = str(err.value)
-    assert "buffer mx" in text and "max mx[0:64] <- x[0:64, 0:128] axes=[1] (op #1)" in text
+    assert "buffer row_max" in text and "max row_max[0:64] <- x[0:64, 0:128] axes=[1] (op #1)" in text
     assert "pinned layout" in text and "replicate: 32" in text and "forward_thread: _i," in text
 
 

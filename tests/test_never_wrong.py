@@ -156,29 +156,21 @@ def test_thread_range_reaches_cuda_source():
 # trusted inverse sent rows to the wrong threads and registers (896 of 1,024 outputs wrong). Inverses are now
 # verified by enumeration; a layout with no closed-form inverse is partitioned by a guarded scan.
 
-OFFSET_VISIT = '''
+# one kernel, rows 3..10 of F written by a parallel nest or by a copy of the region
+_OFFSET = '''
 @T.prim_func
 def main(A: T.Buffer((8, 64), "float32"), B: T.Buffer((16, 64), "float32")):
     bx = T.launch_thread("blockIdx.x", 1)
     tx = T.launch_thread("threadIdx.x", 128)
     F = T.alloc_buffer((16, 64), "float32", scope="local.fragment")
     Tx.fill(F[0:16, 0:64], T.float32(0))
-    for i in T.parallel(8):
+{write}
+    Tx.copy(B[0:16, 0:64], F[0:16, 0:64])
+'''
+OFFSET_VISIT = _OFFSET.format(write='''    for i in T.parallel(8):
         for j in T.parallel(64):
-            F[i + 3, j] = A[i, j]
-    Tx.copy(B[0:16, 0:64], F[0:16, 0:64])
-'''
-
-OFFSET_COPY = '''
-@T.prim_func
-def main(A: T.Buffer((8, 64), "float32"), B: T.Buffer((16, 64), "float32")):
-    bx = T.launch_thread("blockIdx.x", 1)
-    tx = T.launch_thread("threadIdx.x", 128)
-    F = T.alloc_buffer((16, 64), "float32", scope="local.fragment")
-    Tx.fill(F[0:16, 0:64], T.float32(0))
-    Tx.copy(F[3:11, 0:64], A[0:8, 0:64])
-    Tx.copy(B[0:16, 0:64], F[0:16, 0:64])
-'''
+            F[i + 3, j] = A[i, j]''')
+OFFSET_COPY = _OFFSET.format(write="    Tx.copy(F[3:11, 0:64], A[0:8, 0:64])")
 
 
 @pytest.mark.parametrize("text", [OFFSET_VISIT, OFFSET_COPY], ids=["parallel", "copy"])
@@ -247,14 +239,17 @@ def test_reversed_read_after_reduction(model):
 # realises every valid layout (a layout without a closed-form inverse is partitioned by a guarded scan), and
 # indices that TVM's buffer flattening would rewrite wrongly (``(3 - j) % 4``) are protected.
 
-REVERSED_2D = '''
+# A copied into a 128x128 fragment F on 128 threads; what reads F follows (here and in section 5)
+_F_FROM_A = '''
 @T.prim_func
 def main(A: T.Buffer((128, 128), "float32"), B: T.Buffer((128, 128), "float32")):
     bx = T.launch_thread("blockIdx.x", 1)
     tx = T.launch_thread("threadIdx.x", 128)
     F = T.alloc_buffer((128, 128), "float32", scope="local.fragment")
     Tx.copy(F[0:128, 0:128], A[0:128, 0:128])
-    for i in T.parallel(128):
+'''
+
+REVERSED_2D = _F_FROM_A + '''    for i in T.parallel(128):
         for j in T.parallel(128):
             B[i, j] = F[127 - i, 127 - j]
 '''
@@ -299,14 +294,7 @@ def test_flattening_rewrite_is_avoided():
 # 5. Pins are validated: thread ids inside the block, one element per (thread, slot), the buffer's shape, a
 # Fragment for a fragment buffer, an existing buffer, one layout per buffer.
 
-PIN_KERNEL = '''
-@T.prim_func
-def main(A: T.Buffer((128, 128), "float32"), B: T.Buffer((128, 128), "float32")):
-    bx = T.launch_thread("blockIdx.x", 1)
-    tx = T.launch_thread("threadIdx.x", 128)
-    F = T.alloc_buffer((128, 128), "float32", scope="local.fragment")
-    Tx.copy(F[0:128, 0:128], A[0:128, 0:128])
-    Tx.copy(B[0:128, 0:128], F[0:128, 0:128])
+PIN_KERNEL = _F_FROM_A + '''    Tx.copy(B[0:128, 0:128], F[0:128, 0:128])
 '''
 
 

@@ -198,16 +198,10 @@ def test_a_thread_dependent_condition_is_refused():
 
 # ------------------------------------------------------------------------------------ a view of a parameter
 
-def _conv_reference(data, weight, pad=1):
-    n, h, w, c = data.shape
-    kh, kw, _, f = weight.shape
-    padded = np.zeros((n, h + 2 * pad, w + 2 * pad, c))
-    padded[:, pad:pad + h, pad:pad + w] = data
-    out = np.zeros((n, h, w, f))
-    for i in range(kh):
-        for j in range(kw):
-            out += padded[:, i:i + h, j:j + w, :] @ weight[i, j].astype(np.float64)
-    return out
+def _conv_reference(data, weight):
+    """The golden case's numpy convolution (a padded sum of shifted matmuls: no im2col, no tiles)."""
+    from cases.pipelined_indexing import REFERENCE
+    return REFERENCE["sm80_conv_im2col_s2"]({"data": data, "weight": weight})["out"]
 
 
 @pytest.mark.parametrize("arch", ARCHS)

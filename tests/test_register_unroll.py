@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from maint.bench_kernels import softmax  # noqa: E402  (the row softmax benchmark kernel, at any shape)
 from maint.case_loader import load_case  # noqa: E402
 from tilelayout.passes.lowering.pipeline import check_case, check_numeric, lower_func  # noqa: E402
 from conftest import kernel_warnings  # noqa: E402
@@ -42,31 +43,6 @@ def _parse(text: str):
     from tvm.script import tirx as T
     from tvm.tirx.script import tile as Tx
     return tvm.script.from_source(text, extra_vars={"T": T, "Tx": Tx})
-
-
-SOFTMAX = '''
-@T.prim_func
-def main(A: T.Buffer((M, N), "float32"), B: T.Buffer((M, N), "float32")):
-    bx = T.launch_thread("blockIdx.x", 1)
-    tx = T.launch_thread("threadIdx.x", THREADS)
-    x = T.alloc_buffer((M, N), "float32", scope="local.fragment")
-    row_max = T.alloc_buffer((M,), "float32", scope="local.fragment")
-    row_sum = T.alloc_buffer((M,), "float32", scope="local.fragment")
-    Tx.copy(x[0:M, 0:N], A[0:M, 0:N])
-    Tx.max(row_max[0:M], x[0:M, 0:N], axes=[1])
-    for i in T.parallel(M):
-        for j in T.parallel(N):
-            x[i, j] = T.exp(x[i, j] - row_max[i])
-    Tx.sum(row_sum[0:M], x[0:M, 0:N], axes=[1])
-    for i in T.parallel(M):
-        for j in T.parallel(N):
-            x[i, j] = x[i, j] / row_sum[i]
-    Tx.copy(B[0:M, 0:N], x[0:M, 0:N])
-'''
-
-
-def softmax(m: int, n: int, threads: int):
-    return _parse(SOFTMAX.replace("THREADS", str(threads)).replace("M", str(m)).replace("N", str(n)))
 
 
 def _softmax_ref(inputs: dict) -> dict:

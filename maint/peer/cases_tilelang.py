@@ -100,31 +100,22 @@ def _staged(m, n, dtype, threads):
     return main
 
 
-def _mixed_read(small, full, threads):
+def _mixed(small, full, threads, write):
     @T.prim_func
     def main(C: T.Tensor((full,), T.float32)):
         with T.Kernel(1, threads=threads):
             frag = T.alloc_fragment((full,), T.float32)
             T.clear(frag)
             for i in T.Parallel(small):
-                frag[i] = 5.0
-            for i in T.Parallel(full):
-                C[i] = frag[i] + 1.0
-    return main
-
-
-def _mixed_write(small, full, threads):
-    @T.prim_func
-    def main(C: T.Tensor((full,), T.float32)):
-        with T.Kernel(1, threads=threads):
-            frag = T.alloc_fragment((full,), T.float32)
-            T.clear(frag)
-            for i in T.Parallel(small):
-                frag[i] = 7.0
-            for i in T.Parallel(full):
-                frag[i] = 5.0
-            for i in T.Parallel(full):
-                C[i] = frag[i]
+                frag[i] = 7.0 if write else 5.0
+            if write:
+                for i in T.Parallel(full):
+                    frag[i] = 5.0
+                for i in T.Parallel(full):
+                    C[i] = frag[i]
+            else:
+                for i in T.Parallel(full):
+                    C[i] = frag[i] + 1.0
     return main
 
 
@@ -311,17 +302,47 @@ def _conversion_accumulate_rows(m, n, threads):
     return main
 
 
-def _flash(dim, bm, bn, threads, causal, policy=True, batch=1, heads=1):
+def _attention(dim, bm, bn, threads, causal, policy=True, batch=1, heads=1, seq=0, masked=False):
     """examples/flash_attention/example_mha_fwd_bhsd.py, serial K/V loop (TileLang's T.Pipelined with one
-    stage infers the same layouts)."""
-    seq = 2 * max(bm, bn)
+    stage infers the same layouts); with ``masked``, examples/blocksparse_attention as written there (mask row
+    in a local array, the whole attention step under ``if block_mask[k] != 0``, T.Pipelined with
+    num_stages=1): the same kernel otherwise, so one body serves both."""
+    seq = seq or 2 * max(bm, bn)
     scale = (1.0 / dim) ** 0.5 * 1.44269504
+    blocks = seq // bn
     shape = [batch, heads, seq, dim]
     kw = {"policy": T.GemmWarpPolicy.FullRow} if policy else {}
 
-    @T.prim_func
-    def main(Q: T.Tensor(shape, T.float16), K: T.Tensor(shape, T.float16), V: T.Tensor(shape, T.float16),
-             O: T.Tensor(shape, T.float16)):
+    @T.macro
+    def step(Q_shared, K_shared, V_shared, acc_s, acc_s_cast, acc_o, scores_max, scores_max_prev, scores_scale,
+             scores_sum, logsum, K, V, bx, by, bz, k):
+        T.copy(K[bz, by, k * bn:(k + 1) * bn, :], K_shared)
+        if causal:
+            for i, j in T.Parallel(bm, bn):
+                acc_s[i, j] = T.if_then_else(bx * bm + i >= k * bn + j, 0, -T.infinity(T.float32))
+        else:
+            T.clear(acc_s)
+        T.gemm(Q_shared, K_shared, acc_s, transpose_B=True, **kw)
+        T.copy(scores_max, scores_max_prev)
+        T.fill(scores_max, -T.infinity(T.float32))
+        T.reduce_max(acc_s, scores_max, dim=1, clear=False)
+        for i in T.Parallel(bm):
+            scores_max[i] = T.max(scores_max[i], scores_max_prev[i])
+        for i in T.Parallel(bm):
+            scores_scale[i] = T.exp2(scores_max_prev[i] * scale - scores_max[i] * scale)
+        for i, j in T.Parallel(bm, bn):
+            acc_s[i, j] = T.exp2(acc_s[i, j] * scale - scores_max[i] * scale)
+        T.reduce_sum(acc_s, scores_sum, dim=1)
+        for i in T.Parallel(bm):
+            logsum[i] = logsum[i] * scores_scale[i] + scores_sum[i]
+        T.copy(acc_s, acc_s_cast)
+        for i, j in T.Parallel(bm, dim):
+            acc_o[i, j] *= scores_scale[i]
+        T.copy(V[bz, by, k * bn:(k + 1) * bn, :], V_shared)
+        T.gemm(acc_s_cast, V_shared, acc_o, **kw)
+
+    @T.macro
+    def body(Q, K, V, O, BlockSparseMask):
         with T.Kernel(T.ceildiv(seq, bm), heads, batch, threads=threads) as (bx, by, bz):
             Q_shared = T.alloc_shared([bm, dim], T.float16)
             K_shared = T.alloc_shared([bn, dim], T.float16)
@@ -335,41 +356,46 @@ def _flash(dim, bm, bn, threads, causal, policy=True, batch=1, heads=1):
             scores_scale = T.alloc_fragment([bm], T.float32)
             scores_sum = T.alloc_fragment([bm], T.float32)
             logsum = T.alloc_fragment([bm], T.float32)
+            if masked:
+                block_mask = T.alloc_local([blocks], "bool")
             T.copy(Q[bz, by, bx * bm:(bx + 1) * bm, :], Q_shared)
             T.fill(acc_o, 0)
             T.fill(logsum, 0)
             T.fill(scores_max, -T.infinity(T.float32))
+            if masked:
+                for vj in T.serial(blocks):
+                    block_mask[vj] = BlockSparseMask[bz, by, bx, vj]
             loop_range = T.min(T.ceildiv(seq, bn), T.ceildiv((bx + 1) * bm, bn)) if causal else T.ceildiv(seq, bn)
-            for k in T.serial(loop_range):
-                T.copy(K[bz, by, k * bn:(k + 1) * bn, :], K_shared)
-                if causal:
-                    for i, j in T.Parallel(bm, bn):
-                        acc_s[i, j] = T.if_then_else(bx * bm + i >= k * bn + j, 0, -T.infinity(T.float32))
-                else:
-                    T.clear(acc_s)
-                T.gemm(Q_shared, K_shared, acc_s, transpose_B=True, **kw)
-                T.copy(scores_max, scores_max_prev)
-                T.fill(scores_max, -T.infinity(T.float32))
-                T.reduce_max(acc_s, scores_max, dim=1, clear=False)
-                for i in T.Parallel(bm):
-                    scores_max[i] = T.max(scores_max[i], scores_max_prev[i])
-                for i in T.Parallel(bm):
-                    scores_scale[i] = T.exp2(scores_max_prev[i] * scale - scores_max[i] * scale)
-                for i, j in T.Parallel(bm, bn):
-                    acc_s[i, j] = T.exp2(acc_s[i, j] * scale - scores_max[i] * scale)
-                T.reduce_sum(acc_s, scores_sum, dim=1)
-                for i in T.Parallel(bm):
-                    logsum[i] = logsum[i] * scores_scale[i] + scores_sum[i]
-                T.copy(acc_s, acc_s_cast)
-                for i, j in T.Parallel(bm, dim):
-                    acc_o[i, j] *= scores_scale[i]
-                T.copy(V[bz, by, k * bn:(k + 1) * bn, :], V_shared)
-                T.gemm(acc_s_cast, V_shared, acc_o, **kw)
+            if masked:
+                for k in T.Pipelined(loop_range, num_stages=1):
+                    if block_mask[k] != 0:
+                        step(Q_shared, K_shared, V_shared, acc_s, acc_s_cast, acc_o, scores_max, scores_max_prev,
+                             scores_scale, scores_sum, logsum, K, V, bx, by, bz, k)
+            else:
+                for k in T.serial(loop_range):
+                    step(Q_shared, K_shared, V_shared, acc_s, acc_s_cast, acc_o, scores_max, scores_max_prev,
+                         scores_scale, scores_sum, logsum, K, V, bx, by, bz, k)
             for i, j in T.Parallel(bm, dim):
                 acc_o[i, j] /= logsum[i]
             T.copy(acc_o, O_shared)
             T.copy(O_shared, O[bz, by, bx * bm:(bx + 1) * bm, :])
+
+    if masked:
+        @T.prim_func
+        def main(Q: T.Tensor(shape, T.float16), K: T.Tensor(shape, T.float16), V: T.Tensor(shape, T.float16),
+                 BlockSparseMask: T.Tensor([batch, heads, seq // bm, blocks], "bool"),
+                 O: T.Tensor(shape, T.float16)):
+            body(Q, K, V, O, BlockSparseMask)
+    else:
+        @T.prim_func
+        def main(Q: T.Tensor(shape, T.float16), K: T.Tensor(shape, T.float16), V: T.Tensor(shape, T.float16),
+                 O: T.Tensor(shape, T.float16)):
+            body(Q, K, V, O, None)
     return main
+
+
+def _flash(dim, bm, bn, threads, causal, policy=True, batch=1, heads=1):
+    return _attention(dim, bm, bn, threads, causal, policy, batch, heads)
 
 
 def _gemm_chain(m, n, k, d, threads, policy=True):
@@ -446,8 +472,8 @@ KERNELS = {
     "offset_region_copy/fp32_tile32x128_t128": lambda: _tiled(128, 512, 32, 128, T.float32, 128),
     "shared_staging/fp16_64x64_t128": lambda: _staged(64, 64, T.float16, 128),
     "shared_staging/fp32_128x128_t128": lambda: _staged(128, 128, T.float32, 128),
-    "mixed_extents/read_100_to_256_t128": lambda: _mixed_read(100, 256, 128),
-    "mixed_extents/write_100_to_256_t128": lambda: _mixed_write(100, 256, 128),
+    "mixed_extents/read_100_to_256_t128": lambda: _mixed(100, 256, 128, write=False),
+    "mixed_extents/write_100_to_256_t128": lambda: _mixed(100, 256, 128, write=True),
     "two_index_read/const_pair_64x128_t128": lambda: _const_pair(64, 128, 128),
     "two_index_read/adjacent_rows_64x128_t128": lambda: _adjacent_rows(64, 128, 128),
     "ragged_extent/loop_1x229_t128": lambda: _ragged(229, 128),
@@ -469,17 +495,20 @@ KERNELS = {
 }
 
 
-def _reduce_rows(m, n, threads, reducer):
+def _reduce_rows(m, n, threads, reducer, axis=1):
+    """Also the row and column reductions of bench_kernels_tilelang.py."""
+    r = m if axis == 1 else n
+
     @T.prim_func
-    def main(A: T.Tensor((m, n), T.float32), B: T.Tensor((m,), T.float32)):
+    def main(A: T.Tensor((m, n), T.float32), B: T.Tensor((r,), T.float32)):
         with T.Kernel(1, threads=threads):
             x = T.alloc_fragment((m, n), T.float32)
-            s = T.alloc_fragment((m,), T.float32)
+            s = T.alloc_fragment((r,), T.float32)
             T.copy(A, x)
             if reducer == "sum":
-                T.reduce_sum(x, s, dim=1)
+                T.reduce_sum(x, s, dim=axis)
             else:
-                T.reduce_max(x, s, dim=1)
+                T.reduce_max(x, s, dim=axis)
             T.copy(s, B)
     return main
 
@@ -828,67 +857,7 @@ KERNELS.update({
 
 
 def _block_sparse(dim, bm, bn, threads, causal, seq):
-    """TileLang's examples/blocksparse_attention kernel as written there (mask row in a local array, the whole
-    attention step under ``if block_mask[k] != 0``, T.Pipelined with num_stages=1)."""
-    scale = (1.0 / dim) ** 0.5 * 1.44269504
-    blocks, qblocks = seq // bn, seq // bm
-    shape = [1, 1, seq, dim]
-
-    @T.prim_func
-    def main(Q: T.Tensor(shape, T.float16), K: T.Tensor(shape, T.float16), V: T.Tensor(shape, T.float16),
-             BlockSparseMask: T.Tensor([1, 1, qblocks, blocks], "bool"), O: T.Tensor(shape, T.float16)):
-        with T.Kernel(qblocks, 1, 1, threads=threads) as (bx, by, bz):
-            Q_shared = T.alloc_shared([bm, dim], T.float16)
-            K_shared = T.alloc_shared([bn, dim], T.float16)
-            V_shared = T.alloc_shared([bn, dim], T.float16)
-            O_shared = T.alloc_shared([bm, dim], T.float16)
-            acc_s = T.alloc_fragment([bm, bn], T.float32)
-            acc_s_cast = T.alloc_fragment([bm, bn], T.float16)
-            acc_o = T.alloc_fragment([bm, dim], T.float32)
-            scores_max = T.alloc_fragment([bm], T.float32)
-            scores_max_prev = T.alloc_fragment([bm], T.float32)
-            scores_scale = T.alloc_fragment([bm], T.float32)
-            scores_sum = T.alloc_fragment([bm], T.float32)
-            logsum = T.alloc_fragment([bm], T.float32)
-            block_mask = T.alloc_local([blocks], "bool")
-            T.copy(Q[bz, by, bx * bm:(bx + 1) * bm, :], Q_shared)
-            T.fill(acc_o, 0)
-            T.fill(logsum, 0)
-            T.fill(scores_max, -T.infinity(T.float32))
-            for vj in T.serial(blocks):
-                block_mask[vj] = BlockSparseMask[bz, by, bx, vj]
-            loop_range = T.min(T.ceildiv(seq, bn), T.ceildiv((bx + 1) * bm, bn)) if causal else T.ceildiv(seq, bn)
-            for k in T.Pipelined(loop_range, num_stages=1):
-                if block_mask[k] != 0:
-                    T.copy(K[bz, by, k * bn:(k + 1) * bn, :], K_shared)
-                    if causal:
-                        for i, j in T.Parallel(bm, bn):
-                            acc_s[i, j] = T.if_then_else(bx * bm + i >= k * bn + j, 0, -T.infinity(acc_s.dtype))
-                    else:
-                        T.clear(acc_s)
-                    T.gemm(Q_shared, K_shared, acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
-                    T.copy(scores_max, scores_max_prev)
-                    T.fill(scores_max, -T.infinity(T.float32))
-                    T.reduce_max(acc_s, scores_max, dim=1, clear=False)
-                    for i in T.Parallel(bm):
-                        scores_max[i] = T.max(scores_max[i], scores_max_prev[i])
-                    for i in T.Parallel(bm):
-                        scores_scale[i] = T.exp2(scores_max_prev[i] * scale - scores_max[i] * scale)
-                    for i, j in T.Parallel(bm, bn):
-                        acc_s[i, j] = T.exp2(acc_s[i, j] * scale - scores_max[i] * scale)
-                    T.reduce_sum(acc_s, scores_sum, dim=1)
-                    for i in T.Parallel(bm):
-                        logsum[i] = logsum[i] * scores_scale[i] + scores_sum[i]
-                    T.copy(acc_s, acc_s_cast)
-                    for i, j in T.Parallel(bm, dim):
-                        acc_o[i, j] *= scores_scale[i]
-                    T.copy(V[bz, by, k * bn:(k + 1) * bn, :], V_shared)
-                    T.gemm(acc_s_cast, V_shared, acc_o, policy=T.GemmWarpPolicy.FullRow)
-            for i, j in T.Parallel(bm, dim):
-                acc_o[i, j] /= logsum[i]
-            T.copy(acc_o, O_shared)
-            T.copy(O_shared, O[bz, by, bx * bm:(bx + 1) * bm, :])
-    return main
+    return _attention(dim, bm, bn, threads, causal, seq=seq, masked=True)
 
 
 KERNELS.update({
