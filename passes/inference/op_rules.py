@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from tvm import tirx
 
-from tilelayout.errors import InferenceError, LayoutConflictError, LayoutError, WriteRaceError
+from tilelayout.errors import InferenceError, LayoutConflictError, LayoutError, ReducerError, WriteRaceError
 from tilelayout.expr import row_major_offset
 from tilelayout.fragment import Fragment, fully_replicated
 from tilelayout.layout import placeholder, rep_placeholder, substitute
@@ -132,7 +132,7 @@ def _source_access(nest: LoopNest, state):
         return written[-1]
     for a in nest.fragment_accesses():
         lay = state.layout(a.buffer)
-        if a.is_read and not a.is_constant and lay is not None and lay.replicate_size == 1:
+        if a.is_read and not a.is_constant and not a.reducer_update and lay is not None and lay.replicate_size == 1:
             return a
     return None
 
@@ -140,7 +140,7 @@ def _source_access(nest: LoopNest, state):
 def _read_source_access(nest: LoopNest, state):
     best = None
     for a in nest.fragment_accesses():
-        if a.is_read and not a.is_constant and state.layout(a.buffer) is not None:
+        if a.is_read and not a.is_constant and not a.reducer_update and state.layout(a.buffer) is not None:
             if best is None or len(a.indices) > len(best.indices):
                 best = a
     return best
@@ -234,7 +234,7 @@ def _partial_fragment_plan(nest: LoopNest, state):
     """#2957: when the loop covers only part of a fragment with no layout yet, give the fragment a layout
     over its whole shape first (as a loop over the fragment would) and derive the loop from it."""
     for a in nest.fragment_accesses():
-        if a.is_constant or state.layout(a.buffer) is not None:
+        if a.is_constant or a.reducer_update or state.layout(a.buffer) is not None:
             continue
         if len([b for b in nest.accesses_of(a.buffer) if not b.is_constant]) > 1:
             continue  # read at several indices: completion replicates it instead
@@ -291,6 +291,8 @@ def _thread_indexed(nest: LoopNest, loop: Fragment, state) -> bool:
 def _validation_error(nest: LoopNest, layout: Fragment, state) -> str | None:
     if not layout.is_injective():
         return f"loop layout {layout!r} is not injective"
+    if _replicated_reducer_updates(nest, layout):
+        return _replicated_reducer_updates(nest, layout)
     race = _race(nest, layout, state)
     if race is not None:
         return race
@@ -313,6 +315,9 @@ def _checked_decision(nest: LoopNest, layout: Fragment, source: str, state, leve
     if err is not None:
         raise InferenceError(f"{nest.describe()}: loop layout is not injective: {err}")
     check_runs_in_range(nest.op, layout, lambda: f"its loop layout ({source})", state)
+    replicated = _replicated_reducer_updates(nest, layout)
+    if replicated is not None:
+        raise ReducerError(f"{nest.describe()}: {replicated}")
     race = _race(nest, layout, state)
     if race is not None:
         raise WriteRaceError(f"{nest.describe()}: its loop layout ({source}) makes a data race: {race}; give every "
@@ -329,6 +334,17 @@ def _checked_decision(nest: LoopNest, layout: Fragment, source: str, state, leve
                                  f"(Tx.sum(acc, F, axes=[1]) or `acc[i] = acc[i] + F[i, j]`) and store it once, or "
                                  f"use tilelayout.lang.atomic_add") from None
     return _checked_fragments(nest, layout, source, state, level)
+
+
+def _replicated_reducer_updates(nest: LoopNest, layout: Fragment) -> str | None:
+    """A loop layout running an iteration in several threads would add its reducer update once per thread."""
+    if layout.replicate_size == 1:
+        return None
+    names = sorted({a.buffer.name for a in nest.fragment_accesses() if a.reducer_update})
+    if not names:
+        return None
+    return (f"its loop layout runs every iteration in {layout.replicate_size} threads, which would count each update "
+            f"of reducer {', '.join(names)} {layout.replicate_size} times")
 
 
 def _race(nest: LoopNest, layout: Fragment, state) -> str | None:
