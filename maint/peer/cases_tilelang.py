@@ -1047,3 +1047,30 @@ KERNELS.update({
     "pipelined_indexing/sm80_block_sparse_s3": lambda: _block_sparse_gemm(128, 128, 256, 64, 64, 32, 3),
     "pipelined_indexing/sm80_conv_im2col_s2": lambda: _conv_im2col(2, 8, 8, 32, 64, 3, 1, 1, 64, 64, 32, 2),
 })
+
+
+def _gemv_reducer(m, n, block_m, block_n, threads, stages):
+    """TileLang's examples/gemv gemv_alloc_reducer (the legacy replication="all" reducer)."""
+    @T.prim_func
+    def main(a: T.Tensor((m, n), T.float16), x: T.Tensor((n,), T.float16), o: T.Tensor((m,), T.float16)):
+        with T.Kernel(T.ceildiv(m, block_m), threads=threads) as i0_m:
+            o_reducer = T.alloc_reducer(block_m, T.float32, replication="all")
+            T.clear(o_reducer)
+            for i0_n in T.Pipelined(T.ceildiv(n, block_n), num_stages=stages):
+                a_smem = T.alloc_shared((block_m, block_n), T.float16)
+                T.copy(a[i0_m * block_m, i0_n * block_n], a_smem)
+                a_frag = T.alloc_fragment((block_m, block_n), T.float16)
+                T.copy(a_smem, a_frag)
+                x_frag = T.alloc_fragment(block_n, T.float16)
+                T.copy(x[i0_n * block_n], x_frag)
+                for i1_m, i1_n in T.Parallel(block_m, block_n):
+                    o_reducer[i1_m] += a_frag[i1_m, i1_n] * x_frag[i1_n]
+            T.finalize_reducer(o_reducer)
+            T.copy(o_reducer, o[i0_m * block_m])
+    return main
+
+
+KERNELS.update({
+    "gemv/sm80_reducer_256x1024_t256": lambda: _gemv_reducer(256, 1024, 128, 128, 256, 2),
+    "gemv/sm90a_reducer_256x1024_t128": lambda: _gemv_reducer(256, 1024, 128, 128, 128, 3),
+})
