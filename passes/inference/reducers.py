@@ -101,6 +101,7 @@ class _Walk:
         self.reducers: dict = {}       # buffer var -> (op, replication)
         self.state: dict = {}          # buffer var -> fresh | open | closed
         self.update_nests: list = []   # roots of T.parallel nests updating an open replication="all" reducer
+        self.conditional = 0           # how many `if`s enclose the statement walked
 
     def refuse(self, buf: Any, why: str) -> None:
         op, rep = self.reducers[buf]
@@ -126,11 +127,13 @@ class _Walk:
         elif isinstance(s, tirx.IfThenElse):
             self.scan(s.condition)
             before = dict(self.state)
+            self.conditional += 1
             self.stmt(s.then_case)
             after_then = dict(self.state)
             self.state = dict(before)
             if s.else_case is not None:
                 self.stmt(s.else_case)
+            self.conditional -= 1
             for buf in self.reducers:
                 if after_then[buf] != self.state[buf]:
                     self.refuse(buf, "its accumulation is opened or finalized under an `if` on one branch only; "
@@ -197,6 +200,9 @@ class _Walk:
     def finalize(self, buf: Any) -> None:
         if buf not in self.reducers:
             raise ReducerError(f"finalize_reducer({buf.name}): {buf.name} was not allocated by alloc_reducer")
+        if self.conditional:
+            self.refuse(buf, "finalize_reducer under an `if`: combining the partials needs every thread of the block "
+                             "(warp shuffles, barriers); call it unconditionally")
         if self.state[buf] != _OPEN:
             self.refuse(buf, "finalize_reducer without an open accumulation (Tx.fill the reducer first, and finalize "
                              "it once)")
