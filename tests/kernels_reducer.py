@@ -199,3 +199,21 @@ def finalize_inside_loop_only():
             L.finalize_reducer(r)
         Tx.copy(B[0:32], r[0:32])
     return kernel
+
+
+def issue2408_eight_elements(threads: int = 128):
+    """TileLang #2408: 128 threads summing 8 elements into a one-element reducer must give 36 for 1..8 (TileLang's
+    legacy reducer ran each iteration in 16 threads and counted it 16 times: 576)."""
+    @T.prim_func
+    def kernel(A: T.Buffer((8,), "float32"), B: T.Buffer((1,), "float32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", threads)
+        src = T.alloc_buffer((8,), "float32", scope="local.fragment")
+        acc = L.alloc_reducer((1,), "float32")
+        Tx.copy(src[0:8], A[0:8])
+        Tx.fill(acc[0:1], T.float32(0))
+        for i in T.parallel(8):
+            acc[0] = acc[0] + src[i]
+        L.finalize_reducer(acc)
+        Tx.copy(B[0:1], acc[0:1])
+    return kernel

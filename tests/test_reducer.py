@@ -131,3 +131,19 @@ def test_bad_arguments_are_refused():
         L.alloc_reducer((4,), "float32", replication="some")
     with pytest.raises(tl.TileLayoutError, match="finalize_reducer: expected the buffer"):
         L.finalize_reducer(3)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_fewer_iterations_than_threads_count_each_update_once(model):
+    """TileLang #2408: 8 elements summed by 128 threads gave 576 (each iteration run, and counted, in 16
+    threads); here the updating loop runs each iteration in one thread and the sum is 36."""
+    func = KR.issue2408_eight_elements()
+    res = tl.infer_layouts(func, cost_model=model)
+    assert res.loops["i[8]"].replicate_size == 1
+    out = check_numeric(func, lambda d: {"B": np.array([d["A"].astype(np.float64).sum()])}, cost_model=model,
+                        tolerance=(1e-6, 1e-6))
+    assert out.ok, out.message
+    from tilelayout.passes.lowering.pipeline import build_cpu
+    A, B = np.arange(1, 9, dtype=np.float32), np.zeros(1, np.float32)
+    build_cpu(func, cost_model=model)(A, B)
+    assert B[0] == 36.0

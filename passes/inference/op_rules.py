@@ -208,8 +208,18 @@ def _plan(nest: LoopNest, state) -> Fragment:
         width = _vector_width(nest, state)
         if not nest.touches_fragment:
             width = select_min_padding_width(width, nest.size, state.threads)
-        return plan_loop_layout(nest.extents, state.threads, width, nest.touches_fragment, state.thread_range[0])
+        threads = state.threads
+        layout = plan_loop_layout(nest.extents, threads, width, nest.touches_fragment, state.thread_range[0])
+        while layout.replicate_size > 1 and threads > 1 and _has_reducer_updates(nest):
+            # fewer iterations than threads: a reducer update must run once, so leave the surplus threads idle
+            threads //= 2
+            layout = plan_loop_layout(nest.extents, threads, width, nest.touches_fragment, state.thread_range[0])
+        return layout
     return state.memo(("plan", nest.index), plan)
+
+
+def _has_reducer_updates(nest: LoopNest) -> bool:
+    return any(a.reducer_update for a in nest.fragment_accesses())
 
 
 def _scan_lanes(nest: LoopNest, state) -> int:
