@@ -17,8 +17,14 @@ from tvm.tirx.script import tile as Tx
 from cases import _support
 from tilelayout import lang as L
 
-TILELANG = """TileLang 0.1.15 (maint/peer twin `gemv/...`, gemv_alloc_reducer as examples/gemv writes it):
-see the registers comparison in maint/peer/README.md (the reducer case)."""
+TILELANG = """TileLang 0.1.15 (maint/peer twin: gemv_alloc_reducer as examples/gemv writes it, legacy
+`T.alloc_reducer(block_M, T.float32, replication="all")`). sm_80, both models: the same layouts as ours --
+a_frag thread `_i % 16 * 16 + _j // 8`, o_reducer thread `_i % 16 * 16 + _rep`, slot `_i // 16`, 16 replicas.
+sm_90a (128 threads), both models: TileLang warp-specialises (consumer threads 128..255) and gives a_frag one whole
+column per thread (thread `_j`) and o_reducer every row in every thread (128 replicas, 128 registers); ours
+keeps the sm_80 shape (o_reducer thread `_i % 8 * 16 + _rep`, 16 slots). ptxas (maint/peer/codegen_tilelang.py
+against maint/bench_codegen.py): sm_80 TileLang 80 registers, ours 60; sm_90a TileLang 240 registers and a
+512-byte stack frame, ours 72 and none."""
 
 
 def _on(kernel, arch):
