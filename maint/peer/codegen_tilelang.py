@@ -1,6 +1,8 @@
 """ptxas figures of TileLang's own CUDA for named twins (dev only; run with the peer venv's Python).
 
-    PEER_PYTHON codegen_tilelang.py cases_tilelang.py gemv/sm80_reducer_256x256_t256 ... [--arch sm_80]
+    TILELANG_PEER=DIR PEER_PYTHON codegen_tilelang.py cases_tilelang.py gemv/sm80_reducer_256x1024_t256 ... [--arch sm_80]
+
+(``DIR``: the folder holding ``tilelang_peer.py``, whose torch stand-in lets TileLang import without torch.)
 
 TileLang 0.1.15 lowers each twin to CUDA on the CPU (``tilelang.lower`` under a target context); the source is
 compiled with nvcc against the package's bundled headers (``-std=c++20``, TileLang's own flags) and ptxas's
@@ -22,7 +24,7 @@ def main() -> int:
     ap.add_argument("names", nargs="+")
     ap.add_argument("--arch", default="sm_80")
     args = ap.parse_args()
-    sys.path.insert(0, "/work/shared/peer")
+    sys.path.insert(0, os.environ.get("TILELANG_PEER", "."))
     import tilelang_peer  # noqa: F401  (installs the torch stand-in)
     tilelang_peer._install_torch_stub()
     import tilelang
