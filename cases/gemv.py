@@ -2,7 +2,9 @@
 ``block_M`` rows, a pipelined loop over ``block_N``-wide column tiles (a copied through shared memory into a
 fragment, x copied into a fragment), and a ``T.parallel(block_M, block_N)`` nest accumulating
 ``o_reducer[i] += a[i, j] * x[j]`` into ``tilelayout.lang.alloc_reducer(block_M, "float32", replication="all")``,
-finalized once after the loop and copied out as float16.
+finalized once after the loop and copied out as float16. The ``plain`` variant writes the accumulator as an
+ordinary fragment with a 256-wide column tile on 128 threads: keeping each row in one thread would need 257
+fragment registers per thread, so inference makes it a reducer on its own (``passes/inference/auto_reducers.py``).
 
 Inference takes the nest's loop layout from ``a_frag`` and gives the reducer, as its layout, that loop layout
 projected onto the rows: each row is replicated over exactly the threads that run iterations of it, so every
@@ -56,9 +58,37 @@ def gemv_reducer(m: int = 256, n: int = 256, block_m: int = 128, block_n: int = 
     return _on(kernel, arch)
 
 
+def gemv_plain(m: int = 256, n: int = 1024, block_m: int = 128, block_n: int = 256, threads: int = 128,
+               stages: int = 2, arch: str = "sm_80"):
+    """The same gemv with an ordinary fragment as the accumulator (``acc[i] += a[i, j] * x[j]``): keeping each
+    row in one thread needs 257 fragment registers per thread here, over the budget, so inference splits the
+    rows across threads on its own (``auto_reducers``: the accumulator becomes a reducer, finalized after the
+    loop)."""
+    @T.prim_func
+    def kernel(a: T.Buffer((m, n), "float16"), x: T.Buffer((n,), "float16"), o: T.Buffer((m,), "float16")):
+        i0_m = T.launch_thread("blockIdx.x", m // block_m)
+        tx = T.launch_thread("threadIdx.x", threads)
+        a_smem = T.alloc_buffer((block_m, block_n), "float16", scope="shared.dyn")
+        a_frag = T.alloc_buffer((block_m, block_n), "float16", scope="local.fragment")
+        x_frag = T.alloc_buffer((block_n,), "float16", scope="local.fragment")
+        o_acc = T.alloc_buffer((block_m,), "float32", scope="local.fragment")
+        Tx.fill(o_acc[0:block_m], T.float32(0))
+        for i0_n in T.serial(n // block_n, annotations={"num_stages": stages}):
+            Tx.copy(a_smem[0:block_m, 0:block_n], a[i0_m * block_m:i0_m * block_m + block_m,
+                                                     i0_n * block_n:i0_n * block_n + block_n])
+            Tx.copy(a_frag[0:block_m, 0:block_n], a_smem[0:block_m, 0:block_n])
+            Tx.copy(x_frag[0:block_n], x[i0_n * block_n:i0_n * block_n + block_n])
+            for i1_m in T.parallel(block_m):
+                for i1_n in T.parallel(block_n):
+                    o_acc[i1_m] = o_acc[i1_m] + T.Cast("float32", a_frag[i1_m, i1_n] * x_frag[i1_n])
+        Tx.copy(o[i0_m * block_m:i0_m * block_m + block_m], o_acc[0:block_m])
+    return _on(kernel, arch)
+
+
 VARIANTS = {
     "sm80_reducer_256x1024_t256": lambda: gemv_reducer(n=1024, arch="sm_80"),
     "sm90a_reducer_256x1024_t128": lambda: gemv_reducer(n=1024, threads=128, stages=3, arch="sm_90a"),
+    "sm80_plain_256x1024_b256_t128": lambda: gemv_plain(arch="sm_80"),
 }
 
 
@@ -73,10 +103,13 @@ TOLERANCE = {name: (2e-2, 5e-2) for name in VARIANTS}
 
 
 def check(variant, model, result):
-    red = result["buffers"]["o_reducer"]
-    _support.assert_valid_fragment("o_reducer", red)
+    name = "o_acc" if "plain" in variant else "o_reducer"
+    red = result["buffers"][name]
+    _support.assert_valid_fragment(name, red)
+    if "plain" in variant:
+        assert red["replicate"] > 1, f"o_acc must be split across threads (a reducer): {red}"
     for key, loop in result["loops"].items():
         _support.assert_covers(key, loop)
         if key.startswith("i1_m,i1_n"):
             assert loop["replicate"] == 1, f"{key}: a replicated loop would count reducer updates twice: {loop}"
-            _support.assert_owned(key, loop, "o_reducer", red, lambda i, j: (i,))
+            _support.assert_owned(key, loop, name, red, lambda i, j: (i,))
