@@ -147,3 +147,36 @@ def test_fewer_iterations_than_threads_count_each_update_once(model):
     A, B = np.arange(1, 9, dtype=np.float32), np.zeros(1, np.float32)
     build_cpu(func, cost_model=model)(A, B)
     assert B[0] == 36.0
+
+
+# ------------------------------------------------------------------------------- automatic splitting
+
+def _fragment_registers(result) -> int:
+    from tilelayout.passes.inference.auto_reducers import _fragment_registers as count
+    return count(result)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_an_accumulation_over_the_register_budget_is_split_across_threads(model):
+    """The plain gemv (128 x 256 tile, 128 threads, ``acc[i] += a[i, j] * x[j]`` into an ordinary fragment):
+    whole rows per thread need 257 fragment registers, over the 255 budget, so inference turns acc into a
+    reducer (rows split over threads, combined after the loop): under the budget, and numpy's answer."""
+    from cases import gemv
+    func = gemv.VARIANTS["sm80_plain_256x1024_b256_t128"]()
+    res = tl.infer_layouts(func, cost_model=model)
+    assert _fragment_registers(res) <= 255
+    assert res.buffers["o_acc"].replicate_size > 1
+    assert any("split across threads as reducers: 257 fragment registers" in n for n in res.notes), res.notes
+    assert "tilelayout_finalize_reducer" in res.func.script()
+
+    def ref(d):
+        return {"o": (d["a"] * d["x"][None, :]).astype(np.float16).astype(np.float64).sum(axis=1)}
+    out = check_numeric(func, ref, cost_model=model, tolerance=(2e-2, 5e-2))
+    assert out.ok, out.message
+
+
+def test_an_accumulation_within_the_budget_keeps_rows_in_one_thread():
+    from cases import gemv
+    res = tl.infer_layouts(gemv.gemv_plain(block_n=128, threads=256))
+    assert res.buffers["o_acc"].replicate_size <= 2 and not any("split across" in n for n in res.notes)
+    assert "tilelayout_finalize_reducer" not in res.func.script()

@@ -1114,3 +1114,28 @@ KERNELS.update({
     "grouped_gemm/sm80_groups64_40_100_s2": lambda: _grouped_gemm((64, 40, 100), 128, 64, 64, 64, 32, 2),
     "grouped_gemm/sm90a_groups64_40_100_s3": lambda: _grouped_gemm((64, 40, 100), 128, 64, 64, 64, 32, 3),
 })
+
+
+def _gemv_plain(m, n, block_m, block_n, threads, stages):
+    """The gemv with an ordinary fragment accumulator (what examples/gemv's reducer replaces)."""
+    @T.prim_func
+    def main(a: T.Tensor((m, n), T.float16), x: T.Tensor((n,), T.float16), o: T.Tensor((m,), T.float16)):
+        with T.Kernel(T.ceildiv(m, block_m), threads=threads) as i0_m:
+            o_acc = T.alloc_fragment((block_m,), T.float32)
+            T.clear(o_acc)
+            for i0_n in T.Pipelined(T.ceildiv(n, block_n), num_stages=stages):
+                a_smem = T.alloc_shared((block_m, block_n), T.float16)
+                T.copy(a[i0_m * block_m, i0_n * block_n], a_smem)
+                a_frag = T.alloc_fragment((block_m, block_n), T.float16)
+                T.copy(a_smem, a_frag)
+                x_frag = T.alloc_fragment(block_n, T.float16)
+                T.copy(x[i0_n * block_n], x_frag)
+                for i1_m, i1_n in T.Parallel(block_m, block_n):
+                    o_acc[i1_m] += a_frag[i1_m, i1_n] * x_frag[i1_n]
+            T.copy(o_acc, o[i0_m * block_m])
+    return main
+
+
+KERNELS.update({
+    "gemv/sm80_plain_256x1024_b256_t128": lambda: _gemv_plain(256, 1024, 128, 256, 128, 2),
+})
