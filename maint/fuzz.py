@@ -1308,6 +1308,10 @@ def generate(seed: int, index: int, max_steps: int = 5) -> Kernel:
     racy = racy_kernel(seed, index)         # racy classes, from a stream of their own (``fuzz_races``)
     if racy is not None:
         return racy
+    from maint.fuzz_reducers import reducer_kernel
+    reducer = reducer_kernel(seed, index)   # reducer kernels, from a stream of their own (``fuzz_reducers``)
+    if reducer is not None:
+        return reducer
     extra_rng = random.Random(f"tilelayout-fuzz-check:{seed}:{index}")
     extra = _pick(extra_rng, CHECK_CLASSES)
     gen = Gen(random.Random(f"tilelayout-fuzz:{seed}:{index}"), max_steps,

@@ -1016,3 +1016,95 @@ KERNELS.update({
     "pipelined_indexing/sm80_block_sparse_s3": lambda: _block_sparse_gemm(128, 128, 256, 64, 64, 32, 3),
     "pipelined_indexing/sm80_conv_im2col_s2": lambda: _conv_im2col(2, 8, 8, 32, 64, 3, 1, 1, 64, 64, 32, 2),
 })
+
+
+def _gemv_reducer(m, n, block_m, block_n, threads, stages):
+    """TileLang's examples/gemv gemv_alloc_reducer (the legacy replication="all" reducer)."""
+    @T.prim_func
+    def main(a: T.Tensor((m, n), T.float16), x: T.Tensor((n,), T.float16), o: T.Tensor((m,), T.float16)):
+        with T.Kernel(T.ceildiv(m, block_m), threads=threads) as i0_m:
+            o_reducer = T.alloc_reducer(block_m, T.float32, replication="all")
+            T.clear(o_reducer)
+            for i0_n in T.Pipelined(T.ceildiv(n, block_n), num_stages=stages):
+                a_smem = T.alloc_shared((block_m, block_n), T.float16)
+                T.copy(a[i0_m * block_m, i0_n * block_n], a_smem)
+                a_frag = T.alloc_fragment((block_m, block_n), T.float16)
+                T.copy(a_smem, a_frag)
+                x_frag = T.alloc_fragment(block_n, T.float16)
+                T.copy(x[i0_n * block_n], x_frag)
+                for i1_m, i1_n in T.Parallel(block_m, block_n):
+                    o_reducer[i1_m] += a_frag[i1_m, i1_n] * x_frag[i1_n]
+            T.finalize_reducer(o_reducer)
+            T.copy(o_reducer, o[i0_m * block_m])
+    return main
+
+
+KERNELS.update({
+    "gemv/sm80_reducer_256x1024_t256": lambda: _gemv_reducer(256, 1024, 128, 128, 256, 2),
+    "gemv/sm90a_reducer_256x1024_t128": lambda: _gemv_reducer(256, 1024, 128, 128, 128, 3),
+})
+
+
+def _grouped_gemm(sizes, k, n, bm, bn, bk, stages, threads=128):
+    """TileLang's examples/grouped_gemm/example_grouped_gemm_fwd.py kernel (trans_b=False)."""
+    groups, total = len(sizes), sum(sizes)
+    blocks = sum(-(-s // bm) for s in sizes)
+
+    @T.prim_func
+    def main(A: T.Tensor((total, k), T.float16), B: T.Tensor((groups, k, n), T.float16),
+             C: T.Tensor((total, n), T.float32), batch_sizes: T.Tensor((groups,), T.int32),
+             batch_offsets: T.Tensor((groups,), T.int32), batch_padded_offsets: T.Tensor((groups,), T.int32)):
+        with T.Kernel(blocks, T.ceildiv(n, bn), threads=threads) as (bx, by):
+            A_s = T.alloc_shared((bm, bk), T.float16)
+            B_s = T.alloc_shared((bk, bn), T.float16)
+            C_local = T.alloc_fragment((bm, bn), T.float32)
+            cur_batch_idx = T.alloc_var(dtype=T.int32)
+            cur_batch_size = T.alloc_var(dtype=T.int32)
+            m_start_padded = bx * bm
+            cur_batch_idx = 0
+            for i in range(groups):
+                in_cur_batch_idx = m_start_padded >= batch_padded_offsets[i]
+                cur_batch_idx = T.if_then_else(in_cur_batch_idx, i, cur_batch_idx)
+            cur_batch_size = batch_sizes[cur_batch_idx]
+            m_start = m_start_padded - batch_padded_offsets[cur_batch_idx] + batch_offsets[cur_batch_idx]
+            actual_rows = T.max(0, T.min(bm, cur_batch_size + batch_padded_offsets[cur_batch_idx] - m_start_padded))
+            T.clear(C_local)
+            for ko in T.Pipelined(T.ceildiv(k, bk), num_stages=stages):
+                T.copy(A[m_start:m_start + bm, ko * bk:(ko + 1) * bk], A_s)
+                T.copy(B[cur_batch_idx, ko * bk:(ko + 1) * bk, by * bn:(by + 1) * bn], B_s)
+                T.gemm(A_s, B_s, C_local)
+            for i, j in T.Parallel(bm, bn):
+                if i < actual_rows:
+                    C[m_start + i, by * bn + j] = C_local[i, j]
+    return main
+
+
+KERNELS.update({
+    "grouped_gemm/sm80_groups64_40_100_s2": lambda: _grouped_gemm((64, 40, 100), 128, 64, 64, 64, 32, 2),
+    "grouped_gemm/sm90a_groups64_40_100_s3": lambda: _grouped_gemm((64, 40, 100), 128, 64, 64, 64, 32, 3),
+})
+
+
+def _gemv_plain(m, n, block_m, block_n, threads, stages):
+    """The gemv with an ordinary fragment accumulator (what examples/gemv's reducer replaces)."""
+    @T.prim_func
+    def main(a: T.Tensor((m, n), T.float16), x: T.Tensor((n,), T.float16), o: T.Tensor((m,), T.float16)):
+        with T.Kernel(T.ceildiv(m, block_m), threads=threads) as i0_m:
+            o_acc = T.alloc_fragment((block_m,), T.float32)
+            T.clear(o_acc)
+            for i0_n in T.Pipelined(T.ceildiv(n, block_n), num_stages=stages):
+                a_smem = T.alloc_shared((block_m, block_n), T.float16)
+                T.copy(a[i0_m * block_m, i0_n * block_n], a_smem)
+                a_frag = T.alloc_fragment((block_m, block_n), T.float16)
+                T.copy(a_smem, a_frag)
+                x_frag = T.alloc_fragment(block_n, T.float16)
+                T.copy(x[i0_n * block_n], x_frag)
+                for i1_m, i1_n in T.Parallel(block_m, block_n):
+                    o_acc[i1_m] += a_frag[i1_m, i1_n] * x_frag[i1_n]
+            T.copy(o_acc, o[i0_m * block_m])
+    return main
+
+
+KERNELS.update({
+    "gemv/sm80_plain_256x1024_b256_t128": lambda: _gemv_plain(256, 1024, 128, 256, 128, 2),
+})

@@ -41,6 +41,7 @@ from .ops import (  # noqa: F401  (re-exported: the data model used to live here
 from ..ir_utils import walk
 from ..safe_memory import safe_memory_enabled
 from .composite_ops import COMPOSITE_OPS, expand_composite
+from .reducers import check_reducers, finalized_buffer, reducer_spec
 from .region_checks import match_regions as _match, reduce_axes as _reduce_axes
 from .uniform_locals import UniformLocals, uniform_local_buffers
 
@@ -111,6 +112,7 @@ class _Builder:
         self.bound: dict = {}          # Var bound by a `Bind` statement -> its value (for thread conditions)
         self.uniform = uniform_local_buffers(func.body)     # local buffers equal in every thread
         self.entry = (0, 0)            # ``registered()`` as the statement of the op being built began
+        self.reducer_nests: list = []  # T.parallel roots updating a replication="all" reducer (reducers.py)
 
     @classmethod
     def continuing(cls, prev: OpGraph, func: Any, index: int) -> "_Builder":
@@ -129,6 +131,7 @@ class _Builder:
         b.loops, b.conds = list(op.serial_loops), []
         b.uniform = UniformLocals()
         b.entry = b.registered()
+        b.reducer_nests = list(prev.reducer_nests)
         return b
 
     # -- buffers ---------------------------------------------------------------------------
@@ -152,6 +155,9 @@ class _Builder:
 
     def declare(self, node: Any) -> None:
         info = self.info(node.buffer)
+        spec = reducer_spec(node)
+        if spec is not None:
+            object.__setattr__(info, "reducer", spec)
         if isinstance(node, tirx.DeclBuffer):
             data = node.data
             if isinstance(data, tvm.ir.Call) and str(data.op.name) == "tirx.buffer_data" \
@@ -229,7 +235,8 @@ class _Builder:
             self.float_scan(s.value)
             self.bound[s.var] = s.value
         elif isinstance(s, tirx.Evaluate):
-            self.float_scan(s.value)
+            if finalized_buffer(s) is None:      # finalize_reducer names its buffer; lowering combines it
+                self.float_scan(s.value)
         elif isinstance(s, tirx.AssertStmt):
             self.float_scan(s.condition)
         elif isinstance(s, tirx.While):
@@ -347,6 +354,10 @@ class _Builder:
                     break
             else:
                 merged.append(acc)
+        if any(r.same_as(root) for r in self.reducer_nests):
+            # partial updates of a replication="all" reducer: each running thread accumulates into its own copy
+            merged = [Access(a.buffer, a.indices, True, False, True)
+                      if a.buffer.reducer is not None and a.buffer.reducer[1] == "all" else a for a in merged]
         inner: list[Loop] = []
 
         def on_for(n: Any) -> None:
@@ -641,11 +652,13 @@ def build_op_graph(func: Any) -> OpGraph:
     if not isinstance(func, tirx.PrimFunc):
         raise FrontendError(f"build_op_graph expects a tvm.tirx.PrimFunc, got {type(func).__name__}")
     b = _Builder(func)
+    b.reducer_nests = check_reducers(func)
     for p in as_list(func.params):
         if tirx.is_buffer_var(p):
             b.info(p)
     b.stmt(func.body)
     b.graph.aliases = b.alias_groups()
+    b.graph.reducer_nests = b.reducer_nests
     b.graph.registered_at_end = b.registered()
     _check_region_handoffs(b.graph)
     return b.graph

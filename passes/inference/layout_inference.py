@@ -534,7 +534,19 @@ def infer_layouts(func, target=None, cost_model=None, conflicts=None) -> Inferen
         return result
     from .conversion_plan import infer_with_conversions
     try:
-        return infer_with_conversions(func, target, cost_model, conflicts, _Engine, _SEARCH_ERRORS, _result)
+        if not isinstance(func, tvm.tirx.PrimFunc):
+            return infer_with_conversions(func, target, cost_model, conflicts, _Engine, _SEARCH_ERRORS, _result)
+        import warnings
+        with warnings.catch_warnings(record=True) as first_warnings:
+            warnings.simplefilter("always")
+            result = infer_with_conversions(func, target, cost_model, conflicts, _Engine, _SEARCH_ERRORS, _result)
+        from .auto_reducers import split_over_budget   # the plain gemv: rows over the register budget
+        split = split_over_budget(func, result, lambda f: infer_with_conversions(
+            f, target, cost_model, conflicts, _Engine, _SEARCH_ERRORS, _result))
+        if split is result:          # the first inference stands: so do its warnings
+            for w in first_warnings:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        return split
     except LayoutConflictError as err:
         from .policy_hint import warp_policy_hint
         hint = warp_policy_hint(func, target, cost_model, conflicts, err, _Engine, _SEARCH_ERRORS, _result)

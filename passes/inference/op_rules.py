@@ -6,17 +6,21 @@ FREE (may invent a layout when nothing constrains it).
 
 One rule per op kind, kept together because they share the loop-decision helpers; fragment helpers are in
 fragment_rules.py, the layouts a reduction implies in reduce_layouts.py, gemm plans in gemm_plan.py.
+
+Size (about 610 lines): the loop-decision helpers (planning, validation, ownership, races) serve every op
+kind's rule; split apart, each rule would import most of the others' private helpers.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tilelayout.errors import InferenceError, LayoutConflictError, LayoutError, WriteRaceError
+from tilelayout.errors import InferenceError, LayoutConflictError, LayoutError, ReducerError, WriteRaceError
 from tilelayout.fragment import Fragment
 
 from .fragment_rules import (PartialCoverage, complete_fragment, dynamic_slot_accesses, everyone,
                              loop_from_fragment, ownership_error, reaches_partly)
 from .ops import GemmOp, ReduceOp
+from .reducers import has_reducer_updates, replicated_reducer_updates
 from ..hardware import max_vector_load_bits
 from .loop_nest import LoopNest
 from .memory_writes import grouped_update_layout, memory_race, memory_update
@@ -129,7 +133,7 @@ def _source_access(nest: LoopNest, state):
         return written[-1]
     for a in nest.fragment_accesses():
         lay = state.layout(a.buffer)
-        if a.is_read and not a.is_constant and lay is not None and lay.replicate_size == 1:
+        if a.is_read and not a.is_constant and not a.reducer_update and lay is not None and lay.replicate_size == 1:
             return a
     return None
 
@@ -137,7 +141,7 @@ def _source_access(nest: LoopNest, state):
 def _read_source_access(nest: LoopNest, state):
     best = None
     for a in nest.fragment_accesses():
-        if a.is_read and not a.is_constant and state.layout(a.buffer) is not None:
+        if a.is_read and not a.is_constant and not a.reducer_update and state.layout(a.buffer) is not None:
             if best is None or len(a.indices) > len(best.indices):
                 best = a
     return best
@@ -205,7 +209,13 @@ def _plan(nest: LoopNest, state) -> Fragment:
         width = _vector_width(nest, state)
         if not nest.touches_fragment:
             width = select_min_padding_width(width, nest.size, state.threads)
-        return plan_loop_layout(nest.extents, state.threads, width, nest.touches_fragment, state.thread_range[0])
+        threads = state.threads
+        layout = plan_loop_layout(nest.extents, threads, width, nest.touches_fragment, state.thread_range[0])
+        while layout.replicate_size > 1 and threads > 1 and has_reducer_updates(nest):
+            # fewer iterations than threads: a reducer update must run once, so leave the surplus threads idle
+            threads //= 2
+            layout = plan_loop_layout(nest.extents, threads, width, nest.touches_fragment, state.thread_range[0])
+        return layout
     return state.memo(("plan", nest.index), plan)
 
 
@@ -231,7 +241,7 @@ def _partial_fragment_plan(nest: LoopNest, state):
     """#2957: when the loop covers only part of a fragment with no layout yet, give the fragment a layout
     over its whole shape first (as a loop over the fragment would) and derive the loop from it."""
     for a in nest.fragment_accesses():
-        if a.is_constant or state.layout(a.buffer) is not None:
+        if a.is_constant or a.reducer_update or state.layout(a.buffer) is not None:
             continue
         if len([b for b in nest.accesses_of(a.buffer) if not b.is_constant]) > 1:
             continue  # read at several indices: completion replicates it instead
@@ -288,6 +298,8 @@ def _thread_indexed(nest: LoopNest, loop: Fragment, state) -> bool:
 def _validation_error(nest: LoopNest, layout: Fragment, state) -> str | None:
     if not layout.is_injective():
         return f"loop layout {layout!r} is not injective"
+    if replicated_reducer_updates(nest, layout):
+        return replicated_reducer_updates(nest, layout)
     race = _race(nest, layout, state)
     if race is not None:
         return race
@@ -310,6 +322,9 @@ def _checked_decision(nest: LoopNest, layout: Fragment, source: str, state, leve
     if err is not None:
         raise InferenceError(f"{nest.describe()}: loop layout is not injective: {err}")
     check_runs_in_range(nest.op, layout, lambda: f"its loop layout ({source})", state)
+    replicated = replicated_reducer_updates(nest, layout)
+    if replicated is not None:
+        raise ReducerError(f"{nest.describe()}: {replicated}")
     race = _race(nest, layout, state)
     if race is not None:
         raise WriteRaceError(f"{nest.describe()}: its loop layout ({source}) makes a data race: {race}; give every "

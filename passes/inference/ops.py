@@ -110,6 +110,7 @@ class BufferInfo:
     dtype: str
     bits: int
     pinned_layout: Any = None
+    reducer: Any = None          # (op, replication) of a tilelayout.lang.alloc_reducer fragment, else None
 
     @property
     def is_fragment(self) -> bool:
@@ -181,6 +182,9 @@ class Access:
     indices: list
     is_read: bool
     is_write: bool
+    #: a partial update of a replication="all" reducer (``R[i] = R[i] + v``): recorded as a read, since every
+    #: thread running the iteration must hold the element and each holder keeps its own partial
+    reducer_update: bool = False
 
     @property
     def is_constant(self) -> bool:
@@ -452,6 +456,7 @@ class OpGraph:
     # (buffers, floating accesses) the walk had recorded as each op's statement began, and at its end
     registered_before: list = field(default_factory=list)
     registered_at_end: tuple = (0, 0)
+    reducer_nests: list = field(default_factory=list)   # T.parallel roots updating a replication="all" reducer
 
     def fragments(self) -> list[BufferInfo]:
         return [b for b in self.buffers if b.is_fragment]

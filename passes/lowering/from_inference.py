@@ -6,7 +6,7 @@ takes from inference's code is not a decision but one of:
 
 - the front end, which reads a TIRx function into ops and loop nests: lowering walks the same ops the
   annotations are numbered by (``build_op_graph``, the op classes, ``nest_of``, ``uniform_local_buffers``,
-  ``match_cumsum`` and the lane-split scan's shapes);
+  ``match_cumsum`` and the lane-split scan's shapes, ``finalized_buffer`` for a reducer's finalize);
 - readers of plans recorded in the IR (``read_gemm_plans`` / ``gemm_ordinal``; ``has_tcgen05``, whether a
   target's gemms are planned as tcgen05; ``CONFIG_KEY``, where a
   conversion's plan sits on its copy);
@@ -29,6 +29,7 @@ from ..inference.loop_nest import nest_of
 from ..inference.ownership import ownership_error
 from ..inference.resources import MAX_STATIC_SHARED_BYTES, shared_memory_limit, shared_tile_bytes, stage_stride
 from ..inference.tcgen05_plan import has_tcgen05
+from ..inference.reducers import finalized_buffer
 from ..inference.scan_split import CumsumScan, is_split_fragment, is_split_loop, match_cumsum, split_lanes
 from ..inference.uniform_locals import uniform_local_buffers
 
@@ -36,4 +37,4 @@ __all__ = ["CONFIG_KEY", "SHARED_STAGE_LIMIT", "is_noop", "shuffle_count", "shuf
            "ElementwiseOp", "FillOp", "GemmOp", "ParallelOp", "ReduceOp", "build_op_graph", "gemm_ordinal",
            "read_gemm_plans", "infer_layouts", "nest_of", "ownership_error", "MAX_STATIC_SHARED_BYTES",
            "shared_memory_limit", "shared_tile_bytes", "stage_stride", "CumsumScan", "is_split_fragment",
-           "is_split_loop", "match_cumsum", "split_lanes", "uniform_local_buffers", "has_tcgen05"]
+           "is_split_loop", "match_cumsum", "split_lanes", "uniform_local_buffers", "has_tcgen05", "finalized_buffer"]

@@ -23,6 +23,8 @@ lowering and conversions live in their own modules.
 from __future__ import annotations
 
 
+import types
+
 import numpy as np
 import tvm
 from tvm import tirx
@@ -37,8 +39,8 @@ from tilelayout.layout import substitute
 from .from_inference import CopyOp, ElementwiseOp, FillOp, GemmOp, ReduceOp, build_op_graph
 from ..hardware import func_target, normalize_target, warp_size
 from ..all_reduce import _cell_elements, _reduced, _split_basis, _xor_basis, unheld_partial  # noqa: F401 (tests use some)
-from .from_inference import nest_of
-from ..ir_utils import int_value, mutate, thread_launch, walk
+from .from_inference import finalized_buffer, nest_of
+from ..ir_utils import int_value, make_analyzer, mutate, thread_launch, walk
 from . import lower_gemm as _gemm
 from .lower_gemm import _region_index
 from .cell_loops import ForCells as _ForCells, guard as _guard, slot_loops as _slot_loops
@@ -122,7 +124,12 @@ def lower_tile_ops(func, target=None):
         stmts = [lowering.lower(op, node) for op in mine]
         return stmts[0] if len(stmts) == 1 else tirx.SeqStmt(stmts)
 
-    out = keep_shared_alive(mark_uniform_branches(func.with_body(mutate(func.body, [(TilePrimitiveCall, on_tile)]))))
+    def on_evaluate(node, mutator):
+        buf = finalized_buffer(node)
+        return node if buf is None else lowering.finalize(buf)
+
+    out = keep_shared_alive(mark_uniform_branches(func.with_body(mutate(func.body, [
+        (TilePrimitiveCall, on_tile), (tirx.Evaluate, on_evaluate)]))))
     if lowering.reports:
         out = out.with_attr(_gemm.GEMM_REPORT_ATTR, dict(lowering.reports))
     return out
@@ -330,6 +337,34 @@ class _Lowering:
             raise LoweringError(f"buffer {op.src.buffer.name}: {op.describe()}: the recorded reduced layout "
                                 f"{reduced!r} does not fit the source's layout: {err}")
         return reduced, combine
+
+    def finalize(self, var):
+        """``finalize_reducer``: the partials every holder of a reducer element keeps are combined across its
+        holders (``all_reduce``: shuffles, shared memory across warps); all holders end with the result."""
+        info = self.graph.buffer(var)
+        reducer, replication = info.reducer
+        what = f"finalize_reducer({info.name})"
+        if replication == "none":       # every holder ran all updates of its elements: nothing to combine
+            return tirx.Evaluate(0)
+        op = types.SimpleNamespace(reducer=reducer, thread_range=None, describe=lambda: what,
+                                   dst=types.SimpleNamespace(buffer=info))
+        work = self.layout_of(info, op)
+        check_thread_fit(f"fragment {info.name}", work, self.threads)
+        acc = tirx.decl_buffer([int(s) for s in work.output_shape], info.dtype, name=self.fresh(f"{info.name}_red"),
+                               scope="local")
+        wfor = _ForCells(work, self.tx, self.threads, what, "d")
+        coords = wfor.coords[:-1]
+        stmts = [tirx.AllocBuffer(acc),
+                 _slot_loops(wfor, tirx.BufferStore(acc, reduce_identity(reducer, info.dtype), wfor.svars)),
+                 _slot_loops(wfor, _guard(tirx.BufferStore(acc, tirx.BufferLoad(var, coords), wfor.svars),
+                                          list(wfor.guards), wfor.ana))]
+        combine = self.all_reduce(op, work, wfor, acc)
+        if not combine:
+            return tirx.Evaluate(0)
+        stmts.extend(combine)
+        stmts.append(_slot_loops(wfor, _guard(tirx.BufferStore(var, tirx.BufferLoad(acc, wfor.svars), coords),
+                                              list(wfor.guards), wfor.ana)))
+        return tirx.SeqStmt(stmts)
 
     def reduce_from_memory(self, op: ReduceOp):
         dst = op.dst.buffer

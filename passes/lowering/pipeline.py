@@ -231,7 +231,28 @@ def random_inputs(func, seed: int = 0, extents: dict | None = None) -> dict:
         else:
             data = rng.integers(-8, 8, shape).astype(dtype)
         out[str(p.name)] = data
+    for name, values in _fixed_inputs(func).items():
+        if name not in out:
+            raise ConfigError(f"function attribute {FIXED_INPUTS_ATTR}: no buffer parameter named {name}")
+        fixed = np.asarray(values).astype(out[name].dtype)
+        if fixed.size != out[name].size:
+            raise ConfigError(f"function attribute {FIXED_INPUTS_ATTR}: {name} has {out[name].size} elements, "
+                              f"{fixed.size} values given")
+        out[name] = fixed.reshape(out[name].shape)
     return out
+
+
+#: function attribute {parameter name: values}: contents the numeric checks give those parameters instead of
+#: random ones (index tensors, such as a grouped gemm's group offsets, whose random contents would mean nothing)
+FIXED_INPUTS_ATTR = "tilelayout.numeric_inputs"
+
+
+def _fixed_inputs(func) -> dict:
+    attrs = _as_func(func).attrs
+    if attrs is None or FIXED_INPUTS_ATTR not in attrs:
+        return {}
+    return {str(k): [float(v) if isinstance(v, float) else int(v) for v in vals]
+            for k, vals in dict(attrs[FIXED_INPUTS_ATTR]).items()}
 
 
 @dataclass

@@ -358,6 +358,7 @@ def SequentialSemantics():
 def sequential_semantics(func):
     """The unlowered tile program run once, by one thread, op by op over whole regions (the reference)."""
     from .from_inference import ConvertOp, CopyOp, ElementwiseOp, FillOp, GemmOp, ReduceOp, build_op_graph
+    from .from_inference import finalized_buffer
     graph = build_op_graph(func)
     blocks, threads, body = _launches(func)
     if threads and _uses_any(body, [v for v, _ in threads]):
@@ -382,7 +383,10 @@ def sequential_semantics(func):
             raise LoweringError(f"tile op {node.op.name} has no reference semantics")
         return mine[0] if len(mine) == 1 else tirx.SeqStmt(mine)
 
-    body = atomics_as_updates(mutate(body, [(TilePrimitiveCall, on_tile)]))
+    def on_evaluate(node, mutator):       # finalize_reducer: run once, by one thread, the reducer holds the total
+        return tirx.Evaluate(0) if finalized_buffer(node) is not None else node
+
+    body = atomics_as_updates(mutate(body, [(TilePrimitiveCall, on_tile), (tirx.Evaluate, on_evaluate)]))
     body = _rebuffer(_parallel_to_serial(body), remap)
     body = _wrap_blocks(body, blocks)
     out = func.with_body(tirx.SeqStmt(decls + [body]) if decls else body)

@@ -2,7 +2,7 @@
 __version__ = "0.1.0"
 
 from .errors import (ConfigError, EvaluationError, InferenceError, LayoutConflictError, LayoutError, LoweringError,
-                     MissingLaunchError, PipelineError, RaceError, ReferenceFunctionError, TargetFeatureWarning,
+                     MissingLaunchError, PipelineError, RaceError, ReducerError, ReferenceFunctionError, TargetFeatureWarning,
                      TileLayoutError, TileLayoutResourceWarning, UninitializedReadError, UninitializedReadWarning,
                      ScopeError, Tcgen05LoweringError, WarpPolicyConflictError, WriteRaceError)
 from .evaluate import evaluate, evaluate_grid
@@ -45,7 +45,7 @@ def get_layouts(func):
 
 __all__ = [
     "Layout", "Fragment", "fully_replicated", "layout_from_dict", "evaluate", "evaluate_grid",
-    "lower", "cuda_source", "build_cpu", "LoweringError", "PipelineError", "MissingLaunchError", "RaceError",
+    "lower", "cuda_source", "build_cpu", "LoweringError", "PipelineError", "MissingLaunchError", "RaceError", "ReducerError",
     "ReferenceFunctionError", "TargetFeatureWarning",
     "TileLayoutError", "TileLayoutResourceWarning", "UninitializedReadWarning", "UninitializedReadError", "LayoutError",
     "ConfigError", "EvaluationError", "LayoutConflictError", "InferenceError", "WarpPolicyConflictError",

@@ -98,6 +98,11 @@ class UninitializedReadError(InferenceError):
     any op writes it."""
 
 
+class ReducerError(InferenceError):
+    """A reducer (``tilelayout.lang.alloc_reducer``) is used outside its accumulate-then-finalize protocol: read
+    or written other than by ``Tx.fill``, the updates of ``T.parallel`` nests and ``finalize_reducer``."""
+
+
 def warn_user(message: str, category: type[Warning]) -> None:
     """Issue a warning attributed to the first caller outside tilelayout and TVM.
 

@@ -16,6 +16,13 @@ back ends see nothing new:
   (global or shared memory). The extents must agree once unit dimensions are dropped (``dQ[b, r0:r0 + 64, h,
   0:128]`` against a ``[64, 128]`` fragment); it becomes a ``T.parallel`` nest over ``src`` whose layout
   inference takes from the fragment, one atomic per element.
+- ``alloc_reducer(shape, dtype, op="sum", replication="all")`` and ``finalize_reducer(buf)``: TileLang's
+  reducer. ``alloc_reducer`` allocates a register fragment marked as a reducer (``op``: ``"sum"``, ``"max"`` or
+  ``"min"``); ``Tx.fill`` starts an accumulation (with the identity for ``"sum"``), ``T.parallel`` nests update it
+  (``R[i] = R[i] + v``, ``R[i] = T.max(R[i], v)``), and ``finalize_reducer`` ends it. With ``replication="all"``
+  the threads running one element's updates each keep a partial (inference decides which threads they are, from
+  the nest's loop layout) and ``finalize_reducer`` combines them by warp shuffles (shared memory across warps);
+  with ``"none"`` every holder of an element runs all of its updates and there is nothing to combine.
 """
 from __future__ import annotations
 
@@ -30,7 +37,14 @@ from tvm.tirx.script.builder import ir as IB
 
 from tilelayout.errors import LayoutError
 
-__all__ = ["cumsum", "atomic_add", "atomic_max", "atomic_min", "ATOMIC_EXTERNS", "Atomic", "atomic_of", "is_atomic_call"]
+__all__ = ["cumsum", "alloc_reducer", "finalize_reducer", "REDUCER_ATTR", "FINALIZE_REDUCER", "atomic_add", "atomic_max", "atomic_min", "ATOMIC_EXTERNS", "Atomic", "atomic_of", "is_atomic_call"]
+
+#: AllocBuffer annotation marking a reducer fragment: ``"op:replication"`` (``"sum:all"``)
+REDUCER_ATTR = "tilelayout.reducer"
+#: the extern ``finalize_reducer`` evaluates (its argument: the reducer's buffer); lowering replaces it
+FINALIZE_REDUCER = "tilelayout_finalize_reducer"
+REDUCER_OPS = ("sum", "max", "min")
+REDUCER_REPLICATION = ("all", "none")
 
 #: CUDA function called for each atomic; the front end and the CPU path recognise exactly these
 ATOMIC_EXTERNS = {"atomicAdd": "add", "atomicMax": "max", "atomicMin": "min"}
@@ -105,6 +119,25 @@ def cumsum(src: Any, dst: Any = None, dim: int = 0, reverse: bool = False) -> No
     else:                      # a 1-D region: one parallel iteration around the serial loop
         with IB.parallel(0, 1):
             body([])
+
+
+def alloc_reducer(shape: Any, dtype: str = "float32", op: str = "sum", replication: str = "all") -> Any:
+    """A register fragment several threads accumulate partial results of one element into (TileLang's
+    ``T.alloc_reducer``); see the module docstring."""
+    if op not in REDUCER_OPS:
+        raise LangError(f"alloc_reducer: op {op!r} is not one of {', '.join(REDUCER_OPS)}")
+    if replication not in REDUCER_REPLICATION:
+        raise LangError(f"alloc_reducer: replication {replication!r} is not one of {', '.join(REDUCER_REPLICATION)}")
+    shape = [shape] if isinstance(shape, (int, tirx.IntImm)) else list(shape)
+    return IB.alloc_buffer(shape, dtype, scope="local.fragment",
+                           annotations={REDUCER_ATTR: f"{op}:{replication}"})
+
+
+def finalize_reducer(buf: Any) -> Any:
+    """End the reducer's accumulation: afterwards every holder of an element has its combined value."""
+    if not tirx.is_buffer_var(buf):
+        raise LangError(f"finalize_reducer: expected the buffer alloc_reducer returned, got {buf!r}")
+    return tirx.call_extern("int32", FINALIZE_REDUCER, buf)
 
 
 def _atomic(kind: str, dst: Any, value: Any) -> Any:

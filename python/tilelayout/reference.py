@@ -138,6 +138,9 @@ _UNARY = {"exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "sqrt"
 _EXACT_UNARY = ("fabs", "floor", "ceil")
 
 
+#: tilelayout.lang.finalize_reducer's extern: combining per-thread partials, which this interpreter never splits
+_FINALIZE_REDUCER = "tilelayout_finalize_reducer"
+
 #: CUDA's atomic functions as TIR spells them (``call_extern``) and the update each performs
 _ATOMIC_EXTERNS = {"atomicAdd": "add", "atomicMax": "max", "atomicMin": "min"}
 
@@ -490,6 +493,10 @@ class _Interpreter:
         if atomic is not None:
             self.atomic(*atomic, s, ctx)
             return
+        if isinstance(v, tvm.ir.Call) and isinstance(v.op, tvm.ir.Op) and str(v.op.name) == "tirx.call_extern" \
+                and len(v.args) == 2 and isinstance(v.args[0], tvm.ir.StringImm) \
+                and str(v.args[0].value) == _FINALIZE_REDUCER:
+            return       # lang.finalize_reducer: here every update already landed in the one copy of the reducer
         self.refuse("an evaluated call with side effects", s)
 
     def atomic(self, kind: str, target, value, node, ctx) -> None:
