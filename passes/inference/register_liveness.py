@@ -64,12 +64,16 @@ class OpLiveness:
 class ProgramPoint:
     """One point of the program: the fragments live there. ``rounds`` = (src, dst, chunks) marks the middle of a
     conversion staged through shared memory in rounds: src and dst then count as the larger of the two plus
-    one round of the destination (``peak_of``)."""
+    one round of the destination (``peak_of``). ``stream``: an element-wise op whose inputs die and whose outputs
+    are born element by element (each step frees one input register and fills one output register), so the two
+    groups count as the larger of them."""
 
     op_index: int
     label: str
     live: frozenset
     rounds: tuple | None = None
+    stream: tuple | None = None      # (fragments the op reads last, fragments it writes first), element by element
+    extra: int = 0                   # registers the op itself needs beyond fragments (``gemm_operand_registers``)
 
 
 @dataclass
@@ -83,19 +87,21 @@ class RegisterPeak:
     point: str                           # the op's description (with the phase of a staged conversion)
     live: dict = field(default_factory=dict)     # fragment name -> registers, live at the peak
     overhead_parts: dict = field(default_factory=dict)
+    note: str = ""                               # how overlapping fragments were counted there
 
     def line(self, limit: int) -> str:
         """One line, as ``tilelayout show`` and ``explain`` print it."""
         live = ", ".join(f"{n} {r}" for n, r in sorted(self.live.items(), key=lambda kv: (-kv[1], kv[0])))
         parts = ", ".join(f"{k} {v}" for k, v in self.overhead_parts.items())
         where = f"at {self.point}" if self.op_index is not None else "no fragment is live anywhere"
+        note = f" ({self.note})" if self.note else ""
         return (f"register peak per thread: {self.registers} x 32-bit (limit {limit}) {where}: live "
-                f"{live or 'nothing'} = {self.fragments}, plus an estimated {self.overhead} ({parts})")
+                f"{live or 'nothing'} = {self.fragments}{note}, plus an estimated {self.overhead} ({parts})")
 
     def to_dict(self) -> dict:
         return {"registers": self.registers, "fragments": self.fragments, "overhead": self.overhead,
                 "overhead_parts": dict(self.overhead_parts), "op_index": self.op_index, "point": self.point,
-                "live": dict(self.live)}
+                "live": dict(self.live), "note": self.note}
 
 
 # ------------------------------------------------------------------------------------------ per-op effects
@@ -284,10 +290,12 @@ def liveness(graph: OpGraph) -> list:
     return result
 
 
-def program_points(graph: OpGraph, conversions: dict | None = None) -> list:
+def program_points(graph: OpGraph, conversions: dict | None = None, gemm_plans: dict | None = None) -> list:
     """Every ``ProgramPoint`` of ``graph``; ``conversions``: {op index: ConversionCost} of its conversions
-    (without one, a conversion holds both versions at once)."""
+    (without one, a conversion holds both versions at once); ``gemm_plans``: {op index: GemmPlan} (an mma.sync
+    gemm's point holds its operand fragments, ``gemm_operand_registers``)."""
     conversions = conversions or {}
+    gemm_plans = gemm_plans or {}
     points = []
     for op, lv in zip(graph.ops, liveness(graph)):
         here = lv.live_in | lv.live_out | lv.reads | lv.writes
@@ -306,8 +314,55 @@ def program_points(graph: OpGraph, conversions: dict | None = None) -> list:
                                            frozenset(before | after), (src, dst, chunks)))
             points.append(ProgramPoint(op.index, f"{op.describe()}, once it holds {dst}", frozenset(after)))
             continue
-        points.append(ProgramPoint(op.index, op.describe(), frozenset(here)))
+        extra = gemm_operand_registers(gemm_plans[op.index]) if op.index in gemm_plans else 0
+        points.append(ProgramPoint(op.index, op.describe(), frozenset(here), stream=_stream(op, lv), extra=extra))
     return points
+
+
+def _stream(op: TileOp, lv: OpLiveness) -> tuple | None:
+    """(dying inputs, born outputs) of an element-wise op that visits every element of each once, in the same
+    order on both sides (a parallel nest indexing them by its loop variables, a full element-wise tile op or
+    fragment-to-fragment copy); None otherwise or when nothing dies or nothing is born there."""
+    dying = lv.reads - lv.live_out - lv.writes
+    born = lv.writes - lv.live_in - lv.reads
+    if not dying or not born:
+        return None
+    if isinstance(op, ParallelOp):
+        if op.inner_loops:
+            return None
+        extents = {v: _int(e) for v, e in zip(op.loop_vars, op.extents)}
+        if any(_int(m) != 0 for m in op.mins):
+            return None
+        for a in op.accesses:
+            if a.buffer.name in dying | born and not _covers(a, a.buffer, extents):
+                return None
+    elif isinstance(op, (ElementwiseOp, CopyOp)):
+        regions = [r for r in op.regions() if getattr(r, "buffer", None) is not None and r.buffer.is_fragment]
+        if any(not _full(r) for r in regions) or len({tuple(map(str, r.buffer.shape)) for r in regions}) != 1:
+            return None
+    else:
+        return None
+    return frozenset(dying), frozenset(born)
+
+
+#: operand fragments an mma.sync gemm keeps in flight: the current k-step's and the next one's (ptxas hoists the
+#: next ldmatrix above the current mma; an estimate, see docs/cost-models.md)
+OPERAND_STEPS_IN_FLIGHT = 2
+
+
+def gemm_operand_registers(plan) -> int:
+    """Registers per thread the operands of one mma.sync gemm take while it runs (wgmma reads them from shared
+    memory through descriptors; an operand already in a register fragment is counted as that fragment):
+    ``OPERAND_STEPS_IN_FLIGHT`` k-steps of the warp's A rows and B columns."""
+    import tvm
+    if getattr(plan, "instruction", None) != "mma_sync":
+        return 0
+    total = 0
+    k = int(plan.instr_k)
+    if not plan.a_in_registers:
+        total += math.ceil(plan.rows_per_warp * k * tvm.DataType(plan.a_dtype).bits / (32 * 32))
+    total += math.ceil(plan.cols_per_warp * k * tvm.DataType(plan.b_dtype).bits / (32 * 32))
+    return OPERAND_STEPS_IN_FLIGHT * total
 
 
 # ------------------------------------------------------------------------------------------ the peak
@@ -322,6 +377,10 @@ def peak_of(points: list, weights: dict) -> tuple:
             src, dst, chunks = p.rounds
             s, d = weights.get(src, 0), weights.get(dst, 0)
             total += max(s, d) + math.ceil(d / chunks) - s - d
+        if p.stream is not None:
+            dying, born = (sum(weights.get(n, 0) for n in group) for group in p.stream)
+            total += max(dying, born) - dying - born
+        total += p.extra
         if where is None or total > best:
             best, where = total, p
     return best, where
@@ -367,21 +426,30 @@ def overhead_estimate(graph: OpGraph, gemm_plans: dict | None = None) -> dict:
 
 
 def register_peak(graph: OpGraph, layouts: dict, bits_of: Callable | None = None, conversions: dict | None = None,
-                  overhead: dict | None = None) -> RegisterPeak:
+                  overhead: dict | None = None, gemm_plans: dict | None = None) -> RegisterPeak:
     """The peak of ``layouts`` (fragment name -> Fragment; others ignored) over ``graph``'s program points, in
     32-bit registers (elements narrower than 32 bits packed, ``bits_of(name)`` their width, default the graph's)."""
     if bits_of is None:
         bits_of = lambda n: graph.buffer(n).bits  # noqa: E731
     weights = fragment_weights(layouts, bits_of)
-    fragments, point = peak_of(program_points(graph, conversions), weights)
+    total, point = peak_of(program_points(graph, conversions, gemm_plans), weights)
     parts = dict(overhead) if overhead is not None else {}
+    fragments = total - (point.extra if point is not None else 0)
+    if point is not None and point.extra:
+        parts["gemm operands"] = point.extra
     extra = sum(parts.values())
     if point is None or not fragments:
         live = {}
     else:
         live = {n: weights[n] for n in sorted(point.live) if weights.get(n)}
+    note = ""
+    if live and point.stream is not None and any(n in live for g in point.stream for n in g):
+        dying, born = (", ".join(sorted(n for n in g if n in live)) for g in point.stream)
+        note = f"{dying} read for the last time as {born} is written, element by element: the larger counts"
+    elif live and point.rounds is not None:
+        note = f"{point.rounds[0]} and {point.rounds[1]}: the larger, plus one round of {point.rounds[1]}"
     return RegisterPeak(fragments + extra, fragments, extra, point.op_index if point is not None and live else None,
-                        point.label if point is not None and live else "", live, parts)
+                        point.label if point is not None and live else "", live, parts, note)
 
 
 def fragment_weights(layouts: dict, bits_of: Callable) -> dict:
@@ -411,4 +479,4 @@ def plan_registers(graph: OpGraph, layouts: dict, converts=(), gemm_plans: dict 
     [(ConvertOp, ConversionCost)] of its conversions, ``gemm_plans`` for the wgmma estimate."""
     frags = {n: lay for n, lay in layouts.items() if hasattr(lay, "forward_thread")}
     return register_peak(graph, frags, conversions={op.index: cost for op, cost in converts},
-                         overhead=overhead_estimate(graph, gemm_plans))
+                         overhead=overhead_estimate(graph, gemm_plans), gemm_plans=gemm_plans)

@@ -173,14 +173,15 @@ def result_peak(result):
     from .ops import ConvertOp
     from .register_liveness import overhead_estimate, register_peak
     graph = getattr(result, "graph", None)
-    if graph is None:
+    if graph is None or not hasattr(graph, "ops"):
         return None
     ways = {(c.get("src"), c.get("dst")): c.get("cost") for c in getattr(result, "conversions", ()) or ()}
     converts = {op.index: ways[(op.src.buffer.name, op.dst.buffer.name)] for op in graph.ops
                 if isinstance(op, ConvertOp) and (op.src.buffer.name, op.dst.buffer.name) in ways}
     frags = {n: lay for n, lay in result.buffers.items() if isinstance(lay, Fragment)}
-    return register_peak(graph, frags, conversions=converts,
-                         overhead=overhead_estimate(graph, getattr(result, "gemm_plans", None)))
+    plans = getattr(result, "gemm_plans", None)
+    return register_peak(graph, frags, conversions=converts, overhead=overhead_estimate(graph, plans),
+                         gemm_plans=plans)
 
 
 def _largest(table: dict, k: int = 3) -> str:
