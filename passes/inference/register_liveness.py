@@ -345,9 +345,9 @@ def _stream(op: TileOp, lv: OpLiveness) -> tuple | None:
     return frozenset(dying), frozenset(born)
 
 
-#: operand fragments an mma.sync gemm keeps in flight: the current k-step's and the next one's (ptxas hoists the
-#: next ldmatrix above the current mma; an estimate, see docs/cost-models.md)
-OPERAND_STEPS_IN_FLIGHT = 2
+#: k-steps of operand fragments an mma.sync gemm needs at once: the one it multiplies. ptxas hoists the next
+#: step's ldmatrix above the current mma when registers are free (then it holds two); the budget counts the need
+OPERAND_STEPS_IN_FLIGHT = 1
 
 
 def gemm_operand_registers(plan) -> int:
