@@ -37,7 +37,7 @@ from .cost_models import _CONFIG
 from .epilogue import epilogue_splits
 from .splits import Split
 from .resources import MAX_REGISTERS_PER_THREAD
-from .conversion import (CONFIG_KEY, STRICT, ConversionCost, conversion_cost,
+from .conversion import (CONFIG_KEY, SHARED_STAGE_LIMIT, STRICT, ConversionCost, conversion_cost,
                          hand_staged_cost, register_count32, register_walk_error, resolve_conflict_mode,
                          warn_shared)
 from .frontend import ConvertOp, CopyOp, ElementwiseOp, ParallelOp, ReduceOp, graph_after_split
@@ -209,7 +209,17 @@ def _cost(op, src, dst, graph, target) -> ConversionCost:
     threads = graph.thread_extent
     bind = lambda f: f if f.thread_range is not None else f.bind_thread_range(0, threads)
     return conversion_cost(bind(src), bind(dst), threads, warp_size(target), max(1, op.src.buffer.bits // 8),
-                           op.describe())
+                           op.describe(), stage_limit=_stage_limit(graph))
+
+
+def _stage_limit(graph) -> int:
+    """Bytes a conversion's (static) staging tile may take: the static shared limit less what the kernel's own
+    static shared buffers take (memoised on the graph: its buffers never change)."""
+    hit = graph.__dict__.get("_stage_limit")
+    if hit is None:
+        from .resources import static_shared_bytes
+        hit = graph.__dict__["_stage_limit"] = SHARED_STAGE_LIMIT - static_shared_bytes(graph)
+    return hit
 
 
 def _require_register_walk(op, src, dst) -> None:

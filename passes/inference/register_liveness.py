@@ -33,7 +33,7 @@ from typing import Callable
 from .ops import ConvertOp, CopyOp, ElementwiseOp, FillOp, GemmOp, OpGraph, ParallelOp, ReduceOp, TileOp
 
 __all__ = ["OpLiveness", "ProgramPoint", "RegisterPeak", "op_effects", "liveness", "program_points", "register_peak",
-           "peak_of", "overhead_estimate", "pipelined_buffers", "plan_registers", "BASE_REGISTERS", "POINTER_REGISTERS", "GEMM_DESCRIPTOR_REGISTERS",
+           "peak_of", "overhead_estimate", "pipelined_buffers", "pipeline_stages", "plan_registers", "BASE_REGISTERS", "POINTER_REGISTERS", "GEMM_DESCRIPTOR_REGISTERS",
            "PIPELINE_STAGE_REGISTERS", "INDEX_REGISTERS"]
 
 #: thread index, block indices and the loop counter of the outermost serial loop (every kernel has them)
@@ -386,9 +386,9 @@ def peak_of(points: list, weights: dict) -> tuple:
     return best, where
 
 
-def pipelined_buffers(graph: OpGraph) -> int:
-    """Shared tiles that copies inside a software-pipelined loop (a serial loop annotated ``num_stages`` >= 2)
-    fill: each is multi-buffered and keeps its stage address in registers."""
+def pipeline_stages(graph: OpGraph) -> dict:
+    """{shared tile: stages} of the tiles that copies inside a software-pipelined loop (a serial loop annotated
+    ``num_stages`` >= 2) fill: each is multi-buffered and keeps its stage address in registers."""
     from tvm import tirx
     from ..ir_utils import walk
     loops = []
@@ -397,18 +397,26 @@ def pipelined_buffers(graph: OpGraph) -> int:
         stages = node.annotations.get("num_stages") if node.annotations is not None else None
         try:
             if stages is not None and int(stages) >= 2:
-                loops.append(node.loop_var)
+                loops.append((node.loop_var, int(stages)))
         except (TypeError, ValueError):
             pass
     body = getattr(getattr(graph, "func", None), "body", None)
     if body is None:
-        return 0
+        return {}
     walk(body, [(tirx.For, on_for)])
-    if not loops:
-        return 0
-    names = {op.dst.buffer.name for op in graph.ops if isinstance(op, CopyOp) and op.dst.buffer.is_shared
-             and any(loop.var is not None and any(loop.var.same_as(v) for v in loops) for loop in op.serial_loops)}
-    return len(names)
+    out: dict = {}
+    for op in graph.ops:
+        if not (isinstance(op, CopyOp) and op.dst.buffer.is_shared):
+            continue
+        for var, stages in loops:
+            if any(loop.var is not None and loop.var.same_as(var) for loop in op.serial_loops):
+                out[op.dst.buffer.name] = max(out.get(op.dst.buffer.name, 1), stages)
+    return out
+
+
+def pipelined_buffers(graph: OpGraph) -> int:
+    """How many shared tiles pipelined loops multi-buffer (``pipeline_stages``)."""
+    return len(pipeline_stages(graph))
 
 
 def overhead_estimate(graph: OpGraph, gemm_plans: dict | None = None) -> dict:

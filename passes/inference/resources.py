@@ -16,7 +16,7 @@ from tilelayout.fragment import Fragment
 from ..hardware import normalize_target, sm_version
 
 __all__ = ["ResourceUsage", "resource_usage", "fragment_registers", "shared_tile_bytes", "stage_stride", "resource_warnings", "warn_resources", "shared_memory_limit",
-           "result_peak",
+           "result_peak", "static_shared_bytes",
            "MAX_REGISTERS_PER_THREAD", "MAX_STATIC_SHARED_BYTES", "LARGE_FRAGMENT_REGISTERS"]
 
 #: the most 32-bit registers one CUDA thread can address (every architecture since sm_35)
@@ -182,6 +182,21 @@ def result_peak(result):
     plans = getattr(result, "gemm_plans", None)
     return register_peak(graph, frags, conversions=converts, overhead=overhead_estimate(graph, plans),
                          gemm_plans=plans)
+
+
+def static_shared_bytes(graph) -> int:
+    """Bytes of the kernel's static shared buffers (scope "shared", each tile a pipelined loop multi-buffers once
+    per stage): what a conversion's static staging tile shares the ``MAX_STATIC_SHARED_BYTES`` with."""
+    from .register_liveness import pipeline_stages
+    stages = pipeline_stages(graph)
+    total = 0
+    for info in graph.buffers:
+        if not info.is_shared or info.scope.endswith(".dyn"):
+            continue
+        size = _product(info.shape)
+        if size is not None:
+            total += shared_tile_bytes(size, info.dtype, stages.get(info.name, 1))
+    return total
 
 
 def _largest(table: dict, k: int = 3) -> str:
