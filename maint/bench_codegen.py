@@ -171,7 +171,8 @@ def _selected(cases_dir: Path, wanted: list) -> list:
 
 
 #: one column group per side: ours now, TileLang's CUDA of the same kernel beside it when a peer side is added
-COLUMNS = f"{'pred':>5} {'regs':>5} {'diff':>6} {'stack':>6} {'spill_st':>8} {'spill_ld':>8} {'smem':>7} {'dyn_smem':>8}"
+COLUMNS = (f"{'pred':>5} {'regs':>5} {'diff':>6} {'stack':>6} {'spill_st':>8} {'spill_ld':>8} {'smem':>7} "
+           f"{'dyn_smem':>8}")
 HEADER = f"{'case/variant':56} {'arch':7} {COLUMNS}"
 
 

@@ -829,9 +829,9 @@ def _cheapest(src, dst, threads, warp, elem_bytes, allow_shuffle, stage_limit=SH
         if shared.stage_bytes <= stage_limit:
             options.append(shared)
     if not options:
+        need = shared_cost(src, dst, threads, warp, elem_bytes, 0, max(0, stage_limit)).stage_bytes
         raise LayoutConflictError(f"no conversion applies (elements cross warps and the staging tile needs "
-                                  f"{shared_cost(src, dst, threads, warp, elem_bytes, 0, max(0, stage_limit)).stage_bytes}"
-                                  f" B of shared memory, over the {stage_limit}-byte limit)")
+                                  f"{need} B of shared memory, over the {stage_limit}-byte limit)")
     order = {"shuffle": 0, "shared": 1}
     best = min(options, key=lambda c: (c.mem, order[c.kind], c.pad))
     alternatives = {}

@@ -247,7 +247,7 @@ def _regs(engine, state) -> int:
     from .register_liveness import plan_registers
     layouts = {b.name: state.layouts[b.name] for b in engine.graph.fragments() if b.name in state.layouts}
     converts = conversion_costs(engine.ops, state, engine.graph, engine.target)
-    return plan_registers(engine.graph, layouts, converts, engine.gemm_plans).registers
+    return plan_registers(engine.graph, layouts, converts, engine.gemm_plans, engine.target).registers
 
 
 def _total(engine, state):

@@ -402,7 +402,7 @@ class _Engine:
         register peak of every fragment laid out so far (``register_liveness``), not their sum."""
         if self.budget is None:
             return None
-        peak = plan_registers(self.graph, layouts, converts, self.gemm_plans)
+        peak = plan_registers(self.graph, layouts, converts, self.gemm_plans, self.target)
         if peak.registers <= self.budget:
             return None
         return (f"over the register budget: a peak of {peak.registers} registers per thread > {self.budget} "
@@ -560,7 +560,8 @@ def _result(engine: _Engine, state: _State) -> InferenceResult:
     result = InferenceResult(buffers, loops, engine.attempts, func, engine.model.name, engine.target, info,
                              engine.graph, op_loops, dict(engine.gemm_plans))
     result.register_peak = plan_registers(engine.graph, buffers, conversion_costs(engine.ops, state, engine.graph,
-                                                                                  engine.target), engine.gemm_plans)
+                                                                                  engine.target), engine.gemm_plans,
+                                          engine.target)
     from .annotations import annotate_result
     result.func = annotate_result(func, result)
     from .resources import warn_resources

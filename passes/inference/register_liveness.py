@@ -33,8 +33,9 @@ from typing import Callable
 from .ops import ConvertOp, CopyOp, ElementwiseOp, FillOp, GemmOp, OpGraph, ParallelOp, ReduceOp, TileOp
 
 __all__ = ["OpLiveness", "ProgramPoint", "RegisterPeak", "op_effects", "liveness", "program_points", "register_peak",
-           "peak_of", "overhead_estimate", "pipelined_buffers", "pipeline_stages", "plan_registers", "BASE_REGISTERS", "POINTER_REGISTERS", "GEMM_DESCRIPTOR_REGISTERS",
-           "PIPELINE_STAGE_REGISTERS", "INDEX_REGISTERS"]
+           "plan_registers", "peak_of", "fragment_weights", "slot_weights", "overhead_estimate", "issues_wgmma",
+           "gemm_operand_registers", "pipeline_stages", "pipelined_buffers", "BASE_REGISTERS", "POINTER_REGISTERS",
+           "GEMM_DESCRIPTOR_REGISTERS", "PIPELINE_STAGE_REGISTERS", "INDEX_REGISTERS", "OPERAND_STEPS_IN_FLIGHT"]
 
 #: thread index, block indices and the loop counter of the outermost serial loop (every kernel has them)
 BASE_REGISTERS = 4
@@ -290,7 +291,8 @@ def liveness(graph: OpGraph) -> list:
     return result
 
 
-def program_points(graph: OpGraph, conversions: dict | None = None, gemm_plans: dict | None = None) -> list:
+def program_points(graph: OpGraph, conversions: dict | None = None, gemm_plans: dict | None = None,
+                   target=None) -> list:
     """Every ``ProgramPoint`` of ``graph``; ``conversions``: {op index: ConversionCost} of its conversions
     (without one, a conversion holds both versions at once); ``gemm_plans``: {op index: GemmPlan} (an mma.sync
     gemm's point holds its operand fragments, ``gemm_operand_registers``)."""
@@ -314,7 +316,7 @@ def program_points(graph: OpGraph, conversions: dict | None = None, gemm_plans: 
                                            frozenset(before | after), (src, dst, chunks)))
             points.append(ProgramPoint(op.index, f"{op.describe()}, once it holds {dst}", frozenset(after)))
             continue
-        extra = gemm_operand_registers(gemm_plans[op.index]) if op.index in gemm_plans else 0
+        extra = gemm_operand_registers(gemm_plans[op.index], target) if op.index in gemm_plans else 0
         points.append(ProgramPoint(op.index, op.describe(), frozenset(here), stream=_stream(op, lv), extra=extra))
     return points
 
@@ -350,12 +352,20 @@ def _stream(op: TileOp, lv: OpLiveness) -> tuple | None:
 OPERAND_STEPS_IN_FLIGHT = 1
 
 
-def gemm_operand_registers(plan) -> int:
+def issues_wgmma(plan, target=None) -> bool:
+    """The gemm runs as wgmma: planned so, on an sm_90a target (elsewhere lowering realises a wgmma plan warp by
+    warp with mma.sync; without a target, the plan is taken at its word)."""
+    if getattr(plan, "instruction", None) != "wgmma":
+        return False
+    return target is None or str(target.attrs.get("arch", "")) == "sm_90a"
+
+
+def gemm_operand_registers(plan, target=None) -> int:
     """Registers per thread the operands of one mma.sync gemm take while it runs (wgmma reads them from shared
     memory through descriptors; an operand already in a register fragment is counted as that fragment):
     ``OPERAND_STEPS_IN_FLIGHT`` k-steps of the warp's A rows and B columns."""
     import tvm
-    if getattr(plan, "instruction", None) != "mma_sync":
+    if getattr(plan, "instruction", None) not in ("mma_sync", "wgmma") or issues_wgmma(plan, target):
         return 0
     total = 0
     k = int(plan.instr_k)
@@ -419,13 +429,13 @@ def pipelined_buffers(graph: OpGraph) -> int:
     return len(pipeline_stages(graph))
 
 
-def overhead_estimate(graph: OpGraph, gemm_plans: dict | None = None) -> dict:
+def overhead_estimate(graph: OpGraph, gemm_plans: dict | None = None, target=None) -> dict:
     """{what: registers} the fragments do not show, as documented estimates (the constants above):
     ``gemm_plans`` {op index: GemmPlan} (a wgmma adds its descriptors); the shared tiles of pipelined loops
     (``pipelined_buffers``) add their stage addresses."""
     parts = {"indices": BASE_REGISTERS + INDEX_REGISTERS,
              "pointers": sum(1 for b in graph.buffers if b.is_global) * POINTER_REGISTERS}
-    if any(str(getattr(p, "instruction", "")).startswith("wgmma") for p in (gemm_plans or {}).values()):
+    if any(issues_wgmma(p, target) for p in (gemm_plans or {}).values()):
         parts["wgmma descriptors"] = GEMM_DESCRIPTOR_REGISTERS
     staged = pipelined_buffers(graph)
     if staged:
@@ -434,13 +444,13 @@ def overhead_estimate(graph: OpGraph, gemm_plans: dict | None = None) -> dict:
 
 
 def register_peak(graph: OpGraph, layouts: dict, bits_of: Callable | None = None, conversions: dict | None = None,
-                  overhead: dict | None = None, gemm_plans: dict | None = None) -> RegisterPeak:
+                  overhead: dict | None = None, gemm_plans: dict | None = None, target=None) -> RegisterPeak:
     """The peak of ``layouts`` (fragment name -> Fragment; others ignored) over ``graph``'s program points, in
     32-bit registers (elements narrower than 32 bits packed, ``bits_of(name)`` their width, default the graph's)."""
     if bits_of is None:
         bits_of = lambda n: graph.buffer(n).bits  # noqa: E731
     weights = fragment_weights(layouts, bits_of)
-    total, point = peak_of(program_points(graph, conversions, gemm_plans), weights)
+    total, point = peak_of(program_points(graph, conversions, gemm_plans, target), weights)
     parts = dict(overhead) if overhead is not None else {}
     fragments = total - (point.extra if point is not None else 0)
     if point is not None and point.extra:
@@ -482,9 +492,10 @@ def slot_weights(layouts: dict) -> dict:
     return out
 
 
-def plan_registers(graph: OpGraph, layouts: dict, converts=(), gemm_plans: dict | None = None) -> RegisterPeak:
+def plan_registers(graph: OpGraph, layouts: dict, converts=(), gemm_plans: dict | None = None,
+                   target=None) -> RegisterPeak:
     """The register peak a plan is budgeted on: ``layouts`` (every fragment laid out so far), ``converts``
     [(ConvertOp, ConversionCost)] of its conversions, ``gemm_plans`` for the wgmma estimate."""
     frags = {n: lay for n, lay in layouts.items() if hasattr(lay, "forward_thread")}
     return register_peak(graph, frags, conversions={op.index: cost for op, cost in converts},
-                         overhead=overhead_estimate(graph, gemm_plans), gemm_plans=gemm_plans)
+                         overhead=overhead_estimate(graph, gemm_plans, target), gemm_plans=gemm_plans, target=target)

@@ -180,8 +180,9 @@ def result_peak(result):
                 if isinstance(op, ConvertOp) and (op.src.buffer.name, op.dst.buffer.name) in ways}
     frags = {n: lay for n, lay in result.buffers.items() if isinstance(lay, Fragment)}
     plans = getattr(result, "gemm_plans", None)
-    return register_peak(graph, frags, conversions=converts, overhead=overhead_estimate(graph, plans),
-                         gemm_plans=plans)
+    target = normalize_target(result.target) if getattr(result, "target", None) is not None else None
+    return register_peak(graph, frags, conversions=converts, overhead=overhead_estimate(graph, plans, target),
+                         gemm_plans=plans, target=target)
 
 
 def static_shared_bytes(graph) -> int:
