@@ -405,7 +405,10 @@ def register_lower_bound(graph, extra: str | None = None) -> int:
             continue
         slots = -(-int(np.prod(buf.shape, dtype=np.int64)) // threads)
         least[name] = math.ceil(slots * buf.bits / 32)
-    return peak_of(program_points(graph), least)[0]
+    # a conversion's two versions coexist at least as little as a no-op conversion's do (one point each side)
+    from types import SimpleNamespace
+    apart = {op.index: SimpleNamespace(kind="noop") for op in graph.ops if isinstance(op, ConvertOp)}
+    return peak_of(program_points(graph, apart), least)[0]
 
 
 def _is_conflict(err) -> bool:
