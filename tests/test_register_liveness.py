@@ -7,6 +7,7 @@ import sys
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 from tvm.script import tirx as T
 from tvm.tirx.script import tile as Tx
@@ -224,9 +225,7 @@ def _quiet(func, **kw):
 
 def test_the_peak_is_the_heaviest_point_not_the_sum():
     result = _quiet(chain)
-    weights = {n: 64 * 64 // 128 for n in ("S", "P", "O")}
-    assert {n: int(l.output_shape[0]) if len(l.output_shape) == 1 else None
-            for n, l in result.buffers.items()} == {n: 32 for n in weights}
+    assert {n: int(np.prod(l.output_shape)) for n, l in result.buffers.items()} == {"S": 32, "P": 32, "O": 32}
     peak = register_peak(result.graph, result.buffers)
     # S dies as P is written element by element (and P as O is): two fragments of 32 never need 64
     assert peak.fragments == 32 and peak.op_index == 0 and peak.live == {"S": 32}
@@ -236,15 +235,16 @@ def test_the_peak_is_the_heaviest_point_not_the_sum():
     assert points[0].stream == (frozenset({"S"}), frozenset({"P"}))
     assert result.register_peak.fragments == 32
     assert result.register_peak.registers == 32 + result.register_peak.overhead
-    assert tl.infer_layouts is not None and result.func.attrs["tilelayout.register_peak"]["registers"] == \
-        result.register_peak.registers
+    assert result.func.attrs["tilelayout.register_peak"]["registers"] == result.register_peak.registers
 
 
 def test_the_peak_decides_the_register_budget():
-    """Two fragments of 64 registers that are never live together fit a budget of 100 (their sum does not):
-    no conversion is tried; a budget of 50 still refuses the plan (with a note naming the peak)."""
-    with tl.layout_config(register_budget=100 + 30):
+    """Three fragments of 32 registers, never more than one counted at once (plus the estimate of 12): a
+    budget of 60 holds the plan though their sum (96) does not fit it; a budget of 20 does not (a note says
+    so, naming the peak)."""
+    with tl.layout_config(register_budget=60):
         fits = _quiet(chain)
+    assert fits.register_peak.registers <= 60 < 3 * 32
     assert not any("budget" in n for n in fits.notes)
     with tl.layout_config(register_budget=20):
         over = _quiet(chain)

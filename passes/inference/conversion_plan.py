@@ -38,7 +38,7 @@ from .epilogue import epilogue_splits
 from .splits import Split
 from .resources import MAX_REGISTERS_PER_THREAD
 from .conversion import (CONFIG_KEY, SHARED_STAGE_LIMIT, STRICT, ConversionCost, conversion_cost,
-                         hand_staged_cost, register_count32, register_walk_error, resolve_conflict_mode,
+                         hand_staged_cost, register_walk_error, resolve_conflict_mode,
                          warn_shared)
 from .frontend import ConvertOp, CopyOp, ElementwiseOp, ParallelOp, ReduceOp, graph_after_split
 
