@@ -298,7 +298,17 @@ def program_points(graph: OpGraph, conversions: dict | None = None, gemm_plans: 
     gemm's point holds its operand fragments, ``gemm_operand_registers``)."""
     conversions = conversions or {}
     gemm_plans = gemm_plans or {}
-    points = []
+    # every attempt of a search asks again: the points depend only on the conversions' ways, the gemms' operand
+    # estimates and the graph, so they are memoised on the graph by those
+    key = (len(graph.ops), tuple(sorted((i, getattr(c, "kind", None), int(getattr(c, "chunks", 1) or 1))
+                                        for i, c in conversions.items())),
+           tuple(sorted((i, gemm_operand_registers(p, target)) for i, p in gemm_plans.items())))
+    memo = graph.__dict__.setdefault("_program_points", {})
+    if key in memo:
+        return memo[key]
+    if len(memo) > 64:
+        memo.clear()
+    memo[key] = points = []
     for op, lv in zip(graph.ops, liveness(graph)):
         here = lv.live_in | lv.live_out | lv.reads | lv.writes
         cost = conversions.get(op.index)
