@@ -29,8 +29,9 @@ that share its rows, B_local the same threads with one slot per byte); its A_sha
 outer dimension ([3, 128, 32]) and equals ours stage by stage as flat offsets (the 64-byte swizzle). On sm_90a
 TileLang warp-specialises the pipelined loop, so its fragments have thread_range [128, 256); shifted to
 [0, 128) they equal ours (wgmma RS, one warpgroup, no replica). It also lists its copy and clear loops, which
-we lower as tile ops. Correct; we must match. Ours only: under io-aware the 64x64 variant's accumulator store is
-staged through a second version (Ct_local_cv), as in every gemm epilogue where that pays."""
+we lower as tile ops. Correct; we must match. Ours only: under io-aware every variant's accumulator store is
+staged through a second version (Ct_local_cv), as in every gemm epilogue where that pays (the 128x128 ones
+since registers are counted by liveness: the two versions are never wholly live together)."""
 
 
 def _dequant_gemm(arch: str, m: int, n: int, k: int, bm: int, bn: int, bk: int, stages: int, threads: int):

@@ -5,7 +5,9 @@ Every variant is lowered for sm_80 and sm_90a (a variant that names its own targ
 TVM prints its CUDA, and ``nvcc -cubin -Xptxas -v`` compiles it with the same line for every kernel.
 ptxas reports no spill bytes for a register array it cannot index statically -- it puts the array in
 local memory, which shows up as a stack frame -- so the stack frame is the number that says whether
-fragments stayed in registers.
+fragments stayed in registers. Beside ptxas's registers each row prints the register peak inference predicted
+(``pred``: the function attribute ``tilelayout.register_peak``, see docs/cost-models.md) and how far ptxas is
+from it (``diff``, percent of the prediction); rows more than ``AGREEMENT`` apart are counted at the end.
 
     python maint/bench_codegen.py                       every case, table on stdout
     python maint/bench_codegen.py --case softmax_rows   one case (repeatable, CASE or CASE/VARIANT)
@@ -33,7 +35,7 @@ if str(ROOT) not in sys.path:
 
 from maint.case_loader import discover, load_case  # noqa: E402
 
-__all__ = ["Stats", "ptxas_stats", "compile_stats", "variant_stats", "ARCHS"]
+__all__ = ["Stats", "ptxas_stats", "compile_stats", "variant_stats", "predicted_peak", "disagrees", "ARCHS"]
 
 ARCHS = ("sm_80", "sm_90a")
 NVCC_FLAGS = ["-O3", "-std=c++17", "-cubin", "-Xptxas", "-v"]
@@ -49,6 +51,7 @@ class Stats:
     spill_loads: int
     static_smem: int
     dynamic_smem: int = 0
+    predicted: int | None = None       # inference's register peak (``tilelayout.register_peak``), None: unknown
 
     @property
     def clean(self) -> bool:
@@ -107,6 +110,27 @@ def dynamic_smem(mod, target) -> int:
     return max(sizes)
 
 
+def predicted_peak(mod) -> int | None:
+    """The register peak inference recorded on the lowered kernel (the largest over its functions)."""
+    peaks = []
+    for f in mod.functions.values():
+        attrs = getattr(f, "attrs", None)
+        peak = attrs.get("tilelayout.register_peak") if attrs is not None else None
+        if peak is not None:
+            peaks.append(int(peak["registers"]))
+    return max(peaks) if peaks else None
+
+
+#: predicted and ptxas registers further apart than this fraction of the prediction are counted (and must be
+#: explained in docs/cost-models.md)
+AGREEMENT = 0.15
+
+
+def disagrees(stats) -> bool:
+    """ptxas's registers differ from the predicted peak by more than ``AGREEMENT`` of the prediction."""
+    return stats.predicted is not None and abs(stats.registers - stats.predicted) > AGREEMENT * stats.predicted
+
+
 def variant_targets(func, archs) -> list:
     """The targets a variant is measured on: its own when it names one, else every arch asked for."""
     import tvm
@@ -128,7 +152,7 @@ def variant_stats(module, variant: str, archs=ARCHS) -> list:
         try:
             mod = lower(func, target)
             stats = compile_stats(lowered_cuda_source(mod, target), arch)
-            out.append((arch, replace(stats, dynamic_smem=dynamic_smem(mod, target))))
+            out.append((arch, replace(stats, dynamic_smem=dynamic_smem(mod, target), predicted=predicted_peak(mod))))
         except Exception as err:  # noqa: BLE001 -- one failing variant is a row, not the end of the table
             text = str(err).splitlines()[0]
             out.append((arch, f"{type(err).__name__}: {text.rsplit('}: ', 1)[-1][:160]}"))
@@ -147,7 +171,8 @@ def _selected(cases_dir: Path, wanted: list) -> list:
 
 
 #: one column group per side: ours now, TileLang's CUDA of the same kernel beside it when a peer side is added
-COLUMNS = f"{'regs':>5} {'stack':>6} {'spill_st':>8} {'spill_ld':>8} {'smem':>7} {'dyn_smem':>8}"
+COLUMNS = (f"{'pred':>5} {'regs':>5} {'diff':>6} {'stack':>6} {'spill_st':>8} {'spill_ld':>8} {'smem':>7} "
+           f"{'dyn_smem':>8}")
 HEADER = f"{'case/variant':56} {'arch':7} {COLUMNS}"
 
 
@@ -159,7 +184,9 @@ def format_row(label: str, arch: str, stats) -> str:
 
 def format_stats(stats: Stats) -> str:
     """One side's column group."""
-    return (f"{stats.registers:5d} {stats.stack_frame:6d} {stats.spill_stores:8d} {stats.spill_loads:8d} "
+    pred = f"{stats.predicted:5d}" if stats.predicted is not None else f"{'-':>5}"
+    diff = (f"{100 * (stats.registers - stats.predicted) / stats.predicted:+5.0f}%" if stats.predicted else f"{'-':>6}")
+    return (f"{pred} {stats.registers:5d} {diff} {stats.stack_frame:6d} {stats.spill_stores:8d} {stats.spill_loads:8d} "
             f"{stats.static_smem:7d} {stats.dynamic_smem:8d}")
 
 
@@ -176,15 +203,17 @@ def main(argv=None) -> int:
     archs = tuple(args.arch or ARCHS)
     warnings.simplefilter("ignore")       # lowering's resource notes are not this table's subject
     print(HEADER)
-    records, dirty = [], 0
+    records, dirty, apart = [], 0, 0
     for name, module, variant in _selected(args.cases_dir, args.case):
         for arch, stats in variant_stats(module, variant, archs):
             label = f"{name}/{variant}"
             print(format_row(label, arch, stats), flush=True)
             ok = not isinstance(stats, str)
             dirty += 0 if ok and stats.clean else 1
+            apart += 1 if ok and disagrees(stats) else 0
             records.append({"variant": label, "arch": arch, **(asdict(stats) if ok else {"error": stats})})
     print(f"{dirty} row(s) with a stack frame, spills or a compile error")
+    print(f"{apart} row(s) whose registers differ from the predicted peak by more than {AGREEMENT:.0%}")
     if args.json:
         args.json.write_text(json.dumps(records, indent=1, sort_keys=True))
     return 1 if dirty else 0

@@ -65,6 +65,10 @@ def test_console_show_json_reports_layouts_io_and_registers(tmp_path):
     regs = data["resources"]["fragment_registers"]
     assert regs == {name: _held_per_thread(d) for name, d in data["buffers"].items()}
     assert data["resources"]["registers"] == sum(regs.values()) and data["resources"]["threads"] == 128
+    # row_softmax_shift's two fragments are live together from the maximum on: the peak holds both
+    peak = data["resources"]["register_peak"]
+    assert peak["live"] == regs and peak["fragments"] == sum(regs.values())
+    assert peak["registers"] == peak["fragments"] + peak["overhead"] and "(op #" in peak["point"]
     assert {row["buffer"] for row in data["io"]} == {"A", "B"} and all(row["ratio"] >= 1 for row in data["io"])
     assert data["warnings"] == []
 
@@ -123,8 +127,9 @@ def test_cuda_and_lower_print_code():
 def test_show_names_resource_problems_on_stderr_and_in_json():
     code, out, err = invoke("show", f"{KERNELS}:huge_fragment")
     assert code == 0
-    assert "fragment registers per thread: 1024 x 32-bit" in out
-    assert "warning: huge: fragments need 1024 32-bit registers" in err
+    assert "fragment registers per thread, all fragments summed: 1024 x 32-bit" in out
+    assert "register peak per thread: 10" in out and "live frag 1024 = 1024" in out
+    assert "warning: huge: the register peak is 10" in err
     code, out, _ = invoke("show", f"{KERNELS}:huge_fragment", "--json")
     assert any("fragment frag" in w for w in json.loads(out)["warnings"])
 

@@ -263,7 +263,8 @@ def test_register_lower_bound_never_exceeds_a_complete_plan():
             graph = result.graph
             regs = register_count32({n: lay for n, lay in result.buffers.items() if graph.buffer(n).is_fragment},
                                     lambda n: graph.buffer(n).bits)
-            assert register_lower_bound(graph) <= regs, f"{name}/{model}"
+            # the bound is a register peak of least counts: within the plan's fragment peak, hence its sum
+            assert register_lower_bound(graph) <= result.register_peak.fragments <= regs, f"{name}/{model}"
             checked += 1
     assert checked > 100
     # rmsnorm's plan is over the budget; its one split (a second version of the row sums) cannot fit either

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -227,7 +228,8 @@ def test_column_reduction_goes_through_shared_memory():
 
 
 def test_row_reduction_over_two_warps_shuffles_then_exchanges():
-    with pytest.warns(tl.TileLayoutResourceWarning, match="registers per thread"):   # 128 rows per warp pair
+    with warnings.catch_warnings():      # x and y (128 registers each) are never wholly live together: no warning
+        warnings.simplefilter("error", tl.TileLayoutResourceWarning)
         out = lower_tile_ops(infer_layouts(_case("reduce_broadcast").VARIANTS["128x256_t256"]()).func)
     assert [int(c.args[2]) for c in _calls(out, "tirx.tvm_warp_shuffle_xor")] == [16, 8, 4, 2, 1]
     assert _allocs(out, "shared") == ["row_max_xchg"]
@@ -242,7 +244,7 @@ def _holders(layout: Fragment, threads: int):
 @pytest.mark.parametrize("variant,lanes,warps", [("64x128_t128", [16, 8, 4, 2, 1], []),
                                                   ("128x256_t256", [16, 8, 4, 2, 1], [32])])
 def test_xor_basis_spans_exactly_the_holders(variant, lanes, warps):
-    with kernel_warnings("TileLayoutResourceWarning"):         # the 128x256 tile is over the register budget
+    with kernel_warnings("TileLayoutResourceWarning"):
         res = infer_layouts(_case("reduce_broadcast").VARIANTS[variant]())
     row_max = res.buffers["row_max"]
     threads = res.graph.thread_extent

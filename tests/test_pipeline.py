@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import shutil
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -40,7 +41,8 @@ def test_lower_returns_a_module_tvm_compiles():
 def test_cuda_source_has_vector_accesses_and_shuffles():
     copy = cuda_source(_case("elementwise_copy").VARIANTS["fp32_64x256_t256"]())
     assert "*(float4*)(A_ptr" in copy and "*(float4*)(B_ptr" in copy
-    with pytest.warns(tl.TileLayoutResourceWarning, match="288 32-bit registers"):
+    with warnings.catch_warnings():      # its register peak (x and y never wholly live together) fits 255
+        warnings.simplefilter("error", tl.TileLayoutResourceWarning)
         softmax = cuda_source(_case("reduce_broadcast").VARIANTS["128x256_t256"]())
     # unrolled (fragments stay in registers): 5 butterfly steps for each of the 32 rows a thread holds
     assert softmax.count("__shfl_xor_sync") == 5 * 32 and "__syncthreads()" in softmax
@@ -55,7 +57,7 @@ def test_cuda_source_needs_a_cuda_target():
 @pytest.mark.parametrize("name,variant", [("elementwise_copy", "fp16_128x128_t128"),
                                           ("reduce_broadcast", "128x256_t256")])
 def test_nvcc_compiles_the_cuda_source(name, variant):
-    with kernel_warnings("TileLayoutResourceWarning"):       # the 128x256 softmax is over the register budget
+    with kernel_warnings("TileLayoutResourceWarning"):
         ptx = compile_ptx(cuda_source(_case(name).VARIANTS[variant]())).decode()
     assert ".entry kernel_kernel" in ptx and ".target sm_90" in ptx
 

@@ -4,6 +4,8 @@ run on the CPU under the race detector against numpy; CUDA compiled with nvcc fo
 of the fill / update / finalize protocol refused naming the reducer."""
 from __future__ import annotations
 
+import re
+
 import shutil
 import sys
 from pathlib import Path
@@ -166,7 +168,10 @@ def test_an_accumulation_over_the_register_budget_is_split_across_threads(model)
     res = tl.infer_layouts(func, cost_model=model)
     assert _fragment_registers(res) <= 255
     assert res.buffers["o_acc"].replicate_size > 1
-    assert any("split across threads as reducers: 257 fragment registers" in n for n in res.notes), res.notes
+    notes = [re.search(r"split across threads as reducers: (\d+) fragment registers .*; (\d+) with partials", n)
+             for n in res.notes]
+    figures = [(int(m.group(1)), int(m.group(2))) for m in notes if m]
+    assert figures and figures[0][0] > 255 >= figures[0][1], res.notes
     assert "tilelayout_finalize_reducer" in res.func.script()
 
     def ref(d):

@@ -28,13 +28,15 @@ def _messages(record) -> list[str]:
 def test_registers_over_255_warn_naming_the_fragment():
     with pytest.warns(tl.TileLayoutResourceWarning) as record:
         result = tl.infer_layouts(k.huge_fragment())
-    # both of this kernel's warnings: the total over 255, and the one fragment over 128 on its own
-    assert [re.search(r"fragments need 1024 32-bit registers.*frag \(1024\)", m) is not None
-            for m in _messages(record)] == [True, False]
+    # both of this kernel's warnings: the register peak over 255 (where, and what is live there), and the one
+    # fragment over 128 on its own
+    assert [re.search(r"register peak is \d+ 32-bit registers per thread at .*\(op #\d\).*live there: frag "
+                      r"\(1024\)", m) is not None for m in _messages(record)] == [True, False]
     assert _messages(record)[1].startswith("fragment frag: 1024 elements")
     usage = resource_usage(result)
     # 256x256 fp32 over 64 threads: 1024 elements per thread whatever the layout, one register each
     assert usage.fragment_registers == {"frag": 256 * 256 // 64} and usage.registers > MAX_REGISTERS_PER_THREAD
+    assert usage.peak.live == {"frag": 1024} and usage.peak.registers == 1024 + usage.peak.overhead
 
 
 def test_unusually_large_fragment_warns_on_its_own():

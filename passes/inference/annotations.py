@@ -11,7 +11,11 @@ from tilelayout.errors import LayoutError
 from .ops import ReduceOp
 from .reduce_layouts import reduction_decision
 
-__all__ = ["annotate_result", "get_layouts"]
+__all__ = ["annotate_result", "get_layouts", "REGISTER_PEAK_ATTR"]
+
+#: function attribute: the plan's register peak, ``{"registers": int, "fragments": int, "op": int, "point": str,
+#: "live": {fragment: registers}}`` (``register_liveness``); read by reports, never by lowering
+REGISTER_PEAK_ATTR = "tilelayout.register_peak"
 
 
 def annotate_result(func, result):
@@ -50,6 +54,11 @@ def annotate_result(func, result):
         indices = sorted(plans)
         ordinals = gemm_ordinals(func, [result.graph.ops[i] for i in indices])
         out = annotate_gemm_plans(out, {k: plans[i] for k, i in zip(ordinals, indices)})
+    peak = getattr(result, "register_peak", None)
+    if peak is not None:
+        out = out.with_attr(REGISTER_PEAK_ATTR, {"registers": peak.registers, "fragments": peak.fragments,
+                                                 "op": -1 if peak.op_index is None else peak.op_index,
+                                                 "point": peak.point, "live": dict(peak.live)})
     return out
 
 

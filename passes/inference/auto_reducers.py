@@ -35,6 +35,11 @@ _OPS = {tirx.Add: "sum", tirx.Max: "max", tirx.Min: "min"}
 
 
 def _fragment_registers(result) -> int:
+    """The figure the register budget is checked on: the plan's register peak (``register_liveness``), else
+    the fragments' sum for a result that has none."""
+    peak = getattr(result, "register_peak", None)
+    if peak is not None:
+        return int(peak.registers)
     frags = {n: l for n, l in result.buffers.items() if isinstance(l, Fragment)}
     return register_count32(frags, lambda n: result.graph.buffer(n).bits)
 

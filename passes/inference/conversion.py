@@ -721,16 +721,17 @@ def chunk_rows(rows: int, stride: int, elem_bytes: int, limit: int = SHARED_STAG
     return 0
 
 
-def shared_cost(src: Fragment, dst: Fragment, threads: int, warp: int, elem_bytes: int, pad: int) -> ConversionCost:
-    """The shared-memory round trip with the staging tile's last dimension padded by ``pad`` elements;
-    computed once per (mappings, geometry): choosing the conversion, recording the chosen split and reporting
-    the hand-staged alternative all ask for the same round trips."""
-    key = (src.key, dst.key, threads, warp, elem_bytes, pad)
+def shared_cost(src: Fragment, dst: Fragment, threads: int, warp: int, elem_bytes: int, pad: int,
+                limit: int = SHARED_STAGE_LIMIT) -> ConversionCost:
+    """The shared-memory round trip with the staging tile's last dimension padded by ``pad`` elements, in rounds
+    of rows whose tile fits ``limit`` bytes; computed once per (mappings, geometry): choosing the conversion,
+    recording the chosen split and reporting the hand-staged alternative all ask for the same round trips."""
+    key = (src.key, dst.key, threads, warp, elem_bytes, pad, limit)
     hit = _SHARED.get(key)
     if hit is None:
         if len(_SHARED) > 2048:
             _SHARED.clear()
-        hit = _SHARED[key] = _shared_cost(src, dst, threads, warp, elem_bytes, pad)
+        hit = _SHARED[key] = _shared_cost(src, dst, threads, warp, elem_bytes, pad, limit)
     return hit
 
 
@@ -738,11 +739,12 @@ def shared_cost(src: Fragment, dst: Fragment, threads: int, warp: int, elem_byte
 _SHARED: dict = {}
 
 
-def _shared_cost(src: Fragment, dst: Fragment, threads: int, warp: int, elem_bytes: int, pad: int) -> ConversionCost:
+def _shared_cost(src: Fragment, dst: Fragment, threads: int, warp: int, elem_bytes: int, pad: int,
+                 limit: int = SHARED_STAGE_LIMIT) -> ConversionCost:
     shape = [int(s) for s in src.input_shape]
     rows, cols = math.prod(shape[:-1]), shape[-1]
     stride = cols + pad
-    per = chunk_rows(rows, stride, elem_bytes) or rows
+    per = chunk_rows(rows, stride, elem_bytes, limit) or rows
     stage = per * stride * elem_bytes
     put, get = _side(src, threads, True), _side(dst, threads, False)
     store = _access(put, stride, per, cols, int(src.output_shape[-1]), elem_bytes, warp, per == rows)
@@ -800,16 +802,18 @@ def clear_caches() -> None:
 
 
 def conversion_cost(src: Fragment, dst: Fragment, threads: int, warp: int, elem_bytes: int,
-                    what: str = "conversion", allow_shuffle: bool = True) -> ConversionCost:
-    """The cheapest applicable way to convert ``src`` to ``dst`` (ties: no-op, shuffle, shared)."""
+                    what: str = "conversion", allow_shuffle: bool = True,
+                    stage_limit: int = SHARED_STAGE_LIMIT) -> ConversionCost:
+    """The cheapest applicable way to convert ``src`` to ``dst`` (ties: no-op, shuffle, shared); a staging tile
+    takes at most ``stage_limit`` bytes (what the kernel's own static shared buffers leave of the static limit)."""
     _check(src, dst, what)
-    key = (src.key, dst.key, threads, warp, elem_bytes, allow_shuffle)
+    key = (src.key, dst.key, threads, warp, elem_bytes, allow_shuffle, stage_limit)
     hit = _MEMO.get(key)
     if hit is None:
         if len(_MEMO) > 512:
             _MEMO.clear()
         try:
-            hit = _MEMO[key] = (_cheapest(src, dst, threads, warp, elem_bytes, allow_shuffle), None)
+            hit = _MEMO[key] = (_cheapest(src, dst, threads, warp, elem_bytes, allow_shuffle, stage_limit), None)
         except LayoutConflictError as err:
             hit = _MEMO[key] = (None, str(err))
     if hit[0] is None:
@@ -817,7 +821,7 @@ def conversion_cost(src: Fragment, dst: Fragment, threads: int, warp: int, elem_
     return hit[0]
 
 
-def _cheapest(src, dst, threads, warp, elem_bytes, allow_shuffle) -> ConversionCost:
+def _cheapest(src, dst, threads, warp, elem_bytes, allow_shuffle, stage_limit=SHARED_STAGE_LIMIT) -> ConversionCost:
     if is_noop(src, dst, threads):
         return ConversionCost("noop", 0, alternatives={"noop": 0})
     options = []
@@ -825,13 +829,13 @@ def _cheapest(src, dst, threads, warp, elem_bytes, allow_shuffle) -> ConversionC
     if count is not None:
         options.append(ConversionCost("shuffle", count * _WAVEFRONT, shuffles=count))
     for pad in _pads(elem_bytes):
-        shared = shared_cost(src, dst, threads, warp, elem_bytes, pad)
-        if shared.stage_bytes <= SHARED_STAGE_LIMIT:
+        shared = shared_cost(src, dst, threads, warp, elem_bytes, pad, max(0, stage_limit))
+        if shared.stage_bytes <= stage_limit:
             options.append(shared)
     if not options:
+        need = shared_cost(src, dst, threads, warp, elem_bytes, 0, max(0, stage_limit)).stage_bytes
         raise LayoutConflictError(f"no conversion applies (elements cross warps and the staging tile needs "
-                                  f"{shared_cost(src, dst, threads, warp, elem_bytes, 0).stage_bytes} B of shared "
-                                  f"memory, over the {SHARED_STAGE_LIMIT}-byte limit)")
+                                  f"{need} B of shared memory, over the {stage_limit}-byte limit)")
     order = {"shuffle": 0, "shared": 1}
     best = min(options, key=lambda c: (c.mem, order[c.kind], c.pad))
     alternatives = {}

@@ -37,8 +37,8 @@ from .cost_models import _CONFIG
 from .epilogue import epilogue_splits
 from .splits import Split
 from .resources import MAX_REGISTERS_PER_THREAD
-from .conversion import (CONFIG_KEY, STRICT, ConversionCost, conversion_cost,
-                         hand_staged_cost, register_count32, register_walk_error, resolve_conflict_mode,
+from .conversion import (CONFIG_KEY, SHARED_STAGE_LIMIT, STRICT, ConversionCost, conversion_cost,
+                         hand_staged_cost, register_walk_error, resolve_conflict_mode,
                          warn_shared)
 from .frontend import ConvertOp, CopyOp, ElementwiseOp, ParallelOp, ReduceOp, graph_after_split
 
@@ -209,7 +209,17 @@ def _cost(op, src, dst, graph, target) -> ConversionCost:
     threads = graph.thread_extent
     bind = lambda f: f if f.thread_range is not None else f.bind_thread_range(0, threads)
     return conversion_cost(bind(src), bind(dst), threads, warp_size(target), max(1, op.src.buffer.bits // 8),
-                           op.describe())
+                           op.describe(), stage_limit=_stage_limit(graph))
+
+
+def _stage_limit(graph) -> int:
+    """Bytes a conversion's (static) staging tile may take: the static shared limit less what the kernel's own
+    static shared buffers take (memoised on the graph: its buffers never change)."""
+    hit = graph.__dict__.get("_stage_limit")
+    if hit is None:
+        from .resources import static_shared_bytes
+        hit = graph.__dict__["_stage_limit"] = SHARED_STAGE_LIMIT - static_shared_bytes(graph)
+    return hit
 
 
 def _require_register_walk(op, src, dst) -> None:
@@ -233,8 +243,11 @@ def _hand_staged(op, src, dst, graph, target) -> ConversionCost:
 # ------------------------------------------------------------------------------------------ the driver
 
 def _regs(engine, state) -> int:
-    return register_count32({b.name: state.layouts[b.name] for b in engine.graph.fragments()
-                             if b.name in state.layouts}, lambda n: engine.graph.buffer(n).bits)
+    """The plan's register peak (``register_liveness``): what the register budget is compared with."""
+    from .register_liveness import plan_registers
+    layouts = {b.name: state.layouts[b.name] for b in engine.graph.fragments() if b.name in state.layouts}
+    converts = conversion_costs(engine.ops, state, engine.graph, engine.target)
+    return plan_registers(engine.graph, layouts, converts, engine.gemm_plans, engine.target).registers
 
 
 def _total(engine, state):
@@ -377,21 +390,25 @@ def _try_splits(func, graph, splits, target, cost_model, budget, engine_cls, err
 
 
 def register_lower_bound(graph, extra: str | None = None) -> int:
-    """32-bit registers per thread that any complete plan of ``graph`` needs (with a second version of fragment
-    ``extra``, as a split adds): every fragment an op uses gets a layout, which spreads its elements over at most
-    the block's threads, so it holds at least ceil(size / threads) slots in some thread. Counted as
-    ``register_count32`` counts (fragments of static shape only)."""
+    """32-bit registers per thread that any complete plan of ``graph`` needs, with or without a second version
+    of fragment ``extra`` (as a split adds): every fragment an op uses gets a layout, which spreads its elements
+    over at most the block's threads, so it holds at least ceil(size / threads) slots in some thread; the bound
+    is the register peak (``register_liveness``) of those least counts, fragments of static shape only. A split
+    program holds, wherever the unsplit one holds ``extra``, one of its two versions, so the unsplit peak bounds
+    it too."""
+    from .register_liveness import peak_of, program_points
     threads = max(1, int(graph.thread_extent))
     used = {b.name: b for op in graph.ops for b in op.buffers() if b.is_fragment}
-    names = sorted(used) + ([extra] if extra in used else [])
-    total = 0
-    for name in names:
-        buf = used[name]
+    least = {}
+    for name, buf in used.items():
         if not all(isinstance(s, int) for s in buf.shape):
             continue
         slots = -(-int(np.prod(buf.shape, dtype=np.int64)) // threads)
-        total += math.ceil(slots * buf.bits / 32)
-    return total
+        least[name] = math.ceil(slots * buf.bits / 32)
+    # a conversion's two versions coexist at least as little as a no-op conversion's do (one point each side)
+    from types import SimpleNamespace
+    apart = {op.index: SimpleNamespace(kind="noop") for op in graph.ops if isinstance(op, ConvertOp)}
+    return peak_of(program_points(graph, apart), least)[0]
 
 
 def _is_conflict(err) -> bool:

@@ -20,6 +20,7 @@ from tilelayout.fragment import Fragment, fully_replicated
 from tilelayout.layout import Layout
 
 from .conversion import register_count32
+from .register_liveness import plan_registers
 from .conversion_plan import conversion_costs
 from .cost_models import ScoringContext, get_cost_model
 from .ownership import ownership_error
@@ -371,7 +372,7 @@ class _Engine:
                 attempt.layouts = {b.name: trial.layouts[b.name] for m in members
                                    for b in self.ops[m].buffers() if b.name in trial.layouts}
                 attempt.loops = {self.describe(m): trial.loops[m].layout for m in members if m in trial.loops}
-                over = self._over_budget(attempt.layouts)
+                over = self._over_budget(trial.layouts, converts)
                 if over is not None:
                     attempt.note = over
                 tried.append(attempt)
@@ -396,15 +397,16 @@ class _Engine:
             state.queued.clear()
         return state
 
-    def _over_budget(self, layouts: dict) -> str | None:
-        """Why an attempt's fragments exceed the register budget (it then loses to any attempt within it)."""
+    def _over_budget(self, layouts: dict, converts=()) -> str | None:
+        """Why an attempt's plan exceeds the register budget (it then loses to any attempt within it): the
+        register peak of every fragment laid out so far (``register_liveness``), not their sum."""
         if self.budget is None:
             return None
-        regs = register_count32({n: l for n, l in layouts.items() if self.graph.buffer(n).is_fragment},
-                                lambda n: self.graph.buffer(n).bits)
-        if regs <= self.budget:
+        peak = plan_registers(self.graph, layouts, converts, self.gemm_plans, self.target)
+        if peak.registers <= self.budget:
             return None
-        return f"over the register budget: {regs} registers per thread > {self.budget}"
+        return (f"over the register budget: a peak of {peak.registers} registers per thread > {self.budget} "
+                f"(at {peak.point})")
 
     def _check_component(self, state: _State, members: list) -> None:
         for i in members:
@@ -569,6 +571,9 @@ def _result(engine: _Engine, state: _State) -> InferenceResult:
             info[nest.key] = state.loops[i]
     result = InferenceResult(buffers, loops, engine.attempts, func, engine.model.name, engine.target, info,
                              engine.graph, op_loops, dict(engine.gemm_plans))
+    result.register_peak = plan_registers(engine.graph, buffers, conversion_costs(engine.ops, state, engine.graph,
+                                                                                  engine.target), engine.gemm_plans,
+                                          engine.target)
     from .annotations import annotate_result
     result.func = annotate_result(func, result)
     from .resources import warn_resources

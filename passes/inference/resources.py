@@ -16,6 +16,7 @@ from tilelayout.fragment import Fragment
 from ..hardware import normalize_target, sm_version
 
 __all__ = ["ResourceUsage", "resource_usage", "fragment_registers", "shared_tile_bytes", "stage_stride", "resource_warnings", "warn_resources", "shared_memory_limit",
+           "result_peak", "static_shared_bytes",
            "MAX_REGISTERS_PER_THREAD", "MAX_STATIC_SHARED_BYTES", "LARGE_FRAGMENT_REGISTERS"]
 
 #: the most 32-bit registers one CUDA thread can address (every architecture since sm_35)
@@ -65,15 +66,16 @@ class ResourceUsage:
     shared_buffers: dict = field(default_factory=dict)    # shared buffer name -> bytes
     shared_limit: int = 0
     shared_stages: dict = field(default_factory=dict)     # multi-buffered shared buffer name -> stages
+    peak: object = None                                   # register_liveness.RegisterPeak of the plan
 
     def lines(self) -> list[str]:
         """Human-readable totals, as ``tilelayout show`` prints them."""
         regs = ", ".join(f"{n} {r}" for n, r in self.fragment_registers.items()) or "no fragments"
         shared = ", ".join(f"{n} {b} B" + (f" ({self.shared_stages[n]} stages)" if n in self.shared_stages else "")
                            for n, b in self.shared_buffers.items()) or "no shared buffers"
-        return [f"threads per block: {self.threads} (limit {self.thread_limit})",
-                f"fragment registers per thread: {self.registers} x 32-bit (limit {MAX_REGISTERS_PER_THREAD}; "
-                f"{regs})",
+        peak = [self.peak.line(MAX_REGISTERS_PER_THREAD)] if self.peak is not None else []
+        return [f"threads per block: {self.threads} (limit {self.thread_limit})", *peak,
+                f"fragment registers per thread, all fragments summed: {self.registers} x 32-bit ({regs})",
                 f"shared memory per block: {self.shared_bytes} B (limit {self.shared_limit} B; {shared})"]
 
     def to_dict(self) -> dict:
@@ -82,7 +84,8 @@ class ResourceUsage:
                 "register_limit": MAX_REGISTERS_PER_THREAD, "fragment_registers": dict(self.fragment_registers),
                 "fragment_slots": dict(self.fragment_slots), "shared_bytes": self.shared_bytes,
                 "static_shared_bytes": self.static_shared_bytes, "shared_buffers": dict(self.shared_buffers),
-                "shared_stages": dict(self.shared_stages), "shared_limit": self.shared_limit}
+                "shared_stages": dict(self.shared_stages), "shared_limit": self.shared_limit,
+                "register_peak": self.peak.to_dict() if self.peak is not None else None}
 
 
 def _product(values) -> int | None:
@@ -158,8 +161,43 @@ def resource_usage(result, stages: dict | None = None) -> ResourceUsage:
         if not info.scope.endswith(".dyn"):
             usage.static_shared_bytes += nbytes
     usage.registers = sum(usage.fragment_registers.values())
+    usage.peak = getattr(result, "register_peak", None) or result_peak(result)
     usage.shared_bytes = sum(usage.shared_buffers.values())
     return usage
+
+
+def result_peak(result):
+    """The register peak of an inference result (``register_liveness.RegisterPeak``), its conversions placed
+    with the way inference chose for each; None without an op graph. Inference records it as
+    ``result.register_peak``; this recomputes it for a result built otherwise."""
+    from .ops import ConvertOp
+    from .register_liveness import overhead_estimate, register_peak
+    graph = getattr(result, "graph", None)
+    if graph is None or not hasattr(graph, "ops"):
+        return None
+    ways = {(c.get("src"), c.get("dst")): c.get("cost") for c in getattr(result, "conversions", ()) or ()}
+    converts = {op.index: ways[(op.src.buffer.name, op.dst.buffer.name)] for op in graph.ops
+                if isinstance(op, ConvertOp) and (op.src.buffer.name, op.dst.buffer.name) in ways}
+    frags = {n: lay for n, lay in result.buffers.items() if isinstance(lay, Fragment)}
+    plans = getattr(result, "gemm_plans", None)
+    target = normalize_target(result.target) if getattr(result, "target", None) is not None else None
+    return register_peak(graph, frags, conversions=converts, overhead=overhead_estimate(graph, plans, target),
+                         gemm_plans=plans, target=target)
+
+
+def static_shared_bytes(graph) -> int:
+    """Bytes of the kernel's static shared buffers (scope "shared", each tile a pipelined loop multi-buffers once
+    per stage): what a conversion's static staging tile shares the ``MAX_STATIC_SHARED_BYTES`` with."""
+    from .register_liveness import pipeline_stages
+    stages = pipeline_stages(graph)
+    total = 0
+    for info in graph.buffers:
+        if not info.is_shared or info.scope.endswith(".dyn"):
+            continue
+        size = _product(info.shape)
+        if size is not None:
+            total += shared_tile_bytes(size, info.dtype, stages.get(info.name, 1))
+    return total
 
 
 def _largest(table: dict, k: int = 3) -> str:
@@ -175,10 +213,16 @@ def resource_warnings(result) -> list[str]:
     if usage.threads > usage.thread_limit:
         out.append(f"{func}: {usage.threads} threads per block exceed the target's limit of {usage.thread_limit}; "
                    f"the kernel cannot launch")
-    if usage.registers > MAX_REGISTERS_PER_THREAD:
+    peak = usage.peak
+    if peak is None and usage.registers > MAX_REGISTERS_PER_THREAD:
         out.append(f"{func}: fragments need {usage.registers} 32-bit registers per thread (largest: "
                    f"{_largest(usage.fragment_registers)}), over the {MAX_REGISTERS_PER_THREAD} a thread can "
                    f"address; the compiler will spill to local memory (use more threads or smaller tiles)")
+    if peak is not None and peak.registers > MAX_REGISTERS_PER_THREAD:
+        out.append(f"{func}: the register peak is {peak.registers} 32-bit registers per thread at {peak.point} "
+                   f"(live there: {_largest(peak.live)}; {peak.overhead} estimated for indices and addresses), "
+                   f"over the {MAX_REGISTERS_PER_THREAD} a thread can address; the compiler will spill to local "
+                   f"memory (use more threads or smaller tiles)")
     for name, regs in usage.fragment_registers.items():
         if regs > LARGE_FRAGMENT_REGISTERS:
             out.append(f"fragment {name}: {usage.fragment_slots[name]} elements ({regs} 32-bit registers) per "

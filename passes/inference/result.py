@@ -49,7 +49,8 @@ class InferenceResult:
     ``attempts``: every free-level ``Attempt`` (cost, verdict or failure); ``func``: the PrimFunc with every
     decision written as annotations; ``cost_model`` and ``target``: what the decisions were made for;
     ``loop_info`` / ``op_loops``: loop decisions with their guards, by loop key / by op number; ``graph``:
-    the front end's op graph. ``tl.get_layouts(func)`` rebuilds buffers and loops from the annotations."""
+    the front end's op graph; ``register_peak``: the plan's register peak (where, what is live; also the function
+attribute ``tilelayout.register_peak``). ``tl.get_layouts(func)`` rebuilds buffers and loops from the annotations."""
 
     buffers: dict                  # buffer name -> Layout | Fragment
     loops: dict                    # loop key -> Fragment (user parallel nests)
@@ -63,6 +64,7 @@ class InferenceResult:
     gemm_plans: dict = field(default_factory=dict)   # op index -> GemmPlan (every gemm)
     conversions: list = field(default_factory=list)  # inserted conversions: dicts with src, dst, kind, cost, ...
     notes: list = field(default_factory=list)        # conflicts met and how they were resolved, in words
+    register_peak: Any = None                        # register_liveness.RegisterPeak of the plan
 
     def summary(self) -> str:
         """One line per buffer and loop layout (``tilelayout show`` prints more)."""

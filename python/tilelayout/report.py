@@ -18,9 +18,10 @@ __all__ = ["TIE_BREAK", "FIGURES", "AttemptGroup", "attempt_groups", "describe_l
 TIE_BREAK = ("the cheapest attempt wins: lowest mem first, then fewest register slots; on a tie the earliest root "
              "in program order wins")
 #: what the figures of an attempt mean (``explain`` prints it under the tie-break)
-FIGURES = ("slots: the cost model's register figure, elements per thread of every fragment whatever their width "
-           "(TileLang's register-count rule); regs: 32-bit registers per thread, narrow elements packed, the "
-           "figure `tilelayout show` and the resource warnings give")
+FIGURES = ("slots: the cost model's register figure (register-count: the most elements per thread live at one "
+           "program point, whatever their width; io-aware: every fragment's elements summed); regs: 32-bit "
+           "registers per thread of every fragment laid out so far, summed, narrow elements packed; the plan's "
+           "register peak below is the figure `tilelayout show`, the resource warnings and the register budget use")
 
 
 def describe_layout(layout) -> str:
@@ -168,7 +169,17 @@ def explain_lines(result, layouts: bool = True) -> list[str]:
         lines.append(f"  {note}")
     # the gemm plans fixed the accumulators before any search: say which instruction each gemm got
     lines += [f"  gemm plan: {row['op']}: {row['summary']}" for row in gemm_plans(result)]
+    peak = _register_peak(result)
+    if peak is not None:
+        from tilelayout.passes.inference.resources import MAX_REGISTERS_PER_THREAD
+        lines.append(f"  {peak.line(MAX_REGISTERS_PER_THREAD)}")
     return lines
+
+
+def _register_peak(result):
+    """The plan's register peak: inference records it; a result read back from annotations recomputes it."""
+    from tilelayout.passes.inference.resources import result_peak
+    return getattr(result, "register_peak", None) or result_peak(result)
 
 
 def explain_dict(result) -> dict:
@@ -177,6 +188,7 @@ def explain_dict(result) -> dict:
             "attempts": [g.to_dict() for g in attempt_groups(result)],
             "notes": list(getattr(result, "notes", ())),
             "pipelines": {p["loop"]: p for p in pipeline_plans(result)[0]},
+            "register_peak": (lambda p: p.to_dict() if p is not None else None)(_register_peak(result)),
             "conversions": [_conversion_dict(c) for c in getattr(result, "conversions", ())]}
 
 
