@@ -53,7 +53,8 @@ reported as a crash. Outcomes:
 
     ok           inference, validation and numbers all fine
     unsupported  a TileLayoutError (clear refusal; the message, prefixed pin:/infer:/lower:, is kept)
-    crash        any other exception, or the checking process died / timed out (a bug)
+    crash        any other exception, TVM failing to compile what the lowering produced (the lowering must
+                 refuse by name what TVM cannot build), or the checking process died / timed out (a bug)
     invalid      a layout failed the enumeration checks (a serious bug)
     mismatch     the CPU run disagrees with the reference (a serious bug)
     accepted-bad inference accepted an invalid pin, or a program that indexes out of bounds (a bug)
@@ -89,6 +90,8 @@ INVALID_PINS = ("thread-out-of-range", "negative-thread", "not-injective", "wron
                 "unknown-buffer", "pinned-twice")
 DIMS = (1, 2, 3, 4, 5, 7, 8, 12, 16, 24, 32, 33, 48, 64, 96, 100, 128)
 MAX_ELEMS = 4096
+#: how ``LoweringError`` begins when TVM's build refused a lowered kernel: a bug, not a refusal by name
+TVM_BUILD_FAILED = "TVM could not compile the lowered kernel"
 #: outcome kinds, best first; all but ok and unsupported are bugs
 KINDS = ("ok", "unsupported", "generator", "oracle", "crash", "invalid", "accepted-bad", "mismatch")
 BAD = ("crash", "invalid", "mismatch", "generator", "oracle", "accepted-bad")
@@ -1746,7 +1749,8 @@ def check(kernel: Kernel, models=COST_MODELS, numeric: bool = True, cross: bool 
             res = check_numeric(func, cost_model=model, expected=expected, tolerance=_tolerance(kernel, func),
                                 kernel=build_race_checked(lowered[list(lowered.functions)[0]]))
         except TileLayoutError as err:
-            out.append(Outcome("unsupported", model, "lower: " + _short(err)))
+            kind = "crash" if TVM_BUILD_FAILED in str(err) else "unsupported"
+            out.append(Outcome(kind, model, "lower: " + _short(err)))
             continue
         except Exception as err:   # noqa: BLE001
             out.append(Outcome("crash", model, "lower: " + _short(err) + "\n" + traceback.format_exc(limit=-3)))

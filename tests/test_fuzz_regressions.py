@@ -1582,3 +1582,53 @@ def test_fuzz_validator_compares_the_memoised_grid_with_a_fresh_one():
     assert len(problems) == 1 and "memoised separable grid is missing" in problems[0]
     twin = Fragment([64, 128], lambda i, j: i % 4 * 32 + j // 4, lambda i, j: i // 4 * 4 + j % 4)
     assert _separable_grid_problems("fragment", twin.bind_thread_range(0, 128)) == []
+
+
+PIPELINED_NAMED_OFFSET = '''
+@T.prim_func
+def main(A1: T.Buffer((128,), "float32"), O: T.Buffer((64,), "float32")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 64)
+    f1 = T.alloc_buffer((32,), "float32", scope="local.fragment")
+    s0 = T.alloc_buffer((32,), "float32", scope="shared.dyn")
+    Tx.fill(f1[0:32], T.float32(0.0))
+    for ko in T.serial(4, annotations={"num_stages": 3}):
+        koff0 = ko * 32
+        if ko % 2 == 1:
+            Tx.copy(s0[0:32], A1[koff0:koff0 + 32])
+            for i in T.parallel(32):
+                f1[i] = f1[i] + s0[i]
+    Tx.copy(O[0:32], f1[0:32])
+'''
+
+
+def test_a_pipelined_copy_with_a_hidden_index_builds_under_the_race_check():
+    """Fuzz seed 1 kernel 33: the pipelined stage index (``ko % 3 * 32 + tx % 32``) is hidden behind a ``Let``
+    (``index_guard``); the race check's shadow update and the access it checks, and the cp.async emulation's
+    statements, each carry a copy of that ``Let``, which the CPU serialiser put into different thread phases
+    with different thread variables: one variable bound to two values, refused by TVM's LLVM code generator
+    ("Trying to update var 'idx0'"). Each phase now binds its own."""
+    func = parse(PIPELINED_NAMED_OFFSET)
+
+    def reference(d):       # stages 1 and 3 of the loop load A1[32:64] and A1[96:128]
+        return {"O": np.concatenate([d["A1"][32:64] + d["A1"][96:128], d["O"][32:]])}
+    for model in COST_MODELS:
+        with kernel_warnings():
+            res = check_numeric(func, reference, cost_model=model, tolerance=(1e-5, 1e-5))
+        assert res.ok and res.races == [], f"{model}: {res.message}"
+    _check_end_to_end(PIPELINED_NAMED_OFFSET)
+
+
+def test_the_fuzzer_counts_a_lowered_kernel_tvm_cannot_build_as_a_crash(monkeypatch):
+    """The kernel above was filed as ``unsupported``: TVM refusing to build what the lowering produced is a
+    ``LoweringError``, but no refusal by name -- a bug of ours, which the fuzzer must count as one."""
+    import maint.fuzz as fuzz
+    from tilelayout.errors import LoweringError as TLLoweringError
+    from tilelayout.passes.lowering import race_report
+
+    def refuse(*args, **kwargs):
+        raise TLLoweringError(f"{fuzz.TVM_BUILD_FAILED} for llvm: Check failed: Trying to update var 'idx0'")
+    kernel = fuzz.Kernel(PIPELINED_NAMED_OFFSET, threads=64)
+    monkeypatch.setattr(race_report, "build_race_checked", refuse)
+    outcomes = fuzz.check(kernel)
+    assert outcomes and {o.kind for o in outcomes} == {"crash"}, outcomes
