@@ -39,7 +39,8 @@ shared tile, a ``num_stages`` loop over fp8 tiles, or launch the block as thread
 In 6% of kernels (a stream of their own, ``maint/fuzz_races.py``) a racy class instead: parallel
 accumulation or a write race into global or shared memory (must be refused by name or reported by the race
 check; passing is ``accepted-bad``), or a hand-written lowered kernel (shared exchanges with and without their
-barrier, threads sharing a global element, atomics, shifted out-of-bounds stores) whose race the detector
+barrier, threads sharing a global element, atomics, shifted out-of-bounds stores, warp-shuffle exchanges
+with a lane's store after the shuffle) whose race the detector
 must report exactly when the index maps say there is one.
 
 Per kernel and cost model: ``tl.infer_layouts``; every fragment layout and every loop layout (user

@@ -299,6 +299,25 @@ def test_fuzz_hand_written_lowered_classes_agree_with_their_index_maps(cls):
     assert seen == ({False} if cls == "atomic" else {True, False})
 
 
+def test_fuzz_shuffle_exchanges_agree_with_their_index_maps():
+    """The warp-shuffle class: the detector reports a race exactly when the index maps have one (a reader in
+    another warp, no shuffle, or a shuffle half the warp skips), and a race-free one gives numpy's values."""
+    import random
+
+    from maint.fuzz import Kernel, check, generate
+    from maint.fuzz_races import _shuffle_text
+    seen = set()
+    for k in (0, 1, 3, 4):
+        text, threads, racy = _shuffle_text(random.Random(k))
+        shuffle = "half" if "< 16" in text else "full" if "shuffle" in text else "none"
+        seen.add((shuffle, racy))
+        outcomes = check(Kernel(text, threads, notes=["lowered:shuffle", "race" if racy else "race-free"]),
+                         models=("io-aware",))
+        assert [o.kind for o in outcomes] == ["ok"], (text, outcomes)
+    assert {("full", False), ("full", True), ("none", True), ("half", True)} <= seen
+    assert any("lowered:shuffle" in generate(1, i).notes for i in range(60))
+
+
 def test_build_cpu_with_race_check_raises_a_race_error(tmp_path):
     import tilelayout as tl
     _, func = _racy_kernel(tmp_path)
