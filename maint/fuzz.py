@@ -91,6 +91,9 @@ INVALID_PINS = ("thread-out-of-range", "negative-thread", "not-injective", "wron
                 "unknown-buffer", "pinned-twice")
 DIMS = (1, 2, 3, 4, 5, 7, 8, 12, 16, 24, 32, 33, 48, 64, 96, 100, 128)
 MAX_ELEMS = 4096
+#: how far a data-dependent offset (``data_offset``) can move a region: the random int32 inputs
+#: (``pipeline.random_inputs``) hold -8 .. 7
+DATA_OFFSET_SPAN = 16
 #: how ``LoweringError`` begins when TVM's build refused a lowered kernel: a bug, not a refusal by name
 TVM_BUILD_FAILED = "TVM could not compile the lowered kernel"
 #: outcome kinds, best first; all but ok and unsupported are bugs
@@ -239,11 +242,17 @@ class Gen:
             r = rng.randint(0, rows - 1)
             gshape, offs, region_shape = [rows] + gshape, [str(r)] + offs, [1] + region_shape
             self.notes.append("unit-dim-region")
+        data = offset_ok and self.safe.random() < 0.04
         if self.nblocks > 1:
             tile = gshape[0]
+            # a store at a data-dependent offset: the blocks' tiles lie further apart than the offsets can move
+            # them, so no two blocks write one element whatever the offsets (a grouped gemm's groups are disjoint
+            # too); with the tiles adjacent, the random offsets made the blocks' stores overlap (a real race)
+            if data and role == "out":
+                tile += DATA_OFFSET_SPAN
             gshape[0] = tile * self.nblocks
             offs[0] = f"bx * {tile}" if offs[0] == "0" else f"bx * {tile} + {offs[0]}"
-        if offset_ok and self.safe.random() < 0.04:
+        if data:
             offs[0] = f"{self.data_offset()} + {offs[0]}"
         self.past_the_end(gshape, region_shape)
         self.params.append(Buf(name, tuple(gshape), dtype, "param"))

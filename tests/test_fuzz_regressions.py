@@ -1632,3 +1632,43 @@ def test_the_fuzzer_counts_a_lowered_kernel_tvm_cannot_build_as_a_crash(monkeypa
     monkeypatch.setattr(race_report, "build_race_checked", refuse)
     outcomes = fuzz.check(kernel)
     assert outcomes and {o.kind for o in outcomes} == {"crash"}, outcomes
+
+
+DATA_OFFSET_STORE = '''
+@T.prim_func
+def main(G0: T.Buffer((2,), "int32"), A0: T.Buffer((64,), "float32"), O0: T.Buffer((STORE,), "float32")):
+    bx = T.launch_thread("blockIdx.x", 2)
+    tx = T.launch_thread("threadIdx.x", 32)
+    f0 = T.alloc_buffer((32,), "float32", scope="local.fragment")
+    Tx.copy(f0[0:32], A0[bx * 32:bx * 32 + 32])
+    m_start0 = G0[bx]
+    Tx.copy(O0[m_start0 + bx * TILE:m_start0 + bx * TILE + 32], f0[0:32])
+'''
+
+
+def test_blocks_storing_at_data_offsets_never_overlap_in_generated_kernels():
+    """Fuzz seed 12000 kernel 10: a per-block store at ``m_start = G0[bx]`` with the blocks' tiles adjacent; the
+    random offsets (-8 .. 7) made two blocks write one element, a real race the check rightly reported. The
+    generator now spaces such tiles ``DATA_OFFSET_SPAN`` further apart: the same kernel with adjacent tiles is
+    racy on the seed's data, the spaced one race-free and right; and every generated data-offset store leaves
+    a gap between the blocks' regions whatever the offsets."""
+    import re
+
+    from maint.fuzz import DATA_OFFSET_SPAN, generate
+    from tilelayout.passes.lowering.pipeline import random_inputs
+    adjacent = parse(DATA_OFFSET_STORE.replace("STORE", "64").replace("TILE", "32"))
+    assert int(np.ptp(random_inputs(adjacent, 0)["G0"])) > 0     # the offsets differ: adjacent tiles overlap
+    with kernel_warnings():
+        res = check_numeric(adjacent)
+    assert not res.ok and res.races and "blocks never synchronise" in res.message
+    tile = 32 + DATA_OFFSET_SPAN
+    _check_end_to_end(DATA_OFFSET_STORE.replace("STORE", str(2 * tile)).replace("TILE", str(tile)))
+    found = 0
+    for seed, index in ((12000, 10), (1, 84), (12001, 105), (9100, 57), (9100, 130)):
+        for m in re.finditer(r"Tx\.copy\(O\d+\[m_start\d+ \+ bx \* (\d+)(?: \+ \d+)?:[^,\]]* \+ (\d+)[,\]]",
+                             generate(seed, index).text):
+            stride, extent = int(m.group(1)), int(m.group(2))
+            found += 1
+            # block b ends before b * stride + 7 + extent, block b + 1 starts at or after (b + 1) * stride - 8
+            assert stride - 8 > 7 + extent - 1, (seed, index, m.group(0))
+    assert found >= 5
