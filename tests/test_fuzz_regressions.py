@@ -1672,3 +1672,41 @@ def test_blocks_storing_at_data_offsets_never_overlap_in_generated_kernels():
             # block b ends before b * stride + 7 + extent, block b + 1 starts at or after (b + 1) * stride - 8
             assert stride - 8 > 7 + extent - 1, (seed, index, m.group(0))
     assert found >= 5
+
+
+PIPELINED_THREADS_XY = '''
+@T.prim_func
+def main(A2: T.Buffer((16, 8), "float16"), O: T.Buffer((16, 4), "float16")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 50)
+    ty = T.launch_thread("threadIdx.y", 2)
+    f2 = T.alloc_buffer((16, 4), "float16", scope="local.fragment")
+    s1 = T.alloc_buffer((16, 4), "float16", scope="shared.dyn")
+    Tx.fill(f2[0:16, 0:4], T.float16(0.0))
+    for ko in T.serial(2, annotations={"num_stages": 2}):
+        Tx.copy(s1[0:16, 0:4], A2[0:16, ko * 4:ko * 4 + 4])
+        for i in T.parallel(16):
+            for j in T.parallel(4):
+                f2[i, j] = T.max(f2[i, j], s1[i, j])
+    Tx.copy(O[0:16, 0:4], f2[0:16, 0:4])
+'''
+
+
+def test_a_pipelined_loop_in_a_block_launched_with_threadidx_y_lowers():
+    """Fuzz seed 9100 kernel 9: inference accepted a ``num_stages`` loop in a block launched as threadIdx.x/y,
+    lowering refused it with the front end's "the op graph models a 1-D thread block": the pipelining plan built
+    its op graph before the thread dimensions were folded into the linear thread id (``explain``'s pipeline
+    report too)."""
+    from tilelayout.report import pipeline_plans
+    func = parse(PIPELINED_THREADS_XY)
+    with kernel_warnings():
+        plans, refused = pipeline_plans(infer_layouts(func))
+    assert refused is None and [p["stages"] for p in plans] == [2]
+
+    def reference(d):
+        a = d["A2"].astype(np.float32)
+        return {"O": np.maximum(0, np.maximum(a[:, :4], a[:, 4:])).astype(np.float16)}
+    for model in COST_MODELS:
+        with kernel_warnings():
+            res = check_numeric(func, reference, cost_model=model)
+        assert res.ok and res.races == [], f"{model}: {res.message}"
