@@ -20,8 +20,8 @@ from tvm import tirx
 
 from ..ir_utils import int_value, walk
 
-__all__ = ["SHUFFLE_DIVERGENCE", "WARP", "syncing_shuffle", "has_syncing_shuffle", "warp_of", "shuffle_count_init",
-           "shuffle_count_step", "lockstep_check"]
+__all__ = ["SHUFFLE_DIVERGENCE", "WARP", "syncing_shuffle", "warp_of", "shuffle_count_init", "shuffle_count_step",
+           "lockstep_check"]
 
 #: the log code of a shuffle that the lanes of a warp did not all execute
 SHUFFLE_DIVERGENCE = 8
@@ -55,17 +55,9 @@ def syncing_shuffle(node, nthreads: int) -> bool:
     return bool(hits)
 
 
-def has_syncing_shuffle(func, nthreads: int) -> bool:
-    return syncing_shuffle(func.body, nthreads)
-
-
 def warp_of(tid):
     """The warp of flat thread id ``tid`` (warps are 32 consecutive linear thread ids)."""
     return tirx.floordiv(tid, WARP)
-
-
-def _i32(v):
-    return tirx.const(v, "int32") if isinstance(v, int) else v
 
 
 def shuffle_count_init(count, counts, tid) -> list:
