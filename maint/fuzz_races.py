@@ -11,7 +11,7 @@ Hand-written lowered kernels (explicit launches and barriers, no lowering decisi
 exchange ``S[w(tx)] = A[tx]; [barrier;] O[tx] = S[r(tx)]``, global element sharing ``O[tx // g] = A[tx]``
 (plain or atomic), shifted, out-of-bounds shared stores, and a warp-shuffle exchange
 ``v = O[r(tx)] + A[tx]; [v += shfl_xor(v, m);] if tx % 32 == L: O[w(tx)] = v`` (a full-warp shuffle orders the
-lanes of its warp, not other warps; under ``tx % 32 < 16`` only half the warp executes it, which is a bug too). Whether each has a race is computed here from the
+lanes of its warp, not other warps; under ``tx % 32 < 16`` only half the warp executes it, the storing lane not). Whether each has a race is computed here from the
 index maps, independently of the detector, which must agree, and the race-free ones must give numpy's values.
 """
 from __future__ import annotations
@@ -134,7 +134,8 @@ def _shuffle_text(rng: random.Random) -> tuple:
     """(a warp-shuffle exchange, threads, whether it races): the lanes of each warp read ``O[r(tx)]``, exchange
     partial sums with one ``shfl_xor`` (or none), then one lane per warp stores into ``O[w(tx)]``. The race is
     computed from the index maps: a store and another thread's read of its element conflict unless both
-    threads are lanes of one warp with the shuffle between them; a shuffle only half the warp executes races."""
+    threads are lanes of one warp with a full-warp shuffle between them (under ``tx % 32 < 16`` the storing
+    lane is one of those that skip it)."""
     n = rng.choice((32, 64, 96, 128))
     warps = n // 32
     c1, c2 = rng.randrange(warps), rng.randrange(warps)
@@ -142,6 +143,8 @@ def _shuffle_text(rng: random.Random) -> tuple:
     write = f"(tx // 32 + {c2}) % {warps}"
     lane, mask = rng.randrange(32), 1 << rng.randrange(5)
     shuffle = rng.choice(("full", "full", "none", "half"))
+    if shuffle == "half":      # a lane that skips the shuffle stores: ordered after no other lane's read
+        lane = 16 + lane % 16
     sh = f"v[0] = v[0] + T.tvm_warp_shuffle_xor(T.tvm_warp_activemask(), v[0], {mask}, 32, 32)"
     body = ['    v = T.alloc_buffer((1,), "float32", scope="local")', f"    v[0] = O[{read}] + A[tx]"]
     body += [f"    {sh}"] if shuffle == "full" else ["    if tx % 32 < 16:", f"        {sh}"] if shuffle == "half" else []
@@ -150,7 +153,7 @@ def _shuffle_text(rng: random.Random) -> tuple:
             '    bx = T.launch_thread("blockIdx.x", 1)', f'    tx = T.launch_thread("threadIdx.x", {n})']
     t = np.arange(n)
     reads, writers = _index_values(read, n), t[t % 32 == lane]
-    racy = shuffle == "half"
+    racy = False
     for w in writers:
         others = (reads == _index_values(write, n)[w]) & (t != w)
         if shuffle == "full":

@@ -30,8 +30,7 @@ from tilelayout.lang import atomic_of
 
 from ..ir_utils import int_value, walk
 from .emulate_async_copy import PER_THREAD_KEY
-from .race_shuffles import (SHUFFLE_DIVERGENCE, lockstep_check, shuffle_count_init, shuffle_count_step,
-                            syncing_shuffle, warp_of)
+from .race_shuffles import full_warp_check, shuffle_count_init, shuffle_count_step, syncing_shuffle, warp_of
 
 __all__ = ["instrument_races", "Instrumented", "Site", "LOG_ENTRIES", "LOG_FIELDS", "SHADOW_FIELDS", "KINDS"]
 
@@ -49,8 +48,7 @@ SEVERAL = -2
 KINDS = {1: "written by two threads", 2: "read by one thread and written by another",
          3: "written after another thread read it", 4: "out-of-bounds read", 5: "out-of-bounds write",
          6: "an atomic update and a plain access by different threads",
-         7: "read by one thread while another thread's asynchronous copy (cp.async) into it was in flight",
-         SHUFFLE_DIVERGENCE: "a warp shuffle that not every lane of the warp executed"}
+         7: "read by one thread while another thread's asynchronous copy (cp.async) into it was in flight"}
 
 _SYNCS = ("tirx.tvm_storage_sync", "tirx.ptx.bar_sync_count")
 _LDMATRIX = "tirx.ptx.ldmatrix"
@@ -119,6 +117,7 @@ class _Instrumenter:
         self.emulating = False            # inside an emulation block (``emulate_async_copy``)
         self.shfl = None                  # per-thread count of warp-synchronising shuffles (``race_shuffles``)
         self.counts = None                # every thread's count, for the lanes of its warp to compare
+        self.full = None                  # whether every lane of the warp executed the last shuffle
         self.nthreads = 0
 
     # ------------------------------------------------------------------ buffers and sites
@@ -303,9 +302,6 @@ class _Instrumenter:
         check = tirx.IfThenElse(inside, _seq(body), oob) if body else tirx.IfThenElse(tirx.Not(inside), oob, None)
         return tirx.SeqStmt([tirx.BufferStore(self.at, _i32(index), zero), check])
 
-    def epoch_now(self):
-        return tirx.BufferLoad(self.epoch, [tirx.const(0, "int32")])
-
     def shuffles(self):
         """This thread's count of warp-synchronising shuffles (0 in a kernel without them)."""
         return tirx.const(0, "int32") if self.shfl is None else tirx.BufferLoad(self.shfl, [tirx.const(0, "int32")])
@@ -348,9 +344,7 @@ class _Instrumenter:
             if self.shfl is not None and syncing_shuffle(s0.value, self.nthreads):
                 # the shuffle orders this warp's reads above before its accesses from here on
                 pre += shuffle_count_step(self.shfl, self.counts, self.tid)
-                site = self.site(s0.buffer, "shuffle", s0)
-                after = [lockstep_check(self.shfl, self.counts, self.tid, self.nthreads, lambda lane: self.log_race(
-                    SHUFFLE_DIVERGENCE, site, -1, self.shuffles(), self.tid, self.epoch_now(), site, self.bid, lane))]
+                after = full_warp_check(self.shfl, self.counts, self.full, self.tid, self.nthreads)
             else:
                 after = []
             ent = self.entry(s.buffer)
@@ -496,7 +490,9 @@ def instrument_races(func, memory_buffers: list) -> Instrumented:
     if ins.nthreads and syncing_shuffle(func.body, ins.nthreads):
         ins.shfl = tirx.decl_buffer([1], "int32", name="race_shfl", scope="local")
         ins.counts = tirx.decl_buffer([ins.nthreads], "int32", name="race_warp_counts", scope="shared")
-        init = [tirx.AllocBuffer(ins.shfl), tirx.AllocBuffer(ins.counts)] + shuffle_count_init(ins.shfl, ins.counts, tid)
+        ins.full = tirx.decl_buffer([1], "int32", name="race_full_warp", scope="local")
+        init = [tirx.AllocBuffer(ins.shfl), tirx.AllocBuffer(ins.counts), tirx.AllocBuffer(ins.full)] + \
+            shuffle_count_init(ins.shfl, ins.counts, tid)
     body = ins.block(func.body)
     body = _inside_launch(body, [tirx.AllocBuffer(epoch), tirx.AllocBuffer(ins.at), tirx.AllocBuffer(ins.hit),
                                  tirx.BufferStore(epoch, tirx.const(0, "int32"), [tirx.const(0, "int32")])] + init)

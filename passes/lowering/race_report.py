@@ -43,9 +43,6 @@ class Race:
     other_thread: int | None = None
 
     def describe(self) -> str:
-        if self.scope == "warp":          # a shuffle not every lane executed (``race_shuffles``)
-            return (f"{self.kind}: thread {self.thread} of block {self.block} at `{self.statement}` had executed "
-                    f"{self.element[0]} warp shuffles there, thread {self.other_thread} of its warp a different number")
         where = f"{self.scope} buffer {self.buffer}, element {list(self.element)}"
         me = f"{_who(self.thread)} of block {self.block} at `{self.statement}`"
         if self.other_statement is None:
@@ -113,10 +110,10 @@ class RaceCheckedKernel:
         for n in range(min(self.total, LOG_ENTRIES)):
             code, site, k, elem, block, thread, epoch, osite, oblock, othread = \
                 (int(x) for x in log[1 + n * LOG_FIELDS: 1 + (n + 1) * LOG_FIELDS])
-            name, scope, shape = self._inst.buffers[k] if k >= 0 else ("", "warp", [])
-            if 0 <= k < len(self.params):
+            name, scope, shape = self._inst.buffers[k]
+            if k < len(self.params):
                 shape = list(arrays[k].shape)
-            element = (elem,) if k < 0 else tuple(int(x) for x in np.unravel_index(elem, shape)) \
+            element = tuple(int(x) for x in np.unravel_index(elem, shape)) \
                 if all(isinstance(s, int) for s in shape) and 0 <= elem < int(np.prod(shape)) else (elem,)
             other = self._inst.sites[osite].text if osite >= 0 else None
             out.append(Race(KINDS[code], name, scope, element, self._inst.sites[site].text, block, thread, epoch,

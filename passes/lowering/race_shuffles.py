@@ -5,11 +5,11 @@ the shuffle is ordered before an access another lane of the same warp makes afte
 reduction after the holders of the row read it, with butterfly shuffles between). The race check gives every
 thread a count of the shuffles it has executed that synchronise its whole warp (member mask
 ``__activemask()`` or all lanes) and records it with every access: two accesses of lanes of one warp, in one
-barrier interval, are ordered when their counts differ. That holds only if the lanes of a warp execute the
-same shuffles, which the GPU requires and the check verifies: after each such shuffle every lane compares its
-count with the counts of all lanes of its warp, and a difference is reported (``SHUFFLE_DIVERGENCE``).
-A shuffle whose constant mask names only part of the warp orders nothing here (its lanes' counts would drift
-apart from the others'), so accesses around it are checked as if it were not there.
+barrier interval, are ordered when their counts differ. That holds only for shuffles every lane of the warp
+executes: after each one every lane that executed it compares its count with the counts of all lanes of its
+warp, and a shuffle some lane skipped (under a condition that splits the warp, where ``__activemask()`` names
+only the lanes inside) is taken back by all of them. Such a shuffle, and one whose constant mask names only
+part of the warp, orders nothing here (conservative: on a GPU it orders the lanes it names).
 
 Needs no import of ``race_check``: the instrumenter hands in what the statements refer to.
 """
@@ -20,11 +20,8 @@ from tvm import tirx
 
 from ..ir_utils import int_value, walk
 
-__all__ = ["SHUFFLE_DIVERGENCE", "WARP", "syncing_shuffle", "warp_of", "shuffle_count_init", "shuffle_count_step",
-           "lockstep_check"]
+__all__ = ["WARP", "syncing_shuffle", "warp_of", "shuffle_count_init", "shuffle_count_step", "full_warp_check"]
 
-#: the log code of a shuffle that the lanes of a warp did not all execute
-SHUFFLE_DIVERGENCE = 8
 WARP = 32
 _SHUFFLE_PREFIX = "tirx.tvm_warp_shuffle"
 
@@ -34,9 +31,8 @@ def _op(call) -> str:
 
 
 def _full_mask(mask, nthreads: int) -> bool:
-    """Whether ``mask`` names every lane of the warp: ``__activemask()`` (every lane that reaches the shuffle,
-    all of them when the lanes execute the same shuffles, which ``lockstep_check`` verifies) or a constant with
-    every existing lane's bit."""
+    """Whether ``mask`` may name every lane of the warp: ``__activemask()`` (every lane that reaches the shuffle;
+    ``full_warp_check`` takes back one that some lane skipped) or a constant with every existing lane's bit."""
     if _op(mask) == "tirx.tvm_warp_activemask":
         return True
     m = int_value(mask)
@@ -73,11 +69,17 @@ def shuffle_count_step(count, counts, tid) -> list:
             tirx.BufferStore(counts, tirx.BufferLoad(count, zero), [tid])]
 
 
-def lockstep_check(count, counts, tid, nthreads: int, report) -> tirx.Stmt:
-    """After a shuffle (in a phase of its own on the CPU, so every lane has published its count): a lane of this
-    warp whose count differs from this thread's did not execute the same shuffles. ``report(lane)`` logs it."""
+def full_warp_check(count, counts, full, tid, nthreads: int) -> list:
+    """After a shuffle (each statement a phase of its own on the CPU, so every lane that executed the shuffle has
+    published its count): a shuffle some lane of the warp did not execute (under a condition that splits the
+    warp; ``__activemask()`` then names only the lanes that did) is taken back, so it orders nothing here and the
+    counts of a warp's lanes stay equal."""
     lane = tirx.Var("race_lane", "int32")
     other = warp_of(tid) * WARP + lane
     zero = [tirx.const(0, "int32")]
-    differs = tirx.And(other < nthreads, tirx.BufferLoad(counts, [other]) != tirx.BufferLoad(count, zero))
-    return tirx.For(lane, 0, WARP, tirx.ForKind.SERIAL, tirx.IfThenElse(differs, report(other), None))
+    missing = tirx.And(other < nthreads, tirx.BufferLoad(counts, [other]) != tirx.BufferLoad(count, zero))
+    return [tirx.BufferStore(full, tirx.const(1, "int32"), zero),
+            tirx.For(lane, 0, WARP, tirx.ForKind.SERIAL, tirx.BufferStore(
+                full, tirx.Select(missing, tirx.const(0, "int32"), tirx.BufferLoad(full, zero)), zero)),
+            tirx.BufferStore(count, tirx.BufferLoad(count, zero) - 1 + tirx.BufferLoad(full, zero), zero),
+            tirx.BufferStore(counts, tirx.BufferLoad(count, zero), [tid])]
