@@ -171,9 +171,10 @@ def _expected_shuffle(text: str, a: np.ndarray, o: np.ndarray) -> dict:
     write = re.search(r"O\[(.*)\] = v\[0\]", text).group(1)
     v = o[_index_values(read, n)] + a
     m = re.search(r"v\[0\], (\d+), 32, 32\)", text)
-    if m:
-        v = v + v[np.arange(n) ^ int(m.group(1))]
     t = np.arange(n)
+    if m:
+        inside = t % 32 < 16 if "if tx % 32 < 16:" in text else np.ones(n, dtype=bool)
+        v = np.where(inside, v + v[t ^ int(m.group(1))], v)
     out = o.copy()
     out[_index_values(write, n)[t % 32 == lane]] = v[t % 32 == lane]
     return {"O": out.astype(np.float32)}
