@@ -414,6 +414,17 @@ def shuffle_in_half_a_warp(A: T.Buffer((32,), "float32"), O: T.Buffer((1,), "flo
 
 
 @T.prim_func
+def shuffle_store_in_half_a_warp(A: T.Buffer((32,), "float32"), O: T.Buffer((32,), "float32")):
+    # lane 0 stores the shuffle's result into O[0], which lane 31 (outside the condition) read unordered
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 32)
+    v = T.alloc_buffer((1,), "float32", scope="local")
+    v[0] = O[(tx + 1) % 32] + A[tx]
+    if tx < 16:
+        O[tx] = v[0] + T.tvm_warp_shuffle_xor(T.tvm_warp_activemask(), v[0], 1, 32, 32)
+
+
+@T.prim_func
 def half_warp_mask_orders_nothing(A: T.Buffer((32,), "float32"), O: T.Buffer((1,), "float32")):
     # a shuffle whose mask names lanes 0-15 does not order lane 16's write after lane 0's read
     bx = T.launch_thread("blockIdx.x", 1)
@@ -458,6 +469,7 @@ def test_a_warp_shuffle_orders_its_warps_reads_before_a_lanes_write():
     (warp_write_without_shuffle, "O[tx // 32] ="),               # the same warp with no shuffle between
     (half_warp_mask_orders_nothing, "O[0] ="),                   # a partial mask synchronises only its lanes
     (shuffle_in_half_a_warp, "O[0] ="),                          # half the warp skips the shuffle
+    (shuffle_store_in_half_a_warp, "O[tx] ="),                   # ... and its own store is not ordered either
 ])
 def test_accesses_no_shuffle_orders_are_still_races(func, statement):
     _, _, races = _run(func)

@@ -357,7 +357,10 @@ class _Instrumenter:
                                          if kind == "landing" else f"cp.async into {s.buffer.name}, issued")
             check = self.access(ent, s0.indices, kind, site)
             # an out-of-bounds store is reported and not made (it would corrupt the CPU process)
-            return pre + [check, tirx.IfThenElse(self.inside(ent, s0.indices[0]), s, None)] + after
+            store = tirx.IfThenElse(self.inside(ent, s0.indices[0]), s, None)
+            # a shuffle's own store is recorded once its count is settled (a shuffle part of the warp skipped
+            # is taken back first)
+            return pre + [store] + after + [check] if after else pre + [check, store]
         if isinstance(s, tirx.Evaluate):
             return self.evaluate(s)
         if isinstance(s, tirx.For):
