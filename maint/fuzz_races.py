@@ -9,7 +9,9 @@ CPU run gets the sum right while the GPU keeps one lane's update).
 
 Hand-written lowered kernels (explicit launches and barriers, no lowering decision involved): a shared
 exchange ``S[w(tx)] = A[tx]; [barrier;] O[tx] = S[r(tx)]``, global element sharing ``O[tx // g] = A[tx]``
-(plain or atomic) and shifted, out-of-bounds shared stores. Whether each has a race is computed here from the
+(plain or atomic), shifted, out-of-bounds shared stores, and a warp-shuffle exchange
+``v = O[r(tx)] + A[tx]; [v += shfl_xor(v, m);] if tx % 32 == L: O[w(tx)] = v`` (a full-warp shuffle orders the
+lanes of its warp, not other warps; under ``tx % 32 < 16`` only half the warp executes it, the storing lane not). Whether each has a race is computed here from the
 index maps, independently of the detector, which must agree, and the race-free ones must give numpy's values.
 """
 from __future__ import annotations
@@ -22,6 +24,8 @@ import numpy as np
 RACY_RATE = 0.06
 TILE_CLASSES = {"accumulate-global": 3, "accumulate-shared": 2, "accumulate-grouped": 1, "write-race": 2}
 LOWERED_CLASSES = {"exchange": 4, "shared-global": 2, "atomic": 1, "out-of-bounds": 1}
+#: share of the hand-written lowered kernels that are warp-shuffle exchanges
+SHUFFLE_SHARE = 0.25
 
 
 def _pick(rng: random.Random, weights: dict) -> str:
@@ -43,6 +47,10 @@ def racy_kernel(seed: int, index: int):
         cls = _pick(rng, TILE_CLASSES)
         text, threads = _tile_text(rng, cls)
         return Kernel(text, threads, notes=[f"racy:{cls}"])
+    shfl = random.Random(f"tilelayout-fuzz-race-shuffle:{seed}:{index}")   # a stream of its own: the other
+    if shfl.random() < SHUFFLE_SHARE:                                           # classes stay as they were drawn
+        text, threads, racy = _shuffle_text(shfl)
+        return Kernel(text, threads, notes=["lowered:shuffle", "race" if racy else "race-free"])
     cls = _pick(rng, LOWERED_CLASSES)
     text, threads, racy = _lowered_text(rng, cls)
     return Kernel(text, threads, notes=[f"lowered:{cls}", "race" if racy else "race-free"])
@@ -122,6 +130,56 @@ def _lowered_text(rng: random.Random, cls: str) -> tuple:
     return "\n".join(head + body) + "\n", n, c > 0
 
 
+def _shuffle_text(rng: random.Random) -> tuple:
+    """(a warp-shuffle exchange, threads, whether it races): the lanes of each warp read ``O[r(tx)]``, exchange
+    partial sums with one ``shfl_xor`` (or none), then one lane per warp stores into ``O[w(tx)]``. The race is
+    computed from the index maps: a store and another thread's read of its element conflict unless both
+    threads are lanes of one warp with a full-warp shuffle between them (under ``tx % 32 < 16`` the storing
+    lane is one of those that skip it)."""
+    n = rng.choice((32, 64, 96, 128))
+    warps = n // 32
+    c1, c2 = rng.randrange(warps), rng.randrange(warps)
+    read = rng.choice((f"(tx // 32 + {c1}) % {warps}", "tx", f"tx % 32 + {c1 * 32}"))
+    write = f"(tx // 32 + {c2}) % {warps}"
+    lane, mask = rng.randrange(32), 1 << rng.randrange(5)
+    shuffle = rng.choice(("full", "full", "none", "half"))
+    if shuffle == "half":      # a lane that skips the shuffle stores: ordered after no other lane's read
+        lane = 16 + lane % 16
+    sh = f"v[0] = v[0] + T.tvm_warp_shuffle_xor(T.tvm_warp_activemask(), v[0], {mask}, 32, 32)"
+    body = ['    v = T.alloc_buffer((1,), "float32", scope="local")', f"    v[0] = O[{read}] + A[tx]"]
+    body += [f"    {sh}"] if shuffle == "full" else ["    if tx % 32 < 16:", f"        {sh}"] if shuffle == "half" else []
+    body += [f"    if tx % 32 == {lane}:", f"        O[{write}] = v[0]"]
+    head = ["@T.prim_func", f'def main(A: T.Buffer(({n},), "float32"), O: T.Buffer(({n},), "float32")):',
+            '    bx = T.launch_thread("blockIdx.x", 1)', f'    tx = T.launch_thread("threadIdx.x", {n})']
+    t = np.arange(n)
+    reads, writers = _index_values(read, n), t[t % 32 == lane]
+    racy = False
+    for w in writers:
+        others = (reads == _index_values(write, n)[w]) & (t != w)
+        if shuffle == "full":
+            others &= t // 32 != w // 32
+        racy = racy or bool(others.any())
+    return "\n".join(head + body) + "\n", n, racy
+
+
+def _expected_shuffle(text: str, a: np.ndarray, o: np.ndarray) -> dict:
+    """numpy values of a race-free warp-shuffle exchange (``_shuffle_text``)."""
+    import re
+    n = a.shape[0]
+    read = re.search(r"v\[0\] = O\[(.*)\] \+ A\[tx\]", text).group(1)
+    lane = int(re.search(r"if tx % 32 == (\d+):", text).group(1))
+    write = re.search(r"O\[(.*)\] = v\[0\]", text).group(1)
+    v = o[_index_values(read, n)] + a
+    m = re.search(r"v\[0\], (\d+), 32, 32\)", text)
+    t = np.arange(n)
+    if m:
+        inside = t % 32 < 16 if "if tx % 32 < 16:" in text else np.ones(n, dtype=bool)
+        v = np.where(inside, v + v[t ^ int(m.group(1))], v)
+    out = o.copy()
+    out[_index_values(write, n)[t % 32 == lane]] = v[t % 32 == lane]
+    return {"O": out.astype(np.float32)}
+
+
 def _index_values(expr: str, n: int) -> np.ndarray:
     """The value of a generated index expression of ``tx`` for every thread (numpy, not TVM)."""
     import re
@@ -135,6 +193,8 @@ def expected_lowered(text: str, inputs: dict) -> dict | None:
     import re
     a, o = inputs["A"].astype(np.float64), inputs["O"].astype(np.float64).copy()
     n = a.shape[0]
+    if "tvm_warp_shuffle" in text or "if tx % 32 ==" in text:
+        return _expected_shuffle(text, a, o)
     m = re.search(r"O\[tx // (\d+)\] = A\[tx\]", text)
     if m:
         return {"O": a.astype(np.float32)} if int(m.group(1)) == 1 else None

@@ -125,9 +125,8 @@ def _ref_row_sum_min(d):
 
 NUMERIC = [
     (col_sum, lambda d: {"B": d["A"].sum(0)}),
-    pytest.param(row_sum_min_accum, _ref_row_sum_min, marks=pytest.mark.xfail(
-        strict=True, reason="the race check does not yet treat warp shuffles as ordering the lanes of a warp: the "
-                            "holders' read of B and lane 0's final store sit on either side of __shfl_xor_sync")),
+    # the holders' reads of B and lane 0's final store sit on either side of the warp's shuffles (race_shuffles)
+    (row_sum_min_accum, _ref_row_sum_min),
     (max_to_global, lambda d: {"B": d["A"].max(1)}),
     (sum_from_shared, lambda d: {"B": d["A"].sum(1)}),
     (gemm_ss, lambda d: {"C": d["A"].astype(np.float32) @ d["B"].astype(np.float32)}),

@@ -299,6 +299,26 @@ def test_fuzz_hand_written_lowered_classes_agree_with_their_index_maps(cls):
     assert seen == ({False} if cls == "atomic" else {True, False})
 
 
+def test_fuzz_shuffle_exchanges_agree_with_their_index_maps():
+    """The warp-shuffle class: the detector reports a race exactly when the index maps have one (a reader in
+    another warp, no shuffle, or a store by a lane that skipped the shuffle), and a race-free one gives numpy's
+    values."""
+    import random
+
+    from maint.fuzz import Kernel, check, generate
+    from maint.fuzz_races import _shuffle_text
+    seen = set()
+    for k in (0, 1, 3, 4, 11):
+        text, threads, racy = _shuffle_text(random.Random(k))
+        shuffle = "half" if "< 16" in text else "full" if "shuffle" in text else "none"
+        seen.add((shuffle, racy))
+        outcomes = check(Kernel(text, threads, notes=["lowered:shuffle", "race" if racy else "race-free"]),
+                         models=("io-aware",))
+        assert [o.kind for o in outcomes] == ["ok"], (text, outcomes)
+    assert {("full", False), ("full", True), ("none", True), ("half", True), ("half", False)} <= seen
+    assert any("lowered:shuffle" in generate(1, i).notes for i in range(60))
+
+
 def test_build_cpu_with_race_check_raises_a_race_error(tmp_path):
     import tilelayout as tl
     _, func = _racy_kernel(tmp_path)
@@ -322,3 +342,140 @@ def test_cross_warp_all_reduce_publishes_each_partial_from_one_lane():
     with kernel_warnings():               # the case is oversized by design (resource warnings)
         lowered = _golden_lowered("reduce_owner_subset", "max_64x256_t64")
     assert _races_of(lowered) == []
+
+
+# --------------------------------------------------------------------------- warp shuffles order a warp's lanes
+
+@T.prim_func
+def warp_sum_into_read_element(A: T.Buffer((64,), "float32"), O: T.Buffer((2,), "float32")):
+    # every lane of warp w reads O[w]; after the butterfly lane 0 of the same warp overwrites it
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 64)
+    v = T.alloc_buffer((1,), "float32", scope="local")
+    v[0] = O[tx // 32] * T.float32(0.03125) + A[tx]
+    v[0] = v[0] + T.tvm_warp_shuffle_xor(T.tvm_warp_activemask(), v[0], 16, 32, 32)
+    v[0] = v[0] + T.tvm_warp_shuffle_xor(T.tvm_warp_activemask(), v[0], 8, 32, 32)
+    v[0] = v[0] + T.tvm_warp_shuffle_xor(T.tvm_warp_activemask(), v[0], 4, 32, 32)
+    v[0] = v[0] + T.tvm_warp_shuffle_xor(T.tvm_warp_activemask(), v[0], 2, 32, 32)
+    v[0] = v[0] + T.tvm_warp_shuffle_xor(T.tvm_warp_activemask(), v[0], 1, 32, 32)
+    if tx % 32 == 0:
+        O[tx // 32] = v[0]
+
+
+@T.prim_func
+def warp_sum_into_other_warps_element(A: T.Buffer((64,), "float32"), O: T.Buffer((2,), "float32")):
+    # as above, but lane 0 of warp w overwrites O[1 - w], which the other warp's lanes read: the shuffle does
+    # not order another warp
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 64)
+    v = T.alloc_buffer((1,), "float32", scope="local")
+    v[0] = O[tx // 32] + A[tx]
+    v[0] = v[0] + T.tvm_warp_shuffle_xor(T.tvm_warp_activemask(), v[0], 16, 32, 32)
+    v[0] = v[0] + T.tvm_warp_shuffle_xor(T.tvm_warp_activemask(), v[0], 8, 32, 32)
+    if tx % 32 == 0:
+        O[1 - tx // 32] = v[0]
+
+
+@T.prim_func
+def warp_reread_after_shuffle(A: T.Buffer((64,), "float32"), O: T.Buffer((2,), "float32")):
+    # lane 0's write is ordered after the reads before the shuffle, not after the lanes' read after it
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 64)
+    v = T.alloc_buffer((1,), "float32", scope="local")
+    v[0] = O[tx // 32] + A[tx]
+    v[0] = v[0] + T.tvm_warp_shuffle_xor(T.tvm_warp_activemask(), v[0], 1, 32, 32)
+    v[0] = v[0] + O[tx // 32]
+    if tx % 32 == 0:
+        O[tx // 32] = v[0]
+
+
+@T.prim_func
+def warp_write_without_shuffle(A: T.Buffer((64,), "float32"), O: T.Buffer((2,), "float32")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 64)
+    v = T.alloc_buffer((1,), "float32", scope="local")
+    v[0] = O[tx // 32] + A[tx]
+    if tx % 32 == 0:
+        O[tx // 32] = v[0]
+
+
+@T.prim_func
+def shuffle_in_half_a_warp(A: T.Buffer((32,), "float32"), O: T.Buffer((1,), "float32")):
+    # only lanes 0-15 reach the shuffle (__activemask() names them): lanes 16-31 read O[0] unordered before
+    # lane 0's store
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 32)
+    v = T.alloc_buffer((1,), "float32", scope="local")
+    v[0] = O[0] + A[tx]
+    if tx < 16:
+        v[0] = v[0] + T.tvm_warp_shuffle_xor(T.tvm_warp_activemask(), v[0], 1, 32, 32)
+    if tx == 0:
+        O[0] = v[0]
+
+
+@T.prim_func
+def shuffle_store_in_half_a_warp(A: T.Buffer((32,), "float32"), O: T.Buffer((32,), "float32")):
+    # lane 0 stores the shuffle's result into O[0], which lane 31 (outside the condition) read unordered
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 32)
+    v = T.alloc_buffer((1,), "float32", scope="local")
+    v[0] = O[(tx + 1) % 32] + A[tx]
+    if tx < 16:
+        O[tx] = v[0] + T.tvm_warp_shuffle_xor(T.tvm_warp_activemask(), v[0], 1, 32, 32)
+
+
+@T.prim_func
+def half_warp_mask_orders_nothing(A: T.Buffer((32,), "float32"), O: T.Buffer((1,), "float32")):
+    # a shuffle whose mask names lanes 0-15 does not order lane 16's write after lane 0's read
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 32)
+    v = T.alloc_buffer((1,), "float32", scope="local")
+    v[0] = O[0] + A[tx]
+    v[0] = v[0] + T.tvm_warp_shuffle_xor(T.uint32(65535), v[0], 1, 16, 32)
+    if tx == 16:
+        O[0] = v[0]
+
+
+@T.prim_func
+def half_then_full_shuffle(A: T.Buffer((64,), "float32"), O: T.Buffer((2,), "float32")):
+    # the half-warp shuffle orders nothing here; the full-warp one after it still orders the reads before it
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 64)
+    v = T.alloc_buffer((1,), "float32", scope="local")
+    v[0] = O[tx // 32] + A[tx]
+    if tx % 32 < 16:
+        v[0] = v[0] + T.tvm_warp_shuffle_xor(T.tvm_warp_activemask(), v[0], 1, 32, 32)
+    v[0] = v[0] + T.tvm_warp_shuffle_xor(T.tvm_warp_activemask(), v[0], 16, 32, 32)
+    if tx % 32 == 0:
+        O[tx // 32] = v[0]
+
+
+def test_a_shuffle_part_of_the_warp_skips_leaves_the_next_full_one_ordering():
+    assert _run(half_then_full_shuffle)[2] == []
+
+
+def test_a_warp_shuffle_orders_its_warps_reads_before_a_lanes_write():
+    kernel = build_race_checked(warp_sum_into_read_element)
+    rng = np.random.default_rng(3)
+    a, o = rng.standard_normal(64).astype("float32"), rng.standard_normal(2).astype("float32")
+    want = o + a.reshape(2, 32).sum(axis=1)
+    assert kernel.run(a, o) == []
+    np.testing.assert_allclose(o, want, rtol=1e-5)
+
+
+@pytest.mark.parametrize("func,statement", [
+    (warp_sum_into_other_warps_element, "O[1 - tx // 32] ="),    # another warp's lanes: a shuffle is no barrier
+    (warp_reread_after_shuffle, "O[tx // 32] ="),                # a read after the shuffle is not ordered by it
+    (warp_write_without_shuffle, "O[tx // 32] ="),               # the same warp with no shuffle between
+    (half_warp_mask_orders_nothing, "O[0] ="),                   # a partial mask synchronises only its lanes
+    (shuffle_in_half_a_warp, "O[0] ="),                          # half the warp skips the shuffle
+    (shuffle_store_in_half_a_warp, "O[tx] ="),                   # ... and its own store is not ordered either
+])
+def test_accesses_no_shuffle_orders_are_still_races(func, statement):
+    _, _, races = _run(func)
+    assert races and all(r.buffer == "O" for r in races)
+    assert {r.kind for r in races} <= {"written after another thread read it", "read by one thread and written by another"}
+    writes = [r for r in races if r.statement.startswith(statement) or (r.other_statement or "").startswith(statement)]
+    assert writes
+
+

@@ -120,7 +120,8 @@ def plan_pipelines(func, target=None):
     if not _has_annotated_loop(func.body):
         return func
     target = normalize_target(target)
-    graph = build_op_graph(func)
+    from ..thread_dims import fold_thread_dims
+    graph = build_op_graph(fold_thread_dims(func)[0])    # the op graph models the linear thread id (y/z folded)
     shared_sizes = {b.name: b for b in graph.buffers if b.is_shared}
     from ..named_scalars import _uniform_loop_vars
     uniform = _uniform_loop_vars(func.body) + [v for v in func.params if not tirx.is_buffer_var(v)]

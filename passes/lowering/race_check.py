@@ -15,7 +15,7 @@ checked against plain accesses but not against other atomics; ``ldmatrix`` and `
 for all their threads (``race_collectives``); the cp.async emulation's issue (poison) and landing writes are
 writes by the issuing thread, the copy in flight in between. A global buffer no statement writes is only
 checked for bounds. Per-thread arrays (``local``), warp shuffles and the emulations' own buffers are not
-memory and are not recorded. Shares no code with the lowering's decisions: it reads only the final program.
+memory and are not recorded; a shuffle over the whole warp orders that warp's lanes (``race_shuffles``). Shares no code with the lowering's decisions: it reads only the final program.
 """
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ from ..ir_utils import int_value, walk
 from .emulate_async_copy import PER_THREAD_KEY
 from .emulate_tma import TMA_ISSUE_KEY, TMA_ISSUED, TMA_LANDING_KEY, TMA_SEEN, TMA_SLOTS, TMA_THREAD
 from .race_fields import SEVERAL
+from .race_shuffles import full_warp_check, shuffle_count_init, shuffle_count_step, syncing_shuffle, warp_of
 
 __all__ = ["instrument_races", "Instrumented", "Site", "LOG_ENTRIES", "LOG_FIELDS", "SHADOW_FIELDS", "KINDS"]
 
@@ -39,9 +40,10 @@ __all__ = ["instrument_races", "Instrumented", "Site", "LOG_ENTRIES", "LOG_FIELD
 LOG_ENTRIES = 16
 #: per log entry: kind, site, buffer, element, block, thread, epoch, other site, other block, other thread
 LOG_FIELDS = 10
-#: per shadow element: (block, thread, epoch, site) of the last write, of the reads, of the atomics
-SHADOW_FIELDS = 12
-_W, _R, _A = 0, 4, 8
+#: per shadow element: (block, thread, epoch, site, warp, shuffle count) of the last write, of the reads, of the
+#: atomics
+SHADOW_FIELDS = 18
+_W, _R, _A = 0, 6, 12
 
 KINDS = {1: "written by two threads", 2: "read by one thread and written by another",
          3: "written after another thread read it", 4: "out-of-bounds read", 5: "out-of-bounds write",
@@ -117,6 +119,10 @@ class _Instrumenter:
         self.emulating = False            # inside an emulation block (``emulate_async_copy``)
         self.tma = None                   # inside an emulated TMA issue ("issue") or landing ((slot, phase count))
         self.seen = None                  # per-thread phases seen complete per mbarrier (``emulate_tma``)
+        self.shfl = None                  # per-thread count of warp-synchronising shuffles (``race_shuffles``)
+        self.counts = None                # every thread's count, for the lanes of its warp to compare
+        self.full = None                  # whether every lane of the warp executed the last shuffle
+        self.nthreads = 0
 
     # ------------------------------------------------------------------ buffers and sites
     def entry(self, buf):
@@ -244,14 +250,19 @@ class _Instrumenter:
         i = tirx.BufferLoad(self.at, zero)     # the element, held in a per-thread scalar (no new variable)
         tid = self.tid if thread is None else tirx.const(thread, "int32")
         bid, ep = self.bid, tirx.BufferLoad(self.epoch, [tirx.const(0, "int32")])
+        # the warp and its count of warp-synchronising shuffles: lanes of one warp whose counts differ have a
+        # shuffle between their accesses (a collective access belongs to no single warp)
+        warp = warp_of(tid) if thread is None else tirx.const(SEVERAL, "int32")
+        count = self.shuffles()
 
         def f(base, j):
             return tirx.BufferLoad(shadow, [i, tirx.const(base + j, "int32")])
 
         def conflict(base):
             sb, st, se = f(base, 0), f(base, 1), f(base, 2)
-            same = tirx.And(sb == bid, tirx.And(se == ep, st != tid))
-            return tirx.And(sb != -1, tirx.Or(sb != bid, tirx.And(se == ep, st != tid))) if glob else same
+            unordered = tirx.And(tirx.And(se == ep, st != tid), tirx.Or(f(base, 4) != warp, f(base, 5) >= count))
+            same = tirx.And(sb == bid, unordered)
+            return tirx.And(sb != -1, tirx.Or(sb != bid, unordered)) if glob else same
 
         def setrec(base, values):
             return [tirx.BufferStore(shadow, _i32(v), [i, tirx.const(base + j, "int32")]) for j, v in enumerate(values)]
@@ -279,17 +290,23 @@ class _Instrumenter:
         elif kind == "write":
             checks = tma + [(conflict(_W), 1, _W), (tirx.Or(f(_R, 0) == SEVERAL, conflict(_R)) if glob else
                                                     conflict(_R), 3, _R), (conflict(_A), 6, _A)]
-            # a TMA issue marks the element in flight (every use until the landing is reported, above)
-            update = setrec(_W, [bid, tid if self.tma != "issue" else tirx.const(TMA_ISSUED, "int32") - tid, ep, site])
+            # a TMA issue marks the element in flight (every use until the landing is reported, above); its
+            # records name no warp, so no shuffle orders a use against them
+            if self.tma == "issue":
+                update = setrec(_W, [bid, tirx.const(TMA_ISSUED, "int32") - tid, ep, site,
+                                     tirx.const(SEVERAL, "int32"), count])
+            else:
+                update = setrec(_W, [bid, tid, ep, site, warp, count])
         elif kind == "tma_landing":
             # a TMA load lands at the wait completing its phase; uses while it was in flight were reported then
             slot, phases = self.tma
             checks = []
-            update = setrec(_W, [bid, tirx.const(TMA_THREAD, "int32") - (phases * TMA_SLOTS + slot), ep, site])
+            update = setrec(_W, [bid, tirx.const(TMA_THREAD, "int32") - (phases * TMA_SLOTS + slot), ep, site,
+                                 tirx.const(SEVERAL, "int32"), count])
         elif kind == "atomic":
             checks = [(conflict(_W), 6, _W), (tirx.Or(f(_R, 0) == SEVERAL, conflict(_R)) if glob else conflict(_R),
                        6, _R)]
-            update = self.merge(f, setrec, _A, bid, tid, ep, site, glob)
+            update = self.merge(f, setrec, _A, (bid, tid, ep, site, warp, count), glob)
         elif kind == "landing":
             # an async copy lands: it was in flight since its issue (the poison write of this thread, or now),
             # so a read by another thread of this block in any epoch since then raced with it
@@ -297,10 +314,10 @@ class _Instrumenter:
             issued = tirx.Select(mine, f(_W, 2), ep)
             flight = tirx.And(f(_R, 0) == bid, tirx.And(f(_R, 2) >= issued, f(_R, 1) != tid))
             checks = [(tirx.And(tirx.Not(mine), conflict(_W)), 1, _W), (flight, 7, _R)]
-            update = setrec(_W, [bid, tid, ep, site])
+            update = setrec(_W, [bid, tid, ep, site, warp, count])
         else:
             checks = tma + [(conflict(_W), 2, _W), (conflict(_A), 6, _A)]
-            update = self.merge(f, setrec, _R, bid, tid, ep, site, glob)
+            update = self.merge(f, setrec, _R, (bid, tid, ep, site, warp, count), glob)
         body = []
         if checks:
             # the first conflict, as kind * 16 + record (0: none), logged by one block of code per access
@@ -319,12 +336,21 @@ class _Instrumenter:
         check = tirx.IfThenElse(inside, _seq(body), oob) if body else tirx.IfThenElse(tirx.Not(inside), oob, None)
         return tirx.SeqStmt([tirx.BufferStore(self.at, _i32(index), zero), check])
 
+    def shuffles(self):
+        """This thread's count of warp-synchronising shuffles (0 in a kernel without them)."""
+        return tirx.const(0, "int32") if self.shfl is None else tirx.BufferLoad(self.shfl, [tirx.const(0, "int32")])
+
     @staticmethod
-    def merge(f, setrec, base, bid, tid, ep, site, glob: bool) -> list:
-        """Fold one more reader (or atomic updater) into the record at ``base``."""
+    def merge(f, setrec, base, record: tuple, glob: bool) -> list:
+        """Fold one more reader (or atomic updater) into the record at ``base``: several threads, the warp while
+        they all share one, and the highest shuffle count (a later access is ordered after all of them only if
+        its count is higher)."""
+        bid, tid, ep, site, warp, count = record
         sb, st, se = f(base, 0), f(base, 1), f(base, 2)
-        fresh = _seq(setrec(base, [bid, tid, ep, site]))
-        more = tirx.IfThenElse(st != tid, _seq(setrec(base + 1, [SEVERAL])), None)
+        fresh = _seq(setrec(base, list(record)))
+        more = tirx.IfThenElse(st != tid, _seq(setrec(base + 1, [SEVERAL]) + setrec(base + 4, [
+            tirx.Select(f(base, 4) == warp, warp, tirx.const(SEVERAL, "int32")),
+            tirx.Max(f(base, 5), count)])), fresh)
         same_block = tirx.IfThenElse(se != ep, fresh, more)
         if glob:
             # a record of another block (or of several blocks) stays "several blocks"
@@ -349,9 +375,15 @@ class _Instrumenter:
         if isinstance(s, tirx.BufferStore):
             s0, s = s, self.clamped(s)
             pre = self.read_checks([s0.value] + list(s0.indices), s0)
+            if self.shfl is not None and syncing_shuffle(s0.value, self.nthreads):
+                # the shuffle orders this warp's reads above before its accesses from here on
+                pre += shuffle_count_step(self.shfl, self.counts, self.tid)
+                after = full_warp_check(self.shfl, self.counts, self.full, self.tid, self.nthreads)
+            else:
+                after = []
             ent = self.entry(s.buffer)
             if ent is None:
-                return pre + [s]
+                return pre + [s] + after
             kind = "landing" if self.landing(s0) else "write"
             if kind == "landing" and isinstance(self.tma, tuple):
                 kind = "tma_landing"
@@ -364,7 +396,10 @@ class _Instrumenter:
                                          if kind == "landing" else f"cp.async into {s.buffer.name}, issued")
             check = self.access(ent, s0.indices, kind, site)
             # an out-of-bounds store is reported and not made (it would corrupt the CPU process)
-            return pre + [check, tirx.IfThenElse(self.inside(ent, s0.indices[0]), s, None)]
+            store = tirx.IfThenElse(self.inside(ent, s0.indices[0]), s, None)
+            # a shuffle's own store is recorded once its count is settled (a shuffle part of the warp skipped
+            # is taken back first)
+            return pre + [store] + after + [check] if after else pre + [check, store]
         if isinstance(s, tirx.Evaluate):
             return self.evaluate(s)
         if isinstance(s, tirx.For):
@@ -499,11 +534,33 @@ def instrument_races(func, memory_buffers: list) -> Instrumented:
     ins.stored = _stored(func)
     _visit(func.body, lambda n: setattr(ins, "seen", n.buffer) if isinstance(n, tirx.AllocBuffer)
            and str(n.buffer.name) == TMA_SEEN else None)
+    ins.nthreads = _thread_count(func)
+    init = []
+    if ins.nthreads and syncing_shuffle(func.body, ins.nthreads):
+        ins.shfl = tirx.decl_buffer([1], "int32", name="race_shfl", scope="local")
+        ins.counts = tirx.decl_buffer([ins.nthreads], "int32", name="race_warp_counts", scope="shared")
+        ins.full = tirx.decl_buffer([1], "int32", name="race_full_warp", scope="local")
+        init = [tirx.AllocBuffer(ins.shfl), tirx.AllocBuffer(ins.counts), tirx.AllocBuffer(ins.full)] + \
+            shuffle_count_init(ins.shfl, ins.counts, tid)
     body = ins.block(func.body)
     body = _inside_launch(body, [tirx.AllocBuffer(epoch), tirx.AllocBuffer(ins.at), tirx.AllocBuffer(ins.hit),
-                                 tirx.BufferStore(epoch, tirx.const(0, "int32"), [tirx.const(0, "int32")])])
+                                 tirx.BufferStore(epoch, tirx.const(0, "int32"), [tirx.const(0, "int32")])] + init)
     out = tirx.PrimFunc(list(func.params) + params + [log], body, func.ret_type, func.attrs)
     return Instrumented(out, ins.sites, buffers, params, log)
+
+
+def _thread_count(func) -> int:
+    """Threads per block, from the launch attributes (1 where they are not constants: no shuffle is then
+    taken as synchronising more than its own lane)."""
+    n = 1
+    def visit(s):
+        nonlocal n
+        if isinstance(s, tirx.AttrStmt) and s.attr_key == "thread_extent" and isinstance(s.node, tirx.IterVar) \
+                and str(s.node.thread_tag).startswith("threadIdx"):
+            ext = int_value(s.value)
+            n = n * ext if ext is not None and n else 0
+    _visit(func.body, visit)
+    return n
 
 
 def _inside_launch(body, init: list):

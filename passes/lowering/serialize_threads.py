@@ -101,6 +101,17 @@ def _wrap_blocks(body, blocks):
     return body
 
 
+def _fresh_lets(stmt):
+    """``stmt`` with every ``Let`` expression binding a variable of its own. Each phase has its own thread
+    variable, so one ``Let`` of a thread-dependent index copied into statements of two phases (the race
+    check's shadow update and the access it checks, the cp.async emulation's copies of one address) would bind
+    one variable to two different values, which TVM's LLVM code generator refuses ("Trying to update var")."""
+    def on_let(e):
+        v = tirx.Var(e.var.name, e.var.ty)
+        return tirx.Let(v, e.value, substitute(e.body, {e.var: v}))
+    return mapped(stmt, [(tirx.Let, on_let)])
+
+
 def _rebuffer(stmt, remap: dict, lead=None):
     """Accesses of remapped buffers go to their CPU arrays (with ``lead`` as leading index for per-thread ones)."""
     def target(buf):
@@ -233,7 +244,7 @@ class _Phases:
         for v, ext in zip(reversed(self.tvars), reversed(self.extents)):   # x fastest
             vmap[v] = tirx.floormod(rest, ext) if ext > 1 else tirx.const(0, "int32")
             rest = tirx.floordiv(rest, ext)
-        stmt = _rebuffer(substitute(stmt, vmap), self.remap, t)
+        stmt = _fresh_lets(_rebuffer(substitute(stmt, vmap), self.remap, t))
         return tirx.For(t, 0, self.nthreads, tirx.ForKind.SERIAL, stmt)
 
     def serialize(self, stmt):
