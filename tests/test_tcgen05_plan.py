@@ -94,11 +94,11 @@ def test_forcing_another_instruction_on_sm100a_is_refused():
         plan_gemm(_op(_gemm(128, 64, 32, 128)), 128, SM100A, instruction="mma_sync")
 
 
-def test_lowering_a_tcgen05_plan_is_refused_naming_the_gemm():
-    func = _gemm(128, 64, 32, 128)
-    with pytest.raises(tl.Tcgen05LoweringError, match=r"gemm C_frag\[.*tcgen05 lowering is not available") as err:
+def test_lowering_an_unlowered_tcgen05_plan_is_refused_naming_the_gemm():
+    func = _gemm(64, 64, 32, 128)          # M=64 instructions: the 16x256b read-out is not lowered
+    with pytest.raises(tl.Tcgen05LoweringError, match=r"gemm C_frag\[.*M=64 instructions .* not lowered yet") as err:
         tl.lower(func, SM100A)
-    assert "tcgen05.mma m128n64k16" in str(err.value) and "not lowered to mma.sync" in str(err.value)
+    assert "tcgen05.mma m64n64k16" in str(err.value) and "not lowered to mma.sync" in str(err.value)
     assert isinstance(err.value, tl.LoweringError) and isinstance(err.value, tl.TileLayoutError)
     # the same kernel still lowers for Hopper
     assert "wgmma" in tl.cuda_source(func, {"kind": "cuda", "arch": "sm_90a"})
