@@ -45,8 +45,7 @@ def _op_name(call) -> str:
 def is_collective(call) -> bool:
     """A tensor-core call that reads other lanes' registers (or orders the warpgroup's async MMAs)."""
     name = _op_name(call)
-    from .tcgen05_cpu import TCGEN05_CALLS
-    return name in COLLECTIVE_OPS or bool(_WGMMA_MMA.match(name)) or name in _WGMMA_SYNC or name in TCGEN05_CALLS
+    return name in COLLECTIVE_OPS or bool(_WGMMA_MMA.match(name)) or name in _WGMMA_SYNC
 
 
 def _split_args(call) -> tuple[list, list]:
@@ -185,9 +184,6 @@ def emulate_collective(call, phases) -> tirx.Stmt:
     if _WGMMA_MMA.match(name):
         from .emulate_wgmma import emulate_wgmma
         return emulate_wgmma(call, phases)
-    from .tcgen05_cpu import TCGEN05_CALLS, emulate_tcgen05_call
-    if name in TCGEN05_CALLS:       # Tensor Memory, tcgen05.mma / ld, mbarrier (tcgen05_cpu)
-        return emulate_tcgen05_call(call, phases)
     raise LoweringError(f"no CPU emulation for {name}")
 
 
