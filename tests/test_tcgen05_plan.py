@@ -1,5 +1,5 @@
 """Gemms on Blackwell (sm_100a): planned as tcgen05.mma with the accumulator in Tensor Memory, recorded in the IR,
-reported; lowering refuses the plan (no tcgen05 code yet) and never runs it on mma.sync."""
+reported; lowering refuses the plans it does not emit and never runs them on mma.sync."""
 import numpy as np
 import pytest
 import tvm
