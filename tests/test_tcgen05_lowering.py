@@ -115,3 +115,27 @@ def test_pipelined_tcgen05_gemm_is_refused():
 def test_m64_plan_is_refused_not_run_on_mma_sync():
     with pytest.raises(tl.Tcgen05LoweringError, match=r"M=64 instructions .* not lowered to mma.sync"):
         lower_func(K.gemm(64, 64, 32), SM100A)
+
+
+def test_the_race_check_sees_the_mma_read_its_operands():
+    """Without the barriers between the operand copies and the mma, the issuing thread reads A and B while other
+    threads write them: the race check names them (it records the tiles the descriptors name)."""
+    from tvm import tirx
+    from tilelayout.passes.ir_utils import mapped
+    from tilelayout.passes.lowering.pipeline import random_inputs
+    from tilelayout.passes.lowering.race_report import build_race_checked
+    lowered = lower_func(K.gemm(128, 64, 32), SM100A)
+    dropped = []
+
+    def drop_syncs(s):
+        if isinstance(s, tirx.SeqStmt):
+            keep = [x for x in s.seq if not (isinstance(x, tirx.Evaluate) and "tvm_storage_sync" in str(x))]
+            dropped.append(len(s.seq) - len(keep))
+            return tirx.SeqStmt(keep) if len(keep) > 1 else keep[0]
+        return s
+    broken = lowered.with_body(mapped(lowered.body, [(tirx.SeqStmt, drop_syncs)]))
+    assert sum(dropped) >= 3
+    with pytest.raises(tl.RaceError, match="A_s|B_s"):
+        build_race_checked(broken, tvm_barriers=False)(*random_inputs(broken, 0).values())
+    # the kernel as lowered is race-free
+    build_race_checked(lowered, tvm_barriers=False)(*random_inputs(lowered, 0).values())
