@@ -44,6 +44,9 @@ CASES = {
     "e4m3": dict(m=128, n=32, k=64, a_dtype="float8_e4m3fn", b_dtype="float8_e4m3fn", trans_b=True),
     "alpha_bias": dict(m=128, n=64, k=32, alpha=0.5, beta=2.0, bias=True),
     "k_loop": dict(m=128, n=64, k=64, bk=32),
+    "m64": dict(m=64, n=64, k=32),
+    "m64_three_blocks": dict(m=192, n=64, k=32),
+    "m64_2warpgroups_bf16": dict(m=64, n=128, k=32, threads=256, a_dtype="bfloat16", b_dtype="bfloat16"),
 }
 
 
@@ -51,7 +54,8 @@ CASES = {
 def test_tcgen05_gemm_matches_numpy(name):
     cfg = CASES[name]
     report = gemm_reports(lower_func(K.gemm(**cfg), SM100A))[0]
-    assert report.startswith("tcgen05.mma m128n") and "Tensor Memory" in report
+    assert report.startswith(f"tcgen05.mma m{64 if cfg['m'] % 128 else 128}n") and "Tensor Memory" in report
+    assert ("16x256b" if cfg["m"] % 128 else "32x32b") in report
     res = check_numeric(K.gemm(**cfg), _reference(**cfg), SM100A, tolerance=(2e-2, 2e-2))
     assert res.ok, res.message
 
@@ -97,11 +101,11 @@ def test_the_lowered_sequence():
 
 
 @needs_nvcc
-@pytest.mark.parametrize("name", ["f16_m128n64k32", "f16_2warpgroups", "e4m3", "k_loop"])
+@pytest.mark.parametrize("name", ["f16_m128n64k32", "f16_2warpgroups", "e4m3", "k_loop", "m64_three_blocks"])
 def test_tcgen05_gemm_compiles_with_nvcc_for_sm100a(name):
     ptx = compile_ptx(cuda_source(K.gemm(**CASES[name]), SM100A), SM100A).decode()
     for inst in ("tcgen05.alloc.cta_group::1", "tcgen05.mma.cta_group::1", "tcgen05.commit.cta_group::1",
-                 "mbarrier.try_wait.parity", "tcgen05.ld.sync.aligned.32x32b", "tcgen05.wait::ld",
+                 "mbarrier.try_wait.parity", "tcgen05.ld.sync.aligned.", "tcgen05.wait::ld",
                  "tcgen05.dealloc.cta_group::1"):
         assert inst in ptx, inst
     assert "mma.sync" not in ptx and "wgmma" not in ptx
@@ -112,9 +116,30 @@ def test_pipelined_tcgen05_gemm_is_refused():
         lower_func(K.gemm(128, 64, 64, bk=32, stages=2), SM100A)
 
 
-def test_m64_plan_is_refused_not_run_on_mma_sync():
-    with pytest.raises(tl.Tcgen05LoweringError, match=r"M=64 instructions .* not lowered to mma.sync"):
-        lower_func(K.gemm(64, 64, 32), SM100A)
+def _gemm_with_fragment_bias():
+    from tvm.script import tirx as T
+    from tvm.tirx.script import tile as Tx
+
+    @T.prim_func
+    def kernel(A: T.Buffer((128, 32), "float16"), B: T.Buffer((32, 64), "float16"), D: T.Buffer((128, 64), "float32"),
+               C: T.Buffer((128, 64), "float32")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", 128)
+        A_s = T.alloc_buffer((128, 32), "float16", scope="shared")
+        B_s = T.alloc_buffer((32, 64), "float16", scope="shared")
+        D_f = T.alloc_buffer((128, 64), "float32", scope="local.fragment")
+        acc_f = T.alloc_buffer((128, 64), "float32", scope="local.fragment")
+        Tx.copy(A_s[0:128, 0:32], A[0:128, 0:32])
+        Tx.copy(B_s[0:32, 0:64], B[0:32, 0:64])
+        Tx.copy(D_f[0:128, 0:64], D[0:128, 0:64])
+        Tx.gemm(acc_f[0:128, 0:64], A_s[0:128, 0:32], B_s[0:32, 0:64], D_f[0:128, 0:64], False, False, 1.0, 1.0)
+        Tx.copy(C[0:128, 0:64], acc_f[0:128, 0:64])
+    return kernel
+
+
+def test_a_fragment_bias_is_refused_not_run_on_mma_sync():
+    with pytest.raises(tl.Tcgen05LoweringError, match=r"register-fragment bias \(D_f\)"):
+        lower_func(_gemm_with_fragment_bias(), SM100A)
 
 
 def test_the_race_check_sees_the_mma_read_its_operands():

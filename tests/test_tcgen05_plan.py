@@ -94,12 +94,10 @@ def test_forcing_another_instruction_on_sm100a_is_refused():
         plan_gemm(_op(_gemm(128, 64, 32, 128)), 128, SM100A, instruction="mma_sync")
 
 
-def test_lowering_an_unlowered_tcgen05_plan_is_refused_naming_the_gemm():
-    func = _gemm(64, 64, 32, 128)          # M=64 instructions: the 16x256b read-out is not lowered
-    with pytest.raises(tl.Tcgen05LoweringError, match=r"gemm C_frag\[.*M=64 instructions .* not lowered yet") as err:
-        tl.lower(func, SM100A)
-    assert "tcgen05.mma m64n64k16" in str(err.value) and "not lowered to mma.sync" in str(err.value)
-    assert isinstance(err.value, tl.LoweringError) and isinstance(err.value, tl.TileLayoutError)
+def test_a_tcgen05_plan_lowers_to_tcgen05_never_to_mma_sync():
+    func = _gemm(64, 64, 32, 128)
+    src = tl.cuda_source(func, SM100A)
+    assert "tcgen05.mma.cta_group::1.kind::f16" in src and "mma.sync" not in src and "wgmma" not in src
     # the same kernel still lowers for Hopper
     assert "wgmma" in tl.cuda_source(func, {"kind": "cuda", "arch": "sm_90a"})
 

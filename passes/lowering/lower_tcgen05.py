@@ -5,8 +5,9 @@ Why: inference plans every gemm on sm_100a / sm_103a as tcgen05.mma with its acc
 mma.sync would compute the same numbers on another layout, so a plan this module cannot lower is refused
 (``Tcgen05LoweringError``), never silently lowered to mma.sync.
 
-What is lowered: a gemm statement whose operands are both in shared memory (SS) and whose plan uses M=128
-instructions (``tcgen05.ld.32x32b``: a row per thread), on whole warpgroups. The statement becomes:
+What is lowered: a gemm statement whose operands are both in shared memory (SS), with M=128 instructions
+(read out by ``tcgen05.ld.32x32b``: a row per thread) or M=64 ones (``16x256b``, blocks in the lower and upper
+half subpartitions), on whole warpgroups from thread 0. The statement becomes:
 
 1. ``fence.proxy.async`` + barrier: the operands written by ordinary stores become visible to the tensor core;
 2. warp 0 of the gemm ``tcgen05.alloc``s the plan's columns (the address lands in a shared word) and
@@ -14,7 +15,7 @@ instructions (``tcgen05.ld.32x32b``: a row per thread), on whole warpgroups. The
    barrier publishes both;
 3. thread 0 issues every ``tcgen05.mma`` (per K step and M/N block; the first K step with ``enable_input_d``
    false, so TMEM needs no clearing) and ``tcgen05.commit``s them to the mbarrier;
-4. every thread waits on the mbarrier (parity 0), reads its rows with ``tcgen05.ld.32x32b`` + ``wait::ld``, and
+4. every thread waits on the mbarrier (parity 0), reads its cells with the plan's ``tcgen05.ld`` + ``wait::ld``, and
    folds them into the accumulator fragment with the gemm's alpha / beta (``C = alpha * A@B + beta * bias``);
 5. a barrier, then warp 0 ``tcgen05.dealloc``s the columns.
 
@@ -22,9 +23,9 @@ Descriptors: the shared-memory layouts are solved by ``wgmma_desc.solve`` (the f
 ``tcgen05_desc``; the instruction descriptor by ``tcgen05_desc.instr_descriptor``. The register <-> (row,
 column) map of the read-out is checked cell by cell against the accumulator fragment inference recorded.
 
-Refused (``Tcgen05LoweringError``, naming the gemm): M=64 plans (16x256b read-out), a register-fragment bias
-other than the accumulator, MN-major tf32 / fp8 operands, operands without a canonical layout, a gemm under a
-thread condition, and pipelined K loops (the ``num_stages`` software pipeline: one TMEM allocation per stage
+Refused (``Tcgen05LoweringError``, naming the gemm): a register-fragment bias other than the accumulator,
+MN-major tf32 / fp8 operands, operands without a canonical layout, a gemm on threads not starting at 0, and
+pipelined K loops (the ``num_stages`` software pipeline: one TMEM allocation per stage
 and mbarrier phases across iterations are not emitted).
 """
 from __future__ import annotations
@@ -42,8 +43,6 @@ from .wgmma_desc import DescriptorLayout, solve
 
 __all__ = ["refuse_tcgen05", "refuse_pipelined", "lower_gemm_tcgen05", "TCGEN05_ISSUE"]
 
-#: the ld shape this module emits and the most columns one ``tcgen05.ld.32x32b`` reads
-_LD_SHAPE, _LD_MAX = "32x32b", 128
 #: what the refusal of an unlowered form says
 TCGEN05_ISSUE = "Target sm_90a (wgmma) or sm_80 (mma.sync) to lower this kernel"
 
@@ -82,7 +81,7 @@ def refuse_pipelined(op, plan, func) -> None:
 
 def _refuse(op, plan, why: str):
     raise Tcgen05LoweringError(f"{op.describe()}: planned as {plan.describe()}, but {why}; tcgen05 lowering covers "
-                               f"the non-pipelined SS gemm with M=128 instructions only, and this gemm is not lowered "
+                               f"the non-pipelined SS gemm only, and this gemm is not lowered "
                                f"to mma.sync instead. {TCGEN05_ISSUE}")
 
 
@@ -121,29 +120,47 @@ def _descriptor(operand: _Operand, layout: DescriptorLayout, stored_index: list)
     return tirx.bitwise_or(start, tirx.const(smem_descriptor(0, layout), "uint64"))
 
 
-def _check_readout(op, plan, layout, groups: int, width: int) -> None:
+def _readout(plan, width: int) -> tuple[str, int, int]:
+    """(tcgen05.ld shape, repetitions of one issue, columns of one issue) reading a warpgroup's ``width`` columns:
+    the plan's shape, as many repetitions as divide the columns (at most 128 registers per issue)."""
+    from tilelayout import tmem
+    shape = plan.ld_shape
+    per_rep = tmem.LD_SHAPES[shape][1]
+    num = max(x for x in tmem.LD_NUMS[shape] if (width // per_rep) % x == 0)
+    return shape, num, num * per_rep
+
+
+def _check_readout(op, plan, layout, blocks, groups: int, width: int) -> None:
     """Every (thread, register) this lowering reads out lands on the (row, column) the recorded accumulator
-    fragment gives that thread (the fragment is what inference decided; the read-out must agree): with
-    ``32x32b`` warp w of warpgroup g reads rows 32w..32w+31 of each 128-row block, columns from g * width."""
+    fragment gives that thread (the fragment is what inference decided; the read-out must agree): warp w of
+    warpgroup g reads its rows of each block (32 with ``32x32b``, 16 with a 16-lane shape) from column g * width."""
+    from tilelayout import tmem
     from tilelayout.fragment import Fragment
     if not isinstance(layout, Fragment) or layout.replicate_size != 1:
         _refuse(op, plan, f"the accumulator {op.c.buffer.name} has no unreplicated fragment layout")
     table = np.asarray(layout.thread_table())[..., 0]
-    rows, cols = np.meshgrid(np.arange(plan.m), np.arange(plan.n), indexing="ij")
-    want = 128 * (cols // width) + rows % 128
+    shape, num, chunk = _readout(plan, width)
+    rows_per_warp = plan.instr_m // 4
+    want = np.full(table.shape, -1, dtype=np.int64)
+    for blk in blocks:
+        for g in range(groups):
+            for w in range(4):
+                for lane in range(32):
+                    for c0 in range(0, width, chunk):
+                        for r in range(tmem.ld_registers(shape, num)):
+                            dl, dc = tmem.ld_cell(shape, lane, r)
+                            want[blk.row0 + rows_per_warp * w + dl, g * width + c0 + dc] = 128 * g + 32 * w + lane
     bad = np.argwhere(table != want)
     if len(bad):
         r, c = (int(x) for x in bad[0])
         _refuse(op, plan, f"its accumulator fragment {op.c.buffer.name} puts ({r}, {c}) in thread {int(table[r, c])}, "
-                          f"and tcgen05.ld.32x32b gives it thread {int(want[r, c])}")
+                          f"and tcgen05.ld.{shape} gives it thread {int(want[r, c])}")
 
 
 def lower_gemm_tcgen05(op, plan, layout, ctx, running: int, epilogue) -> tuple[tirx.Stmt, str]:
     """(statements, report line) of a gemm planned as tcgen05 (module doc); ``epilogue(value, row, col)`` is the
     store folding A@B element ``value`` at accumulator (row, col) into the fragment."""
     from tilelayout import tmem
-    if plan.instr_m != 128:
-        _refuse(op, plan, f"M={plan.instr_m} instructions (read out by tcgen05.ld.16x256b) are not lowered yet")
     if ctx.thread_base:
         _refuse(op, plan, f"it runs on threads from {ctx.thread_base} only (a thread-conditioned gemm)")
     A = _Operand(op, op.a, "A", op.transpose_a, ctx)
@@ -176,14 +193,16 @@ def lower_gemm_tcgen05(op, plan, layout, ctx, running: int, epilogue) -> tuple[t
     if groups != plan.warp_n or n % groups:
         _refuse(op, plan, f"it runs on {running} threads, not the plan's {plan.warp_n} warpgroup(s)")
     width = n // groups
-    _check_readout(op, plan, layout, groups, width)
+    _check_readout(op, plan, layout, blocks, groups, width)
 
     tx = ctx.rel_tx
     fresh = ctx.fresh
     taddr_s = tirx.decl_buffer([1], "uint32", name=fresh("tmem_addr"), scope="shared")
     bar_s = tirx.decl_buffer([1], "uint64", name=fresh("tmem_bar"), scope="shared")
-    nld = min(width, _LD_MAX)
-    regs = tirx.decl_buffer([nld], "uint32", name=fresh("tmem_regs"), scope="local")
+    shape, num, chunk = _readout(plan, width)
+    nregs = tmem.ld_registers(shape, num)
+    rows_per_warp = im // 4
+    regs = tirx.decl_buffer([nregs], "uint32", name=fresh("tmem_regs"), scope="local")
     u32 = lambda v: tirx.const(v, "uint32")          # noqa: E731
     taddr = tirx.BufferLoad(taddr_s, [0])
     bar_ptr = tirx.address_of(tirx.BufferLoad(bar_s, [0]))
@@ -195,7 +214,7 @@ def lower_gemm_tcgen05(op, plan, layout, ctx, running: int, epilogue) -> tuple[t
     issue = []
     for blk in blocks:
         for j in range(nblocks):
-            d_addr = taddr + u32(blk.col_offset + j * inn)
+            d_addr = taddr + u32((16 * blk.half) << 16 | (blk.col_offset + j * inn))
             a_desc = _descriptor(A, a_layout, A.storage_index(blk.row0, ks * ik))
             b_desc = _descriptor(B, b_layout, B.storage_index(ks * ik, j * inn))
             issue.append(ptx_call(f"tcgen05.mma.cta_group::1.{kind}", d_addr, a_desc, b_desc, u32(idesc),
@@ -208,18 +227,18 @@ def lower_gemm_tcgen05(op, plan, layout, ctx, running: int, epilogue) -> tuple[t
     lane = tirx.floormod(tx, 32)
     readout = []
     for blk in blocks:
-        for c0 in range(0, width, nld):
-            lane_field = tirx.shift_left(tirx.Cast("uint32", warp_in_group * 32), u32(16))
+        for c0 in range(0, width, chunk):
+            lane_field = tirx.shift_left(tirx.Cast("uint32", warp_in_group * 32 + 16 * blk.half), u32(16))
             col = tirx.Cast("uint32", group * width) + u32(blk.col_offset + c0)
             addr = taddr + lane_field + col
-            readout.append(ptx_call(f"tcgen05.ld.sync.aligned.{_LD_SHAPE}.x{nld}.b32",
-                                    *[tirx.BufferLoad(regs, [r]) for r in range(nld)], addr))
+            readout.append(ptx_call(f"tcgen05.ld.sync.aligned.{shape}.x{num}.b32",
+                                    *[tirx.BufferLoad(regs, [r]) for r in range(nregs)], addr))
             readout.append(ptx_call("tcgen05.wait::ld.sync.aligned"))
-            r = tirx.Var(fresh("tr"), "int32")
-            row = blk.row0 + warp_in_group * 32 + lane
-            value = tirx.reinterpret("float32", tirx.BufferLoad(regs, [r]))
-            readout.append(tirx.For(r, 0, nld, tirx.ForKind.UNROLLED,
-                                    epilogue(value, row, group * width + c0 + r)))
+            for r in range(nregs):
+                dl, dc = tmem.ld_cell(shape, lane, r)
+                value = tirx.reinterpret("float32", tirx.BufferLoad(regs, [r]))
+                readout.append(epilogue(value, blk.row0 + warp_in_group * rows_per_warp + dl,
+                                        group * width + c0 + dc))
     stmts = [
         tirx.AllocBuffer(taddr_s), tirx.AllocBuffer(bar_s), tirx.AllocBuffer(regs),
         ptx_call("fence.proxy.async.shared::cta"), sync,
@@ -238,5 +257,5 @@ def lower_gemm_tcgen05(op, plan, layout, ctx, running: int, epilogue) -> tuple[t
     ]
     report = (f"tcgen05.mma m{im}n{inn}k{ik} {kind} x{ksteps * mblocks * nblocks} by one thread, SS (A "
               f"{'K' if A.k_contiguous else 'M'}-major, B {'K' if B.k_contiguous else 'N'}-major), accumulator in "
-              f"Tensor Memory ({ncols} columns), read by tcgen05.ld.{_LD_SHAPE}.x{nld} over {groups} warpgroup(s)")
+              f"Tensor Memory ({ncols} columns), read by tcgen05.ld.{shape}.x{num} over {groups} warpgroup(s)")
     return tirx.SeqStmt(stmts), report

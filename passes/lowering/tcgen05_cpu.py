@@ -18,7 +18,8 @@ ISA says, read from the call as issued (op name, modifier tokens, operand values
   counts completed phases, and a wait on parity p returns when the current phase's parity is not p, else the
   GPU would hang: the emulation fails the run;
 * ``tcgen05.ld.32x32b.xN``: thread t of warp w reads lane (address lane) + t % 32, columns from the address's,
-  and the address's lane must be its warp's subpartition ``32 * (w % 4)``;
+  and the address's lane must be its warp's subpartition ``32 * (w % 4)``; ``.16x256b.xN`` per PTX's figure
+  (16 lanes from the address's, which is the subpartition's lane 0 or 16);
 * fences, ``wait::ld`` / ``wait::st`` and ``relinquish_alloc_permit``: no-ops (threads run in order).
 
 Misuse the hardware rejects or leaves undefined (a column outside the allocation, a foreign subpartition, a
@@ -121,22 +122,33 @@ def emulate_tcgen05_call(call, phases) -> tirx.Stmt:
 
 
 def _ld(operands, tokens, phases, t, cells, record) -> tirx.Stmt:
-    if "32x32b" not in tokens:
-        raise LoweringError(f"cannot emulate tcgen05.ld {tokens}: only .32x32b is emulated")
+    """``tcgen05.ld.<shape>.x<num>``: ``32x32b`` (thread = lane, register = column) and ``16x256b`` (PTX's
+    figure: lane t / 4 + 8 * ((r / 2) % 2), column 8 * (r / 4) + 2 * (t % 4) + r % 2 for register r)."""
+    shape = next((tok for tok in ("32x32b", "16x256b") if tok in tokens), None)
+    if shape is None:
+        raise LoweringError(f"cannot emulate tcgen05.ld {tokens}: only .32x32b and .16x256b are emulated")
     num = int(next(tok for tok in tokens if tok.startswith("x") and tok[1:].isdigit())[1:])
     regs, taddr = operands[:-1], operands[-1]
-    if len(regs) != num:
-        raise LoweringError(f"cannot emulate tcgen05.ld.32x32b.x{num}: {len(regs)} registers")
+    want = num if shape == "32x32b" else 4 * num
+    if len(regs) != want:
+        raise LoweringError(f"cannot emulate tcgen05.ld.{shape}.x{num}: {len(regs)} registers, not {want}")
     lane0 = tirx.Cast("int32", tirx.shift_right(taddr, _u32(16)))
     col0 = tirx.Cast("int32", tirx.bitwise_and(taddr, _u32(0xFFFF)))
     sub = tirx.floormod(tirx.floordiv(t, 32), 4) * 32
-    steps = [_check(lane0 == sub, "tcgen05.ld: the address's lane is outside the issuing warp's subpartition "
-                                  "(warp w reads lanes 32 * (w % 4) ..)"),
-             _check(col0 + num <= tirx.BufferLoad(record, [tirx.const(0, "int32")]),
+    ok_lane = lane0 == sub if shape == "32x32b" else tirx.Or(lane0 == sub, lane0 == sub + 16)
+    width = num if shape == "32x32b" else 8 * num
+    steps = [_check(ok_lane, f"tcgen05.ld.{shape}: the address's lane is outside the issuing warp's subpartition "
+                             f"(warp w reads lanes 32 * (w % 4) ..)"),
+             _check(col0 + width <= tirx.BufferLoad(record, [tirx.const(0, "int32")]),
                     "tcgen05.ld reads columns outside the Tensor Memory allocation")]
-    row = lane0 + tirx.floormod(t, 32)
+    lane = tirx.floormod(t, 32)
     for r, reg in enumerate(regs):
-        value = tirx.BufferLoad(cells, [row * COLUMNS + col0 + r])
+        if shape == "32x32b":
+            row, col = lane0 + lane, col0 + r
+        else:
+            row = lane0 + tirx.floordiv(lane, 4) + 8 * ((r // 2) % 2)
+            col = col0 + 8 * (r // 4) + 2 * tirx.floormod(lane, 4) + r % 2
+        value = tirx.BufferLoad(cells, [row * COLUMNS + col])
         if str(reg.ty) != "uint32":
             value = tirx.reinterpret(str(reg.ty), value)
         steps.append(_store_to(reg, value))

@@ -43,8 +43,8 @@ class LoweringError(LayoutError):
 
 
 class Tcgen05LoweringError(LoweringError):
-    """A gemm planned as ``tcgen05.mma`` (Blackwell, sm_100a) reached lowering in a form it does not emit (M=64
-    plans, pipelined loops, ...); the message names the gemm and its plan. It is never lowered to mma.sync
+    """A gemm planned as ``tcgen05.mma`` (Blackwell, sm_100a) reached lowering in a form it does not emit
+    (pipelined loops, ...); the message names the gemm and its plan. It is never lowered to mma.sync
     instead."""
 
 
