@@ -106,7 +106,7 @@ def test_tcgen05_gemm_compiles_with_nvcc_for_sm100a(name):
     ptx = compile_ptx(cuda_source(K.gemm(**CASES[name]), SM100A), SM100A).decode()
     for inst in ("tcgen05.alloc.cta_group::1", "tcgen05.mma.cta_group::1", "tcgen05.commit.cta_group::1",
                  "mbarrier.try_wait.parity", "tcgen05.ld.sync.aligned.", "tcgen05.wait::ld",
-                 "tcgen05.dealloc.cta_group::1"):
+                 "tcgen05.dealloc.cta_group::1", "mbarrier.inval"):
         assert inst in ptx, inst
     assert "mma.sync" not in ptx and "wgmma" not in ptx
 
@@ -164,3 +164,30 @@ def test_the_race_check_sees_the_mma_read_its_operands():
         build_race_checked(broken, tvm_barriers=False)(*random_inputs(broken, 0).values())
     # the kernel as lowered is race-free
     build_race_checked(lowered, tvm_barriers=False)(*random_inputs(lowered, 0).values())
+
+
+def test_a_wait_without_its_commit_fails_instead_of_hanging():
+    """The commit removed from the lowered kernel: on a GPU the mbarrier wait would spin forever; the emulation
+    fails the run naming it."""
+    from tvm import tirx
+    from tilelayout.passes.ir_utils import mapped
+    from tilelayout.passes.lowering.pipeline import build_cpu_lowered, random_inputs
+    lowered = lower_func(K.gemm(128, 64, 32), SM100A)
+    removed = []
+
+    def drop_commit(s):
+        if isinstance(s, tirx.SeqStmt):
+            keep = [x for x in s.seq if not (isinstance(x, tirx.Evaluate) and '"commit"' in str(x))]
+            removed.append(len(s.seq) - len(keep))
+            return tirx.SeqStmt(keep) if len(keep) > 1 else keep[0]
+        return s
+    broken = lowered.with_body(mapped(lowered.body, [(tirx.SeqStmt, drop_commit)]))
+    assert sum(removed) == 1
+    with pytest.raises(Exception, match="never completes"):
+        build_cpu_lowered(broken)(*random_inputs(broken, 0).values())
+
+
+def test_tcgen05_gemm_matches_numpy_under_the_io_aware_cost_model():
+    cfg = CASES["m64_three_blocks"]
+    res = check_numeric(K.gemm(**cfg), _reference(**cfg), SM100A, cost_model="io-aware", tolerance=(2e-2, 2e-2))
+    assert res.ok, res.message

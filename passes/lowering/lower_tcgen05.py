@@ -17,7 +17,8 @@ half subpartitions), on whole warpgroups from thread 0. The statement becomes:
    false, so TMEM needs no clearing) and ``tcgen05.commit``s them to the mbarrier;
 4. every thread waits on the mbarrier (parity 0), reads its cells with the plan's ``tcgen05.ld`` + ``wait::ld``, and
    folds them into the accumulator fragment with the gemm's alpha / beta (``C = alpha * A@B + beta * bias``);
-5. a barrier, then warp 0 ``tcgen05.dealloc``s the columns.
+5. a barrier, then warp 0 ``tcgen05.dealloc``s the columns and thread 0 invalidates the mbarrier (the next
+   execution of the statement, in a loop, initialises it afresh).
 
 Descriptors: the shared-memory layouts are solved by ``wgmma_desc.solve`` (the formats agree) and encoded by
 ``tcgen05_desc``; the instruction descriptor by ``tcgen05_desc.instr_descriptor``. The register <-> (row,
@@ -254,6 +255,7 @@ def lower_gemm_tcgen05(op, plan, layout, ctx, running: int, epilogue) -> tuple[t
         *readout,
         ptx_call("tcgen05.fence::before_thread_sync"), sync,
         tirx.IfThenElse(warp0, ptx_call("tcgen05.dealloc.cta_group::1.sync.aligned.b32", taddr, u32(ncols)), None),
+        tirx.IfThenElse(tx == 0, ptx_call("mbarrier.inval.shared::cta.b64", bar_ptr), None),
     ]
     report = (f"tcgen05.mma m{im}n{inn}k{ik} {kind} x{ksteps * mblocks * nblocks} by one thread, SS (A "
               f"{'K' if A.k_contiguous else 'M'}-major, B {'K' if B.k_contiguous else 'N'}-major), accumulator in "

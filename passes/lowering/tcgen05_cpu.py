@@ -14,7 +14,8 @@ ISA says, read from the call as issued (op name, modifier tokens, operand values
   reading), the instruction descriptor decoded by ``emulate_tcgen05.decode_instr_descriptor``; products and
   sums in float32, K in order. It runs in every thread that issues it, so a second issuing thread would add A@B
   twice;
-* ``tcgen05.commit`` arrives once on the mbarrier; ``mbarrier.init`` (count 1) zeroes it; the mbarrier word
+* ``tcgen05.commit`` arrives once on the mbarrier; ``mbarrier.init`` (count 1) zeroes it, ``mbarrier.inval``
+  marks it invalid; the mbarrier word
   counts completed phases, and a wait on parity p returns when the current phase's parity is not p, else the
   GPU would hang: the emulation fails the run;
 * ``tcgen05.ld.32x32b.xN``: thread t of warp w reads lane (address lane) + t % 32, columns from the address's,
@@ -40,7 +41,7 @@ __all__ = ["TCGEN05_CALLS", "is_tcgen05_call", "emulate_tcgen05_call"]
 TCGEN05_CALLS = ("tirx.ptx.tcgen05_alloc", "tirx.ptx.tcgen05_dealloc", "tirx.ptx.tcgen05_relinquish_alloc_permit",
                  "tirx.ptx.tcgen05_fence", "tirx.ptx.tcgen05_wait", "tirx.ptx.tcgen05_mma_ss",
                  "tirx.ptx.tcgen05_commit", "tirx.ptx.tcgen05_ld", "tirx.ptx.mbarrier_init",
-                 "tirx.cuda.mbarrier_wait")
+                 "tirx.ptx.mbarrier_inval", "tirx.cuda.mbarrier_wait")
 _NOOPS = ("tirx.ptx.tcgen05_relinquish_alloc_permit", "tirx.ptx.tcgen05_fence", "tirx.ptx.tcgen05_wait")
 
 
@@ -63,6 +64,10 @@ def _state(phases):
 
 def _check(cond, message: str) -> tirx.Stmt:
     return tirx.AssertStmt(cond, tvm.ir.StringImm("RuntimeError"), [tvm.ir.StringImm(message)])
+
+
+#: the word of an mbarrier after ``mbarrier.inval`` (no phase count reaches it)
+_INVALID = tirx.const(0xFFFFFFFF, "uint32")
 
 
 def _u32(v):
@@ -104,6 +109,9 @@ def emulate_tcgen05_call(call, phases) -> tirx.Stmt:
             raise LoweringError(f"cannot emulate mbarrier.init with count {count}: only count 1 is emulated")
         buf, index = shared_element(addr)
         return phases.thread_loop(tirx.BufferStore(buf, tirx.Cast(str(buf.dtype), _u32(0)), [index]))
+    if name == "tirx.ptx.mbarrier_inval":        # an invalid barrier: a later wait fails until it is initialised
+        buf, index = shared_element(operands[0])
+        return phases.thread_loop(tirx.BufferStore(buf, tirx.Cast(str(buf.dtype), _INVALID), [index]))
     if name == "tirx.ptx.tcgen05_commit":
         buf, index = shared_element(operands[0])
         one = tirx.Cast(str(buf.dtype), _u32(1))
@@ -111,9 +119,12 @@ def emulate_tcgen05_call(call, phases) -> tirx.Stmt:
     if name == "tirx.cuda.mbarrier_wait":
         buf, index = shared_element(call.args[0])
         parity = tirx.Cast("int32", call.args[1])
-        current = tirx.Cast("int32", tirx.floormod(tirx.BufferLoad(buf, [index]), tirx.Cast(str(buf.dtype), _u32(2))))
-        return phases.thread_loop(_check(current != parity, "mbarrier wait on a phase that never completes (no "
-                                                            "tcgen05.commit arrived): the GPU would hang here"))
+        word = tirx.BufferLoad(buf, [index])
+        current = tirx.Cast("int32", tirx.floormod(word, tirx.Cast(str(buf.dtype), _u32(2))))
+        return phases.thread_loop(tirx.SeqStmt([
+            _check(word != tirx.Cast(str(buf.dtype), _INVALID), "mbarrier wait on an invalidated mbarrier"),
+            _check(current != parity, "mbarrier wait on a phase that never completes (no tcgen05.commit arrived): "
+                                      "the GPU would hang here")]))
     if name == "tirx.ptx.tcgen05_ld":
         return _ld(operands, tokens, phases, t, cells, record)
     if name == "tirx.ptx.tcgen05_mma_ss":
