@@ -7,7 +7,7 @@ mma.sync would compute the same numbers on another layout, so a plan this module
 
 What is lowered: a gemm statement whose operands are both in shared memory (SS), with M=128 instructions
 (read out by ``tcgen05.ld.32x32b``: a row per thread) or M=64 ones (``16x256b``, blocks in the lower and upper
-half subpartitions), on whole warpgroups from thread 0. The statement becomes:
+half subpartitions), on all the block's threads (whole warpgroups). The statement becomes:
 
 1. ``fence.proxy.async`` + barrier: the operands written by ordinary stores become visible to the tensor core;
 2. warp 0 of the gemm ``tcgen05.alloc``s the plan's columns (the address lands in a shared word) and
@@ -15,8 +15,9 @@ half subpartitions), on whole warpgroups from thread 0. The statement becomes:
    barrier publishes both;
 3. thread 0 issues every ``tcgen05.mma`` (per K step and M/N block; the first K step with ``enable_input_d``
    false, so TMEM needs no clearing) and ``tcgen05.commit``s them to the mbarrier;
-4. every thread waits on the mbarrier (parity 0), reads its cells with the plan's ``tcgen05.ld`` + ``wait::ld``, and
-   folds them into the accumulator fragment with the gemm's alpha / beta (``C = alpha * A@B + beta * bias``);
+4. every thread waits on the mbarrier (parity 0), reads its cells with the plan's ``tcgen05.ld`` +
+   ``wait::ld``, and folds them into the accumulator fragment with the gemm's alpha / beta
+   (``C = alpha * A@B + beta * bias``);
 5. a barrier, then warp 0 ``tcgen05.dealloc``s the columns and thread 0 invalidates the mbarrier (the next
    execution of the statement, in a loop, initialises it afresh).
 
@@ -25,9 +26,9 @@ Descriptors: the shared-memory layouts are solved by ``wgmma_desc.solve`` (the f
 column) map of the read-out is checked cell by cell against the accumulator fragment inference recorded.
 
 Refused (``Tcgen05LoweringError``, naming the gemm): a register-fragment bias other than the accumulator,
-MN-major tf32 / fp8 operands, operands without a canonical layout, a gemm on threads not starting at 0, and
-pipelined K loops (the ``num_stages`` software pipeline: one TMEM allocation per stage
-and mbarrier phases across iterations are not emitted).
+MN-major tf32 / fp8 operands, operands without a canonical layout, a gemm on part of the block's threads, and
+pipelined K loops (the ``num_stages`` software pipeline: one TMEM allocation per stage and mbarrier phases
+across iterations are not emitted).
 """
 from __future__ import annotations
 
@@ -162,8 +163,9 @@ def lower_gemm_tcgen05(op, plan, layout, ctx, running: int, epilogue) -> tuple[t
     """(statements, report line) of a gemm planned as tcgen05 (module doc); ``epilogue(value, row, col)`` is the
     store folding A@B element ``value`` at accumulator (row, col) into the fragment."""
     from tilelayout import tmem
-    if ctx.thread_base:
-        _refuse(op, plan, f"it runs on threads from {ctx.thread_base} only (a thread-conditioned gemm)")
+    if ctx.thread_base or running != ctx.threads:
+        _refuse(op, plan, f"it runs on threads [{ctx.thread_base}, {ctx.thread_base + running}) of the block's "
+                          f"{ctx.threads} (the read-out and the barriers are emitted for all the block's threads)")
     A = _Operand(op, op.a, "A", op.transpose_a, ctx)
     B = _Operand(op, op.b, "B", op.transpose_b, ctx)
     for operand in (A, B):
