@@ -191,3 +191,20 @@ def test_tcgen05_gemm_matches_numpy_under_the_io_aware_cost_model():
     cfg = CASES["m64_three_blocks"]
     res = check_numeric(K.gemm(**cfg), _reference(**cfg), SM100A, cost_model="io-aware", tolerance=(2e-2, 2e-2))
     assert res.ok, res.message
+
+
+@pytest.mark.parametrize("shape,name", [("16x256b", "m64"), ("32x32b", "f16_m128n64k32")])
+def test_a_wrong_tmem_register_map_in_the_lowering_fails_the_check(monkeypatch, shape, name):
+    """The lowering's reading of which (lane, column) a tcgen05.ld register holds, with registers 0 and 1 swapped
+    (same thread, so the fragment check passes): the emulation's own map puts other values there."""
+    from tilelayout import tmem
+    real = tmem.ld_cell
+
+    def swapped(s, thread, reg):
+        if s == shape and reg in (0, 1):
+            reg = 1 - reg
+        return real(s, thread, reg)
+    monkeypatch.setattr(tmem, "ld_cell", swapped)
+    cfg = CASES[name]
+    res = check_numeric(K.gemm(**cfg), _reference(**cfg), SM100A, tolerance=(2e-2, 2e-2))
+    assert not res.ok
