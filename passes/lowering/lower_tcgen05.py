@@ -43,10 +43,10 @@ from .mma_ptx import dtype_bits
 from .tcgen05_desc import K_OF_KIND, KIND_OF, instr_descriptor, smem_descriptor
 from .wgmma_desc import DescriptorLayout, solve
 
-__all__ = ["refuse_tcgen05", "refuse_pipelined", "lower_gemm_tcgen05", "TCGEN05_ISSUE"]
+__all__ = ["refuse_tcgen05", "refuse_pipelined", "lower_gemm_tcgen05", "TARGET_HINT"]
 
 #: what the refusal of an unlowered form says
-TCGEN05_ISSUE = "Target sm_90a (wgmma) or sm_80 (mma.sync) to lower this kernel"
+TARGET_HINT = "Target sm_90a (wgmma) or sm_80 (mma.sync) to lower this kernel"
 
 
 def refuse_tcgen05(op, plan, target) -> None:
@@ -59,7 +59,7 @@ def refuse_tcgen05(op, plan, target) -> None:
     arch = target.attrs.get("arch", "")
     raise Tcgen05LoweringError(
         f"{op.describe()}: has no recorded gemm plan (inference would plan tcgen05.mma) for {arch}; run layout "
-        f"inference first. It is not lowered to mma.sync instead. {TCGEN05_ISSUE}")
+        f"inference first. It is not lowered to mma.sync instead. {TARGET_HINT}")
 
 
 def refuse_pipelined(op, plan, func) -> None:
@@ -84,7 +84,7 @@ def refuse_pipelined(op, plan, func) -> None:
 def _refuse(op, plan, why: str):
     raise Tcgen05LoweringError(f"{op.describe()}: planned as {plan.describe()}, but {why}; tcgen05 lowering covers "
                                f"the non-pipelined SS gemm only, and this gemm is not lowered "
-                               f"to mma.sync instead. {TCGEN05_ISSUE}")
+                               f"to mma.sync instead. {TARGET_HINT}")
 
 
 def _int_offsets(region) -> list | None:
