@@ -208,3 +208,10 @@ def test_a_wrong_tmem_register_map_in_the_lowering_fails_the_check(monkeypatch, 
     cfg = CASES[name]
     res = check_numeric(K.gemm(**cfg), _reference(**cfg), SM100A, tolerance=(2e-2, 2e-2))
     assert not res.ok
+
+
+def test_a_tcgen05_plan_lowered_for_hopper_is_refused():
+    """A function annotated for sm_100a, lowered for sm_90a without re-inferring: no tcgen05 there."""
+    annotated = tl.infer_layouts(K.gemm(128, 64, 32), target=SM100A).func
+    with pytest.raises(tl.Tcgen05LoweringError, match=r"has no tcgen05"):
+        lower_func(annotated, {"kind": "cuda", "arch": "sm_90a"}, infer=False)

@@ -50,9 +50,14 @@ TARGET_HINT = "Target sm_90a (wgmma) or sm_80 (mma.sync) to lower this kernel"
 
 
 def refuse_tcgen05(op, plan, target) -> None:
-    """Raise ``Tcgen05LoweringError`` for a gemm on a tcgen05 target that has no recorded tcgen05 plan."""
+    """Raise ``Tcgen05LoweringError`` for a gemm on a tcgen05 target that has no recorded plan, or a tcgen05 plan
+    lowered for a target without tcgen05."""
     from ..inference.tcgen05_plan import has_tcgen05
     if plan is not None:
+        if plan.instruction == "tcgen05" and not has_tcgen05(target):
+            raise Tcgen05LoweringError(f"{op.describe()}: planned as {plan.describe()}, but the lowering target "
+                                       f"{target.attrs.get('arch', target)} has no tcgen05; infer layouts for this "
+                                       f"target instead")
         return
     if not (has_tcgen05(target) and str(op.a.buffer.dtype) != "float64"):
         return
