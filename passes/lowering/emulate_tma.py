@@ -74,6 +74,12 @@ def _calls(func) -> list:
     return out
 
 
+def _all_calls(func) -> list:
+    out = []
+    walk(func.body, [(tvm.ir.Call, out.append)])
+    return out
+
+
 def _pointee(ptr):
     node = ptr
     while isinstance(node, tvm.ir.Call):
@@ -106,8 +112,10 @@ def _swizzle(byte, mode: int):
 def emulate_tma(func):
     """``func`` (flattened, threads bound) with TMA loads, tensor maps and mbarriers emulated (module docstring)."""
     calls = _calls(func)
-    if not calls:
-        return func
+    if not any(_name(c) in (_LOAD, _ENCODE) for c in calls):
+        return func     # mbarriers without TMA loads (tcgen05's commit barrier) are emulated with their owner
+    if any(_name(c).startswith("tirx.ptx.tcgen05") for c in _all_calls(func)):
+        raise LoweringError("cannot emulate TMA loads and tcgen05 in one kernel: both would claim its mbarriers")
     maps = _tensor_maps(func)
     slots, nslots = _barrier_slots(calls)
     if nslots > TMA_SLOTS:

@@ -419,6 +419,8 @@ class _Lowering:
         from .lower_tcgen05 import refuse_tcgen05
         refuse_tcgen05(op, plan, self.target)
         work = self.layout_of(d, op)
+        if plan is not None and plan.instruction == "tcgen05":
+            return self.tcgen05_gemm(op, plan, work)
         inst = _gemm.choose_instruction(op, self.target)
         m, n = (int(s) for s in d.shape)
         wanted = [_gemm.tiling_of_plan(plan)] if plan is not None else None
@@ -464,6 +466,33 @@ class _Lowering:
                                 f"needs a block-wide barrier there (the other threads never reach it); move the gemm "
                                 f"out of the thread condition")
         return out
+
+    def tcgen05_gemm(self, op: GemmOp, plan, work):
+        """A gemm planned as tcgen05.mma (``lower_tcgen05``): ``C = alpha * A@B + beta * bias`` folded in as the
+        Tensor Memory accumulator is read out."""
+        from .lower_tcgen05 import lower_gemm_tcgen05, refuse_pipelined
+        refuse_pipelined(op, plan, getattr(self, "func", None))
+        base, running = work.thread_range or (0, self.threads)
+        d, dtype = op.c.buffer, op.c.buffer.dtype
+        bias = None if op.clear else op.bias
+        if bias is not None and bias.buffer.is_fragment and not (bias.buffer is d and bias.is_full):
+            from tilelayout.errors import Tcgen05LoweringError
+            raise Tcgen05LoweringError(f"{op.describe()}: a register-fragment bias ({bias.buffer.name}) other than the "
+                                       f"accumulator is not lowered with tcgen05.mma; add it after the gemm")
+
+        def epilogue(value, row, col):
+            idx = _region_index(op.c, [row, col])
+            acc = _cast(dtype, value)
+            acc = acc if _is_one(op.alpha) else acc * _cast(dtype, op.alpha)
+            if bias is not None:
+                term = _cast(dtype, tirx.BufferLoad(bias.buffer.var, _region_index(bias, [row, col])))
+                acc = acc + (term if _is_one(op.beta) else term * _cast(dtype, op.beta))
+            return tirx.BufferStore(d.var, acc, idx)
+
+        ctx = _gemm.GemmContext(self.tx, self.threads, self.target, self.layouts, self.fresh, base)
+        core, text = lower_gemm_tcgen05(op, plan, work, ctx, running, epilogue)
+        self.report(op, text)
+        return core
 
     def gemm_plan(self, op: GemmOp):
         """The plan inference recorded for ``op`` (None when the function carries no plans)."""

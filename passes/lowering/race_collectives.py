@@ -9,6 +9,8 @@ read by several threads: a write by any thread in the same barrier interval conf
   addressed as the CPU emulation reads them (``emulate_wgmma``: canonical layouts, swizzle); the elements are
   split over the warpgroup's 128 threads, each recording its share. Recorded at the issue: a write after the
   issue and before ``wgmma.wait_group`` plus a barrier is not seen.
+- ``tcgen05.mma`` (SS): the M x K and N x K tiles its descriptors name (as ``tcgen05_cpu`` reads them), all
+  read by the one thread issuing it; recorded at the issue, like wgmma's.
 """
 from __future__ import annotations
 
@@ -29,6 +31,8 @@ def collective_reads(ins, call, stmt) -> list:
     """Statements recording the shared reads of collective ``call`` (``ins``: the race instrumenter)."""
     if _op(call) == "tirx.ptx.ldmatrix":
         return _ldmatrix(ins, call, stmt)
+    if _op(call) == "tirx.ptx.tcgen05_mma_ss":
+        return _tcgen05_mma(ins, call, stmt)
     return _wgmma(ins, call, stmt)
 
 
@@ -91,6 +95,42 @@ def _wgmma(ins, call, stmt) -> list:
         record = tirx.IfThenElse(e < rows * k, ins.element(ent, loads[0].indices[0], "read", site, SEVERAL), None)
         out += _decode(offset_desc, scratch, 0)
         out.append(tirx.For(q, 0, -(-rows * k // 128), tirx.ForKind.SERIAL, record))
+    return out if len(out) > 1 else []
+
+
+def _tcgen05_mma(ins, call, stmt) -> list:
+    """``tcgen05.mma`` (SS) reads its M x K and N x K tiles on behalf of the one thread issuing it, addressed as
+    the CPU emulation reads them (``tcgen05_cpu``); recorded at the issue, like wgmma's."""
+    from .emulate_mma import _split_args
+    from .emulate_tcgen05 import EmulationError, decode_instr_descriptor
+    from .emulate_wgmma import _buffer_of, _element
+    from .tcgen05_cpu import _decode_smem
+    operands, tokens = _split_args(call)
+    kind = next((t for t in tokens if t.startswith("kind::")), None)
+    if kind is None or len(operands) < 4 or not isinstance(operands[3], tirx.IntImm):
+        return []
+    try:
+        f = decode_instr_descriptor(int(operands[3].value), kind)
+    except EmulationError:
+        return []               # the emulation itself refuses the instruction
+    scratch = tirx.decl_buffer([4], "int32", name="race_desc", scope="local")
+    out = [tirx.AllocBuffer(scratch)]
+    for desc, rows, mn, dtype in ((operands[1], f["m"], f["a_mn"], f["a"]), (operands[2], f["n"], f["b_mn"], f["b"])):
+        buf, offset_desc = _buffer_of(desc)
+        ent = ins.entry(buf)
+        if ent is None:
+            continue
+        site = ins.site(buf, "collective read", stmt)
+        q = tirx.Var("race_q", "int32")
+        value = _element(buf, scratch, 0, not mn, tirx.floordiv(q, f["k"]), tirx.floormod(q, f["k"]),
+                         "float32" if dtype == "tfloat32" else dtype)
+        loads: list = []
+        _collect_loads(value, buf, loads)
+        if not loads:
+            continue
+        out += _decode_smem(offset_desc, scratch, 0)
+        out.append(tirx.For(q, 0, rows * f["k"], tirx.ForKind.SERIAL,
+                            ins.element(ent, loads[0].indices[0], "read", site)))
     return out if len(out) > 1 else []
 
 

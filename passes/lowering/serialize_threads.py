@@ -25,6 +25,7 @@ from ..ir_utils import int_value, mapped, mutate, walk
 from .atomics import atomics_as_updates
 from .emulate_async_copy import PER_THREAD_KEY
 from .emulate_collective import emulate_collective, is_collective
+from .tcgen05_cpu import emulate_tcgen05_call, is_tcgen05_call
 from .loop_partition import LoweringError
 
 __all__ = ["SerializeThreads", "serialize_threads", "SequentialSemantics", "sequential_semantics", "LOCAL_SCOPES"]
@@ -169,7 +170,7 @@ def _is_shuffle(c) -> bool:
 
 def _communicates(c) -> bool:
     """A call that exchanges values between threads: barrier, shuffle, or a tensor-core collective."""
-    return _is_sync(c) or _is_shuffle(c) or is_collective(c)
+    return _is_sync(c) or _is_shuffle(c) or is_collective(c) or is_tcgen05_call(c)
 
 
 # --------------------------------------------------------------------------------------- SerializeThreads
@@ -254,6 +255,8 @@ class _Phases:
             return tirx.Evaluate(0)                   # the phase boundary is the barrier
         if isinstance(stmt, tirx.Evaluate) and is_collective(stmt.value):
             return emulate_collective(stmt.value, self)   # warp/warpgroup exchange, see emulate_mma
+        if isinstance(stmt, tirx.Evaluate) and is_tcgen05_call(stmt.value):
+            return emulate_tcgen05_call(stmt.value, self)  # Tensor Memory and its mbarrier, see tcgen05_cpu
         if not self.needs_split(stmt):
             return self.thread_loop(stmt)
         if isinstance(stmt, tirx.SeqStmt):
@@ -271,7 +274,8 @@ class _Phases:
                 if _has(stmt, _is_block_sync):
                     raise LoweringError("cannot run on the CPU: a block-wide barrier under a thread-dependent "
                                         "condition (on a GPU only part of the block would reach it)")
-                if not (_has(stmt, _is_shuffle) or _has(stmt, _is_sync) or _has(stmt, is_collective)):
+                if not (_has(stmt, _is_shuffle) or _has(stmt, _is_sync) or _has(stmt, is_collective)
+                        or _has(stmt, is_tcgen05_call)):
                     return self.thread_loop(stmt)
                 # shuffles, named barriers and warp collectives inside a warp-specialised region: every phase
                 # runs in the threads the condition selects (the lowering only emits them over whole warps)

@@ -43,8 +43,9 @@ class LoweringError(LayoutError):
 
 
 class Tcgen05LoweringError(LoweringError):
-    """A gemm planned as ``tcgen05.mma`` (Blackwell, sm_100a) reached lowering, which does not emit tcgen05 code
-    yet; the message names the gemm and its plan. It is never lowered to mma.sync instead."""
+    """A gemm planned as ``tcgen05.mma`` (Blackwell, sm_100a) reached lowering in a form it does not emit
+    (pipelined loops, ...); the message names the gemm and its plan. It is never lowered to mma.sync
+    instead."""
 
 
 class PipelineError(LoweringError):
