@@ -17,10 +17,13 @@ so the value read is unchanged. Stores keep their index: a store at a runtime in
 """
 from __future__ import annotations
 
+import numpy as np
 from tvm import sym
 from tvm import tirx
 from tvm.ir import Range, TensorLoad
 
+from tilelayout.errors import TileLayoutError
+from tilelayout.evaluate import evaluate, grid_env
 from tilelayout.expr import substitute
 
 from ..ir_utils import int_value, mapped, walk
@@ -39,7 +42,7 @@ def _is_register(buf) -> bool:
 
 def select_register_reads(func):
     """``func`` with every register read at a runtime index turned into a select over constant slots."""
-    fixed, ranges, binds = set(), {}, {}
+    fixed, ranges, binds, extents = set(), {}, {}, {}
 
     def on_for(f):
         if f.kind in _CONSTANT_KINDS:
@@ -47,10 +50,14 @@ def select_register_reads(func):
         lo, ext = int_value(f.min), int_value(f.extent)
         if lo is not None:
             ranges[f.loop_var] = Range.from_min_extent(lo, ext if ext is not None else f.extent)
+        if lo == 0 and ext is not None:
+            extents[f.loop_var] = ext
 
     def on_attr(n):
         if n.attr_key == "thread_extent" and isinstance(n.node, tirx.IterVar):
             ranges[n.node.var] = Range.from_min_extent(0, n.value)
+            if int_value(n.value) is not None:
+                extents[n.node.var] = int_value(n.value)
     walk(func.body, [(tirx.For, on_for), (tirx.AttrStmt, on_attr),
                      (tirx.Bind, lambda b: binds.__setitem__(b.var, b.value))])
     ana = sym.Analyzer()
@@ -63,7 +70,7 @@ def select_register_reads(func):
         index = e.indices[0]
         if int_value(index) is not None or not str(index.ty).startswith(("int", "uint")) or "x" in str(index.ty):
             return e
-        slots = _candidates(_expand(index, binds), fixed, ana, _size(e.source))
+        slots = _candidates(_expand(index, binds), fixed, ana, _size(e.source), extents)
         if slots is None:
             return e
         return _select_chain(e.source, slots)
@@ -91,7 +98,22 @@ def _size(buf) -> int | None:
     return size
 
 
-def _candidates(index, fixed: set, ana, size: int | None) -> list | None:
+def _values(b, extents: dict) -> list | None:
+    """Every value ``b`` takes, by exact enumeration over its variables' ranges (all from 0, constant extents,
+    at most 65,536 points); None when it cannot be enumerated. Exact where interval bounds are not: a warp
+    index written ``(tx % 128 // 32 + (tx // 32 - tx % 128 // 32) % 4) // 4`` is 0 for 128 threads."""
+    names: list = []
+    walk(b, [(tirx.Var, lambda v: names.append(v) if not any(v.same_as(x) for x in names) else None)])
+    if any(v not in extents for v in names) or np.prod([extents[v] for v in names]) > 65536:
+        return None
+    try:
+        env = grid_env(names, [extents[v] for v in names])
+        return sorted(int(x) for x in np.unique(evaluate(b, env)))
+    except TileLayoutError:
+        return None
+
+
+def _candidates(index, fixed: set, ana, size: int | None, extents: dict) -> list | None:
     """[(condition, slot)]: the last slot is taken when no condition holds; None when too many."""
     variable = []
     walk(index, [(tirx.Var, lambda v: variable.append(v) if v not in fixed else None)])
@@ -102,16 +124,20 @@ def _candidates(index, fixed: set, ana, size: int | None) -> list | None:
     rest = []
     walk(b, [(tirx.Var, lambda v: rest.append(v) if v in fixed else None)])
     if not rest:
-        bound = ana.const_int_bound(b)
-        lo, hi = int(bound.min_value), int(bound.max_value)
-        if 0 <= hi - lo < MAX_SELECT_WAYS:
-            return [(tirx.EQ(b, tirx.const(v, str(b.ty))), ana.simplify(a + v)) for v in range(lo, hi + 1)]
+        values = _values(b, extents)
+        if values is None:
+            bound = ana.const_int_bound(b)
+            lo, hi = int(bound.min_value), int(bound.max_value)
+            values = list(range(lo, hi + 1)) if 0 <= hi - lo < MAX_SELECT_WAYS else None
+        if values is not None and len(values) <= MAX_SELECT_WAYS:
+            return [(tirx.EQ(b, tirx.const(v, str(b.ty))), ana.simplify(a + v)) for v in values]
     if size is not None and size <= MAX_SELECT_WAYS:
         return [(tirx.EQ(index, tirx.const(v, str(index.ty))), tirx.const(v, str(index.ty))) for v in range(size)]
     return None
 
 
 def _select_chain(buf, slots: list):
+    """The read of the last slot, under selects for the others (one slot: a plain read at a constant)."""
     out = tirx.BufferLoad(buf, [slots[-1][1]])
     for cond, slot in reversed(slots[:-1]):
         out = tirx.Select(cond, tirx.BufferLoad(buf, [slot]), out)
