@@ -706,6 +706,25 @@ def _gemm_pipelined(m, n, k, bk, stages, threads=128):
     return main
 
 
+def _gemm_staged_c(m, n, k, bk, stages, threads=128):
+    """examples/gemm as written: the fp16 result staged through C_s."""
+    @T.prim_func
+    def main(A: T.Tensor((m, k), T.float16), B: T.Tensor((k, n), T.float16), C: T.Tensor((m, n), T.float16)):
+        with T.Kernel(1, threads=threads):
+            A_s = T.alloc_shared((m, bk), T.float16)
+            B_s = T.alloc_shared((bk, n), T.float16)
+            C_s = T.alloc_shared((m, n), T.float16)
+            acc_f = T.alloc_fragment((m, n), T.float32)
+            T.clear(acc_f)
+            for ko in T.Pipelined(k // bk, num_stages=stages):
+                T.copy(A[0:m, ko * bk:ko * bk + bk], A_s)
+                T.copy(B[ko * bk:ko * bk + bk, 0:n], B_s)
+                T.gemm(A_s, B_s, acc_f)
+            T.copy(acc_f, C_s)
+            T.copy(C_s, C)
+    return main
+
+
 def _rowsum_pipelined(m, n, bn, stages, threads=128):
     @T.prim_func
     def main(X: T.Tensor((m, n), T.float32), R: T.Tensor((m,), T.float32)):
@@ -745,6 +764,7 @@ def _rowsum_pipelined_dynamic(m, bn, stages, threads=128):
 KERNELS.update({
     "gemm_pipelined/rowsum_dynamic_sm80_s3": lambda: _rowsum_pipelined_dynamic(64, 32, 3),
     "gemm_pipelined/sm80_s2_k128": lambda: _gemm_pipelined(64, 128, 128, 32, 2),
+    "gemm_pipelined/staged_c_sm80_s3_128x128": lambda: _gemm_staged_c(128, 128, 128, 32, 3),
     "gemm_pipelined/sm80_s3_k96": lambda: _gemm_pipelined(64, 128, 96, 32, 3),
     "gemm_pipelined/sm80_s3_k128": lambda: _gemm_pipelined(64, 128, 128, 32, 3),
     "gemm_pipelined/sm90_s3_k128": lambda: _gemm_pipelined(64, 128, 128, 32, 3),
