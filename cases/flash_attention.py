@@ -31,11 +31,12 @@ NEG_INF = float("-inf")
 
 
 def _flash(arch: str, dim: int, bm: int, bn: int, threads: int, causal: bool, policy: bool = True,
-           batch: int = 1, heads: int = 1):
+           batch: int = 1, heads: int = 1, stages: int = 0):
     seq = 2 * max(bm, bn)
     scale = (1.0 / dim) ** 0.5 * 1.44269504      # softmax in base 2: exp(x / sqrt(d)) = exp2(x * scale)
     blocks = seq // bn
     shape = (batch, heads, seq, dim)
+    notes = {"num_stages": stages} if stages else {}
 
     @T.prim_func
     def kernel(Q: T.Buffer(shape, "float16"), K: T.Buffer(shape, "float16"), V: T.Buffer(shape, "float16"),
@@ -60,7 +61,7 @@ def _flash(arch: str, dim: int, bm: int, bn: int, threads: int, causal: bool, po
         Tx.fill(acc_o[0:bm, 0:dim], T.float32(0))
         Tx.fill(logsum[0:bm], T.float32(0))
         Tx.fill(scores_max[0:bm], T.float32(NEG_INF))
-        for k in T.serial(T.min(blocks, (bx * bm + bm + bn - 1) // bn) if causal else blocks):
+        for k in T.serial(T.min(blocks, (bx * bm + bm + bn - 1) // bn) if causal else blocks, annotations=notes):
             Tx.copy(K_shared[0:bn, 0:dim], K[bz, by, k * bn:k * bn + bn, 0:dim])
             if causal:
                 for i in T.parallel(bm):
@@ -122,6 +123,8 @@ for _tag, _arch in ARCHS.items():
     for _name, _shape in SHAPES.items():
         VARIANTS[f"{_tag}_{_name}"] = (lambda a=_arch, s=_shape: _flash(a, *s))
     VARIANTS[f"{_tag}_d64_b64x64_t128_default_policy"] = (lambda a=_arch: _flash(a, 64, 64, 64, 128, False, policy=False))
+# TileLang's T.Pipelined(..., num_stages=1): K and V by cp.async, issued and waited for within the iteration
+VARIANTS["sm80_d64_b64x64_t128_stages1"] = lambda: _flash("sm_80", 64, 64, 64, 128, False, stages=1)
 
 
 def _attention(causal: bool):
