@@ -311,7 +311,7 @@ def _conversion_accumulate_rows(m, n, threads):
     return main
 
 
-def _flash(dim, bm, bn, threads, causal, policy=True, batch=1, heads=1):
+def _flash(dim, bm, bn, threads, causal, policy=True, batch=1, heads=1, stages=0):
     """examples/flash_attention/example_mha_fwd_bhsd.py, serial K/V loop (TileLang's T.Pipelined with one
     stage infers the same layouts)."""
     seq = 2 * max(bm, bn)
@@ -340,7 +340,7 @@ def _flash(dim, bm, bn, threads, causal, policy=True, batch=1, heads=1):
             T.fill(logsum, 0)
             T.fill(scores_max, -T.infinity(T.float32))
             loop_range = T.min(T.ceildiv(seq, bn), T.ceildiv((bx + 1) * bm, bn)) if causal else T.ceildiv(seq, bn)
-            for k in T.serial(loop_range):
+            for k in (T.Pipelined(loop_range, num_stages=stages) if bool(stages) else T.serial(loop_range)):
                 T.copy(K[bz, by, k * bn:(k + 1) * bn, :], K_shared)
                 if causal:
                     for i, j in T.Parallel(bm, bn):
@@ -500,6 +500,7 @@ for _arch in ("sm80", "sm90"):
         KERNELS[_name] = (lambda d=_d, bm=_bm, bn=_bn, t=_t, c=_causal: _flash(d, bm, bn, t, c))
     KERNELS[f"flash_attention/{_arch}_d64_b64x64_t128_default_policy"] = (
         lambda: _flash(64, 64, 64, 128, False, policy=False))
+    KERNELS[f"flash_attention/{_arch}_d64_b64x64_t128_stages1"] = lambda: _flash(64, 64, 64, 128, False, stages=1)
     KERNELS[f"gemm_chain/{_arch}_m64n64k64d64_t128"] = lambda: _gemm_chain(64, 64, 64, 64, 128)
     KERNELS[f"gemm_chain/{_arch}_m128n64k32d128_t256_default_policy"] = (
         lambda: _gemm_chain(128, 64, 32, 128, 256, policy=False))
