@@ -78,7 +78,9 @@ def select_register_reads(func):
 
 
 def _expand(index, binds: dict):
-    """``index`` with ``Bind`` variables replaced by their values (those are in scope wherever it is)."""
+    """``index`` with ``Bind`` variables replaced by their values (those are in scope wherever it is) and its
+    ``Let`` expressions inlined."""
+    index = mapped(index, [(tirx.Let, lambda e: substitute(e.body, {e.var: e.value}))])
     for _ in range(8):
         used = []
         walk(index, [(tirx.Var, lambda v: used.append(v) if v in binds else None)])
@@ -115,10 +117,13 @@ def _values(b, extents: dict) -> list | None:
 
 def _candidates(index, fixed: set, ana, size: int | None, extents: dict) -> list | None:
     """[(condition, slot)]: the last slot is taken when no condition holds; None when too many."""
-    variable = []
-    walk(index, [(tirx.Var, lambda v: variable.append(v) if v not in fixed else None)])
+    variable, loads = [], []
+    walk(index, [(tirx.Var, lambda v: variable.append(v) if v not in fixed else None),
+                 (TensorLoad, loads.append)])
     if not variable:
         return None                       # constant per unrolled copy: already a register
+    if loads:                             # an index read from memory: only the whole array can be selected over
+        return _whole(index, size)
     a = ana.simplify(substitute(index, {v: tirx.const(0, str(v.ty)) for v in variable}))
     b = ana.simplify(index - a)
     rest = []
@@ -131,6 +136,11 @@ def _candidates(index, fixed: set, ana, size: int | None, extents: dict) -> list
             values = list(range(lo, hi + 1)) if 0 <= hi - lo < MAX_SELECT_WAYS else None
         if values is not None and len(values) <= MAX_SELECT_WAYS:
             return [(tirx.EQ(b, tirx.const(v, str(b.ty))), ana.simplify(a + v)) for v in values]
+    return _whole(index, size)
+
+
+def _whole(index, size: int | None) -> list | None:
+    """Every slot of an array of at most ``MAX_SELECT_WAYS`` elements, else None."""
     if size is not None and size <= MAX_SELECT_WAYS:
         return [(tirx.EQ(index, tirx.const(v, str(index.ty))), tirx.const(v, str(index.ty))) for v in range(size)]
     return None
