@@ -31,13 +31,15 @@ NEG_INF = float("-inf")
 
 
 def attention(arch: str, dim: int, bm: int, bn: int, threads: int, causal: bool, policy: bool = True,
-              batch: int = 1, heads: int = 1, seq: int = 0, masked: bool = False):
+              batch: int = 1, heads: int = 1, seq: int = 0, masked: bool = False, stages: int = 0):
     """The kernel; with ``masked`` it takes a block mask ``BlockSparseMask`` and runs a K/V block only where the
-    query block's mask row is set (``block_sparse_attention``: the same kernel otherwise, so one body serves)."""
+    query block's mask row is set (``block_sparse_attention``: the same kernel otherwise, so one body serves);
+    ``stages`` annotates the K/V loop with ``num_stages`` (TileLang's ``T.Pipelined``)."""
     seq = seq or 2 * max(bm, bn)
     scale = (1.0 / dim) ** 0.5 * 1.44269504      # softmax in base 2: exp(x / sqrt(d)) = exp2(x * scale)
     blocks = seq // bn
     shape = (batch, heads, seq, dim)
+    notes = {"num_stages": stages} if stages else {}
 
     @T.macro
     def step(Q_shared, K_shared, V_shared, acc_s, acc_s_cast, acc_o, scores_max, scores_max_prev, scores_scale,
@@ -107,7 +109,7 @@ def attention(arch: str, dim: int, bm: int, bn: int, threads: int, causal: bool,
         if masked:
             for vj in T.serial(blocks):
                 block_mask[vj] = BlockSparseMask[bz, by, bx, vj]
-        for k in T.serial(T.min(blocks, (bx * bm + bm + bn - 1) // bn) if causal else blocks):
+        for k in T.serial(T.min(blocks, (bx * bm + bm + bn - 1) // bn) if causal else blocks, annotations=notes):
             if masked:
                 if block_mask[k]:
                     step(Q_shared, K_shared, V_shared, acc_s, acc_s_cast, acc_o, scores_max, scores_max_prev,
@@ -136,8 +138,8 @@ def attention(arch: str, dim: int, bm: int, bn: int, threads: int, causal: bool,
 
 
 def _flash(arch: str, dim: int, bm: int, bn: int, threads: int, causal: bool, policy: bool = True,
-           batch: int = 1, heads: int = 1):
-    return attention(arch, dim, bm, bn, threads, causal, policy, batch, heads)
+           batch: int = 1, heads: int = 1, stages: int = 0):
+    return attention(arch, dim, bm, bn, threads, causal, policy, batch, heads, stages=stages)
 
 
 SHAPES = {  # (dim, block_M, block_N, threads, causal)
@@ -155,6 +157,8 @@ for _tag, _arch in ARCHS.items():
     for _name, _shape in SHAPES.items():
         VARIANTS[f"{_tag}_{_name}"] = (lambda a=_arch, s=_shape: _flash(a, *s))
     VARIANTS[f"{_tag}_d64_b64x64_t128_default_policy"] = (lambda a=_arch: _flash(a, 64, 64, 64, 128, False, policy=False))
+# TileLang's T.Pipelined(..., num_stages=1): K and V by cp.async, issued and waited for within the iteration
+VARIANTS["sm80_d64_b64x64_t128_stages1"] = lambda: _flash("sm_80", 64, 64, 64, 128, False, stages=1)
 
 
 def _attention(causal: bool):

@@ -52,6 +52,28 @@ def _gemm(m: int, n: int, k: int, bk: int, stages: int, arch: str, threads: int 
     return kernel.with_attr("target", tvm.target.Target({"kind": "cuda", "arch": arch}))
 
 
+def _gemm_staged(m: int, n: int, k: int, bk: int, stages: int, arch: str, threads: int = 128):
+    """TileLang's gemm example as written: dynamic shared tiles, an fp16 result staged through ``C_s``."""
+    steps = k // bk
+
+    @T.prim_func
+    def kernel(A: T.Buffer((m, k), "float16"), B: T.Buffer((k, n), "float16"), C: T.Buffer((m, n), "float16")):
+        bx = T.launch_thread("blockIdx.x", 1)
+        tx = T.launch_thread("threadIdx.x", threads)
+        A_s = T.alloc_buffer((m, bk), "float16", scope="shared.dyn")
+        B_s = T.alloc_buffer((bk, n), "float16", scope="shared.dyn")
+        C_s = T.alloc_buffer((m, n), "float16", scope="shared.dyn")
+        acc_f = T.alloc_buffer((m, n), "float32", scope="local.fragment")
+        Tx.fill(acc_f[0:m, 0:n], T.float32(0))
+        for ko in T.serial(steps, annotations={"num_stages": stages}):
+            Tx.copy(A_s[0:m, 0:bk], A[0:m, ko * bk:ko * bk + bk])
+            Tx.copy(B_s[0:bk, 0:n], B[ko * bk:ko * bk + bk, 0:n])
+            Tx.gemm(acc_f[0:m, 0:n], A_s[0:m, 0:bk], B_s[0:bk, 0:n], acc_f[0:m, 0:n], False, False, 1.0, 1.0)
+        Tx.copy(C_s[0:m, 0:n], acc_f[0:m, 0:n])
+        Tx.copy(C[0:m, 0:n], C_s[0:m, 0:n])
+    return kernel.with_attr("target", tvm.target.Target({"kind": "cuda", "arch": arch}))
+
+
 def _rowsum(m: int, n: int | None, bn: int, stages: int, arch: str, threads: int = 128):
     """Row sums of X through a pipelined shared tile. With ``n`` None the column count is symbolic, in
     ceildiv(n, bn) tiles: the last tile is partial (its bounds-guarded load becomes cp.async's zero-filling
@@ -93,6 +115,7 @@ VARIANTS = {
     "sm90_s3_k128": lambda: _gemm(64, 128, 128, 32, 3, "sm_90"),
     "sm90a_s2_k128": lambda: _gemm(64, 128, 128, 32, 2, "sm_90a"),
     "sm90a_s3_k96": lambda: _gemm(64, 128, 96, 32, 3, "sm_90a"),
+    "staged_c_sm80_s3_128x128": lambda: _gemm_staged(128, 128, 128, 32, 3, "sm_80"),
     "rowsum_sm80_s2": lambda: _rowsum(64, 256, 32, 2, "sm_80"),
     "rowsum_sm90_s3": lambda: _rowsum(64, 256, 32, 3, "sm_90"),
     "rowsum_dynamic_sm80_s3": lambda: _rowsum(64, None, 32, 3, "sm_80"),

@@ -3,8 +3,10 @@
 Pins the io-aware model's local-memory spill term (TileLang's documentation claims one; its code has
 none). ``r`` is read at two indices, so it is fully replicated (#3005 behaviour); under the coalesced
 loop layout its register slot (the row ``i``) then depends on the thread index, which registers cannot
-do: ``r`` lives in local memory and every access is charged as local-memory traffic. ``check`` re-scores
-the recorded layouts with the io-aware statements and requires exactly that spill, and no other.
+do directly: the model charges every access as local-memory traffic. ``check`` re-scores the recorded
+layouts with the io-aware statements and requires exactly that spill, and no other. (The lowering reads
+such a slot through a select over the four warps' rows, ``register_select.py``, so the generated code keeps
+``r`` in registers at the price of the selects; the model's charge stands for that extra cost.)
 """
 import functools
 

@@ -13,8 +13,14 @@ from it (``diff``, percent of the prediction); rows more than ``AGREEMENT`` apar
     python maint/bench_codegen.py --case softmax_rows   one case (repeatable, CASE or CASE/VARIANT)
     python maint/bench_codegen.py --arch sm_90a --json out.json
 
-The table has one row per (variant, arch) and one column group per side; a peer side (TileLang's CUDA of
-the same kernel) fills the same ``Stats`` record, so it slots in as a second column group.
+The table has one row per (variant, arch). With ``--peer PYTHON`` (a Python with TileLang 0.1.15,
+``maint/peer/README.md``) TileLang's CUDA of the case's twin (``maint/peer/cases_tilelang.py``) is generated
+on the same target (``maint/peer/emit_cuda.py``), both files are compiled with one nvcc line (C++20 and
+TileLang's header directories, which its source needs; ours ignores them), and each row becomes two, ours and
+TileLang's: ptxas's figures and the static SASS counts of ``maint/sass_counts.py`` (cuobjdump from the
+``nvidia-cuda-cuobjdump`` and ``nvidia-cuda-nvdisasm`` wheels, the ``bench`` extra), as a Markdown table:
+
+    python maint/bench_codegen.py --peer /tmp/peer-venv/bin/python --arch sm_80 --case gemm_pipelined
 """
 from __future__ import annotations
 
@@ -74,15 +80,18 @@ def ptxas_stats(text: str) -> Stats:
                  static_smem=max(u[1] for u in used))
 
 
-def compile_stats(source: str, arch: str, extra_flags: list | None = None) -> Stats:
-    """Compile CUDA ``source`` to a cubin for ``arch`` and return ptxas's figures."""
+def compile_stats(source: str, arch: str, extra_flags: list | None = None, cubin: Path | None = None,
+                  flags: list | None = None) -> Stats:
+    """Compile CUDA ``source`` to a cubin for ``arch`` and return ptxas's figures (``cubin``: keep it there;
+    ``flags``: instead of ``NVCC_FLAGS``)."""
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         raise FileNotFoundError("nvcc is not on PATH")
     with tempfile.TemporaryDirectory(prefix="tl_codegen_") as tmp:
         src = Path(tmp) / "kernel.cu"
         src.write_text(source)
-        cmd = [nvcc, *NVCC_FLAGS, f"-arch={arch}", *(extra_flags or []), "-o", str(Path(tmp) / "k.cubin"), str(src)]
+        out = cubin or Path(tmp) / "k.cubin"
+        cmd = [nvcc, *(flags or NVCC_FLAGS), f"-arch={arch}", *(extra_flags or []), "-o", str(out), str(src)]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
         errors = [line for line in (proc.stderr + proc.stdout).splitlines() if "error" in line]
@@ -191,11 +200,18 @@ def format_stats(stats: Stats) -> str:
 
 
 def main(argv=None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    if "--peer" in argv:
+        from maint.bench_peer import main as peer_main
+        return peer_main(argv)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--case", action="append", default=[], help="CASE or CASE/VARIANT (repeatable; default all)")
     ap.add_argument("--arch", action="append", choices=ARCHS, help="archs for variants without a target")
     ap.add_argument("--cases-dir", type=Path, default=ROOT / "cases")
     ap.add_argument("--json", type=Path, help="also write the records as JSON")
+    ap.add_argument("--peer", metavar="PYTHON", help="a Python with TileLang 0.1.15: compare with its CUDA "
+                                                     "(maint/bench_peer.py)")
     args = ap.parse_args(argv)
     if shutil.which("nvcc") is None:
         print("nvcc not found on PATH: nothing to measure", file=sys.stderr)

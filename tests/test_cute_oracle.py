@@ -121,6 +121,13 @@ def _planted_patches():
     def dropped_trans(mp):
         mp.setattr(lower_gemm, "ptx_call", lambda text, *ops: ptx(text.replace(".trans", ""), *ops))
 
+    def swapped_b_pair(mp):     # ldmatrix.x4 of two B blocks: the blocks' registers exchanged
+        def swapped(text, *ops):
+            if ".x4" in text and len(ops) == 5 and "mma_b" in str(ops[0].source.name):
+                ops = (ops[2], ops[3], ops[0], ops[1], ops[4])
+            return ptx(text, *ops)
+        mp.setattr(lower_gemm, "ptx_call", swapped)
+
     def swapped_halves(mp):
         def swapped(word, part, dtype):
             return unpack(word, 1 - part if dtype == "float16" else part, dtype)
@@ -133,6 +140,8 @@ def _planted_patches():
             "halved_k_advance": (fa90, halved_k_advance), "swapped_a_mma": (reg80, swapped_a_mma),
             "swapped_a_wgmma": (reg90, swapped_a_wgmma),
             "dropped_trans": ("gemm_pipelined/sm80_s2_k128@sm_80", dropped_trans),
+            "swapped_b_pair_trans": ("gemm_pipelined/sm80_s2_k128@sm_80", swapped_b_pair),
+            "swapped_b_pair": ("flash_attention/sm80_d64_b64x64_t128@sm_80", swapped_b_pair),
             "swapped_halves_mma": ("f16_accumulator@sm_80", swapped_halves),
             "swapped_halves_wgmma": ("f16_accumulator@sm_90a", swapped_halves)}
 
@@ -181,6 +190,21 @@ def test_every_tensor_core_case_agrees_with_cute(suite):
     for case in ("gemm_tile", "gemm_pipelined", "gemm_register_a", "gemm_chain", "flash_attention", "dequant_gemm",
                  "gemm_fp8"):
         assert case in names
+
+
+def test_b_operands_load_two_blocks_per_ldmatrix(suite):
+    """Adjacent 8-column B blocks share one ldmatrix.x4 (plain and .trans), and the replay above checked them:
+    no mma.sync variant with two or more B blocks per warp loads B by .x2 alone."""
+    traces, _, _ = suite
+    seen = {"plain": 0, "trans": 0}
+    for trace in traces:
+        b_loads = [ev for region in trace.regions for ev in region.events
+                   if getattr(ev, "name", "") == "tirx.ptx.ldmatrix"
+                   and any(o[0] == "reg" and "mma_b" in str(o[1].name) for o in ev.operands)]
+        for ev in b_loads:
+            if "x4" in ev.tokens:
+                seen["trans" if "trans" in ev.tokens else "plain"] += 1
+    assert all(v > 0 for v in seen.values()), seen
 
 
 def test_f16_accumulators_are_packed_in_cutes_register_order(suite):
@@ -273,6 +297,8 @@ def test_clean_variants_of_the_planted_errors_agree(suite):
     ("swapped_a_mma", " A: warp(group)"),
     ("swapped_a_wgmma", " A: warp(group)"),
     ("dropped_trans", " B: warp(group)"),
+    ("swapped_b_pair_trans", "B block at (0, 8)"),
+    ("swapped_b_pair", "B block at (0, 8)"),
     ("swapped_halves_mma", "unpacked wrongly"),
     ("swapped_halves_wgmma", "unpacked wrongly"),
 ])

@@ -236,10 +236,30 @@ def test_a_missing_barrier_after_the_wait_gives_wrong_cpu_values():
 
 # ------------------------------------------------------------------------------------ what is not pipelined
 
-def test_one_stage_leaves_the_loop_alone():
-    lowered = lower_func(KP.rowsum(64, 128, 32, 1, "sm_80"))
-    assert "cp.async" not in lowered.script() and "ptx.cp" not in lowered.script()
-    assert PIPELINE_REPORT_ATTR not in (lowered.attrs or {})
+def test_one_stage_copies_by_cp_async_within_the_iteration():
+    """num_stages=1 (TileLang's T.Pipelined(n, num_stages=1)): nothing overlaps across iterations, but the copies
+    go by cp.async: barrier, copies, commit, wait_group 0, barrier, then the body; one buffer per tile."""
+    func = KP.rowsum(64, 128, 32, 1, "sm_80")
+    lowered = lower_func(func)
+    (loop,) = _loops(lowered, PIPELINE_KEY)
+    seq = [str(x) for x in loop.body.seq]
+    assert "tvm_storage_sync" in seq[0] and ("cp_async" in seq[1] or "ptx.cp" in seq[1])
+    k = next(i for i, x in enumerate(seq) if "wait_group" in x)
+    assert "commit_group" in seq[k - 1] and "tvm_storage_sync" in seq[k + 1]
+    assert "1 stage" in str(lowered.attrs[PIPELINE_REPORT_ATTR])
+    res = check_numeric(func, _rowsum_ref, tolerance=(1e-4, 1e-4))
+    assert res.ok, res.message
+    gemm = KP.gemm(64, 128, 128, 32, 1, "sm_80")
+    res = check_numeric(gemm, _gemm_ref, tolerance=GEMM_TOL)
+    assert res.ok, res.message
+
+
+def test_one_stage_without_its_wait_gives_wrong_cpu_values():
+    func = KP.rowsum(64, 128, 32, 1, "sm_80")
+    lowered = lower_func(func)
+    assert _run_lowered(lowered, func, _rowsum_ref, (1e-4, 1e-4)) == []
+    broken = _edit_waits(lowered, lambda n: 99)       # waits for nothing
+    assert _run_lowered(broken, func, _rowsum_ref, (1e-4, 1e-4))
 
 
 def test_pre_sm80_targets_lower_synchronously_and_say_so():

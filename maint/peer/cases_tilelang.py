@@ -302,7 +302,7 @@ def _conversion_accumulate_rows(m, n, threads):
     return main
 
 
-def _attention(dim, bm, bn, threads, causal, policy=True, batch=1, heads=1, seq=0, masked=False):
+def _attention(dim, bm, bn, threads, causal, policy=True, batch=1, heads=1, seq=0, masked=False, stages=0):
     """examples/flash_attention/example_mha_fwd_bhsd.py, serial K/V loop (TileLang's T.Pipelined with one
     stage infers the same layouts); with ``masked``, examples/blocksparse_attention as written there (mask row
     in a local array, the whole attention step under ``if block_mask[k] != 0``, T.Pipelined with
@@ -372,7 +372,7 @@ def _attention(dim, bm, bn, threads, causal, policy=True, batch=1, heads=1, seq=
                         step(Q_shared, K_shared, V_shared, acc_s, acc_s_cast, acc_o, scores_max, scores_max_prev,
                              scores_scale, scores_sum, logsum, K, V, bx, by, bz, k)
             else:
-                for k in T.serial(loop_range):
+                for k in (T.Pipelined(loop_range, num_stages=stages) if bool(stages) else T.serial(loop_range)):
                     step(Q_shared, K_shared, V_shared, acc_s, acc_s_cast, acc_o, scores_max, scores_max_prev,
                          scores_scale, scores_sum, logsum, K, V, bx, by, bz, k)
             for i, j in T.Parallel(bm, dim):
@@ -394,8 +394,8 @@ def _attention(dim, bm, bn, threads, causal, policy=True, batch=1, heads=1, seq=
     return main
 
 
-def _flash(dim, bm, bn, threads, causal, policy=True, batch=1, heads=1):
-    return _attention(dim, bm, bn, threads, causal, policy, batch, heads)
+def _flash(dim, bm, bn, threads, causal, policy=True, batch=1, heads=1, stages=0):
+    return _attention(dim, bm, bn, threads, causal, policy, batch, heads, stages=stages)
 
 
 def _gemm_chain(m, n, k, d, threads, policy=True):
@@ -529,6 +529,7 @@ for _arch in ("sm80", "sm90"):
         KERNELS[_name] = (lambda d=_d, bm=_bm, bn=_bn, t=_t, c=_causal: _flash(d, bm, bn, t, c))
     KERNELS[f"flash_attention/{_arch}_d64_b64x64_t128_default_policy"] = (
         lambda: _flash(64, 64, 64, 128, False, policy=False))
+    KERNELS[f"flash_attention/{_arch}_d64_b64x64_t128_stages1"] = lambda: _flash(64, 64, 64, 128, False, stages=1)
     KERNELS[f"gemm_chain/{_arch}_m64n64k64d64_t128"] = lambda: _gemm_chain(64, 64, 64, 64, 128)
     KERNELS[f"gemm_chain/{_arch}_m128n64k32d128_t256_default_policy"] = (
         lambda: _gemm_chain(128, 64, 32, 128, 256, policy=False))
@@ -735,6 +736,25 @@ def _gemm_pipelined(m, n, k, bk, stages, threads=128):
     return main
 
 
+def _gemm_staged_c(m, n, k, bk, stages, threads=128):
+    """examples/gemm as written: the fp16 result staged through C_s."""
+    @T.prim_func
+    def main(A: T.Tensor((m, k), T.float16), B: T.Tensor((k, n), T.float16), C: T.Tensor((m, n), T.float16)):
+        with T.Kernel(1, threads=threads):
+            A_s = T.alloc_shared((m, bk), T.float16)
+            B_s = T.alloc_shared((bk, n), T.float16)
+            C_s = T.alloc_shared((m, n), T.float16)
+            acc_f = T.alloc_fragment((m, n), T.float32)
+            T.clear(acc_f)
+            for ko in T.Pipelined(k // bk, num_stages=stages):
+                T.copy(A[0:m, ko * bk:ko * bk + bk], A_s)
+                T.copy(B[ko * bk:ko * bk + bk, 0:n], B_s)
+                T.gemm(A_s, B_s, acc_f)
+            T.copy(acc_f, C_s)
+            T.copy(C_s, C)
+    return main
+
+
 def _rowsum_pipelined(m, n, bn, stages, threads=128):
     @T.prim_func
     def main(X: T.Tensor((m, n), T.float32), R: T.Tensor((m,), T.float32)):
@@ -774,6 +794,7 @@ def _rowsum_pipelined_dynamic(m, bn, stages, threads=128):
 KERNELS.update({
     "gemm_pipelined/rowsum_dynamic_sm80_s3": lambda: _rowsum_pipelined_dynamic(64, 32, 3),
     "gemm_pipelined/sm80_s2_k128": lambda: _gemm_pipelined(64, 128, 128, 32, 2),
+    "gemm_pipelined/staged_c_sm80_s3_128x128": lambda: _gemm_staged_c(128, 128, 128, 32, 3),
     "gemm_pipelined/sm80_s3_k96": lambda: _gemm_pipelined(64, 128, 96, 32, 3),
     "gemm_pipelined/sm80_s3_k128": lambda: _gemm_pipelined(64, 128, 128, 32, 3),
     "gemm_pipelined/sm90_s3_k128": lambda: _gemm_pipelined(64, 128, 128, 32, 3),

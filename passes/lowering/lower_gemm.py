@@ -394,18 +394,24 @@ def lower_gemm_mma(op, acc: Fragment, tiling: WarpTiling, inst: MmaInst, ctx: Ge
             out.append(tirx.BufferStore(a_regs, _register(vals, inst), [a * ra + r]))
         return tirx.SeqStmt(out) if len(out) > 1 else out[0]
 
+    def ldmatrix_b(b, tiles: int):
+        """``tiles`` (1 or 2) adjacent 8-column B blocks from ``b`` on in one ldmatrix (.x2 / .x4): lanes
+        16t..16t+15 address block ``b + t``, its matrices landing in registers 2t and 2t + 1."""
+        sub = lane % 16
+        c0 = tiling.col0(warp, b) + (8 * (lane // 16) if tiles == 2 else 0)
+        if B.k_contiguous:     # stored [N, K]: plain ldmatrix, rows along N
+            addr = B.storage_index(k0 + 4 * kp * (sub // 8), c0 + sub % 8)
+        else:                  # stored [K, N]: transposed load, rows along K
+            addr = B.storage_index(k0 + 8 * (sub // 8) + sub % 8, c0)
+        text = (f"ldmatrix.sync.aligned.m8n8.x{2 * tiles}" + ("" if B.k_contiguous else ".trans")
+                + ".shared.b16")
+        ptr = tirx.address_of(tirx.BufferLoad(B.buf.var, _region_index(B.region, addr)))
+        return ptx_call(text, *[tirx.BufferLoad(b_regs, [b * 2 + r]) for r in range(2 * tiles)], ptr)
+
     def load_b(b):
         c0 = tiling.col0(warp, b)
         if b_mode == "ldmatrix":
-            sub = lane % 16
-            if B.k_contiguous:     # stored [N, K]: plain ldmatrix, rows along N
-                addr = B.storage_index(k0 + 4 * kp * (sub // 8), c0 + sub % 8)
-                text = "ldmatrix.sync.aligned.m8n8.x2.shared.b16"
-            else:                  # stored [K, N]: transposed load, rows along K
-                addr = B.storage_index(k0 + 8 * (sub // 8) + sub % 8, c0)
-                text = "ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16"
-            ptr = tirx.address_of(tirx.BufferLoad(B.buf.var, _region_index(B.region, addr)))
-            return ptx_call(text, *[tirx.BufferLoad(b_regs, [b * 2 + r]) for r in range(2)], ptr)
+            return ldmatrix_b(b, 1)
         out = []
         for r in range(rb):
             vals = []
@@ -414,6 +420,14 @@ def lower_gemm_mma(op, acc: Fragment, tiling: WarpTiling, inst: MmaInst, ctx: Ge
                 vals.append(B.load(k0 + kk, c0 + cc))
             out.append(tirx.BufferStore(b_regs, _register(vals, inst, "B"), [b * rb + r]))
         return tirx.SeqStmt(out) if len(out) > 1 else out[0]
+
+    def load_all_b():
+        """Every B block of the K step: adjacent pairs by ldmatrix.x4 (half the instructions of .x2), an odd
+        last block by .x2; element loads block by block."""
+        if b_mode != "ldmatrix" or nb < 2:
+            return unroll("nb", nb, load_b)
+        pairs = unroll("nbp", nb // 2, lambda p: ldmatrix_b(2 * p, 2))
+        return pairs if nb % 2 == 0 else tirx.SeqStmt([pairs, load_b(nb - 1)])
 
     d_buf = op.c.buffer.var
     # f32 accumulators bind directly; f16 pairs (f16x2) and s32 values travel in u32 registers
@@ -446,14 +460,15 @@ def lower_gemm_mma(op, acc: Fragment, tiling: WarpTiling, inst: MmaInst, ctx: Ge
 
     body = tirx.SeqStmt([
         unroll("ma", na, load_a),
-        unroll("nb", nb, load_b),
+        load_all_b(),
         unroll("ma", na, lambda a: unroll("nb", nb, lambda b: issue(a, b))),
     ])
     stmts += [tirx.AllocBuffer(a_regs), tirx.AllocBuffer(b_regs)]
     if c_tmp is not None:
         stmts.append(tirx.AllocBuffer(c_tmp))
     stmts.append(tirx.For(ks_var, 0, ksteps, tirx.ForKind.SERIAL, body))
-    report = (f"{inst.name} x{ksteps * na * nb} per warp ({tiling.describe()}); A: {a_mode}, B: {b_mode}")
+    b_how = "ldmatrix.x4" if b_mode == "ldmatrix" and nb >= 2 else b_mode
+    report = (f"{inst.name} x{ksteps * na * nb} per warp ({tiling.describe()}); A: {a_mode}, B: {b_how}")
     return tirx.SeqStmt(stmts), report
 
 

@@ -99,6 +99,8 @@ def lower_func(func, target=None, cost_model=None, infer: bool = True, verify: b
     from .uniform_branches import mark_uniform_branches
     from .unroll_registers import unroll_register_loops
     func = unroll_register_loops(func)       # every register index a constant: fragments stay in registers
+    from .register_select import select_register_reads
+    func = select_register_reads(func)       # the indices left at runtime: a select over constant slots
     return unfold_thread_dims(keep_shared_alive(mark_uniform_branches(fence_shared_atomics(func))), dims)
 
 

@@ -1,7 +1,8 @@
 """Decide how each software-pipelined loop is lowered, once, before any tile op is lowered.
 
 A serial loop annotated ``num_stages = s`` (TileLang's ``T.Pipelined(n, num_stages=s)``; in TIRx
-``T.serial(n, annotations={"num_stages": s})``) is pipelined when ``s >= 2``: every shared tile a
+``T.serial(n, annotations={"num_stages": s})``) is pipelined when ``s >= 2`` (``s = 1``: the copies still
+go by cp.async, issued and waited for within their iteration): every shared tile a
 global -> shared copy of the loop body writes gets ``s`` copies (a leading stage dimension, the same layout in
 each stage), and the copy of iteration ``k + s - 1`` is issued while iteration ``k`` computes. This pass checks
 that the loop can be pipelined as written and records the decision on the loop as the annotation
@@ -131,8 +132,10 @@ def plan_pipelines(func, target=None):
         if loop.annotations is None or STAGES_KEY not in loop.annotations or PIPELINE_KEY in loop.annotations:
             return loop
         stages = _stages(loop)
-        if stages <= 1:
-            return loop                 # one stage: nothing to overlap, the loop stays as written
+        if stages < 1:
+            return loop                 # no stage: the loop stays as written
+        # one stage overlaps nothing across iterations, but its copies still go by cp.async (no register
+        # round trip), issued together at the top of the body (software_pipeline.py)
         if loop.kind != tirx.ForKind.SERIAL:
             raise PipelineError(f"{_label(loop)}: only serial loops can be pipelined, this one is {loop.kind}")
         decision = dict(_decide(loop, stages, graph, target, shared_sizes, uniform, func), loop=keys[_loop_id(loop)])
@@ -276,6 +279,10 @@ def _decide(loop, stages: int, graph, target, shared_sizes: dict, uniform: list,
         return {"stages": stages, "buffers": names, "mode": "synchronous",
                 "note": f"{target.attrs.get('arch', target.kind.name)} has no cp.async (sm_80+): copies stay "
                         f"synchronous and single-buffered"}
+    if stages == 1:         # nothing to overlap across iterations: TMA's mbarrier ring buys nothing here
+        return {"stages": 1, "buffers": names, "mode": "cp.async",
+                "note": f"1 stage of {names.replace(',', ', ')}: cp.async issued at the top of each iteration, "
+                        f"waited for before its body computes"}
     note = (f"{stages} stages of {names.replace(',', ', ')}: cp.async for iteration k + {stages - 1} while iteration "
             f"k computes")
     if has_tma(target) and func is not None:

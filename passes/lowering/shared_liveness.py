@@ -162,6 +162,8 @@ def keep_shared_alive(func: tirx.PrimFunc) -> tirx.PrimFunc:
     if not addressed:
         return func
 
+    nested = _nested_allocations(func.body)
+
     def on_seq(s):
         seq = list(s.seq)
         here = [k for k, x in enumerate(seq) if isinstance(x, tirx.AllocBuffer)
@@ -174,10 +176,81 @@ def keep_shared_alive(func: tirx.PrimFunc) -> tirx.PrimFunc:
         # and TVM's storage rewrite could then place the tile on the bytes of one that dies before them, with a
         # marker naming a buffer of another dtype (LowerIntrin refuses that; fuzz seed 2807 kernel 29)
         last = max(here)
+        ends = {k: _last_use(seq, last + 1, b, nested) for k, b in enumerate(bufs)}
+        after: dict = {}
+        for k, b in enumerate(bufs):
+            after.setdefault(ends[k], []).append(b)
+        barrier = _reuse_barrier(seq, min(ends.values()), last) if min(ends.values()) < len(seq) - 1 else None
         # two sets of nodes, not one reused: the merge keys its liveness events by statement node
-        return tirx.SeqStmt(seq[:last + 1] + [_marker(b) for b in bufs] + seq[last + 1:] + [_marker(b) for b in bufs])
+        out = seq[:last + 1] + [_marker(b) for b in bufs]
+        for j in range(last + 1, len(seq)):
+            if j == barrier:
+                out.append(tirx.Evaluate(tirx.op.tvm_storage_sync("shared")))
+            out.append(seq[j])
+            out += [_marker(b) for b in after.get(j, [])]
+        out += [_marker(b) for b in after.get(len(seq), [])]
+        return tirx.SeqStmt(out)
 
     return func.with_body(mapped(func.body, [(tirx.SeqStmt, on_seq)]))
+
+
+def _mentions(stmt, buf) -> bool:
+    found: list = []
+    walk(stmt, [(tirx.Var, lambda v: found.append(1) if v.same_as(buf) else None)])
+    return bool(found)
+
+
+def _nested_allocations(body) -> list:
+    """Shared tiles allocated inside a loop or a branch: their end marker stays at the end of their block (a
+    loop's next iteration, or a thread that skips the branch, would need a barrier this pass cannot place)."""
+    found: list = []
+
+    def inner(node):
+        walk(node.body if isinstance(node, tirx.For) else node, [(tirx.AllocBuffer, lambda a: found.append(a.buffer))])
+    walk(body, [(tirx.For, inner), (tirx.IfThenElse, inner)])
+    return found
+
+
+def _last_use(seq: list, start: int, buf, nested: list) -> int:
+    """Index of the last statement of ``seq`` (from ``start``) that names ``buf``; ``len(seq)`` -- the block's
+    end -- for a tile that is not a dynamic one of the kernel's top level, or that nothing names."""
+    if str(buf.scope()) != "shared.dyn" or any(buf.same_as(b) for b in nested):
+        return len(seq)
+    uses = [j for j in range(start, len(seq)) if _mentions(seq[j], buf)]
+    return uses[-1] if uses else len(seq)
+
+
+def _reuse_barrier(seq: list, end: int, last_alloc: int) -> int | None:
+    """Where a barrier must go once a tile's end marker sits after ``seq[end]``: before the first later
+    statement naming a shared tile that nothing named up to ``end`` (TVM's merge may give it the dead tile's
+    bytes, so every thread must be done with those, ldmatrix reads and landed cp.async copies included: the
+    pipeline's drain waits for its copies before the barrier)."""
+    def shared_names(stmt) -> set:
+        names: set = set()
+
+        def on_var(v):
+            try:
+                scope = str(v.scope())
+            except Exception:  # noqa: BLE001 -- a plain variable has no storage scope
+                return
+            if scope in _SHARED:
+                names.add(str(v.name))
+        walk(stmt, [(tirx.Var, on_var)])
+        return names
+    seen: set = set()
+    for j in range(last_alloc + 1, end + 1):
+        if not isinstance(seq[j], tirx.AllocBuffer):      # an allocation is no use of the tile
+            seen |= shared_names(seq[j])
+    for j in range(end + 1, len(seq)):
+        if shared_names(seq[j]) - seen:
+            return None if _is_barrier(seq[j - 1]) else j      # placed by an earlier run: no second one
+    return None
+
+
+def _is_barrier(stmt) -> bool:
+    call = stmt.value if isinstance(stmt, tirx.Evaluate) else None
+    return isinstance(call, tvm.ir.Call) and isinstance(call.op, tvm.ir.Op) \
+        and str(call.op.name) == "tirx.tvm_storage_sync"
 
 
 def merge_overlap(mod) -> str | None:

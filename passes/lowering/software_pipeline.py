@@ -369,6 +369,8 @@ def _pipeline_loop(loop, plan: dict, staged: dict, params: list, thread_bounds: 
         return body
 
     commit = ptx_call("cp.async.commit_group")
+    if s == 1:
+        return _one_stage(loop, issue(k, tirx.const(0, "int32")), consumer, commit, staged, sizes)
     prologue = []
     for p in range(s - 1):
         st = issue(lo + p, tirx.const(p, "int32"), tirx.const(p, "int32") < n)
@@ -389,6 +391,26 @@ def _pipeline_loop(loop, plan: dict, staged: dict, params: list, thread_bounds: 
         text += (f"; {sync} copy statement(s) stay synchronous (a conversion, a predicate varying inside the chunk, or "
                  f"no provably aligned 4-byte chunk)")
     return out, text
+
+
+def _one_stage(loop, producer, consumer: list, commit, staged: dict, sizes: dict):
+    """The schedule of one stage: ``__syncthreads(); P(k); commit_group; wait_group(0); __syncthreads(); C(k)``.
+    The first barrier is the write-after-read one (every thread has left ``C(k - 1)``, which read the tile), the
+    second makes every thread's landed copies visible; a synchronous copy needs the same two."""
+    sync = tirx.Evaluate(tirx.op.tvm_storage_sync("shared"))
+    body = [sync] + ([producer] if producer is not None else []) + [commit, ptx_call("cp.async.wait_group", 0),
+                                                                    tirx.Evaluate(tirx.op.tvm_storage_sync("shared"))]
+    body += [_restage(c, staged, tirx.const(0, "int32")) for c in consumer]
+    notes = {key: val for key, val in loop.annotations.items()}
+    new_loop = tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, tirx.SeqStmt(body), loop.thread_binding,
+                        notes, loop.step)
+    stays = sizes.pop("sync", 0)
+    copies = ", ".join(f"{b} B x{c}" for b, c in sorted(sizes.items(), reverse=True)) or "none"
+    text = (f"cp.async, 1 stage of {', '.join(staged)} (cp.async statements: {copies}); issued and waited for "
+            f"(wait_group 0) within each iteration, two barriers per iteration")
+    if stays:
+        text += f"; {stays} copy statement(s) stay synchronous"
+    return new_loop, text
 
 
 def _is_block_barrier(stmt) -> bool:
