@@ -1710,3 +1710,22 @@ def test_a_pipelined_loop_in_a_block_launched_with_threadidx_y_lowers():
         with kernel_warnings():
             res = check_numeric(func, reference, cost_model=model)
         assert res.ok and res.races == [], f"{model}: {res.message}"
+
+
+def test_a_guarded_fp8_load_into_a_shared_tile_builds_on_the_cpu():
+    """A partial fp8 tile (64 x 8 read from a 64 x 5 tensor) gets a bounds guard whose pad is an fp8 constant;
+    the CPU build holds fp8 shared tiles as bytes and used to bitcast the guarded float choice to i8, which LLVM
+    refuses ("Reinterpret requires size match"). The stored byte is now the code of the value chosen. The numpy
+    reference reads the in-bounds columns and 0 for the three outside."""
+    text = '''
+@T.prim_func
+def main(A: T.Buffer((64, 5), "float8_e5m2"), O: T.Buffer((64, 8), "float32")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 128)
+    s = T.alloc_buffer((64, 8), "float8_e5m2", scope="shared.dyn")
+    f = T.alloc_buffer((64, 8), "float32", scope="local.fragment")
+    Tx.copy(s[0:64, 0:8], A[0:64, 0:8])
+    Tx.copy(f[0:64, 0:8], s[0:64, 0:8])
+    Tx.copy(O[0:64, 0:8], f[0:64, 0:8])
+'''
+    _check_end_to_end(text)

@@ -129,6 +129,24 @@ def constant_code(value: float, dtype: str) -> int:
     return int(np.array([clipped], dtype=np.float64).astype(fmt).view(np.uint8)[0])
 
 
+def _as_bytes(value, dtype: str):
+    """The uint8 code of the fp8 ``value`` stored into a byte-held buffer. A constant (the cp.async emulation's
+    NaN poison, a bounds guard's pad) becomes its code, as LLVM cannot bitcast a float to i8; a choice between
+    values (a guarded load, ``if_then_else(in_bounds, A[i], pad)``) chooses between their codes."""
+    inner = _reinterpret_arg(value, "uint8")
+    if inner is not None:
+        return inner
+    if isinstance(value, tirx.FloatImm):
+        return tirx.const(constant_code(float(value.value), dtype), "uint8")
+    if isinstance(value, tirx.Select):
+        return tirx.Select(value.condition, _as_bytes(value.true_value, dtype), _as_bytes(value.false_value, dtype))
+    if isinstance(value, tvm.ir.Call) and isinstance(value.op, tvm.ir.Op) and \
+            str(value.op.name) in ("prim.if_then_else", "tirx.if_then_else"):
+        cond, a, b = value.args
+        return tirx.if_then_else(cond, _as_bytes(a, dtype), _as_bytes(b, dtype))
+    return tirx.reinterpret("uint8", value)
+
+
 def byte_storage(func: tirx.PrimFunc) -> tirx.PrimFunc:
     """``func`` with every allocated fp8 buffer held as uint8 (see the module docstring)."""
     found: list = []
@@ -164,13 +182,7 @@ def byte_storage(func: tirx.PrimFunc) -> tirx.PrimFunc:
         old, new = new_of(s.buffer)
         if old is None:
             return s
-        value = _reinterpret_arg(s.value, "uint8")
-        if value is None and isinstance(s.value, tirx.FloatImm):
-            # a constant (the cp.async emulation's NaN poison): its code, as LLVM cannot bitcast a float to i8
-            value = tirx.const(constant_code(float(s.value.value), str(old.dtype)), "uint8")
-        if value is None:
-            value = tirx.reinterpret("uint8", s.value)
-        return tirx.BufferStore(new, value, list(s.indices))
+        return tirx.BufferStore(new, _as_bytes(s.value, str(old.dtype)), list(s.indices))
 
     def on_alloc(a):
         old, new = new_of(a.buffer)
