@@ -118,7 +118,7 @@ def test_split_graph_made_from_the_unsplit_one_equals_a_full_build(case, variant
     _infer(importlib.import_module(f"cases.{case}").VARIANTS[variant](), True, monkeypatch)
     if case.startswith("gemm_"):
         assert all(g is not None for g in made)
-    if case == "gemm_pipelined" and not variant.startswith("rowsum"):
+    if case == "gemm_pipelined" and not variant.startswith(("rowsum", "staged_c")):
         assert made
 
 
@@ -179,5 +179,5 @@ def test_split_engine_takes_the_unsplit_gemm_plans_planning_gives(case, variant,
     for engine in given:
         fresh = plan_gemms(engine.ops, engine.graph.thread_extent, engine.target, engine.graph.op_thread_range)
         assert fresh == engine.gemm_plans
-    if case == "gemm_pipelined" and not variant.startswith("rowsum"):
+    if case == "gemm_pipelined" and not variant.startswith(("rowsum", "staged_c")):
         assert given, "the pipelined gemms stage their epilogue through a reused graph"

@@ -189,7 +189,8 @@ def test_cheapest_attempt_wins(kernels):
 
 def test_equal_costs_keep_the_earliest_root(kernels):
     r = tl.infer_layouts(kernels("chain_tie", lambda: K.chain(64, 128, T128)))
-    assert [(a.mem, a.regs) for a in r.attempts] == [(0, 128)] * 3
+    # x and y hold 64 registers each; x dies element by element as y is written, so the peak is 64
+    assert [(a.mem, a.regs) for a in r.attempts] == [(0, 64)] * 3
     assert [a.chosen for a in r.attempts] == [True, False, False]
 
 

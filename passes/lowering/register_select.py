@@ -125,6 +125,11 @@ def _candidates(index, fixed: set, ana, size: int | None, extents: dict) -> list
     if loads:                             # an index read from memory: only the whole array can be selected over
         return _whole(index, size)
     a = ana.simplify(substitute(index, {v: tirx.const(0, str(v.ty)) for v in variable}))
+    if not _affine(a):
+        # a division or modulo of an unrolled loop variable in the constant part: apache-tvm 0.27's later
+        # simplification rewrites ``(7 - j) % 8 + 8`` (the slot of a reversed read) to ``8 - j % -8``, a different
+        # slot; such reads keep their index (and the array its local memory) rather than risk a wrong value
+        return None
     b = ana.simplify(index - a)
     rest = []
     walk(b, [(tirx.Var, lambda v: rest.append(v) if v in fixed else None)])
@@ -137,6 +142,13 @@ def _candidates(index, fixed: set, ana, size: int | None, extents: dict) -> list
         if values is not None and len(values) <= MAX_SELECT_WAYS:
             return [(tirx.EQ(b, tirx.const(v, str(b.ty))), ana.simplify(a + v)) for v in values]
     return _whole(index, size)
+
+
+def _affine(expr) -> bool:
+    """Whether ``expr`` has no division or modulo (sums and products of variables and constants)."""
+    found: list = []
+    walk(expr, [(t, found.append) for t in (tirx.FloorDiv, tirx.FloorMod, tirx.Div, tirx.Mod)])
+    return not found
 
 
 def _whole(index, size: int | None) -> list | None:
