@@ -126,9 +126,9 @@ def _candidates(index, fixed: set, ana, size: int | None, extents: dict) -> list
         return _whole(index, size)
     a = ana.simplify(substitute(index, {v: tirx.const(0, str(v.ty)) for v in variable}))
     if not _affine(a):
-        # a division or modulo of an unrolled loop variable in the constant part: apache-tvm 0.27's later
-        # simplification rewrites ``(7 - j) % 8 + 8`` (the slot of a reversed read) to ``8 - j % -8``, a different
-        # slot; such reads keep their index (and the array its local memory) rather than risk a wrong value
+        # a division or modulo of an unrolled loop variable in the constant part: a later simplification in the
+        # build rewrote ``(7 - j) % 8 + 8`` (the slot of a reversed read) to ``8 - j % -8``, a different slot;
+        # such reads keep their index (and the array its local memory) rather than risk a wrong value
         return None
     b = ana.simplify(index - a)
     rest = []
