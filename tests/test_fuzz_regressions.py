@@ -1729,3 +1729,30 @@ def main(A: T.Buffer((64, 5), "float8_e5m2"), O: T.Buffer((64, 8), "float32")):
     Tx.copy(O[0:64, 0:8], f[0:64, 0:8])
 '''
     _check_end_to_end(text)
+
+
+GUARDED_PIPELINED_COPY = '''
+@T.prim_func
+def main(A1: T.Buffer((48, 6), "float32")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 96)
+    f2 = T.alloc_buffer((48, 3), "float32", scope="local.fragment")
+    s0 = T.alloc_buffer((48, 3), "float32", scope="shared.dyn")
+    for ko in T.serial(2, annotations={"num_stages": 2}):
+        if ko % 2 == 1:
+            Tx.copy(s0[0:48, 0:3], A1[0:48, ko * 3:ko * 3 + 3])
+            for i in T.parallel(48):
+                for j in T.parallel(3):
+                    f2[i, j] = T.max(f2[i, j], s0[i, j])
+'''
+
+
+@pytest.mark.xfail(strict=True, reason="known limit (docs/limits.md): the race-checked CPU build of a guarded pipelined "
+                                       "copy fails to compile (\"Trying to update var 'idx0'\")")
+def test_a_guarded_pipelined_copy_builds_under_the_race_check():
+    """Fuzz seed 13008, kernel 24, reduced: the plain CPU build matches; the race-checked one binds one protected
+    index variable twice with two orderings of one sum, which TVM's LLVM code generator refuses."""
+    func = parse(GUARDED_PIPELINED_COPY)
+    with kernel_warnings():
+        assert check_numeric(func, cost_model="register-count", race_check=False).ok
+        check_numeric(func, cost_model="register-count")
