@@ -30,7 +30,8 @@ consumers), so its fragments have thread_range [128, 256); shifted to [0, 128) t
 as fills.
 Difference: we keep one thread group (no producer warpgroup): on sm_80 and sm_90 every thread issues cp.async; on
 sm_90a thread 0 issues TMA loads (A_s one 64B-swizzled box, B_s two 128B-swizzled panels per stage, the swizzles
-being the inferred layouts') and every thread waits on the stage's mbarrier."""
+being the inferred layouts') and every thread waits on the stage's mbarrier. The staged fp16 epilogue on sm_90a
+(`staged_c_sm90a_s3_128x128`) stores acc_f into C_s with stmatrix.x4 (16 per thread), as TileLang does."""
 
 
 def _gemm(m: int, n: int, k: int, bk: int, stages: int, arch: str, threads: int = 128, scope: str = "shared"):
@@ -116,6 +117,7 @@ VARIANTS = {
     "sm90a_s2_k128": lambda: _gemm(64, 128, 128, 32, 2, "sm_90a"),
     "sm90a_s3_k96": lambda: _gemm(64, 128, 96, 32, 3, "sm_90a"),
     "staged_c_sm80_s3_128x128": lambda: _gemm_staged(128, 128, 128, 32, 3, "sm_80"),
+    "staged_c_sm90a_s3_128x128": lambda: _gemm_staged(128, 128, 128, 32, 3, "sm_90a"),
     "rowsum_sm80_s2": lambda: _rowsum(64, 256, 32, 2, "sm_80"),
     "rowsum_sm90_s3": lambda: _rowsum(64, 256, 32, 3, "sm_90"),
     "rowsum_dynamic_sm80_s3": lambda: _rowsum(64, None, 32, 3, "sm_80"),

@@ -1003,6 +1003,17 @@ class Gen:
             self.defined.update((p.name, o.name))
             self.sum_extent = max(self.sum_extent, n)
             self.notes.append("gemm-chain")
+        # a staged fp16 epilogue (TileLang's examples/gemm): on sm_90+ stored by stmatrix. Drawn from its own
+        # stream so that the kernels of earlier seeds stay as they were. Bug classes: stmatrix lanes, register
+        # halves and the barriers around it (``lower_stmatrix``).
+        staged = random.Random(f"tilelayout-fuzz-staged:{m}:{n}:{k}:{dt}:{len(self.body)}:{self.threads}")
+        if staged.random() < 0.3:
+            cs = Buf(self.fresh("s"), (m, n), "float16", self.shared_scope())
+            self.allocs.append(cs)
+            self.body.append(f"Tx.copy({cs.name}[{_region(cs.shape)}], {acc.name}[{_region(acc.shape)}])")
+            g, reg = self.global_region(cs.shape, "float16", "out")
+            self.body.append(f"Tx.copy({g}[{reg}], {cs.name}[{_region(cs.shape)}])")
+            self.notes.append("gemm-staged-fp16")
 
     def flagged(self) -> None:
         """Block-sparse style: a local array copied from a global int mask (``fl[v] = M[v]``, block-uniform) and

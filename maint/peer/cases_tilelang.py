@@ -795,6 +795,7 @@ KERNELS.update({
     "gemm_pipelined/rowsum_dynamic_sm80_s3": lambda: _rowsum_pipelined_dynamic(64, 32, 3),
     "gemm_pipelined/sm80_s2_k128": lambda: _gemm_pipelined(64, 128, 128, 32, 2),
     "gemm_pipelined/staged_c_sm80_s3_128x128": lambda: _gemm_staged_c(128, 128, 128, 32, 3),
+    "gemm_pipelined/staged_c_sm90a_s3_128x128": lambda: _gemm_staged_c(128, 128, 128, 32, 3),
     "gemm_pipelined/sm80_s3_k96": lambda: _gemm_pipelined(64, 128, 96, 32, 3),
     "gemm_pipelined/sm80_s3_k128": lambda: _gemm_pipelined(64, 128, 128, 32, 3),
     "gemm_pipelined/sm90_s3_k128": lambda: _gemm_pipelined(64, 128, 128, 32, 3),

@@ -172,6 +172,13 @@ class _Lowering:
             raise LoweringError(f"{op.describe()}: no loop decision recorded for this tile op (attribute "
                                 f"{TILE_LOOPS_ATTR!r}); run layout inference first")
         _, layout, predicate, padding_guard, replica_guard = entry
+        if isinstance(op, CopyOp) and op.src.buffer.is_fragment and op.dst.buffer.is_shared:
+            from .lower_stmatrix import stmatrix_copy
+            stored = stmatrix_copy(op, self.layout_of(op.src.buffer, op), self.layouts.get(op.dst.buffer.name),
+                                   self.tx, self.threads, self.target, (predicate, padding_guard, replica_guard))
+            if stored is not None:
+                self.report(op, stored[1])
+                return stored[0]
         body = element_loop(op, node, nest_of(op), tirx.ForKind.PARALLEL)
         return annotate_loop(body, layout, predicate, padding_guard, replica_guard)
 

@@ -448,7 +448,7 @@ class _Instrumenter:
             if ent is None:
                 return pre + [s]
             return pre + [self.access(ent, at.target.indices, "atomic", self.site(at.target.source, "atomic", s)), s]
-        if name == _LDMATRIX or _WGMMA.match(name) or name == "tirx.ptx.tcgen05_mma_ss":
+        if name in (_LDMATRIX, "tirx.ptx.stmatrix") or _WGMMA.match(name) or name == "tirx.ptx.tcgen05_mma_ss":
             from .race_collectives import collective_reads
             return collective_reads(self, call, s) + [s]
         if not isinstance(call, tvm.ir.Call):

@@ -1,10 +1,13 @@
-"""Shared-memory reads of the warp and warpgroup collectives, for the race check (``race_check``).
+"""Shared-memory reads (and stmatrix's writes) of the warp and warpgroup collectives, for the race check
+(``race_check``).
 
 A collective reads shared memory on behalf of all its threads, so each element it reads is recorded once, as
 read by several threads: a write by any thread in the same barrier interval conflicts with it.
 
 - ``ldmatrix``: lane ``8 m + r`` supplies the address of row ``r`` of matrix ``m``; the 16 bytes there are
   read (lanes past the matrices the instruction loads supply no address).
+- ``stmatrix``: lane ``8 m + r`` supplies the address of row ``r`` of matrix ``m``; the 16 bytes there are
+  written, recorded as written by that lane (the values come from four lanes, the store is one per row).
 - ``wgmma`` (ss and rs forms): the A and B tiles its descriptors describe (64 x K and N x K elements),
   addressed as the CPU emulation reads them (``emulate_wgmma``: canonical layouts, swizzle); the elements are
   split over the warpgroup's 128 threads, each recording its share. Recorded at the issue: a write after the
@@ -31,6 +34,8 @@ def collective_reads(ins, call, stmt) -> list:
     """Statements recording the shared reads of collective ``call`` (``ins``: the race instrumenter)."""
     if _op(call) == "tirx.ptx.ldmatrix":
         return _ldmatrix(ins, call, stmt)
+    if _op(call) == "tirx.ptx.stmatrix":
+        return _stmatrix(ins, call, stmt)
     if _op(call) == "tirx.ptx.tcgen05_mma_ss":
         return _tcgen05_mma(ins, call, stmt)
     return _wgmma(ins, call, stmt)
@@ -43,6 +48,19 @@ def _address_load(addr):
         node = node.args[0]
     load = node.args[0] if isinstance(node, tvm.ir.Call) and _op(node) == "tirx.address_of" else None
     return load if isinstance(load, TensorLoad) and len(load.indices) == 1 else None
+
+
+def _stmatrix(ins, call, stmt) -> list:
+    tokens = [str(a.value) for a in call.args if isinstance(a, tvm.ir.StringImm)]
+    nmat = next((int(t[1]) for t in tokens if t in ("x1", "x2", "x4")), 4)
+    load = _address_load([a for a in call.args if not isinstance(a, tvm.ir.StringImm)][0])
+    ent = ins.entry(load.source) if load is not None else None
+    if ent is None:
+        return []
+    site = ins.site(load.source, "stmatrix write", stmt)
+    q = tirx.Var("race_q", "int32")
+    row = tirx.For(q, 0, 8, tirx.ForKind.SERIAL, ins.element(ent, load.indices[0] + q, "write", site))
+    return [tirx.IfThenElse(tirx.floormod(ins.tid, 32) < 8 * nmat, row, None)]
 
 
 def _ldmatrix(ins, call, stmt) -> list:
