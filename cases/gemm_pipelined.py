@@ -31,7 +31,9 @@ as fills.
 Difference: we keep one thread group (no producer warpgroup): on sm_80 and sm_90 every thread issues cp.async; on
 sm_90a thread 0 issues TMA loads (A_s one 64B-swizzled box, B_s two 128B-swizzled panels per stage, the swizzles
 being the inferred layouts') and every thread waits on the stage's mbarrier. The staged fp16 epilogue on sm_90a
-(`staged_c_sm90a_s3_128x128`) stores acc_f into C_s with stmatrix.x4 (16 per thread), as TileLang does."""
+(`staged_c_sm90a_s3_128x128`, TileLang twin run with --arch sm_90a): acc_f equals TileLang's shifted from its
+consumer range [128, 256), neither side gives C_s a layout, and both store acc_f into C_s with stmatrix.x4 (16
+per thread); TileLang's allocator lays C_s over the dead stages (49 KiB), TVM's merge cannot (81 KiB)."""
 
 
 def _gemm(m: int, n: int, k: int, bk: int, stages: int, arch: str, threads: int = 128, scope: str = "shared"):

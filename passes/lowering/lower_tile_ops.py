@@ -100,8 +100,9 @@ def element_loop(op, node, nest, kind):
 # --------------------------------------------------------------------------------------- the pass
 
 def lower_tile_ops(func, target=None):
-    """``func`` with every tile op replaced by loops (see the module docstring)."""
-    target = normalize_target(target)
+    """``func`` with every tile op replaced by loops (see the module docstring); the target is ``target``, else
+    the function's own, else the default."""
+    target = normalize_target(func_target(func, target))
     graph = build_op_graph(func)
     tx, threads = thread_launch(func)
     layouts = buffer_layouts(func)
