@@ -1754,3 +1754,71 @@ def test_a_guarded_pipelined_copy_builds_under_the_race_check():
     with kernel_warnings():
         assert check_numeric(func, cost_model="register-count", race_check=False).ok
         assert check_numeric(func, cost_model="register-count").ok
+
+
+FLAGGED_SHARED_REPLICA = '''
+@T.prim_func
+def main(A0: T.Buffer((64, 3), "float32"), A1: T.Buffer((64, 3), "float32"), A2: T.Buffer((64, 3), "float32"), A3: T.Buffer((64, 11), "float32"), O0: T.Buffer((1, 3), "float32"), M0: T.Buffer((3,), "int32"), O1: T.Buffer((64, 6), "float32"), O2: T.Buffer((64, 3), "float32"), O3: T.Buffer((3,), "float32"), A4: T.Buffer((192,), "float8_e4m3fn"), O4: T.Buffer((65,), "float32")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 32)
+    f0 = T.alloc_buffer((64, 3), "float32", scope="local.fragment")
+    f1 = T.alloc_buffer((3,), "float32", scope="local.fragment")
+    f2 = T.alloc_buffer((64, 3), "float32", scope="local.fragment")
+    f3 = T.alloc_buffer((64, 3), "float32", scope="local.fragment")
+    f4 = T.alloc_buffer((64, 3), "float32", scope="local.fragment")
+    f5 = T.alloc_buffer((3,), "float32", scope="local.fragment")
+    s0 = T.alloc_buffer((3,), "float32", scope="shared.dyn")
+    s1 = T.alloc_buffer((64, 3), "float32", scope="shared.dyn")
+    q0 = T.alloc_buffer((64, 3), "float8_e4m3fn", scope="local.fragment")
+    fl0 = T.alloc_buffer((3,), "int32", scope="local")
+    r0 = T.alloc_buffer((64,), "float32", scope="local.fragment")
+    s2 = T.alloc_buffer((64,), "float8_e4m3fn", scope="shared.dyn")
+    Tx.copy(f0[0:64, 0:3], A0[0:64, 0:3])
+    for i in T.parallel(3):
+        f1[i] = (T.float32(2.0) * f0[41, i])
+    Tx.copy(f2[0:64, 0:3], A1[0:64, 0:3])
+    for i in T.parallel(64):
+        for j in T.parallel(3):
+            q0[i, j] = T.Cast("float8_e4m3fn", f2[i, j] * T.float32(1.0))
+    for i in T.parallel(64):
+        for j in T.parallel(3):
+            f3[i, j] = T.Cast("float32", q0[i, j])
+    Tx.copy(f2[0:64, 0:3], A2[0:64, 0:3])
+    if tx < 21:
+        Tx.copy(f4[0:64, 0:3], A3[0:64, 6:6 + 3])
+        Tx.copy(O0[0:64, 0:3], f2[0:64, 0:3])
+    else:
+        for i in T.parallel(3):
+            f1[i] = T.float32(1.5)
+    for v in T.serial(3):
+        fl0[v] = M0[v]
+    Tx.fill(f5[0:3], T.float32(0.0))
+    for k in T.serial(3):
+        if fl0[k] > 0:
+            Tx.copy(s0[0:3], f1[0:3])
+            for i in T.parallel(3):
+                f5[i] = f5[i] + s0[i] * T.Cast("float32", k + 1)
+    Tx.copy(s1[0:64, 0:3], f2[0:64, 0:3])
+    Tx.copy(O1[0:64, 0:3], s1[0:64, 0:3])
+    Tx.copy(O2[0:64, 0:3], f3[0:64, 0:3])
+    Tx.copy(O3[0:3], f5[0:3])
+    Tx.fill(r0[0:64], T.float32(0))
+    for ko in T.serial(3, annotations={"num_stages": 2}):
+        Tx.copy(s2[0:64], A4[ko * 64:ko * 64 + 64])
+        for i in T.parallel(64):
+            r0[i] = T.max(r0[i], T.Cast("float32", s2[i]))
+    Tx.copy(O4[0:64], r0[0:64])
+'''
+
+
+def test_barriers_of_a_guarded_shared_copy_are_modelled_as_the_cuda_build_places_them():
+    """Fuzz seed 14003, kernel 192: a replicated fragment copied into shared memory by a few threads in a
+    block-uniform branch of a loop, read back by all. The CUDA build runs common-subexpression elimination before
+    its barrier insertion and gets barriers around the copy; the race check inserted them on the kernel without
+    it, where apache-tvm takes the copy and the reads for one thread's own element and inserts none, and reported
+    a race the GPU code does not have."""
+    func = parse(FLAGGED_SHARED_REPLICA)
+    with kernel_warnings():
+        for model in COST_MODELS:
+            res = check_numeric(func, cost_model=model)
+            assert res.ok and not res.races, (model, res.message)

@@ -72,8 +72,45 @@ def gpu_barriers(func) -> tirx.PrimFunc:
     runs has them, so the check must too."""
     from tvm import s_tir
     mod = tvm.IRModule({"main": func})
-    mod = tvm.transform.Sequential([s_tir.transform.ThreadSync("shared"), s_tir.transform.ThreadSync("shared.dyn")])(mod)
-    return mod["main"]
+    mod = tvm.transform.Sequential([tirx.transform.CommonSubexprElim(), s_tir.transform.ThreadSync("shared"),
+                                    s_tir.transform.ThreadSync("shared.dyn")])(mod)
+    return _inline_common_terms(mod["main"])
+
+
+def _inline_common_terms(func) -> tirx.PrimFunc:
+    """``func`` with the bindings common-subexpression elimination made (``cse_v*``) substituted back: they
+    are pure, and the serialised CPU program cannot carry a per-thread binding across a barrier."""
+    from tilelayout.layout import substitute
+    from ..ir_utils import mutate, walk
+    bound: dict = {}
+
+    def note(node):
+        if str(node.var.name).startswith("cse_v"):
+            bound[node.var] = node.value
+    walk(func.body, [((tirx.Bind, tirx.Let), note)])
+    if not bound:
+        return func
+    for _ in range(len(bound)):                 # values may name earlier bindings
+        resolved = {v: substitute(e, bound) for v, e in bound.items()}
+        if all(resolved[v].same_as(bound[v]) for v in bound):
+            break
+        bound = resolved
+
+    def is_cse(var) -> bool:
+        return any(var.same_as(v) for v in bound)
+
+    def on_seq(node, mutator):
+        node = mutator.default_mutate(node)
+        if not isinstance(node, tirx.SeqStmt):
+            return node
+        kept = [c for c in node.seq if not (isinstance(c, tirx.Bind) and is_cse(c.var))]   # a Bind scopes to its SeqStmt
+        return tirx.SeqStmt(kept) if len(kept) > 1 else (kept[0] if kept else tirx.Evaluate(0))
+
+    def on_let(node, mutator):
+        node = mutator.default_mutate(node)
+        return node.body if isinstance(node, tirx.Let) and is_cse(node.var) else node
+    body = mutate(func.body, [(tirx.SeqStmt, on_seq), (tirx.Let, on_let)])
+    return func.with_body(substitute(body, bound))
 
 
 def _memory_buffers(func) -> list:
