@@ -22,12 +22,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import tvm
 from tvm import tirx
 
 from tilelayout.fragment import Fragment
 
 from ..hardware import sm_version
+from ..ir_utils import int_value
 from .lower_gemm import pack_elements, physical_offsets, ptx_call
 from .loop_partition import invert
 from .mma_ptx import dtype_bits
@@ -102,15 +102,15 @@ def _plan(op, layout: Fragment, dst_layout, threads: int, target, guards: tuple)
         return None
     if len(src.buffer.shape) != 2 or len(dst.buffer.shape) != 2 or layout.replicate_size != 1:
         return None
-    ext = [_int(e) for e in src.extents]
-    offs = [_int(o) for o in list(src.offsets) + list(dst.offsets)]
-    if None in ext + offs or ext != [_int(e) for e in dst.extents] or ext[0] % 8 or ext[1] % 8:
+    ext = [int_value(e) for e in src.extents]
+    offs = [int_value(o) for o in list(src.offsets) + list(dst.offsets)]
+    if None in ext + offs or ext != [int_value(e) for e in dst.extents] or ext[0] % 8 or ext[1] % 8:
         return None
     lo, width = layout.thread_range or (0, threads)
     if lo != 0 or width != threads or threads % _WARP:
         return None
     threads_of = layout.thread_table()[..., 0] + lo
-    slots = _flat_slots(layout)
+    slots = physical_offsets(_BufferShape(src.buffer.shape), layout)     # the flat register slot of each element
     s0, s1, d0, d1 = offs
     threads_of = threads_of[s0:s0 + ext[0], s1:s1 + ext[1]]
     slots = slots[s0:s0 + ext[0], s1:s1 + ext[1]]
@@ -143,19 +143,10 @@ def _plan(op, layout: Fragment, dst_layout, threads: int, target, guards: tuple)
 
 
 class _BufferShape:
-    """The one attribute ``physical_offsets`` reads of a buffer."""
+    """The one attribute ``physical_offsets`` reads of a buffer (a layout's flat outputs need no more)."""
 
     def __init__(self, shape):
         self.shape = [int(s) for s in shape]
-
-
-def _flat_slots(layout: Fragment) -> np.ndarray:
-    """Row-major flat register slot of every element (``output_shape`` digits combined)."""
-    tab = np.asarray(layout.table(), dtype=np.int64)
-    flat = np.zeros(tab.shape[:-1], dtype=np.int64)
-    for k, s in enumerate(layout.output_shape):
-        flat = flat * int(s) + tab[..., k]
-    return flat
 
 
 def _digits(slot, shape: list) -> list:
@@ -182,9 +173,3 @@ def _choose(index, values: list):
 def _barrier():
     return tirx.Evaluate(tirx.op.tvm_storage_sync("shared"))
 
-
-def _int(x):
-    try:
-        return int(x)
-    except (TypeError, ValueError, tvm.TVMError):
-        return None
