@@ -1003,9 +1003,9 @@ class Gen:
             self.defined.update((p.name, o.name))
             self.sum_extent = max(self.sum_extent, n)
             self.notes.append("gemm-chain")
-        # a staged fp16 epilogue (TileLang's examples/gemm): on sm_90+ stored by stmatrix. Drawn from its own
-        # stream so that the kernels of earlier seeds stay as they were. Bug classes: stmatrix lanes, register
-        # halves and the barriers around it (``lower_stmatrix``).
+        # a staged fp16 epilogue (TileLang's examples/gemm): on sm_90+ stored by stmatrix. Whether to stage is
+        # drawn from its own stream, so an earlier seed's kernel that does not stage is drawn as before. Bug
+        # classes: stmatrix lanes, register halves and the barriers around it (``lower_stmatrix``).
         staged = random.Random(f"tilelayout-fuzz-staged:{m}:{n}:{k}:{dt}:{len(self.body)}:{self.threads}")
         if staged.random() < 0.3:
             cs = Buf(self.fresh("s"), (m, n), "float16", self.shared_scope())
