@@ -240,6 +240,53 @@ def test_row_reduction_over_two_warps_shuffles_then_exchanges():
     assert _allocs(out, "shared") == ["row_max_xchg"]
 
 
+def test_butterfly_of_whole_warps_names_every_lane_and_publishes_each_row_when_done():
+    """Every thread runs the row max, so its shuffles take a constant full member mask (no ``__activemask()``
+    result per shuffle), and each row's partial is published right after its own butterfly, inside one slot
+    loop, so ptxas need not keep all 32 rows' partials live at once."""
+    out = lower_tile_ops(infer_layouts(_case("reduce_broadcast").VARIANTS["128x256_t256"]()).func)
+    shuffles = _calls(out, "tirx.tvm_warp_shuffle_xor")
+    assert shuffles and all(isinstance(c.args[0], tirx.IntImm) and int(c.args[0]) == 0xFFFFFFFF for c in shuffles)
+    assert _calls(out, "tirx.tvm_warp_activemask") == []
+    loops_with_both = []
+
+    def visit(loop):
+        if _calls(loop, "tirx.tvm_warp_shuffle_xor") and _stores_to(loop, "row_max_xchg"):
+            loops_with_both.append(loop)
+    tvm_ffi.structural_walk(out.body, (tirx.For, visit))
+    assert loops_with_both, "the publish of a row's partial is not in the loop of its butterfly"
+
+
+def _stores_to(node, name: str) -> list:
+    hits = []
+    tvm_ffi.structural_walk(node, (tirx.BufferStore, lambda s: hits.append(s) if s.buffer.name == name else None))
+    return hits
+
+
+@T.prim_func
+def row_max_on_half_a_warp(A: T.Buffer((2, 256), "float32"), B: T.Buffer((2,), "float32")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 64)
+    x = T.alloc_buffer((2, 256), "float32", scope="local.fragment")
+    m = T.alloc_buffer((2,), "float32", scope="local.fragment")
+    if tx < 16:
+        Tx.copy(x[0:2, 0:256], A[0:2, 0:256])
+        Tx.max(m[0:2], x[0:2, 0:256], axes=[1])
+        Tx.copy(B[0:2], m[0:2])
+
+
+@pytest.mark.parametrize("model", ["register-count", "io-aware"])
+def test_butterfly_of_part_of_a_warp_keeps_the_active_mask(model):
+    """Under ``tx < 16`` lanes 16..31 never reach the shuffles: a constant full mask would be undefined
+    behaviour, so the member mask stays ``__activemask()``; the race-checked CPU run still matches numpy."""
+    out = lower_tile_ops(infer_layouts(row_max_on_half_a_warp, cost_model=model).func)
+    shuffles = _calls(out, "tirx.tvm_warp_shuffle_xor")
+    assert shuffles and all(isinstance(c.args[0], tvm.ir.Call) and str(c.args[0].op.name) ==
+                            "tirx.tvm_warp_activemask" for c in shuffles)
+    res = check_numeric(row_max_on_half_a_warp, lambda d: {"B": d["A"].max(1)}, cost_model=model)
+    assert res.ok, res.message
+
+
 def _holders(layout: Fragment, threads: int):
     lo = (layout.thread_range or (0, threads))[0]
     tab = layout.thread_table().reshape(-1, layout.replicate_size) + lo

@@ -48,7 +48,7 @@ from .loop_partition import LoweringError, buffer_layouts, check_thread_fit
 from .lower_conversion import is_conversion, lower_conversion_call
 from .shared_liveness import keep_shared_alive
 from .tile_values import (_cast, _is_one, _leading_bits, _operands, _shuffle_xor, elementwise_value,  # noqa: F401
-                          reduce_combine, reduce_identity)
+                          member_mask, reduce_combine, reduce_identity)
 from .uniform_branches import mark_uniform_branches
 
 __all__ = ["LowerTileOps", "lower_tile_ops", "elementwise_value", "reduce_identity",
@@ -269,29 +269,33 @@ class _Lowering:
         if split is None:
             return self.shared_exchange(op, work, wfor, acc)
         lanes, warps = split
-        out = []
+        butterfly = None
         if lanes:   # butterfly inside each warp: every lane of a coset gets the coset's total
             steps = []
+            members = member_mask(op.thread_range, self.threads, warp)
             for m in lanes:
-                shuffled = _shuffle_xor(tirx.BufferLoad(acc, wfor.svars), m, warp)
+                shuffled = _shuffle_xor(tirx.BufferLoad(acc, wfor.svars), m, warp, members)
                 steps.append(tirx.BufferStore(acc, reduce_combine(op.reducer, tirx.BufferLoad(acc, wfor.svars),
                                                                   shuffled), wfor.svars))
-            out.append(_slot_loops(wfor, tirx.SeqStmt(steps) if len(steps) > 1 else steps[0]))
-        if warps:   # one value per warp-coset, exchanged through shared memory
-            group = tirx.const(0, "int32")
-            for k, m in enumerate(warps):
-                group = group + tirx.bitwise_and(tirx.shift_right(self.tx, m.bit_length() - 1), 1) * (1 << k)
-            # after the butterfly every lane of a coset holds the same total: one of them publishes it (several
-            # lanes storing one shared element at once is a data race, however equal the values)
-            publisher = tirx.bitwise_and(self.tx, _leading_bits(lanes)) == 0 if lanes else None
-            out.extend(self.shared_exchange(op, work, wfor, acc, group, 1 << len(warps), publisher))
-        return out
+            butterfly = tirx.SeqStmt(steps) if len(steps) > 1 else steps[0]
+        if not warps:
+            return [_slot_loops(wfor, butterfly)]
+        # one value per warp-coset, exchanged through shared memory
+        group = tirx.const(0, "int32")
+        for k, m in enumerate(warps):
+            group = group + tirx.bitwise_and(tirx.shift_right(self.tx, m.bit_length() - 1), 1) * (1 << k)
+        # after the butterfly every lane of a coset holds the same total: one of them publishes it (several
+        # lanes storing one shared element at once is a data race, however equal the values)
+        publisher = tirx.bitwise_and(self.tx, _leading_bits(lanes)) == 0 if lanes else None
+        return self.shared_exchange(op, work, wfor, acc, group, 1 << len(warps), publisher, butterfly)
 
     def shared_exchange(self, op, work: Fragment, wfor: "_ForCells", acc, slot=None, count: int | None = None,
-                        publisher=None) -> list:
+                        publisher=None, before_put=None) -> list:
         """Every holder publishes its partial at ``ws[element, slot]`` (default: its replica index; only the
         threads where ``publisher`` holds, when given), then folds the ``count`` published values of each of its
-        elements."""
+        elements. ``before_put`` (the warp butterfly) runs per slot just before that slot's publish, so each
+        partial is stored, and its register freed, as soon as it is complete (32 rows of partials are not all
+        live at once: 170 -> 162 registers on a 128 x 256 row max)."""
         if slot is None:
             slot, count = wfor.coords[-1], work.replicate_size
         elems = int(work.size)
@@ -322,12 +326,14 @@ class _Lowering:
                 wfor.svars)),
         ]) if count > 1 else tirx.Evaluate(0)
         sync = tirx.Evaluate(tirx.op.tvm_storage_sync("shared"))
-        step = [_slot_loops(wfor, _guard(put, list(wfor.guards) + mine + ([publisher] if publisher is not None else []),
-                                         wfor.ana)), sync,
-                _slot_loops(wfor, _guard(take, list(wfor.guards) + mine, wfor.ana)), sync]
+        guarded_put = _guard(put, list(wfor.guards) + mine + ([publisher] if publisher is not None else []), wfor.ana)
+        take_all = _slot_loops(wfor, _guard(take, list(wfor.guards) + mine, wfor.ana))
         if rounds == 1:
-            return [tirx.AllocBuffer(ws), sync, *step]
-        return [tirx.AllocBuffer(ws), sync, tirx.For(rd, 0, rounds, tirx.ForKind.SERIAL, tirx.SeqStmt(step))]
+            publish = guarded_put if before_put is None else tirx.SeqStmt([before_put, guarded_put])
+            return [tirx.AllocBuffer(ws), sync, _slot_loops(wfor, publish), sync, take_all, sync]
+        first = [] if before_put is None else [_slot_loops(wfor, before_put)]
+        step = [_slot_loops(wfor, guarded_put), sync, take_all, sync]
+        return [*first, tirx.AllocBuffer(ws), sync, tirx.For(rd, 0, rounds, tirx.ForKind.SERIAL, tirx.SeqStmt(step))]
 
     def reduction_decision(self, op: ReduceOp, src: Fragment) -> tuple:
         """(partials' layout, who combines) as inference recorded them (``REDUCTIONS_ATTR``), checked against

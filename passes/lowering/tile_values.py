@@ -9,7 +9,7 @@ from tvm import tirx
 
 from .loop_partition import LoweringError
 
-__all__ = ["elementwise_value", "reduce_identity", "reduce_combine"]
+__all__ = ["elementwise_value", "member_mask", "reduce_identity", "reduce_combine"]
 
 
 def _cast(dtype: str, value):
@@ -24,13 +24,27 @@ def _is_one(value) -> bool:
     return isinstance(value, (tirx.FloatImm, tirx.IntImm)) and float(value.value) == 1.0
 
 
-def _shuffle_xor(value, mask: int, warp: int):
+def member_mask(thread_range: tuple | None, threads: int, warp: int):
+    """The member mask of a shuffle every thread of ``thread_range`` (None: the whole block) executes.
+
+    A constant full mask when that range is whole warps: ptxas then needs no ``__activemask()`` result per
+    shuffle (7 registers fewer on a 32-row butterfly). Otherwise ``__activemask()``, which names the lanes that
+    reach the shuffle; a constant naming lanes that never arrive would be undefined behaviour."""
+    lo, ext = thread_range if thread_range is not None else (0, threads)
+    if lo % warp == 0 and ext % warp == 0:
+        return tirx.const((1 << warp) - 1, "uint32")
+    return tirx.call_intrin("uint32", "tirx.tvm_warp_activemask")
+
+
+def _shuffle_xor(value, mask: int, warp: int, members=None):
+    """``value`` of the lane ``mask`` apart (``members``: the member mask; default ``__activemask()``)."""
     dtype = str(value.ty)
     bits = tvm.DataType(dtype).bits
     wide = dtype if bits >= 32 or (dtype in ("float16", "bfloat16")) else ("float32" if "float" in dtype else "int32")
     v = _cast(wide, value)
-    out = tirx.call_intrin(wide, "tirx.tvm_warp_shuffle_xor", tirx.call_intrin("uint32", "tirx.tvm_warp_activemask"),
-                           v, mask, warp, warp)
+    if members is None:
+        members = tirx.call_intrin("uint32", "tirx.tvm_warp_activemask")
+    out = tirx.call_intrin(wide, "tirx.tvm_warp_shuffle_xor", members, v, mask, warp, warp)
     return _cast(dtype, out)
 
 
