@@ -27,13 +27,13 @@ and the index registers of unrolled loops. See docs/cost-models.md.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from .ops import ConvertOp, CopyOp, ElementwiseOp, FillOp, GemmOp, OpGraph, ParallelOp, ReduceOp, TileOp
 
 __all__ = ["OpLiveness", "ProgramPoint", "RegisterPeak", "op_effects", "liveness", "program_points", "register_peak",
-           "plan_registers", "peak_of", "fragment_weights", "slot_weights", "overhead_estimate", "issues_wgmma",
+           "plan_registers", "peak_of", "thread_roles", "fragment_weights", "slot_weights", "overhead_estimate", "issues_wgmma",
            "gemm_operand_registers", "pipeline_stages", "pipelined_buffers", "BASE_REGISTERS", "POINTER_REGISTERS",
            "GEMM_DESCRIPTOR_REGISTERS", "PIPELINE_STAGE_REGISTERS", "INDEX_REGISTERS", "OPERAND_STEPS_IN_FLIGHT"]
 
@@ -89,6 +89,7 @@ class RegisterPeak:
     live: dict = field(default_factory=dict)     # fragment name -> registers, live at the peak
     overhead_parts: dict = field(default_factory=dict)
     note: str = ""                               # how overlapping fragments were counted there
+    roles: dict = field(default_factory=dict)    # "lo..hi" (threads) -> registers, where warps are specialised
 
     def line(self, limit: int) -> str:
         """One line, as ``tilelayout show`` and ``explain`` print it."""
@@ -96,13 +97,15 @@ class RegisterPeak:
         parts = ", ".join(f"{k} {v}" for k, v in self.overhead_parts.items())
         where = f"at {self.point}" if self.op_index is not None else "no fragment is live anywhere"
         note = f" ({self.note})" if self.note else ""
+        roles = ("; per thread range: " + ", ".join(f"threads {r} {n}" for r, n in self.roles.items())
+                 if self.roles else "")
         return (f"register peak per thread: {self.registers} x 32-bit (limit {limit}) {where}: live "
-                f"{live or 'nothing'} = {self.fragments}{note}, plus an estimated {self.overhead} ({parts})")
+                f"{live or 'nothing'} = {self.fragments}{note}, plus an estimated {self.overhead} ({parts}){roles}")
 
     def to_dict(self) -> dict:
         return {"registers": self.registers, "fragments": self.fragments, "overhead": self.overhead,
                 "overhead_parts": dict(self.overhead_parts), "op_index": self.op_index, "point": self.point,
-                "live": dict(self.live), "note": self.note}
+                "live": dict(self.live), "note": self.note, "roles": dict(self.roles)}
 
 
 # ------------------------------------------------------------------------------------------ per-op effects
@@ -460,7 +463,9 @@ def register_peak(graph: OpGraph, layouts: dict, bits_of: Callable | None = None
     if bits_of is None:
         bits_of = lambda n: graph.buffer(n).bits  # noqa: E731
     weights = fragment_weights(layouts, bits_of)
-    total, point = peak_of(program_points(graph, conversions, gemm_plans, target), weights)
+    points = program_points(graph, conversions, gemm_plans, target)
+    total, point = peak_of(points, weights)
+    role_peaks = _role_peaks(graph, layouts, weights, points)
     parts = dict(overhead) if overhead is not None else {}
     fragments = total - (point.extra if point is not None else 0)
     if point is not None and point.extra:
@@ -477,7 +482,50 @@ def register_peak(graph: OpGraph, layouts: dict, bits_of: Callable | None = None
     elif live and point.rounds is not None:
         note = f"{point.rounds[0]} and {point.rounds[1]}: the larger, plus one round of {point.rounds[1]}"
     return RegisterPeak(fragments + extra, fragments, extra, point.op_index if point is not None and live else None,
-                        point.label if point is not None and live else "", live, parts, note)
+                        point.label if point is not None and live else "", live, parts, note,
+                        {r: n + sum((overhead or {}).values()) for r, n in role_peaks.items()})
+
+
+def _role_peaks(graph: OpGraph, layouts: dict, weights: dict, points: list) -> dict:
+    """{"lo..hi": fragment registers} of each thread range that holds its own fragments (``thread_roles``; empty
+    when there is one). Threads of a range hold only the fragments bound to threads among them and need a
+    gemm's operand registers only where they run it. The kernel's figure stays the peak over every fragment:
+    registers are allocated per kernel, and ptxas cannot tell that two ranges' fragments never meet in one
+    thread, so a range's figure is what ``setmaxnreg`` could give it, not what ptxas allocates."""
+    roles = thread_roles(graph, layouts)
+    out = {}
+    for lo, hi in (roles if len(roles) > 1 else ()):
+        mine = {n: w for n, w in weights.items() if _held_by(layouts[n], lo, hi, graph.thread_extent)}
+        here = [p if not p.extra or _runs(graph, p.op_index, lo, hi) else replace(p, extra=0) for p in points]
+        out[f"{lo}..{hi - 1}"] = peak_of(here, mine)[0]
+    return out
+
+
+def thread_roles(graph: OpGraph, layouts: dict) -> list:
+    """The thread ranges [lo, hi) that hold different sets of fragments: the block cut at every bound of an op's
+    thread range (``if tx < 128``: warp-specialised regions) and of a fragment's. One range when nothing is bound
+    to part of the block."""
+    threads = int(graph.thread_extent)
+    cuts = {0, threads}
+    for rng in [op.thread_range for op in graph.ops] + [getattr(lay, "thread_range", None) for lay in layouts.values()]:
+        if rng is not None:
+            lo, ext = int(rng[0]), int(rng[1])
+            cuts.update(c for c in (lo, lo + ext) if 0 <= c <= threads)
+    bounds = sorted(cuts)
+    return list(zip(bounds, bounds[1:]))
+
+
+def _held_by(layout, lo: int, hi: int, threads: int) -> bool:
+    """Whether a thread of [lo, hi) holds elements of a fragment laid out as ``layout``."""
+    rng = getattr(layout, "thread_range", None)
+    start, ext = (int(rng[0]), int(rng[1])) if rng is not None else (0, int(threads))
+    return start < hi and lo < start + ext
+
+
+def _runs(graph: OpGraph, op_index: int, lo: int, hi: int) -> bool:
+    """Whether a thread of [lo, hi) runs op ``op_index``."""
+    start, ext = graph.op_thread_range(graph.ops[op_index])
+    return start < hi and lo < start + ext
 
 
 def fragment_weights(layouts: dict, bits_of: Callable) -> dict:

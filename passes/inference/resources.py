@@ -219,10 +219,15 @@ def resource_warnings(result) -> list[str]:
                    f"{_largest(usage.fragment_registers)}), over the {MAX_REGISTERS_PER_THREAD} a thread can "
                    f"address; the compiler will spill to local memory (use more threads or smaller tiles)")
     if peak is not None and peak.registers > MAX_REGISTERS_PER_THREAD:
+        roles = getattr(peak, "roles", {}) or {}
+        advice = ("use more threads or smaller tiles" if not roles or max(roles.values()) > MAX_REGISTERS_PER_THREAD
+                  else "each thread range needs at most " + ", ".join(f"{n} (threads {r})" for r, n in roles.items())
+                  + ": the fragments of different ranges are live across each other's code; put each range's ops "
+                  "in one branch so they are not")
         out.append(f"{func}: the register peak is {peak.registers} 32-bit registers per thread at {peak.point} "
                    f"(live there: {_largest(peak.live)}; {peak.overhead} estimated for indices and addresses), "
                    f"over the {MAX_REGISTERS_PER_THREAD} a thread can address; the compiler will spill to local "
-                   f"memory (use more threads or smaller tiles)")
+                   f"memory ({advice})")
     for name, regs in usage.fragment_registers.items():
         if regs > LARGE_FRAGMENT_REGISTERS:
             out.append(f"fragment {name}: {usage.fragment_slots[name]} elements ({regs} 32-bit registers) per "
