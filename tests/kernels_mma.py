@@ -1,4 +1,5 @@
 """Kernels for the tensor-core lowering tests (TVMScript needs its source in a file)."""
+import numpy as np
 from tvm.script import tirx as T
 from tvm.tirx.script import tile as Tx
 
@@ -73,6 +74,20 @@ def gemm(m, n, k, threads=128, a_dtype="float16", b_dtype="float16", acc="float3
                         acc_f[0:m, 0:n], trans_a, trans_b, alpha, beta)
         Tx.copy(C[0:m, 0:n], acc_f[0:m, 0:n])
     return kernel
+
+
+def gemm_reference(trans_a=False, trans_b=False, alpha=1.0, beta=0.0, bias=False, **_):
+    """numpy's C for ``gemm`` with these settings (``check_numeric``'s reference; other ``gemm`` keywords ignored)."""
+    def ref(d):
+        a = d["A"].astype(np.float64)
+        b = d["B"].astype(np.float64)
+        a = a.T if trans_a else a
+        b = b.T if trans_b else b
+        out = alpha * (a @ b)
+        if bias:
+            out = out + beta * d["D"].astype(np.float64)
+        return {"C": out}
+    return ref
 
 
 def gemm_b_in_registers():

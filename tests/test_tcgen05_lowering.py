@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -19,19 +18,6 @@ from tilelayout.passes.lowering import lower_tcgen05  # noqa: E402
 from tilelayout.passes.lowering.pipeline import check_numeric, compile_ptx, cuda_source, lower_func  # noqa: E402
 
 SM100A = {"kind": "cuda", "arch": "sm_100a"}
-
-
-def _reference(trans_a=False, trans_b=False, alpha=1.0, beta=0.0, bias=False, **_):
-    def ref(d):
-        a = d["A"].astype(np.float64)
-        b = d["B"].astype(np.float64)
-        a = a.T if trans_a else a
-        b = b.T if trans_b else b
-        out = alpha * (a @ b)
-        if bias:
-            out = out + beta * d["D"].astype(np.float64)
-        return {"C": out}
-    return ref
 
 
 CASES = {
@@ -56,7 +42,7 @@ def test_tcgen05_gemm_matches_numpy(name):
     report = gemm_reports(lower_func(K.gemm(**cfg), SM100A))[0]
     assert report.startswith(f"tcgen05.mma m{64 if cfg['m'] % 128 else 128}n") and "Tensor Memory" in report
     assert ("16x256b" if cfg["m"] % 128 else "32x32b") in report
-    res = check_numeric(K.gemm(**cfg), _reference(**cfg), SM100A, tolerance=(2e-2, 2e-2))
+    res = check_numeric(K.gemm(**cfg), K.gemm_reference(**cfg), SM100A, tolerance=(2e-2, 2e-2))
     assert res.ok, res.message
 
 
@@ -65,7 +51,7 @@ def test_a_wrong_shared_memory_descriptor_fails_the_check(monkeypatch):
     real = lower_tcgen05.smem_descriptor
     monkeypatch.setattr(lower_tcgen05, "smem_descriptor", lambda start, layout: real(start, layout) + (1 << 32))
     cfg = CASES["f16_m128n64k32"]
-    res = check_numeric(K.gemm(**cfg), _reference(**cfg), SM100A, tolerance=(2e-2, 2e-2))
+    res = check_numeric(K.gemm(**cfg), K.gemm_reference(**cfg), SM100A, tolerance=(2e-2, 2e-2))
     assert not res.ok
 
 
@@ -75,7 +61,7 @@ def test_a_wrong_instruction_descriptor_fails_the_check(monkeypatch):
     monkeypatch.setattr(lower_tcgen05, "instr_descriptor",
                         lambda a, b, d, m, n, *rest: real(a, b, d, m, n // 2, *rest))
     cfg = CASES["f16_m128n64k32"]
-    res = check_numeric(K.gemm(**cfg), _reference(**cfg), SM100A, tolerance=(2e-2, 2e-2))
+    res = check_numeric(K.gemm(**cfg), K.gemm_reference(**cfg), SM100A, tolerance=(2e-2, 2e-2))
     assert not res.ok
 
 
@@ -85,7 +71,7 @@ def test_a_wrong_descriptor_version_is_refused_by_the_emulation(monkeypatch):
     monkeypatch.setattr(lower_tcgen05, "smem_descriptor", lambda start, layout: real(start, layout) & ~(1 << 46))
     cfg = CASES["f16_m128n64k32"]
     with pytest.raises(Exception, match="version field is not 1"):
-        check_numeric(K.gemm(**cfg), _reference(**cfg), SM100A, tolerance=(2e-2, 2e-2))
+        check_numeric(K.gemm(**cfg), K.gemm_reference(**cfg), SM100A, tolerance=(2e-2, 2e-2))
 
 
 def test_the_lowered_sequence():
@@ -189,7 +175,7 @@ def test_a_wait_without_its_commit_fails_instead_of_hanging():
 
 def test_tcgen05_gemm_matches_numpy_under_the_io_aware_cost_model():
     cfg = CASES["m64_three_blocks"]
-    res = check_numeric(K.gemm(**cfg), _reference(**cfg), SM100A, cost_model="io-aware", tolerance=(2e-2, 2e-2))
+    res = check_numeric(K.gemm(**cfg), K.gemm_reference(**cfg), SM100A, cost_model="io-aware", tolerance=(2e-2, 2e-2))
     assert res.ok, res.message
 
 
@@ -206,7 +192,7 @@ def test_a_wrong_tmem_register_map_in_the_lowering_fails_the_check(monkeypatch, 
         return real(s, thread, reg)
     monkeypatch.setattr(tmem, "ld_cell", swapped)
     cfg = CASES[name]
-    res = check_numeric(K.gemm(**cfg), _reference(**cfg), SM100A, tolerance=(2e-2, 2e-2))
+    res = check_numeric(K.gemm(**cfg), K.gemm_reference(**cfg), SM100A, tolerance=(2e-2, 2e-2))
     assert not res.ok
 
 
