@@ -128,24 +128,29 @@ def test_a_fragment_bias_is_refused_not_run_on_mma_sync():
         lower_func(_gemm_with_fragment_bias(), SM100A)
 
 
-def test_the_race_check_sees_the_mma_read_its_operands():
-    """Without the barriers between the operand copies and the mma, the issuing thread reads A and B while other
-    threads write them: the race check names them (it records the tiles the descriptors name)."""
+def _without_statements(lowered, text: str):
+    """``lowered`` with every evaluated statement whose script contains ``text`` removed, and how many were."""
     from tvm import tirx
     from tilelayout.passes.ir_utils import mapped
-    from tilelayout.passes.lowering.pipeline import random_inputs
-    from tilelayout.passes.lowering.race_report import build_race_checked
-    lowered = lower_func(K.gemm(128, 64, 32), SM100A)
     dropped = []
 
-    def drop_syncs(s):
+    def drop(s):
         if isinstance(s, tirx.SeqStmt):
-            keep = [x for x in s.seq if not (isinstance(x, tirx.Evaluate) and "tvm_storage_sync" in str(x))]
+            keep = [x for x in s.seq if not (isinstance(x, tirx.Evaluate) and text in str(x))]
             dropped.append(len(s.seq) - len(keep))
             return tirx.SeqStmt(keep) if len(keep) > 1 else keep[0]
         return s
-    broken = lowered.with_body(mapped(lowered.body, [(tirx.SeqStmt, drop_syncs)]))
-    assert sum(dropped) >= 3
+    return lowered.with_body(mapped(lowered.body, [(tirx.SeqStmt, drop)])), sum(dropped)
+
+
+def test_the_race_check_sees_the_mma_read_its_operands():
+    """Without the barriers between the operand copies and the mma, the issuing thread reads A and B while other
+    threads write them: the race check names them (it records the tiles the descriptors name)."""
+    from tilelayout.passes.lowering.pipeline import random_inputs
+    from tilelayout.passes.lowering.race_report import build_race_checked
+    lowered = lower_func(K.gemm(128, 64, 32), SM100A)
+    broken, dropped = _without_statements(lowered, "tvm_storage_sync")
+    assert dropped >= 3
     with pytest.raises(tl.RaceError, match="A_s|B_s"):
         build_race_checked(broken, tvm_barriers=False)(*random_inputs(broken, 0).values())
     # the kernel as lowered is race-free
@@ -155,20 +160,10 @@ def test_the_race_check_sees_the_mma_read_its_operands():
 def test_a_wait_without_its_commit_fails_instead_of_hanging():
     """The commit removed from the lowered kernel: on a GPU the mbarrier wait would spin forever; the emulation
     fails the run naming it."""
-    from tvm import tirx
-    from tilelayout.passes.ir_utils import mapped
     from tilelayout.passes.lowering.pipeline import build_cpu_lowered, random_inputs
     lowered = lower_func(K.gemm(128, 64, 32), SM100A)
-    removed = []
-
-    def drop_commit(s):
-        if isinstance(s, tirx.SeqStmt):
-            keep = [x for x in s.seq if not (isinstance(x, tirx.Evaluate) and '"commit"' in str(x))]
-            removed.append(len(s.seq) - len(keep))
-            return tirx.SeqStmt(keep) if len(keep) > 1 else keep[0]
-        return s
-    broken = lowered.with_body(mapped(lowered.body, [(tirx.SeqStmt, drop_commit)]))
-    assert sum(removed) == 1
+    broken, removed = _without_statements(lowered, '"commit"')
+    assert removed == 1
     with pytest.raises(Exception, match="never completes"):
         build_cpu_lowered(broken)(*random_inputs(broken, 0).values())
 
