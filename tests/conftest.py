@@ -44,6 +44,15 @@ def kernel_warnings(*names: str):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
+def main_text(params: str, *, threads: int, body: str, blocks: int = 1) -> str:
+    """TVMScript text of a kernel ``main(<params>)`` launched on ``blocks`` blocks of ``threads`` threads (both
+    along x), as ``maint/fuzz.py`` writes its kernels; ``body``: the statements after the launch, indented by four
+    spaces (a leading newline is dropped)."""
+    return (f"\n@T.prim_func\ndef main({params}):\n"
+            f"    bx = T.launch_thread(\"blockIdx.x\", {blocks})\n"
+            f"    tx = T.launch_thread(\"threadIdx.x\", {threads})\n" + body.removeprefix("\n"))
+
+
 #: targets the lowering tests compile for
 SM80, SM89, SM90, SM90A = ({"kind": "cuda", "arch": arch} for arch in ("sm_80", "sm_89", "sm_90", "sm_90a"))
 #: tests that compile the generated CUDA to PTX
