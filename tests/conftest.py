@@ -44,12 +44,13 @@ def kernel_warnings(*names: str):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
-def main_text(params: str, *, threads: int, body: str, blocks: int = 1) -> str:
-    """TVMScript text of a kernel ``main(<params>)`` launched on ``blocks`` blocks of ``threads`` threads (both
-    along x), as ``maint/fuzz.py`` writes its kernels; ``body``: the statements after the launch, indented by four
-    spaces (a leading newline is dropped)."""
-    return (f"\n@T.prim_func\ndef main({params}):\n"
-            f"    bx = T.launch_thread(\"blockIdx.x\", {blocks})\n"
+def main_text(params: str, *, threads: int, body: str, blocks: int | tuple = 1) -> str:
+    """TVMScript text of a kernel ``main(<params>)`` launched on ``blocks`` blocks (a count along x, or the counts
+    along x and y) of ``threads`` threads, as ``maint/fuzz.py`` writes its kernels; ``body``: the statements after
+    the launch, indented by four spaces (a leading newline is dropped)."""
+    grid = blocks if isinstance(blocks, tuple) else (blocks,)
+    launch = "".join(f"    b{axis} = T.launch_thread(\"blockIdx.{axis}\", {n})\n" for axis, n in zip("xy", grid))
+    return (f"\n@T.prim_func\ndef main({params}):\n{launch}"
             f"    tx = T.launch_thread(\"threadIdx.x\", {threads})\n" + body.removeprefix("\n"))
 
 

@@ -23,16 +23,12 @@ def _parse(text: str):
     return tvm.script.from_source(text, extra_vars={"T": T, "Tx": Tx})
 
 
-ADD = '''
-@T.prim_func
-def main(A: T.Buffer((256, 256), "DT"), B: T.Buffer((256, 256), "DT"), C: T.Buffer((256, 256), "DT")):
-    bx = T.launch_thread("blockIdx.x", 4)
-    by = T.launch_thread("blockIdx.y", 4)
-    tx = T.launch_thread("threadIdx.x", 128)
+ADD = main_text('A: T.Buffer((256, 256), "DT"), B: T.Buffer((256, 256), "DT"), C: T.Buffer((256, 256), "DT")',
+                threads=128, blocks=(4, 4), body='''
     for i in T.parallel(64):
         for j in T.parallel(64):
             BODY
-'''
+''')
 
 NAMED = '''y: T.int32 = by * 64 + i
             x: T.int32 = bx * 64 + j

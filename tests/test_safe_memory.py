@@ -41,12 +41,8 @@ def _run(func, *arrays, model="register-count", target=None):
 # A partial last tile of a static shape: 100 x 40 in 32 x 32 tiles (a 4 x 2 grid; the last row of tiles has 4
 # rows, the last column of tiles 8 columns).
 
-PARTIAL = '''
-@T.prim_func
-def main(A: T.Buffer((100, 40), "float32"), B: T.Buffer((100, 40), "float32"), S: T.Buffer((100, 2), "float32")):
-    bx = T.launch_thread("blockIdx.x", 2)
-    by = T.launch_thread("blockIdx.y", 4)
-    tx = T.launch_thread("threadIdx.x", 64)
+PARTIAL = main_text('A: T.Buffer((100, 40), "float32"), B: T.Buffer((100, 40), "float32"), S: T.Buffer((100, 2), "float32")',
+                    threads=64, blocks=(2, 4), body='''
     F = T.alloc_buffer((32, 32), "float32", scope="local.fragment")
     s = T.alloc_buffer((32,), "float32", scope="local.fragment")
     Tx.copy(F[0:32, 0:32], A[by * 32:by * 32 + 32, bx * 32:bx * 32 + 32])
@@ -57,7 +53,7 @@ def main(A: T.Buffer((100, 40), "float32"), B: T.Buffer((100, 40), "float32"), S
     Tx.copy(B[by * 32:by * 32 + 32, bx * 32:bx * 32 + 32], F[0:32, 0:32])
     for i in T.parallel(32):
         S[by * 32 + i, bx] = s[i]
-'''
+''')
 
 
 def _partial_reference(A, B, S):
