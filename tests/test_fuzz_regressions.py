@@ -163,17 +163,6 @@ ACCUMULATED_COLUMN_MAX = main_text('A: T.Buffer((64, 4), "float32"), B: T.Buffer
     Tx.copy(O[0:4], r[0:4])
 ''')
 
-ROW_MAX = main_text('A: T.Buffer((64, 128), "float32"), B: T.Buffer((64, 128), "float32")', threads=128, body='''
-    x = T.alloc_buffer((64, 128), "float32", scope="local.fragment")
-    mx = T.alloc_buffer((64,), "float32", scope="local.fragment")
-    Tx.copy(x[0:64, 0:128], A[0:64, 0:128])
-    Tx.max(mx[0:64], x[0:64, 0:128], axes=[1])
-    for i in T.parallel(64):
-        for j in T.parallel(128):
-            B[i, j] = x[i, j] - mx[i]
-''')
-
-
 def test_reduction_destination_with_fewer_holders_is_upgraded():
     _check_end_to_end(ACCUMULATED_COLUMN_MAX)
 
@@ -181,13 +170,20 @@ def test_reduction_destination_with_fewer_holders_is_upgraded():
 _X = ((64, 128), lambda i, j: i % 4 * 32 + j // 4, lambda i, j: i // 4 * 4 + j % 4)
 
 
+def _row_max():
+    """x (64 x 128) -> row max ``row_max`` -> y = x - row_max[i] -> B: the ``reduce_broadcast`` case's kernel,
+    pinned below."""
+    from cases.reduce_broadcast import _softmaxish
+    return _softmaxish(64, 128, 128)
+
+
 def test_reduction_destination_pinned_with_more_holders_is_honoured():
     import tilelayout as tl
     x = tl.Fragment(*_X)
-    func = tl.annotate_layouts(parse(ROW_MAX), {"x": x, "mx": tl.fully_replicated([64], 128)})
+    func = tl.annotate_layouts(_row_max(), {"x": x, "row_max": tl.fully_replicated([64], 128)})
     for model in COST_MODELS:
         result = infer_layouts(func, cost_model=model)
-        assert result.buffers["mx"].replicate_size == 128 and validate(result) == []
+        assert result.buffers["row_max"].replicate_size == 128 and validate(result) == []
         assert check_numeric(func, cost_model=model).ok
 
 
@@ -197,7 +193,7 @@ def test_reduction_destination_pinned_with_fewer_holders_conflicts_clearly():
     one = tl.Fragment([64], lambda i: i % 4 * 32, lambda i: i // 4)
     with pytest.raises(tl.LayoutConflictError, match="needs every thread that holds a source row to hold its "
                                                       "result .* but a pinned layout gave it"):
-        infer_layouts(tl.annotate_layouts(parse(ROW_MAX), {"x": x, "mx": one}))
+        infer_layouts(tl.annotate_layouts(_row_max(), {"x": x, "row_max": one}))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -697,13 +693,7 @@ REVERSED_2D = main_text('A: T.Buffer((128, 128), "float16"), B: T.Buffer((128, 1
             B[i, j] = frag[127 - i, 127 - j]
 ''')
 
-DIAGONAL = main_text('A: T.Buffer((16, 16), "float32"), B: T.Buffer((16, 16), "float32")', threads=32, body='''
-    frag = T.alloc_buffer((16, 16), "float32", scope="local.fragment")
-    Tx.copy(frag[0:16, 0:16], A[0:16, 0:16])
-    for i in T.parallel(16):
-        frag[i, i] = frag[i, i] + T.float32(1)
-    Tx.copy(B[0:16, 0:16], frag[0:16, 0:16])
-''')
+from test_never_wrong import DIAGONAL  # noqa: E402  (F[i, i] += 1 on a 16x16 fragment: the same kernel)
 
 OUT_OF_BOUNDS_REGION = main_text('A: T.Buffer((128, 64), "float32"), B: T.Buffer((128, 64), "float32")',
                                  threads=128, body='''
