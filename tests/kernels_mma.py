@@ -32,7 +32,8 @@ def one_warp_mma(A: T.Buffer((16, 16), "float16"), B: T.Buffer((16, 8), "float16
 def gemm(m, n, k, threads=128, a_dtype="float16", b_dtype="float16", acc="float32", trans_a=False, trans_b=False,
          a_scope="shared", bk=None, alpha=1.0, beta=0.0, bias=False, a_from_global=False, stages=0,
          c_staged=False):
-    """C = alpha * A @ B (+ beta * D when ``bias``): operands staged in ``a_scope`` / shared. With ``bk < k`` the
+    """C = alpha * A @ B (+ beta * D when ``bias``; ``bias="fragment"``: D copied into a register fragment D_f
+    first, which the gemm reads): operands staged in ``a_scope`` / shared. With ``bk < k`` the
     accumulator is filled with 0 and a serial K loop accumulates (beta = 1) into it. ``c_staged``: C is stored
     through a shared tile C_s of the accumulator's type (dynamic shared memory) instead of directly."""
     bk = bk or k
@@ -53,6 +54,9 @@ def gemm(m, n, k, threads=128, a_dtype="float16", b_dtype="float16", acc="float3
         acc_f = T.alloc_buffer((m, n), acc, scope="local.fragment")
         if c_staged:
             C_s = T.alloc_buffer((m, n), acc, scope="shared.dyn")
+        if bias == "fragment":
+            D_f = T.alloc_buffer((m, n), acc, scope="local.fragment")
+            Tx.copy(D_f[0:m, 0:n], D[0:m, 0:n])
         if steps > 1:
             Tx.fill(acc_f[0:m, 0:n], T.cast(0, acc))
         for ko in T.serial(steps, annotations=loop_notes):
@@ -70,6 +74,9 @@ def gemm(m, n, k, threads=128, a_dtype="float16", b_dtype="float16", acc="float3
             elif a_from_global:
                 Tx.gemm(acc_f[0:m, 0:n], A[0:a_shape[0], 0:a_shape[1]], B_s[0:bs_shape[0], 0:bs_shape[1]],
                         acc_f[0:m, 0:n], trans_a, trans_b, alpha, beta)
+            elif bias == "fragment":
+                Tx.gemm(acc_f[0:m, 0:n], A_s[0:as_shape[0], 0:as_shape[1]], B_s[0:bs_shape[0], 0:bs_shape[1]],
+                        D_f[0:m, 0:n], trans_a, trans_b, alpha, beta)
             elif bias:
                 Tx.gemm(acc_f[0:m, 0:n], A_s[0:as_shape[0], 0:as_shape[1]], B_s[0:bs_shape[0], 0:bs_shape[1]],
                         D[0:m, 0:n], trans_a, trans_b, alpha, beta)

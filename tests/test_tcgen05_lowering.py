@@ -102,30 +102,9 @@ def test_pipelined_tcgen05_gemm_is_refused():
         lower_func(K.gemm(128, 64, 64, bk=32, stages=2), SM100A)
 
 
-def _gemm_with_fragment_bias():
-    from tvm.script import tirx as T
-    from tvm.tirx.script import tile as Tx
-
-    @T.prim_func
-    def kernel(A: T.Buffer((128, 32), "float16"), B: T.Buffer((32, 64), "float16"), D: T.Buffer((128, 64), "float32"),
-               C: T.Buffer((128, 64), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", 128)
-        A_s = T.alloc_buffer((128, 32), "float16", scope="shared")
-        B_s = T.alloc_buffer((32, 64), "float16", scope="shared")
-        D_f = T.alloc_buffer((128, 64), "float32", scope="local.fragment")
-        acc_f = T.alloc_buffer((128, 64), "float32", scope="local.fragment")
-        Tx.copy(A_s[0:128, 0:32], A[0:128, 0:32])
-        Tx.copy(B_s[0:32, 0:64], B[0:32, 0:64])
-        Tx.copy(D_f[0:128, 0:64], D[0:128, 0:64])
-        Tx.gemm(acc_f[0:128, 0:64], A_s[0:128, 0:32], B_s[0:32, 0:64], D_f[0:128, 0:64], False, False, 1.0, 1.0)
-        Tx.copy(C[0:128, 0:64], acc_f[0:128, 0:64])
-    return kernel
-
-
 def test_a_fragment_bias_is_refused_not_run_on_mma_sync():
     with pytest.raises(tl.Tcgen05LoweringError, match=r"register-fragment bias \(D_f\)"):
-        lower_func(_gemm_with_fragment_bias(), SM100A)
+        lower_func(K.gemm(128, 64, 32, bias="fragment", beta=1.0), SM100A)
 
 
 def _without_statements(lowered, text: str):
