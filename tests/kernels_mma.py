@@ -31,9 +31,9 @@ def one_warp_mma(A: T.Buffer((16, 16), "float16"), B: T.Buffer((16, 8), "float16
 
 def gemm(m, n, k, threads=128, a_dtype="float16", b_dtype="float16", acc="float32", trans_a=False, trans_b=False,
          a_scope="shared", bk=None, alpha=1.0, beta=0.0, bias=False, a_from_global=False, stages=0,
-         c_staged=False):
+         c_staged=False, accumulate=False):
     """C = alpha * A @ B (+ beta * D when ``bias``; ``bias="fragment"``: D copied into a register fragment D_f
-    first, which the gemm reads): operands staged in ``a_scope`` / shared. With ``bk < k`` the
+    first, which the gemm reads): operands staged in ``a_scope`` / shared. With ``bk < k`` (or ``accumulate``) the
     accumulator is filled with 0 and a serial K loop accumulates (beta = 1) into it. ``c_staged``: C is stored
     through a shared tile C_s of the accumulator's type (dynamic shared memory) instead of directly."""
     bk = bk or k
@@ -42,6 +42,7 @@ def gemm(m, n, k, threads=128, a_dtype="float16", b_dtype="float16", acc="float3
     as_shape = (bk, m) if trans_a else (m, bk)
     bs_shape = (n, bk) if trans_b else (bk, n)
     steps = k // bk
+    accumulate = accumulate or steps > 1
     loop_notes = {"num_stages": stages} if stages else {}
 
     @T.prim_func
@@ -57,7 +58,7 @@ def gemm(m, n, k, threads=128, a_dtype="float16", b_dtype="float16", acc="float3
         if bias == "fragment":
             D_f = T.alloc_buffer((m, n), acc, scope="local.fragment")
             Tx.copy(D_f[0:m, 0:n], D[0:m, 0:n])
-        if steps > 1:
+        if accumulate:
             Tx.fill(acc_f[0:m, 0:n], T.cast(0, acc))
         for ko in T.serial(steps, annotations=loop_notes):
             if trans_a:
@@ -68,7 +69,7 @@ def gemm(m, n, k, threads=128, a_dtype="float16", b_dtype="float16", acc="float3
                 Tx.copy(B_s[0:n, 0:bk], B[0:n, ko * bk:ko * bk + bk])
             else:
                 Tx.copy(B_s[0:bk, 0:n], B[ko * bk:ko * bk + bk, 0:n])
-            if steps > 1:
+            if accumulate:
                 Tx.gemm(acc_f[0:m, 0:n], A_s[0:as_shape[0], 0:as_shape[1]], B_s[0:bs_shape[0], 0:bs_shape[1]],
                         acc_f[0:m, 0:n], trans_a, trans_b, 1.0, 1.0)
             elif a_from_global:
