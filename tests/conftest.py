@@ -44,6 +44,36 @@ def kernel_warnings(*names: str):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
+def main_text(params: str, *, threads: int, body: str, blocks: int | tuple = 1) -> str:
+    """TVMScript text of a kernel ``main(<params>)`` launched on ``blocks`` blocks (a count along x, or the counts
+    along x and y) of ``threads`` threads, as ``maint/fuzz.py`` writes its kernels; ``body``: the statements after
+    the launch, indented by four spaces (a leading newline is dropped)."""
+    grid = blocks if isinstance(blocks, tuple) else (blocks,)
+    launch = "".join(f"    b{axis} = T.launch_thread(\"blockIdx.{axis}\", {n})\n" for axis, n in zip("xy", grid))
+    return (f"\n@T.prim_func\ndef main({params}):\n{launch}"
+            f"    tx = T.launch_thread(\"threadIdx.x\", {threads})\n" + body.removeprefix("\n"))
+
+
+def case_variant_params(pending_raises: type) -> list:
+    """``pytest.param(name, variant)`` for every variant of every golden case (``cases/``); a variant its case
+    declares NUMERIC_PENDING (the lowering it needs is missing, the case says why) is a strict xfail raising
+    ``pending_raises``: once that lowering lands the variant passes, the strict xfail fails, and the mark has to
+    go."""
+    import importlib
+    from pathlib import Path
+
+    from maint.run import discover
+    out = []
+    for name in discover(Path(__file__).resolve().parent.parent / "cases"):
+        case = importlib.import_module(f"cases.{name}")
+        pending = getattr(case, "NUMERIC_PENDING", {}) or {}
+        for variant in case.VARIANTS:
+            marks = [pytest.mark.xfail(reason=pending[variant], strict=True, raises=pending_raises)] \
+                if variant in pending else []
+            out.append(pytest.param(name, variant, id=f"{name}/{variant}", marks=marks))
+    return out
+
+
 #: targets the lowering tests compile for
 SM80, SM89, SM90, SM90A = ({"kind": "cuda", "arch": arch} for arch in ("sm_80", "sm_89", "sm_90", "sm_90a"))
 #: tests that compile the generated CUDA to PTX

@@ -31,14 +31,14 @@ def block_offsets(A: T.Buffer((256, 128), "float32"), B: T.Buffer((256, 128), "f
     Tx.copy(B[by * 64:by * 64 + 64, bx * 64:bx * 64 + 64], frag[0:64, 0:64])
 
 
-@T.prim_func
-def staging(A: T.Buffer((64, 64), "float16"), B: T.Buffer((64, 64), "float16")):
-    tx = T.launch_thread("threadIdx.x", 64)
-    smem = T.alloc_buffer((64, 64), "float16", scope="shared.dyn")
-    frag = T.alloc_buffer((64, 64), "float16", scope="local.fragment")
-    Tx.copy(smem, A)
-    Tx.copy(frag, smem)
-    Tx.copy(B[0:64, 0:64], frag[0:64, 0:64])
+def _user_kernel(builder: str):
+    """A kernel of the CLI tests' user file (tests/data/cli/my_kernels.py), its builder loaded as the CLI loads it."""
+    from pathlib import Path
+    from tilelayout.kernel_file import load_callable
+    return load_callable(f"{Path(__file__).resolve().parent / 'data' / 'cli' / 'my_kernels.py'}:{builder}")()
+
+
+staging = _user_kernel("build_staged")          # A -> shared smem -> fragment frag -> B
 
 
 @T.prim_func

@@ -1,4 +1,5 @@
 """Kernels for the tensor-core lowering tests (TVMScript needs its source in a file)."""
+import numpy as np
 from tvm.script import tirx as T
 from tvm.tirx.script import tile as Tx
 
@@ -29,15 +30,19 @@ def one_warp_mma(A: T.Buffer((16, 16), "float16"), B: T.Buffer((16, 8), "float16
 
 
 def gemm(m, n, k, threads=128, a_dtype="float16", b_dtype="float16", acc="float32", trans_a=False, trans_b=False,
-         a_scope="shared", bk=None, alpha=1.0, beta=0.0, bias=False, a_from_global=False, stages=0):
-    """C = alpha * A @ B (+ beta * D when ``bias``): operands staged in ``a_scope`` / shared. With ``bk < k`` the
-    accumulator is filled with 0 and a serial K loop accumulates (beta = 1) into it."""
+         a_scope="shared", bk=None, alpha=1.0, beta=0.0, bias=False, a_from_global=False, stages=0,
+         c_staged=False, accumulate=False):
+    """C = alpha * A @ B (+ beta * D when ``bias``; ``bias="fragment"``: D copied into a register fragment D_f
+    first, which the gemm reads): operands staged in ``a_scope`` / shared. With ``bk < k`` (or ``accumulate``) the
+    accumulator is filled with 0 and a serial K loop accumulates (beta = 1) into it. ``c_staged``: C is stored
+    through a shared tile C_s of the accumulator's type (dynamic shared memory) instead of directly."""
     bk = bk or k
     a_shape = (k, m) if trans_a else (m, k)
     b_shape = (n, k) if trans_b else (k, n)
     as_shape = (bk, m) if trans_a else (m, bk)
     bs_shape = (n, bk) if trans_b else (bk, n)
     steps = k // bk
+    accumulate = accumulate or steps > 1
     loop_notes = {"num_stages": stages} if stages else {}
 
     @T.prim_func
@@ -48,7 +53,12 @@ def gemm(m, n, k, threads=128, a_dtype="float16", b_dtype="float16", acc="float3
         A_s = T.alloc_buffer(as_shape, a_dtype, scope=a_scope)
         B_s = T.alloc_buffer(bs_shape, b_dtype, scope="shared")
         acc_f = T.alloc_buffer((m, n), acc, scope="local.fragment")
-        if steps > 1:
+        if c_staged:
+            C_s = T.alloc_buffer((m, n), acc, scope="shared.dyn")
+        if bias == "fragment":
+            D_f = T.alloc_buffer((m, n), acc, scope="local.fragment")
+            Tx.copy(D_f[0:m, 0:n], D[0:m, 0:n])
+        if accumulate:
             Tx.fill(acc_f[0:m, 0:n], T.cast(0, acc))
         for ko in T.serial(steps, annotations=loop_notes):
             if trans_a:
@@ -59,20 +69,41 @@ def gemm(m, n, k, threads=128, a_dtype="float16", b_dtype="float16", acc="float3
                 Tx.copy(B_s[0:n, 0:bk], B[0:n, ko * bk:ko * bk + bk])
             else:
                 Tx.copy(B_s[0:bk, 0:n], B[ko * bk:ko * bk + bk, 0:n])
-            if steps > 1:
+            if accumulate:
                 Tx.gemm(acc_f[0:m, 0:n], A_s[0:as_shape[0], 0:as_shape[1]], B_s[0:bs_shape[0], 0:bs_shape[1]],
                         acc_f[0:m, 0:n], trans_a, trans_b, 1.0, 1.0)
             elif a_from_global:
                 Tx.gemm(acc_f[0:m, 0:n], A[0:a_shape[0], 0:a_shape[1]], B_s[0:bs_shape[0], 0:bs_shape[1]],
                         acc_f[0:m, 0:n], trans_a, trans_b, alpha, beta)
+            elif bias == "fragment":
+                Tx.gemm(acc_f[0:m, 0:n], A_s[0:as_shape[0], 0:as_shape[1]], B_s[0:bs_shape[0], 0:bs_shape[1]],
+                        D_f[0:m, 0:n], trans_a, trans_b, alpha, beta)
             elif bias:
                 Tx.gemm(acc_f[0:m, 0:n], A_s[0:as_shape[0], 0:as_shape[1]], B_s[0:bs_shape[0], 0:bs_shape[1]],
                         D[0:m, 0:n], trans_a, trans_b, alpha, beta)
             else:
                 Tx.gemm(acc_f[0:m, 0:n], A_s[0:as_shape[0], 0:as_shape[1]], B_s[0:bs_shape[0], 0:bs_shape[1]],
                         acc_f[0:m, 0:n], trans_a, trans_b, alpha, beta)
-        Tx.copy(C[0:m, 0:n], acc_f[0:m, 0:n])
+        if c_staged:
+            Tx.copy(C_s[0:m, 0:n], acc_f[0:m, 0:n])
+            Tx.copy(C[0:m, 0:n], C_s[0:m, 0:n])
+        else:
+            Tx.copy(C[0:m, 0:n], acc_f[0:m, 0:n])
     return kernel
+
+
+def gemm_reference(trans_a=False, trans_b=False, alpha=1.0, beta=0.0, bias=False, **_):
+    """numpy's C for ``gemm`` with these settings (``check_numeric``'s reference; other ``gemm`` keywords ignored)."""
+    def ref(d):
+        a = d["A"].astype(np.float64)
+        b = d["B"].astype(np.float64)
+        a = a.T if trans_a else a
+        b = b.T if trans_b else b
+        out = alpha * (a @ b)
+        if bias:
+            out = out + beta * d["D"].astype(np.float64)
+        return {"C": out}
+    return ref
 
 
 def gemm_b_in_registers():

@@ -4,60 +4,8 @@ as the copy source."""
 from tvm.script import tirx as T
 from tvm.tirx.script import tile as Tx
 
+from cases.grouped_gemm import _offsets as grouped_offsets, grouped_gemm  # noqa: F401
 from cases.pipelined_indexing import _on, block_sparse, conv_im2col, named_offsets  # noqa: F401
-
-
-def grouped_gemm(sizes=(64, 40, 100), k: int = 128, n: int = 64, bm: int = 64, bn: int = 64, bk: int = 32,
-                 stages: int = 2, arch: str = "sm_80"):
-    """TileLang's grouped gemm: group g owns rows [offsets[g], offsets[g] + sizes[g]) of A and C and B[g]; block
-    bx finds its group by scanning the padded offsets, so the copy's row offset and B's group index are read
-    from memory before the loop. A has ``bm`` rows of slack below the last group (the last block's tile reads
-    them; nothing is stored there)."""
-    groups = len(sizes)
-    total = sum(sizes)
-    blocks = sum(-(-s // bm) for s in sizes)
-
-    @T.prim_func
-    def kernel(A: T.Buffer((total + bm, k), "float16"), B: T.Buffer((groups, k, n), "float16"),
-               C: T.Buffer((total, n), "float32"), batch_sizes: T.Buffer((groups,), "int32"),
-               batch_offsets: T.Buffer((groups,), "int32"), batch_padded_offsets: T.Buffer((groups,), "int32")):
-        bx = T.launch_thread("blockIdx.x", blocks)
-        by = T.launch_thread("blockIdx.y", n // bn)
-        tx = T.launch_thread("threadIdx.x", 128)
-        A_s = T.alloc_buffer((bm, bk), "float16", scope="shared")
-        B_s = T.alloc_buffer((bk, bn), "float16", scope="shared")
-        C_local = T.alloc_buffer((bm, bn), "float32", scope="local.fragment")
-        cur_batch_idx = T.alloc_buffer((1,), "int32", scope="local")
-        m_start_padded = bx * bm
-        cur_batch_idx[0] = 0
-        for i in T.serial(groups):
-            cur_batch_idx[0] = T.if_then_else(m_start_padded >= batch_padded_offsets[i], i, cur_batch_idx[0])
-        m_start = m_start_padded - batch_padded_offsets[cur_batch_idx[0]] + batch_offsets[cur_batch_idx[0]]
-        actual_rows = T.max(0, T.min(bm, batch_sizes[cur_batch_idx[0]] + batch_padded_offsets[cur_batch_idx[0]]
-                                     - m_start_padded))
-        Tx.fill(C_local[0:bm, 0:bn], T.float32(0))
-        for ko in T.serial(k // bk, annotations={"num_stages": stages}):
-            Tx.copy(A_s[0:bm, 0:bk], A[m_start:m_start + bm, ko * bk:ko * bk + bk])
-            Tx.copy(B_s[0:bk, 0:bn], B[cur_batch_idx[0], ko * bk:ko * bk + bk, by * bn:by * bn + bn])
-            Tx.gemm(C_local[0:bm, 0:bn], A_s[0:bm, 0:bk], B_s[0:bk, 0:bn], C_local[0:bm, 0:bn], False, False,
-                    1.0, 1.0)
-        for i in T.parallel(bm):
-            for j in T.parallel(bn):
-                if i < actual_rows:
-                    C[m_start + i, by * bn + j] = C_local[i, j]
-    return _on(kernel, arch)
-
-
-def grouped_offsets(sizes, bm: int = 64):
-    """(sizes, offsets, padded offsets) as the grouped gemm's host code builds them."""
-    offsets, padded = [], []
-    o = p = 0
-    for s in sizes:
-        offsets.append(o)
-        padded.append(p)
-        o += s
-        p += -(-s // bm) * bm
-    return list(sizes), offsets, padded
 
 
 def offset_written_in_loop(k: int = 128, n: int = 64, bm: int = 64, bn: int = 64, bk: int = 32):

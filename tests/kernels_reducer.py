@@ -17,10 +17,18 @@ def _update(op, r, i, v):
 
 
 def rows(op: str = "sum", replication: str = "all", m: int = 64, n: int = 128, threads: int = 128,
-         start: float | None = None, tiles: int = 1):
+         start: float | None = None, tiles: int = 1, *, fill: bool = True, update: str | None = None,
+         finalize: str = "after", store: str = "after"):
     """B[i] = op over j of A[i, j], the row accumulated over ``tiles`` column tiles of width n; ``start``: the
-    fill value (default the identity)."""
+    fill value (default the identity). The other keywords break the reducer's protocol (the misuse kernels
+    below): ``fill`` False leaves out the fill; ``update`` is the op the nest applies if not ``op``; ``finalize``
+    is "after" the tile loop, "twice" there, "in loop" (at the end of each tile) or "never"; ``store`` copies r
+    to B "after" finalizing, "before" it (during the accumulation) or "never"."""
     first = _IDENTITY[op] if start is None else start
+    applied = update or op
+    store_before, store_after = store == "before", store == "after"
+    finalize_in_loop, finalize_after, finalize_again = finalize == "in loop", finalize in ("after", "twice"), \
+        finalize == "twice"
 
     @T.prim_func
     def kernel(A: T.Buffer((m, n * tiles), "float32"), B: T.Buffer((m,), "float32")):
@@ -28,14 +36,23 @@ def rows(op: str = "sum", replication: str = "all", m: int = 64, n: int = 128, t
         tx = T.launch_thread("threadIdx.x", threads)
         a = T.alloc_buffer((m, n), "float32", scope="local.fragment")
         r = L.alloc_reducer((m,), "float32", op=op, replication=replication)
-        Tx.fill(r[0:m], T.float32(first))
+        if fill:
+            Tx.fill(r[0:m], T.float32(first))
         for k in T.serial(tiles):
             Tx.copy(a[0:m, 0:n], A[0:m, k * n:k * n + n])
             for i in T.parallel(m):
                 for j in T.parallel(n):
-                    r[i] = _update(op, r, i, a[i, j])
-        L.finalize_reducer(r)
-        Tx.copy(B[0:m], r[0:m])
+                    r[i] = _update(applied, r, i, a[i, j])
+            if finalize_in_loop:
+                L.finalize_reducer(r)
+        if store_before:
+            Tx.copy(B[0:m], r[0:m])
+        if finalize_after:
+            L.finalize_reducer(r)
+        if finalize_again:
+            L.finalize_reducer(r)
+        if store_after:
+            Tx.copy(B[0:m], r[0:m])
     return kernel
 
 
@@ -64,51 +81,15 @@ def two_epochs(m: int = 32, n: int = 64, threads: int = 128):
 # ------------------------------------------------------------------------------------------ misuse
 
 def read_during_accumulation():
-    @T.prim_func
-    def kernel(A: T.Buffer((32, 64), "float32"), B: T.Buffer((32,), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", 128)
-        a = T.alloc_buffer((32, 64), "float32", scope="local.fragment")
-        r = L.alloc_reducer((32,), "float32")
-        Tx.copy(a[0:32, 0:64], A[0:32, 0:64])
-        Tx.fill(r[0:32], T.float32(0))
-        for i in T.parallel(32):
-            for j in T.parallel(64):
-                r[i] = r[i] + a[i, j]
-        Tx.copy(B[0:32], r[0:32])
-        L.finalize_reducer(r)
-    return kernel
+    return rows("sum", "all", 32, 64, 128, store="before")
 
 
 def never_finalized():
-    @T.prim_func
-    def kernel(A: T.Buffer((32, 64), "float32"), B: T.Buffer((32,), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", 128)
-        a = T.alloc_buffer((32, 64), "float32", scope="local.fragment")
-        r = L.alloc_reducer((32,), "float32")
-        Tx.copy(a[0:32, 0:64], A[0:32, 0:64])
-        Tx.fill(r[0:32], T.float32(0))
-        for i in T.parallel(32):
-            for j in T.parallel(64):
-                r[i] = r[i] + a[i, j]
-    return kernel
+    return rows("sum", "all", 32, 64, 128, finalize="never", store="never")
 
 
 def update_before_fill():
-    @T.prim_func
-    def kernel(A: T.Buffer((32, 64), "float32"), B: T.Buffer((32,), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", 128)
-        a = T.alloc_buffer((32, 64), "float32", scope="local.fragment")
-        r = L.alloc_reducer((32,), "float32")
-        Tx.copy(a[0:32, 0:64], A[0:32, 0:64])
-        for i in T.parallel(32):
-            for j in T.parallel(64):
-                r[i] = r[i] + a[i, j]
-        L.finalize_reducer(r)
-        Tx.copy(B[0:32], r[0:32])
-    return kernel
+    return rows("sum", "all", 32, 64, 128, fill=False)
 
 
 def sum_starting_at_one():
@@ -116,38 +97,11 @@ def sum_starting_at_one():
 
 
 def wrong_update():
-    @T.prim_func
-    def kernel(A: T.Buffer((32, 64), "float32"), B: T.Buffer((32,), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", 128)
-        a = T.alloc_buffer((32, 64), "float32", scope="local.fragment")
-        r = L.alloc_reducer((32,), "float32", op="sum")
-        Tx.copy(a[0:32, 0:64], A[0:32, 0:64])
-        Tx.fill(r[0:32], T.float32(0))
-        for i in T.parallel(32):
-            for j in T.parallel(64):
-                r[i] = T.max(r[i], a[i, j])
-        L.finalize_reducer(r)
-        Tx.copy(B[0:32], r[0:32])
-    return kernel
+    return rows("sum", "all", 32, 64, 128, update="max")
 
 
 def finalized_twice():
-    @T.prim_func
-    def kernel(A: T.Buffer((32, 64), "float32"), B: T.Buffer((32,), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", 128)
-        a = T.alloc_buffer((32, 64), "float32", scope="local.fragment")
-        r = L.alloc_reducer((32,), "float32")
-        Tx.copy(a[0:32, 0:64], A[0:32, 0:64])
-        Tx.fill(r[0:32], T.float32(0))
-        for i in T.parallel(32):
-            for j in T.parallel(64):
-                r[i] = r[i] + a[i, j]
-        L.finalize_reducer(r)
-        L.finalize_reducer(r)
-        Tx.copy(B[0:32], r[0:32])
-    return kernel
+    return rows("sum", "all", 32, 64, 128, finalize="twice")
 
 
 def store_outside_nest():
@@ -184,21 +138,7 @@ def finalize_under_if():
 
 def finalize_inside_loop_only():
     """Filled once before a loop whose body finalizes: the second iteration would update a closed reducer."""
-    @T.prim_func
-    def kernel(A: T.Buffer((32, 64), "float32"), B: T.Buffer((32,), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", 128)
-        a = T.alloc_buffer((32, 64), "float32", scope="local.fragment")
-        r = L.alloc_reducer((32,), "float32")
-        Tx.copy(a[0:32, 0:64], A[0:32, 0:64])
-        Tx.fill(r[0:32], T.float32(0))
-        for k in T.serial(2):
-            for i in T.parallel(32):
-                for j in T.parallel(64):
-                    r[i] = r[i] + a[i, j]
-            L.finalize_reducer(r)
-        Tx.copy(B[0:32], r[0:32])
-    return kernel
+    return rows("sum", "all", 32, 64, 128, tiles=2, finalize="in loop")
 
 
 def issue2408_eight_elements(threads: int = 128):

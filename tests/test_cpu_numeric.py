@@ -17,8 +17,7 @@ from tvm.script import tirx as T
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from maint.run import discover  # noqa: E402
-from conftest import KERNEL_WARNINGS, kernel_warnings  # noqa: E402
+from conftest import KERNEL_WARNINGS, case_variant_params, kernel_warnings  # noqa: E402
 from tilelayout import Fragment  # noqa: E402
 from tilelayout.annotate import annotate_loop, parallel_nests  # noqa: E402
 from tilelayout.layout import placeholder as P  # noqa: E402
@@ -34,20 +33,7 @@ def _case(name):
     return importlib.import_module(f"cases.{name}")
 
 
-def _variants():
-    """Every case variant; those a case declares NUMERIC_PENDING (with the reason) are expected to fail, strictly:
-    once the missing lowering lands they pass, the strict xfail fails, and the mark has to go."""
-    out = []
-    for name in discover(ROOT / "cases"):
-        pending = getattr(_case(name), "NUMERIC_PENDING", {}) or {}
-        for variant in _case(name).VARIANTS:
-            marks = [pytest.mark.xfail(reason=pending[variant], strict=True, raises=AssertionError)] \
-                if variant in pending else []
-            out.append(pytest.param(name, variant, id=f"{name}/{variant}", marks=marks))
-    return out
-
-
-@pytest.mark.parametrize("name,variant", _variants())
+@pytest.mark.parametrize("name,variant", case_variant_params(AssertionError))
 def test_every_case_variant_matches_its_reference(name, variant):
     """``maint/run.py --numeric`` on one variant: under both models (and, for a dynamic-shape variant, at each of
     its EXTENTS: tile multiples, partial tiles, under one tile) the lowered kernel matches the case's REFERENCE or

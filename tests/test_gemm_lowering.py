@@ -111,19 +111,6 @@ def test_hand_written_mma_kernel_compiles_to_ptx():
 
 # ------------------------------------------------------------------------------------ lowered gemms
 
-def _reference(trans_a=False, trans_b=False, alpha=1.0, beta=0.0, bias=False, **_):
-    def ref(d):
-        a = d["A"].astype(np.float64)
-        b = d["B"].astype(np.float64)
-        a = a.T if trans_a else a
-        b = b.T if trans_b else b
-        out = alpha * (a @ b)
-        if bias:
-            out = out + beta * d["D"].astype(np.float64)
-        return {"C": out}
-    return ref
-
-
 GEMMS = {
     "f16_f32": dict(m=64, n=64, k=64),
     "f16_f32_At": dict(m=64, n=64, k=64, trans_a=True),
@@ -148,7 +135,7 @@ def test_lowered_gemm_matches_numpy(name, target):
     report = gemm_reports(lowered)
     assert len(report) == 1 and ("mma.sync" in report[0] or "wgmma" in report[0]), report
     exact = cfg.get("acc") == "int32"
-    res = check_numeric(func, _reference(**cfg), target=target, tolerance=None if exact else (2e-2, 2e-2))
+    res = check_numeric(func, K.gemm_reference(**cfg), target=target, tolerance=None if exact else (2e-2, 2e-2))
     assert res.ok, res.message
 
 
@@ -188,7 +175,7 @@ def test_instruction_per_target():
 def test_wgmma_register_a_matches_numpy(cfg):
     func = K.gemm(a_scope="local.fragment", **cfg)
     assert "RS" in gemm_reports(lower_func(func, SM90A))[0]
-    res = check_numeric(func, _reference(), SM90A, tolerance=(2e-2, 2e-2))
+    res = check_numeric(func, K.gemm_reference(), SM90A, tolerance=(2e-2, 2e-2))
     assert res.ok, res.message
 
 
@@ -202,7 +189,7 @@ def test_wrong_wgmma_descriptor_swizzle_gives_wrong_cpu_result(monkeypatch):
         bits = real(layout)
         return bits ^ (3 << 62) if layout.mode == 1 else bits       # mode 1 (128B) -> mode 2 (64B)
     monkeypatch.setattr(lower_wgmma, "encode_fields", wrong)
-    result = check_numeric(func, _reference(), SM90A, tolerance=(2e-2, 2e-2))
+    result = check_numeric(func, K.gemm_reference(), SM90A, tolerance=(2e-2, 2e-2))
     assert not result.ok and result.message.startswith("C:")
 
 
@@ -265,9 +252,9 @@ def test_accumulator_in_the_wrong_registers_gives_wrong_cpu_result(monkeypatch):
     """The emulation reads the instruction from the call and applies PTX's fragments: a lowering that writes the
     accumulator through a permuted fragment computes wrong numbers on the CPU."""
     func = K.gemm(64, 64, 32)
-    assert check_numeric(func, _reference(), SM80, tolerance=(2e-2, 2e-2)).ok
+    assert check_numeric(func, K.gemm_reference(), SM80, tolerance=(2e-2, 2e-2)).ok
     _misbelieving(monkeypatch, _SwappedC)
-    result = check_numeric(func, _reference(), SM80, tolerance=(2e-2, 2e-2))
+    result = check_numeric(func, K.gemm_reference(), SM80, tolerance=(2e-2, 2e-2))
     assert not result.ok and result.message.startswith("C:")
 
 
@@ -292,7 +279,7 @@ def _pinned_register_a(perm: bool):
 
 def test_register_a_with_the_instruction_layout_matches_numpy():
     func = _pinned_register_a(False)
-    res = check_numeric(func, _reference(), SM80, tolerance=(2e-2, 2e-2))
+    res = check_numeric(func, K.gemm_reference(), SM80, tolerance=(2e-2, 2e-2))
     assert res.ok, res.message
 
 
@@ -308,7 +295,7 @@ def test_register_a_packed_into_the_wrong_registers_gives_wrong_cpu_result(monke
     func = _pinned_register_a(False)
     _misbelieving(monkeypatch, _SwappedA)
     monkeypatch.setattr(lower_gemm, "check_register_operand", lambda *a, **k: None)
-    result = check_numeric(func, _reference(), SM80, tolerance=(2e-2, 2e-2))
+    result = check_numeric(func, K.gemm_reference(), SM80, tolerance=(2e-2, 2e-2))
     assert not result.ok and result.message.startswith("C:")
 
 
@@ -368,7 +355,7 @@ def test_scalar_fallback_is_opt_in_and_reported():
     assert "scalar" in gemm_reports(lowered)[0]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        assert check_numeric(func, _reference(), SM80, tolerance=(1e-4, 1e-4)).ok
+        assert check_numeric(func, K.gemm_reference(), SM80, tolerance=(1e-4, 1e-4)).ok
 
 
 def test_unknown_fallback_value_is_refused():

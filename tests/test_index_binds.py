@@ -9,6 +9,7 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
+from conftest import main_text
 from tilelayout.passes.index_binds import inline_index_binds
 from tilelayout.passes.lowering.loop_vectorize import VECTOR_WIDTH_KEY
 from tilelayout.passes.lowering.pipeline import check_numeric, lower_func
@@ -22,16 +23,12 @@ def _parse(text: str):
     return tvm.script.from_source(text, extra_vars={"T": T, "Tx": Tx})
 
 
-ADD = '''
-@T.prim_func
-def main(A: T.Buffer((256, 256), "DT"), B: T.Buffer((256, 256), "DT"), C: T.Buffer((256, 256), "DT")):
-    bx = T.launch_thread("blockIdx.x", 4)
-    by = T.launch_thread("blockIdx.y", 4)
-    tx = T.launch_thread("threadIdx.x", 128)
+ADD = main_text('A: T.Buffer((256, 256), "DT"), B: T.Buffer((256, 256), "DT"), C: T.Buffer((256, 256), "DT")',
+                threads=128, blocks=(4, 4), body='''
     for i in T.parallel(64):
         for j in T.parallel(64):
             BODY
-'''
+''')
 
 NAMED = '''y: T.int32 = by * 64 + i
             x: T.int32 = bx * 64 + j
@@ -75,11 +72,8 @@ def test_the_names_are_gone_before_inference():
     assert "by * 64 + i" in func.script()
 
 
-BIND_REGION = '''
-@T.prim_func
-def main(A: T.Buffer((256, 128), "float32"), B: T.Buffer((256, 128), "float32")):
-    bx = T.launch_thread("blockIdx.x", 4)
-    tx = T.launch_thread("threadIdx.x", 128)
+BIND_REGION = main_text('A: T.Buffer((256, 128), "float32"), B: T.Buffer((256, 128), "float32")',
+                        threads=128, blocks=4, body='''
     row0 = T.bind(bx * 64)
     frag = T.alloc_buffer((64, 128), "float32", scope="local.fragment")
     Tx.copy(frag[0:64, 0:128], A[row0:row0 + 64, 0:128])
@@ -87,7 +81,7 @@ def main(A: T.Buffer((256, 128), "float32"), B: T.Buffer((256, 128), "float32"))
         for j in T.parallel(128):
             frag[i, j] = frag[i, j] * T.float32(2)
     Tx.copy(B[row0:row0 + 64, 0:128], frag[0:64, 0:128])
-'''
+''')
 
 
 def test_a_bound_tile_offset_is_substituted_and_matches_numpy():
@@ -99,29 +93,21 @@ def test_a_bound_tile_offset_is_substituted_and_matches_numpy():
     assert res.ok, res.message
 
 
-UPDATED = '''
-@T.prim_func
-def main(A: T.Buffer((64, 64), "float32"), C: T.Buffer((64, 64), "float32")):
-    bx = T.launch_thread("blockIdx.x", 1)
-    tx = T.launch_thread("threadIdx.x", 128)
+UPDATED = main_text('A: T.Buffer((64, 64), "float32"), C: T.Buffer((64, 64), "float32")', threads=128, body='''
     for i in T.parallel(64):
         for j in T.parallel(64):
             y: T.int32 = i
             y = (y + 1) % 64
             C[i, j] = A[y, j]
-'''
+''')
 
-LOADED = '''
-@T.prim_func
-def main(A: T.Buffer((64, 64), "int32"), C: T.Buffer((64, 64), "int32")):
-    bx = T.launch_thread("blockIdx.x", 1)
-    tx = T.launch_thread("threadIdx.x", 128)
+LOADED = main_text('A: T.Buffer((64, 64), "int32"), C: T.Buffer((64, 64), "int32")', threads=128, body='''
     for i in T.parallel(64):
         for j in T.parallel(64):
             v: T.int32 = A[i, j] % 64
             A[i, j] = 0
             C[i, j] = v
-'''
+''')
 
 
 def test_a_scalar_written_twice_is_not_a_name():

@@ -20,6 +20,7 @@ from tvm.tirx.tile_primitive import TilePrimitiveCall
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import kernels_mma as K  # noqa: E402
 import tilelayout as tl  # noqa: E402
 from conftest import kernel_warnings  # noqa: E402
 from tilelayout import Fragment  # noqa: E402
@@ -80,31 +81,10 @@ def sum_from_shared(A: T.Buffer((32, 64), "float32"), B: T.Buffer((32,), "float3
     Tx.copy(B[0:32], r[0:32])
 
 
-@T.prim_func
-def gemm_ss(A: T.Buffer((64, 32), "float16"), B: T.Buffer((32, 64), "float16"), C: T.Buffer((64, 64), "float32")):
-    bx = T.launch_thread("blockIdx.x", 1)
-    tx = T.launch_thread("threadIdx.x", 128)
-    As = T.alloc_buffer((64, 32), "float16", scope="shared")
-    Bs = T.alloc_buffer((32, 64), "float16", scope="shared")
-    acc = T.alloc_buffer((64, 64), "float32", scope="local.fragment")
-    Tx.fill(acc[0:64, 0:64], T.float32(0))
-    Tx.copy(As[0:64, 0:32], A[0:64, 0:32])
-    Tx.copy(Bs[0:32, 0:64], B[0:32, 0:64])
-    Tx.gemm(acc[0:64, 0:64], As[0:64, 0:32], Bs[0:32, 0:64], acc[0:64, 0:64], False, False, T.float32(1), T.float32(1))
-    Tx.copy(C[0:64, 0:64], acc[0:64, 0:64])
-
-
-@T.prim_func
-def gemm_fragment_a(A: T.Buffer((64, 32), "float16"), B: T.Buffer((32, 64), "float16"), C: T.Buffer((64, 64), "float32")):
-    bx = T.launch_thread("blockIdx.x", 1)
-    tx = T.launch_thread("threadIdx.x", 128)
-    Af = T.alloc_buffer((64, 32), "float16", scope="local.fragment")
-    Bs = T.alloc_buffer((32, 64), "float16", scope="shared")
-    acc = T.alloc_buffer((64, 64), "float32", scope="local.fragment")
-    Tx.copy(Af[0:64, 0:32], A[0:64, 0:32])
-    Tx.copy(Bs[0:32, 0:64], B[0:32, 0:64])
-    Tx.gemm(acc[0:64, 0:64], Af[0:64, 0:32], Bs[0:32, 0:64], acc[0:64, 0:64], False, False, T.float32(1), T.float32(0))
-    Tx.copy(C[0:64, 0:64], acc[0:64, 0:64])
+#: both operands in shared memory, accumulated (beta 1) onto a filled accumulator
+gemm_ss = K.gemm(64, 64, 32, accumulate=True).with_attr("global_symbol", "gemm_ss")
+#: A in registers (a fragment operand of the mma), B in shared memory
+gemm_fragment_a = K.gemm(64, 64, 32, a_scope="local.fragment")
 
 
 @T.prim_func

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import tilelayout as tl
+from conftest import main_text
 from tilelayout.evaluate import evaluate, grid_env
 from tilelayout.layout import rep_placeholder
 
@@ -95,11 +96,7 @@ def test_memory_update_runs_each_element_in_one_thread(name, model, threads):
     np.testing.assert_allclose(o, UPDATES[name][2](A, O), rtol=1e-5, atol=1e-5)
 
 
-SHARED = '''
-@T.prim_func
-def main(A: T.Buffer((8, 16), "float32"), O: T.Buffer((8,), "float32")):
-    bx = T.launch_thread("blockIdx.x", 1)
-    tx = T.launch_thread("threadIdx.x", 64)
+SHARED = main_text('A: T.Buffer((8, 16), "float32"), O: T.Buffer((8,), "float32")', threads=64, body='''
     S = T.alloc_buffer((8,), "float32", scope="SCOPE")
     for i in T.parallel(8):
         S[i] = T.float32(0)
@@ -108,7 +105,7 @@ def main(A: T.Buffer((8, 16), "float32"), O: T.Buffer((8,), "float32")):
             S[i] = S[i] + A[i, j] * A[i, j]
     for i in T.parallel(8):
         O[i] = S[i]
-'''
+''')
 
 
 @pytest.mark.parametrize("scope", ("shared", "shared.dyn"))
@@ -139,11 +136,8 @@ def test_write_race_is_refused_by_name(name):
 
 
 def test_update_under_a_conflicting_fragment_layout_is_refused_with_the_fix():
-    text = '''
-@T.prim_func
-def main(A: T.Buffer((64, 32), "float16"), B: T.Buffer((32, 64), "float16"), O: T.Buffer((64,), "float32")):
-    bx = T.launch_thread("blockIdx.x", 1)
-    tx = T.launch_thread("threadIdx.x", 128)
+    text = main_text('A: T.Buffer((64, 32), "float16"), B: T.Buffer((32, 64), "float16"), O: T.Buffer((64,), "float32")',
+                     threads=128, body='''
     A_s = T.alloc_buffer((64, 32), "float16", scope="shared")
     B_s = T.alloc_buffer((32, 64), "float16", scope="shared")
     C = T.alloc_buffer((64, 64), "float32", scope="local.fragment")
@@ -153,7 +147,7 @@ def main(A: T.Buffer((64, 32), "float16"), B: T.Buffer((32, 64), "float16"), O: 
     for i in T.parallel(64):
         for j in T.parallel(64):
             O[i] = O[i] + C[i, j]
-'''
+''')
     with pytest.raises(tl.WriteRaceError) as err:
         tl.infer_layouts(_parse(text))
     msg = str(err.value)
@@ -169,11 +163,7 @@ def test_store_under_a_one_iteration_condition_is_not_a_race():
     np.testing.assert_array_equal(o, _col(O, 0, A[:, 5]))
 
 
-FRAGMENT_FORM = '''
-@T.prim_func
-def main(A: T.Buffer((8, 16), "float32"), O: T.Buffer((8,), "float32")):
-    bx = T.launch_thread("blockIdx.x", 1)
-    tx = T.launch_thread("threadIdx.x", 32)
+FRAGMENT_FORM = main_text('A: T.Buffer((8, 16), "float32"), O: T.Buffer((8,), "float32")', threads=32, body='''
     F = T.alloc_buffer((8, 16), "float32", scope="local.fragment")
     r = T.alloc_buffer((8,), "float32", scope="local.fragment")
     Tx.copy(F[0:8, 0:16], A[0:8, 0:16])
@@ -182,7 +172,7 @@ def main(A: T.Buffer((8, 16), "float32"), O: T.Buffer((8,), "float32")):
         for j in T.parallel(16):
             BODY
     Tx.copy(O[0:8], r[0:8])
-'''
+''')
 
 
 @pytest.mark.parametrize("body, reference", [
@@ -202,14 +192,10 @@ def test_fragment_written_by_many_iterations_keeps_iteration_order(body, referen
 # ---------------------------------------------------------------------------------------------------
 # float self-comparisons are NaN tests
 
-NAN = '''
-@T.prim_func
-def main(A: T.Buffer((64,), "DT"), B: T.Buffer((64,), "DT")):
-    bx = T.launch_thread("blockIdx.x", 1)
-    tx = T.launch_thread("threadIdx.x", 64)
+NAN = main_text('A: T.Buffer((64,), "DT"), B: T.Buffer((64,), "DT")', threads=64, body='''
     for i in T.parallel(64):
         B[i] = EXPR
-'''
+''')
 
 
 @pytest.mark.parametrize("dtype", ("float32", "float16"))
@@ -234,15 +220,11 @@ def test_self_comparison_is_a_nan_test(expr, reference, dtype):
 # ---------------------------------------------------------------------------------------------------
 # storage scopes
 
-SCOPED = '''
-@T.prim_func
-def main(A: T.Buffer((64, 64), "float32"), B: T.Buffer((64, 64), "float32")):
-    bx = T.launch_thread("blockIdx.x", 1)
-    tx = T.launch_thread("threadIdx.x", 128)
+SCOPED = main_text('A: T.Buffer((64, 64), "float32"), B: T.Buffer((64, 64), "float32")', threads=128, body='''
     tile = T.alloc_buffer((64, 64), "float32", scope="SCOPE")
     Tx.copy(tile[0:64, 0:64], A[0:64, 0:64])
     Tx.copy(B[0:64, 0:64], tile[0:64, 0:64])
-'''
+''')
 
 
 @pytest.mark.parametrize("scope, suggestion", [("fragment", "local.fragment"), ("local.fragments", "local.fragment"),

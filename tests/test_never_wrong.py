@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import tilelayout as tl
-from conftest import kernel_warnings
+from conftest import kernel_warnings, main_text
 from tilelayout.errors import TileLayoutError
 
 MODELS = ("register-count", "io-aware")
@@ -37,11 +37,7 @@ def _rand(*shape, seed=0):
 # 1. Tile ops and parallel nests under a thread-dependent `if`: the fragment used to be laid out over all
 # 128 threads although only 64 ran the ops, so half of the elements were never written.
 
-UNDER_IF = '''
-@T.prim_func
-def main(A: T.Buffer((64, 64), "float32"), B: T.Buffer((64, 64), "float32")):
-    bx = T.launch_thread("blockIdx.x", 1)
-    tx = T.launch_thread("threadIdx.x", 128)
+UNDER_IF = main_text('A: T.Buffer((64, 64), "float32"), B: T.Buffer((64, 64), "float32")', threads=128, body='''
     F = T.alloc_buffer((64, 64), "float32", scope="local.fragment")
     if COND:
         Tx.copy(F[0:64, 0:64], A[0:64, 0:64])
@@ -49,7 +45,7 @@ def main(A: T.Buffer((64, 64), "float32"), B: T.Buffer((64, 64), "float32")):
             for j in T.parallel(64):
                 F[i, j] = F[i, j] * T.float32(2) + T.float32(1)
         Tx.copy(B[0:64, 0:64], F[0:64, 0:64])
-'''
+''')
 
 
 @pytest.mark.parametrize("cond, lo, ext", [("tx < 64", 0, 64), ("tx >= 64", 64, 64), ("64 <= tx and tx < 96", 64, 32),
@@ -69,11 +65,8 @@ def test_ops_under_thread_condition_run_on_that_range(cond, lo, ext, model):
     np.testing.assert_array_equal(B, A * 2 + 1)
 
 
-PRODUCER_CONSUMER = '''
-@T.prim_func
-def main(A: T.Buffer((64, 32), "float32"), B: T.Buffer((64, 32), "float32")):
-    bx = T.launch_thread("blockIdx.x", 1)
-    tx = T.launch_thread("threadIdx.x", 128)
+PRODUCER_CONSUMER = main_text('A: T.Buffer((64, 32), "float32"), B: T.Buffer((64, 32), "float32")',
+                              threads=128, body='''
     S = T.alloc_buffer((64, 32), "float32", scope="shared")
     P = T.alloc_buffer((64, 32), "float32", scope="local.fragment")
     C = T.alloc_buffer((64, 32), "float32", scope="local.fragment")
@@ -92,7 +85,7 @@ def main(A: T.Buffer((64, 32), "float32"), B: T.Buffer((64, 32), "float32")):
             for j in T.parallel(32):
                 C[i, j] = C[i, j] - m[i]
         Tx.copy(B[0:64, 0:32], C[0:64, 0:32])
-'''
+''')
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -106,16 +99,13 @@ def test_warp_specialised_producer_consumer(model):
     np.testing.assert_allclose(B, P - P.max(axis=1, keepdims=True), rtol=1e-6)
 
 
-SHARED_ACROSS_RANGES = '''
-@T.prim_func
-def main(A: T.Buffer((64, 64), "float32"), B: T.Buffer((64, 64), "float32")):
-    bx = T.launch_thread("blockIdx.x", 1)
-    tx = T.launch_thread("threadIdx.x", 128)
+SHARED_ACROSS_RANGES = main_text('A: T.Buffer((64, 64), "float32"), B: T.Buffer((64, 64), "float32")',
+                                 threads=128, body='''
     F = T.alloc_buffer((64, 64), "float32", scope="local.fragment")
     Tx.copy(F[0:64, 0:64], A[0:64, 0:64])
     if tx < 64:
         Tx.copy(B[0:64, 0:64], F[0:64, 0:64])
-'''
+''')
 
 
 def test_fragment_shared_between_ranges_is_refused_or_correct():
@@ -157,16 +147,12 @@ def test_thread_range_reaches_cuda_source():
 # verified by enumeration; a layout with no closed-form inverse is partitioned by a guarded scan.
 
 # one kernel, rows 3..10 of F written by a parallel nest or by a copy of the region
-_OFFSET = '''
-@T.prim_func
-def main(A: T.Buffer((8, 64), "float32"), B: T.Buffer((16, 64), "float32")):
-    bx = T.launch_thread("blockIdx.x", 1)
-    tx = T.launch_thread("threadIdx.x", 128)
+_OFFSET = main_text('A: T.Buffer((8, 64), "float32"), B: T.Buffer((16, 64), "float32")', threads=128, body='''
     F = T.alloc_buffer((16, 64), "float32", scope="local.fragment")
     Tx.fill(F[0:16, 0:64], T.float32(0))
 {write}
     Tx.copy(B[0:16, 0:64], F[0:16, 0:64])
-'''
+''')
 OFFSET_VISIT = _OFFSET.format(write='''    for i in T.parallel(8):
         for j in T.parallel(64):
             F[i + 3, j] = A[i, j]''')
@@ -210,11 +196,8 @@ def test_rotation_inverse_is_checked():
 # 3. A reversed read of a reduction's result with 32 threads: the per-thread split of ``(127 - _i) // 4`` was
 # off by three and thread 31 wrote O0[-3] (heap corruption).
 
-REVERSED_AFTER_REDUCE = '''
-@T.prim_func
-def main(A: T.Buffer((128, 8), "float32"), O0: T.Buffer((128,), "float32")):
-    bx = T.launch_thread("blockIdx.x", 1)
-    tx = T.launch_thread("threadIdx.x", 32)
+REVERSED_AFTER_REDUCE = main_text('A: T.Buffer((128, 8), "float32"), O0: T.Buffer((128,), "float32")',
+                                  threads=32, body='''
     F = T.alloc_buffer((128, 8), "float32", scope="local.fragment")
     f1 = T.alloc_buffer((128,), "float32", scope="local.fragment")
     f2 = T.alloc_buffer((128,), "float32", scope="local.fragment")
@@ -223,7 +206,7 @@ def main(A: T.Buffer((128, 8), "float32"), O0: T.Buffer((128,), "float32")):
     for i in T.parallel(128):
         f2[i] = T.max(f1[127 - i], f1[i])
     Tx.copy(O0[0:128], f2[0:128])
-'''
+''')
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -240,31 +223,23 @@ def test_reversed_read_after_reduction(model):
 # indices that TVM's buffer flattening would rewrite wrongly (``(3 - j) % 4``) are protected.
 
 # A copied into a 128x128 fragment F on 128 threads; what reads F follows (here and in section 5)
-_F_FROM_A = '''
-@T.prim_func
-def main(A: T.Buffer((128, 128), "float32"), B: T.Buffer((128, 128), "float32")):
-    bx = T.launch_thread("blockIdx.x", 1)
-    tx = T.launch_thread("threadIdx.x", 128)
+_F_FROM_A = main_text('A: T.Buffer((128, 128), "float32"), B: T.Buffer((128, 128), "float32")', threads=128, body='''
     F = T.alloc_buffer((128, 128), "float32", scope="local.fragment")
     Tx.copy(F[0:128, 0:128], A[0:128, 0:128])
-'''
+''')
 
 REVERSED_2D = _F_FROM_A + '''    for i in T.parallel(128):
         for j in T.parallel(128):
             B[i, j] = F[127 - i, 127 - j]
 '''
 
-DIAGONAL = '''
-@T.prim_func
-def main(A: T.Buffer((16, 16), "float32"), B: T.Buffer((16, 16), "float32")):
-    bx = T.launch_thread("blockIdx.x", 1)
-    tx = T.launch_thread("threadIdx.x", 32)
+DIAGONAL = main_text('A: T.Buffer((16, 16), "float32"), B: T.Buffer((16, 16), "float32")', threads=32, body='''
     F = T.alloc_buffer((16, 16), "float32", scope="local.fragment")
     Tx.copy(F[0:16, 0:16], A[0:16, 0:16])
     for i in T.parallel(16):
         F[i, i] = F[i, i] + T.float32(1)
     Tx.copy(B[0:16, 0:16], F[0:16, 0:16])
-'''
+''')
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -351,15 +326,11 @@ def test_valid_pin_is_honoured_and_correct():
 # ---------------------------------------------------------------------------------------------------
 # 6-8. Out-of-bounds constant regions, negative layout outputs, thread-block limits.
 
-OOB_COPY = '''
-@T.prim_func
-def main(A: T.Buffer((128, 64), "float32"), B: T.Buffer((128, 64), "float32")):
-    bx = T.launch_thread("blockIdx.x", 1)
-    tx = T.launch_thread("threadIdx.x", 128)
+OOB_COPY = main_text('A: T.Buffer((128, 64), "float32"), B: T.Buffer((128, 64), "float32")', threads=128, body='''
     F = T.alloc_buffer((128, 64), "float32", scope="local.fragment")
     Tx.copy(F[0:128, 0:64], A[0:128, 0:64])
     Tx.copy(B[100000:100128, 0:64], F[0:128, 0:64])
-'''
+''')
 
 
 def test_constant_region_outside_its_buffer_is_refused():
@@ -508,11 +479,8 @@ def test_parallel_nest_reading_the_thread_index_is_refused():
         tl.infer_layouts(_parse(text))
 
 
-GEMM_UNDER_IF = '''
-@T.prim_func
-def main(A: T.Buffer((32, 16), "float16"), B: T.Buffer((16, 32), "float16"), C: T.Buffer((32, 32), "float32")):
-    bx = T.launch_thread("blockIdx.x", 1)
-    tx = T.launch_thread("threadIdx.x", 128)
+GEMM_UNDER_IF = main_text('A: T.Buffer((32, 16), "float16"), B: T.Buffer((16, 32), "float16"), C: T.Buffer((32, 32), "float32")',
+                          threads=128, body='''
     As = T.alloc_buffer((32, 16), "float16", scope="shared")
     Bs = T.alloc_buffer((16, 32), "float16", scope="shared")
     acc = T.alloc_buffer((32, 32), "float32", scope="local.fragment")
@@ -523,7 +491,7 @@ def main(A: T.Buffer((32, 16), "float16"), B: T.Buffer((16, 32), "float16"), C: 
     if tx >= 64:
         Tx.gemm(acc[0:32, 0:32], As[0:32, 0:16], Bs[0:16, 0:32], acc[0:32, 0:32], False, False, 1.0, 0.0)
         Tx.copy(C[0:32, 0:32], acc[0:32, 0:32])
-'''
+''')
 
 
 def test_tensor_core_gemm_under_a_thread_condition():

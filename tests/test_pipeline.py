@@ -16,9 +16,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import tilelayout as tl  # noqa: E402
-from conftest import kernel_warnings  # noqa: E402
+from conftest import case_variant_params, kernel_warnings  # noqa: E402
 from tilelayout.passes.inference.layout_inference import LayoutInference  # noqa: E402
-from tilelayout.passes.lowering.loop_partition import LoopPartition  # noqa: E402
+from tilelayout.passes.lowering.loop_partition import LoopPartition, LoweringError  # noqa: E402
 from tilelayout.passes.lowering.loop_vectorize import LoopVectorize  # noqa: E402
 from tilelayout.passes.lowering.lower_tile_ops import LowerTileOps  # noqa: E402
 from tilelayout.passes.lowering.pipeline import compile_ptx, cuda_source, lower  # noqa: E402
@@ -83,22 +83,7 @@ def test_cpu_passes_are_passes_too():
     assert "launch_thread" not in text and "frag_per_thread" in text
 
 
-def _all_variants():
-    """Every case variant; those a case declares NUMERIC_PENDING (lowering not able to run them yet, the case says
-    why) must fail in lowering, strictly, until that lowering lands and the mark goes."""
-    from maint.run import discover
-    from tilelayout.passes.lowering.loop_partition import LoweringError
-    out = []
-    for name in discover(ROOT / "cases"):
-        pending = getattr(_case(name), "NUMERIC_PENDING", {}) or {}
-        for variant in _case(name).VARIANTS:
-            marks = [pytest.mark.xfail(reason=pending[variant], strict=True, raises=LoweringError)] \
-                if variant in pending else []
-            out.append(pytest.param(name, variant, id=f"{name}/{variant}", marks=marks))
-    return out
-
-
-@pytest.mark.parametrize("name,variant", _all_variants())
+@pytest.mark.parametrize("name,variant", case_variant_params(LoweringError))
 def test_every_case_variant_lowers_to_well_formed_cuda(name, variant):
     from tilelayout.passes.lowering.serialize_threads import sequential_semantics, serialize_threads
     original = _case(name).VARIANTS[variant]()

@@ -26,6 +26,7 @@ from maint.bench_kernels import softmax  # noqa: E402  (the row softmax benchmar
 from maint.case_loader import load_case  # noqa: E402
 from tilelayout.passes.lowering.pipeline import check_case, check_numeric, lower_func  # noqa: E402
 from conftest import kernel_warnings  # noqa: E402
+from test_index_binds import NAMED, _add as named_index_add  # noqa: E402  (the index-binds add kernel)
 
 
 @pytest.fixture(autouse=True)
@@ -132,27 +133,13 @@ def test_the_512_element_fragment_case_matches_its_reference():
 
 # ------------------------------------------------------------------------------------------------ ptxas
 
-NAMED_ADD = '''
-@T.prim_func
-def main(A: T.Buffer((256, 256), "float16"), B: T.Buffer((256, 256), "float16"), C: T.Buffer((256, 256), "float16")):
-    bx = T.launch_thread("blockIdx.x", 4)
-    by = T.launch_thread("blockIdx.y", 4)
-    tx = T.launch_thread("threadIdx.x", 128)
-    for i in T.parallel(64):
-        for j in T.parallel(64):
-            y: T.int32 = by * 64 + i
-            x: T.int32 = bx * 64 + j
-            C[y, x] = A[y, x] + B[y, x]
-'''
-
-
 def _ptxas_kernels():
     """(label, kernel, arch): a handful of shapes that once had stack frames, or stand for a family."""
     return [
         ("reduce_owner_subset/sum_128x128_t32", lambda: load_case(CASES, "reduce_owner_subset").VARIANTS[
             "sum_128x128_t32"](), "sm_80"),
         ("softmax 128x256 t256", lambda: softmax(128, 256, 256), "sm_90a"),
-        ("named-index add fp16", lambda: _parse(NAMED_ADD), "sm_80"),
+        ("named-index add fp16", lambda: named_index_add(NAMED, "float16"), "sm_80"),
         ("flash_attention/sm80_d64_b64x64_t128", lambda: load_case(CASES, "flash_attention").VARIANTS[
             "sm80_d64_b64x64_t128"](), "sm_80"),
     ]

@@ -13,6 +13,7 @@ import pytest
 import tvm
 
 import tilelayout as tl
+from conftest import main_text
 from tilelayout.errors import ConfigError
 from tilelayout.passes.lowering.bounds_guards import guard_records
 from tilelayout.passes.lowering.pipeline import lower_func
@@ -40,12 +41,8 @@ def _run(func, *arrays, model="register-count", target=None):
 # A partial last tile of a static shape: 100 x 40 in 32 x 32 tiles (a 4 x 2 grid; the last row of tiles has 4
 # rows, the last column of tiles 8 columns).
 
-PARTIAL = '''
-@T.prim_func
-def main(A: T.Buffer((100, 40), "float32"), B: T.Buffer((100, 40), "float32"), S: T.Buffer((100, 2), "float32")):
-    bx = T.launch_thread("blockIdx.x", 2)
-    by = T.launch_thread("blockIdx.y", 4)
-    tx = T.launch_thread("threadIdx.x", 64)
+PARTIAL = main_text('A: T.Buffer((100, 40), "float32"), B: T.Buffer((100, 40), "float32"), S: T.Buffer((100, 2), "float32")',
+                    threads=64, blocks=(2, 4), body='''
     F = T.alloc_buffer((32, 32), "float32", scope="local.fragment")
     s = T.alloc_buffer((32,), "float32", scope="local.fragment")
     Tx.copy(F[0:32, 0:32], A[by * 32:by * 32 + 32, bx * 32:bx * 32 + 32])
@@ -56,7 +53,7 @@ def main(A: T.Buffer((100, 40), "float32"), B: T.Buffer((100, 40), "float32"), S
     Tx.copy(B[by * 32:by * 32 + 32, bx * 32:bx * 32 + 32], F[0:32, 0:32])
     for i in T.parallel(32):
         S[by * 32 + i, bx] = s[i]
-'''
+''')
 
 
 def _partial_reference(A, B, S):
@@ -157,17 +154,13 @@ def test_turning_safe_memory_off_removes_every_guard():
 
 def test_declared_pad_is_what_a_guarded_load_reads():
     """A row max over a partial tile is right only with a -inf pad (0 would win over negative rows)."""
-    text = '''
-@T.prim_func
-def main(A: T.Buffer((40, 20), "float32"), M: T.Buffer((40,), "float32")):
-    bx = T.launch_thread("blockIdx.x", 2)
-    tx = T.launch_thread("threadIdx.x", 32)
+    text = main_text('A: T.Buffer((40, 20), "float32"), M: T.Buffer((40,), "float32")', threads=32, blocks=2, body='''
     F = T.alloc_buffer((32, 32), "float32", scope="local.fragment")
     m = T.alloc_buffer((32,), "float32", scope="local.fragment")
     Tx.copy(F[0:32, 0:32], A[bx * 32:bx * 32 + 32, 0:32])
     Tx.max(m[0:32], F[0:32, 0:32], axes=[1])
     Tx.copy(M[bx * 32:bx * 32 + 32], m[0:32])
-'''
+''')
     A = -np.abs(_rand(40, 20)) - 1
     func = _parse(text).with_attr("tilelayout.safe_memory_pad", {"A": float("-inf")})
     _, got = _run(func, A, np.zeros(40, np.float32))
@@ -190,15 +183,11 @@ def test_a_provably_in_bounds_kernel_gets_no_guard():
 
 
 def test_a_guard_the_program_already_wrote_is_not_doubled():
-    text = '''
-@T.prim_func
-def main(A: T.Buffer((100,), "float32"), B: T.Buffer((100,), "float32")):
-    bx = T.launch_thread("blockIdx.x", 4)
-    tx = T.launch_thread("threadIdx.x", 32)
+    text = main_text('A: T.Buffer((100,), "float32"), B: T.Buffer((100,), "float32")', threads=32, blocks=4, body='''
     for i in T.parallel(32):
         if bx * 32 + i < 100:
             B[bx * 32 + i] = T.if_then_else(bx * 32 + i < 100, A[bx * 32 + i], T.float32(0)) + T.float32(1)
-'''
+''')
     low = lower_func(_parse(text))
     assert guard_records(low) == []
     A = _rand(100)
@@ -221,14 +210,10 @@ def test_guards_are_reported_by_show_and_explain(tmp_path):
 
 def test_an_atomic_outside_its_buffer_is_dropped():
     """A histogram whose bin index comes from the data: values outside 0 .. 7 would update memory past H."""
-    text = '''
-@T.prim_func
-def main(A: T.Buffer((96,), "int32"), H: T.Buffer((8,), "int32")):
-    bx = T.launch_thread("blockIdx.x", 1)
-    tx = T.launch_thread("threadIdx.x", 32)
+    text = main_text('A: T.Buffer((96,), "int32"), H: T.Buffer((8,), "int32")', threads=32, body='''
     for i in T.parallel(96):
         T.cuda.atomic_add(T.address_of(H[A[i]]), 1)
-'''
+''')
     func = _parse(text)
     records = guard_records(lower_func(func))
     assert [(r["buffer"], r["access"], r["dims"]) for r in records] == [("H", "atomic add", [0])]

@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from conftest import main_text  # noqa: E402
 from cases import block_sparse_attention, flash_attention, gemm_pipelined  # noqa: E402
 from tilelayout.passes.ir_utils import walk  # noqa: E402
 from tilelayout.passes.lowering import lower_tile_ops, pipeline, shared_liveness, software_pipeline  # noqa: E402
@@ -134,12 +135,8 @@ def test_markers_are_idempotent_and_dropped_for_the_cpu():
     assert not left
 
 
-TINY = '''
-@T.prim_func
-def main(A: T.Buffer((64,), "float32"), B: T.Buffer((1,), "float32"), O: T.Buffer((64,), "float32"),
-         P: T.Buffer((1,), "float32")):
-    bx = T.launch_thread("blockIdx.x", 1)
-    tx = T.launch_thread("threadIdx.x", 32)
+TINY = main_text('A: T.Buffer((64,), "float32"), B: T.Buffer((1,), "float32"), O: T.Buffer((64,), "float32"), P: T.Buffer((1,), "float32")',
+                 threads=32, body='''
     s0 = T.alloc_buffer((64,), "float32", scope="shared.dyn")
     s1 = T.alloc_buffer((1,), "float32", scope="shared.dyn")
     f = T.alloc_buffer((64,), "float32", scope="local.fragment")
@@ -150,7 +147,7 @@ def main(A: T.Buffer((64,), "float32"), B: T.Buffer((1,), "float32"), O: T.Buffe
     Tx.copy(s1[0:1], B[0:1])
     Tx.copy(g[0:1], s1[0:1])
     Tx.copy(P[0:1], g[0:1])
-'''
+''')
 
 
 def test_a_one_float_dynamic_tile_beside_others_compiles(monkeypatch):

@@ -56,23 +56,9 @@ def test_sm80_keeps_the_element_loop():
 
 def test_float32_staging_keeps_the_element_loop():
     """stmatrix stores 16-bit elements only: an fp32 C_s is stored element by element."""
-    from tvm.script import tirx as T
-    from tvm.tirx.script import tile as Tx
     import tvm
-
-    @T.prim_func
-    def kernel(A: T.Buffer((64, 32), "float16"), B: T.Buffer((32, 32), "float16"), C: T.Buffer((64, 32), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", 128)
-        A_s = T.alloc_buffer((64, 32), "float16", scope="shared.dyn")
-        B_s = T.alloc_buffer((32, 32), "float16", scope="shared.dyn")
-        C_s = T.alloc_buffer((64, 32), "float32", scope="shared.dyn")
-        acc = T.alloc_buffer((64, 32), "float32", scope="local.fragment")
-        Tx.copy(A_s[0:64, 0:32], A[0:64, 0:32])
-        Tx.copy(B_s[0:32, 0:32], B[0:32, 0:32])
-        Tx.gemm(acc[0:64, 0:32], A_s[0:64, 0:32], B_s[0:32, 0:32], acc[0:64, 0:32], False, False, 1.0, 0.0)
-        Tx.copy(C_s[0:64, 0:32], acc[0:64, 0:32])
-        Tx.copy(C[0:64, 0:32], C_s[0:64, 0:32])
+    from kernels_mma import gemm
+    kernel = gemm(64, 32, 32, c_staged=True)          # acc -> fp32 C_s -> C
     func = kernel.with_attr("target", tvm.target.Target({"kind": "cuda", "arch": "sm_90a"}))
     with kernel_warnings():
         assert _instructions(func) == []

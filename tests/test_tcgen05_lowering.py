@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -19,19 +18,6 @@ from tilelayout.passes.lowering import lower_tcgen05  # noqa: E402
 from tilelayout.passes.lowering.pipeline import check_numeric, compile_ptx, cuda_source, lower_func  # noqa: E402
 
 SM100A = {"kind": "cuda", "arch": "sm_100a"}
-
-
-def _reference(trans_a=False, trans_b=False, alpha=1.0, beta=0.0, bias=False, **_):
-    def ref(d):
-        a = d["A"].astype(np.float64)
-        b = d["B"].astype(np.float64)
-        a = a.T if trans_a else a
-        b = b.T if trans_b else b
-        out = alpha * (a @ b)
-        if bias:
-            out = out + beta * d["D"].astype(np.float64)
-        return {"C": out}
-    return ref
 
 
 CASES = {
@@ -56,7 +42,7 @@ def test_tcgen05_gemm_matches_numpy(name):
     report = gemm_reports(lower_func(K.gemm(**cfg), SM100A))[0]
     assert report.startswith(f"tcgen05.mma m{64 if cfg['m'] % 128 else 128}n") and "Tensor Memory" in report
     assert ("16x256b" if cfg["m"] % 128 else "32x32b") in report
-    res = check_numeric(K.gemm(**cfg), _reference(**cfg), SM100A, tolerance=(2e-2, 2e-2))
+    res = check_numeric(K.gemm(**cfg), K.gemm_reference(**cfg), SM100A, tolerance=(2e-2, 2e-2))
     assert res.ok, res.message
 
 
@@ -65,7 +51,7 @@ def test_a_wrong_shared_memory_descriptor_fails_the_check(monkeypatch):
     real = lower_tcgen05.smem_descriptor
     monkeypatch.setattr(lower_tcgen05, "smem_descriptor", lambda start, layout: real(start, layout) + (1 << 32))
     cfg = CASES["f16_m128n64k32"]
-    res = check_numeric(K.gemm(**cfg), _reference(**cfg), SM100A, tolerance=(2e-2, 2e-2))
+    res = check_numeric(K.gemm(**cfg), K.gemm_reference(**cfg), SM100A, tolerance=(2e-2, 2e-2))
     assert not res.ok
 
 
@@ -75,7 +61,7 @@ def test_a_wrong_instruction_descriptor_fails_the_check(monkeypatch):
     monkeypatch.setattr(lower_tcgen05, "instr_descriptor",
                         lambda a, b, d, m, n, *rest: real(a, b, d, m, n // 2, *rest))
     cfg = CASES["f16_m128n64k32"]
-    res = check_numeric(K.gemm(**cfg), _reference(**cfg), SM100A, tolerance=(2e-2, 2e-2))
+    res = check_numeric(K.gemm(**cfg), K.gemm_reference(**cfg), SM100A, tolerance=(2e-2, 2e-2))
     assert not res.ok
 
 
@@ -85,7 +71,7 @@ def test_a_wrong_descriptor_version_is_refused_by_the_emulation(monkeypatch):
     monkeypatch.setattr(lower_tcgen05, "smem_descriptor", lambda start, layout: real(start, layout) & ~(1 << 46))
     cfg = CASES["f16_m128n64k32"]
     with pytest.raises(Exception, match="version field is not 1"):
-        check_numeric(K.gemm(**cfg), _reference(**cfg), SM100A, tolerance=(2e-2, 2e-2))
+        check_numeric(K.gemm(**cfg), K.gemm_reference(**cfg), SM100A, tolerance=(2e-2, 2e-2))
 
 
 def test_the_lowered_sequence():
@@ -116,50 +102,34 @@ def test_pipelined_tcgen05_gemm_is_refused():
         lower_func(K.gemm(128, 64, 64, bk=32, stages=2), SM100A)
 
 
-def _gemm_with_fragment_bias():
-    from tvm.script import tirx as T
-    from tvm.tirx.script import tile as Tx
-
-    @T.prim_func
-    def kernel(A: T.Buffer((128, 32), "float16"), B: T.Buffer((32, 64), "float16"), D: T.Buffer((128, 64), "float32"),
-               C: T.Buffer((128, 64), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", 128)
-        A_s = T.alloc_buffer((128, 32), "float16", scope="shared")
-        B_s = T.alloc_buffer((32, 64), "float16", scope="shared")
-        D_f = T.alloc_buffer((128, 64), "float32", scope="local.fragment")
-        acc_f = T.alloc_buffer((128, 64), "float32", scope="local.fragment")
-        Tx.copy(A_s[0:128, 0:32], A[0:128, 0:32])
-        Tx.copy(B_s[0:32, 0:64], B[0:32, 0:64])
-        Tx.copy(D_f[0:128, 0:64], D[0:128, 0:64])
-        Tx.gemm(acc_f[0:128, 0:64], A_s[0:128, 0:32], B_s[0:32, 0:64], D_f[0:128, 0:64], False, False, 1.0, 1.0)
-        Tx.copy(C[0:128, 0:64], acc_f[0:128, 0:64])
-    return kernel
-
-
 def test_a_fragment_bias_is_refused_not_run_on_mma_sync():
     with pytest.raises(tl.Tcgen05LoweringError, match=r"register-fragment bias \(D_f\)"):
-        lower_func(_gemm_with_fragment_bias(), SM100A)
+        lower_func(K.gemm(128, 64, 32, bias="fragment", beta=1.0), SM100A)
+
+
+def _without_statements(lowered, text: str):
+    """``lowered`` with every evaluated statement whose script contains ``text`` removed, and how many were."""
+    from tvm import tirx
+    from tilelayout.passes.ir_utils import mapped
+    dropped = []
+
+    def drop(s):
+        if isinstance(s, tirx.SeqStmt):
+            keep = [x for x in s.seq if not (isinstance(x, tirx.Evaluate) and text in str(x))]
+            dropped.append(len(s.seq) - len(keep))
+            return tirx.SeqStmt(keep) if len(keep) > 1 else keep[0]
+        return s
+    return lowered.with_body(mapped(lowered.body, [(tirx.SeqStmt, drop)])), sum(dropped)
 
 
 def test_the_race_check_sees_the_mma_read_its_operands():
     """Without the barriers between the operand copies and the mma, the issuing thread reads A and B while other
     threads write them: the race check names them (it records the tiles the descriptors name)."""
-    from tvm import tirx
-    from tilelayout.passes.ir_utils import mapped
     from tilelayout.passes.lowering.pipeline import random_inputs
     from tilelayout.passes.lowering.race_report import build_race_checked
     lowered = lower_func(K.gemm(128, 64, 32), SM100A)
-    dropped = []
-
-    def drop_syncs(s):
-        if isinstance(s, tirx.SeqStmt):
-            keep = [x for x in s.seq if not (isinstance(x, tirx.Evaluate) and "tvm_storage_sync" in str(x))]
-            dropped.append(len(s.seq) - len(keep))
-            return tirx.SeqStmt(keep) if len(keep) > 1 else keep[0]
-        return s
-    broken = lowered.with_body(mapped(lowered.body, [(tirx.SeqStmt, drop_syncs)]))
-    assert sum(dropped) >= 3
+    broken, dropped = _without_statements(lowered, "tvm_storage_sync")
+    assert dropped >= 3
     with pytest.raises(tl.RaceError, match="A_s|B_s"):
         build_race_checked(broken, tvm_barriers=False)(*random_inputs(broken, 0).values())
     # the kernel as lowered is race-free
@@ -169,27 +139,17 @@ def test_the_race_check_sees_the_mma_read_its_operands():
 def test_a_wait_without_its_commit_fails_instead_of_hanging():
     """The commit removed from the lowered kernel: on a GPU the mbarrier wait would spin forever; the emulation
     fails the run naming it."""
-    from tvm import tirx
-    from tilelayout.passes.ir_utils import mapped
     from tilelayout.passes.lowering.pipeline import build_cpu_lowered, random_inputs
     lowered = lower_func(K.gemm(128, 64, 32), SM100A)
-    removed = []
-
-    def drop_commit(s):
-        if isinstance(s, tirx.SeqStmt):
-            keep = [x for x in s.seq if not (isinstance(x, tirx.Evaluate) and '"commit"' in str(x))]
-            removed.append(len(s.seq) - len(keep))
-            return tirx.SeqStmt(keep) if len(keep) > 1 else keep[0]
-        return s
-    broken = lowered.with_body(mapped(lowered.body, [(tirx.SeqStmt, drop_commit)]))
-    assert sum(removed) == 1
+    broken, removed = _without_statements(lowered, '"commit"')
+    assert removed == 1
     with pytest.raises(Exception, match="never completes"):
         build_cpu_lowered(broken)(*random_inputs(broken, 0).values())
 
 
 def test_tcgen05_gemm_matches_numpy_under_the_io_aware_cost_model():
     cfg = CASES["m64_three_blocks"]
-    res = check_numeric(K.gemm(**cfg), _reference(**cfg), SM100A, cost_model="io-aware", tolerance=(2e-2, 2e-2))
+    res = check_numeric(K.gemm(**cfg), K.gemm_reference(**cfg), SM100A, cost_model="io-aware", tolerance=(2e-2, 2e-2))
     assert res.ok, res.message
 
 
@@ -206,7 +166,7 @@ def test_a_wrong_tmem_register_map_in_the_lowering_fails_the_check(monkeypatch, 
         return real(s, thread, reg)
     monkeypatch.setattr(tmem, "ld_cell", swapped)
     cfg = CASES[name]
-    res = check_numeric(K.gemm(**cfg), _reference(**cfg), SM100A, tolerance=(2e-2, 2e-2))
+    res = check_numeric(K.gemm(**cfg), K.gemm_reference(**cfg), SM100A, tolerance=(2e-2, 2e-2))
     assert not res.ok
 
 

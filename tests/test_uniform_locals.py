@@ -13,6 +13,7 @@ import tvm
 from tvm import tirx
 
 import tilelayout as tl
+from conftest import main_text
 from tilelayout.errors import TileLayoutError
 from tilelayout.passes.ir_utils import walk
 from tilelayout.passes.lowering.pipeline import build_cpu_lowered, lower_func
@@ -24,11 +25,8 @@ def _parse(text: str):
     return tvm.script.from_source(text, extra_vars={"T": T, "Tx": Tx})
 
 
-FLAGGED = '''
-@T.prim_func
-def main(A: T.Buffer((64, 64), "float32"), M: T.Buffer((4,), "int32"), B: T.Buffer((64, 64), "float32")):
-    bx = T.launch_thread("blockIdx.x", 1)
-    tx = T.launch_thread("threadIdx.x", 128)
+FLAGGED = main_text('A: T.Buffer((64, 64), "float32"), M: T.Buffer((4,), "int32"), B: T.Buffer((64, 64), "float32")',
+                    threads=128, body='''
     flags = T.alloc_buffer((4,), "int32", scope="local")
     S = T.alloc_buffer((64, 64), "float32", scope="shared")
     F = T.alloc_buffer((64, 64), "float32", scope="local.fragment")
@@ -42,7 +40,7 @@ def main(A: T.Buffer((64, 64), "float32"), M: T.Buffer((4,), "int32"), B: T.Buff
                 for j in T.parallel(64):
                     F[i, j] = F[i, j] + S[i, j] * T.Cast("float32", k + 1)
     Tx.copy(B[0:64, 0:64], F[0:64, 0:64])
-'''
+''')
 
 UNIFORM = FLAGGED.replace("STORE", "flags[v] = M[v]")
 

@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from conftest import main_text  # noqa: E402
 from maint.case_loader import load_case  # noqa: E402
 from maint.lanes import vector_lanes  # noqa: E402
 from tilelayout.passes.hardware import lanes_for_bits, widening_load_bits  # noqa: E402
@@ -60,17 +61,13 @@ def test_register_count_loads_eight_lanes_and_matches_numpy(variant):
     assert res.ok, res.message
 
 
-SCALED = '''
-@T.prim_func
-def main(A: T.Buffer((128, 128), "float16"), B: T.Buffer((128, 128), "float32")):
-    bx = T.launch_thread("blockIdx.x", 1)
-    tx = T.launch_thread("threadIdx.x", 128)
+SCALED = main_text('A: T.Buffer((128, 128), "float16"), B: T.Buffer((128, 128), "float32")', threads=128, body='''
     acc = T.alloc_buffer((128, 128), "float32", scope="local.fragment")
     for i in T.parallel(128):
         for j in T.parallel(128):
             acc[i, j] = T.Cast("float32", A[i, j]) * T.float32(2)
     Tx.copy(B[0:128, 0:128], acc[0:128, 0:128])
-'''
+''')
 
 
 def test_arithmetic_on_the_converted_lanes_keeps_its_own_cap():

@@ -118,11 +118,12 @@ def offset_past_fragment():
     return shifted
 
 
-def huge_int32_buffer():
-    """A 65536 x 65536 global buffer with int32 extents: its flat indices pass 2^31 and would wrap."""
+def _huge_copy(extent):
+    """Block bx copies rows [128 bx, 128 bx + 128) of a 65536 x 65536 global buffer through a fragment; ``extent``:
+    the buffers' extents, 65536 (int32) or T.int64(65536)."""
 
     @T.prim_func
-    def big(A: T.Buffer((65536, 65536), "float16"), B: T.Buffer((65536, 65536), "float16")):
+    def big(A: T.Buffer((extent, extent), "float16"), B: T.Buffer((extent, extent), "float16")):
         bx = T.launch_thread("blockIdx.x", 512)
         tx = T.launch_thread("threadIdx.x", 128)
         frag = T.alloc_buffer((128, 128), "float16", scope="local.fragment")
@@ -132,16 +133,11 @@ def huge_int32_buffer():
     return big
 
 
+def huge_int32_buffer():
+    """A 65536 x 65536 global buffer with int32 extents: its flat indices pass 2^31 and would wrap."""
+    return _huge_copy(65536)
+
+
 def huge_int64_buffer():
     """The same kernel with int64 extents: indexable, so inferred normally."""
-
-    @T.prim_func
-    def big64(A: T.Buffer((T.int64(65536), T.int64(65536)), "float16"),
-              B: T.Buffer((T.int64(65536), T.int64(65536)), "float16")):
-        bx = T.launch_thread("blockIdx.x", 512)
-        tx = T.launch_thread("threadIdx.x", 128)
-        frag = T.alloc_buffer((128, 128), "float16", scope="local.fragment")
-        Tx.copy(frag, A[bx * 128:bx * 128 + 128, 0:128])
-        Tx.copy(B[bx * 128:bx * 128 + 128, 0:128], frag)
-
-    return big64
+    return _huge_copy(T.int64(65536))
