@@ -33,6 +33,7 @@ from tvm import tirx
 from tilelayout.fragment import Fragment
 
 from ..hardware import sm_version
+from ..ir_utils import int_value
 from .loop_partition import LoweringError
 from .mma_ptx import MMA_MIN_SM, MMA_SIGNATURES, MmaInst, dtype_bits, mma_instruction
 
@@ -209,16 +210,10 @@ def _region_index(region, coords: list) -> list:
     return out
 
 
-def _int_offsets(region) -> list | None:
-    out = []
-    for off in region.offsets:
-        if isinstance(off, int):
-            out.append(off)
-        elif isinstance(off, tirx.IntImm):
-            out.append(int(off.value))
-        else:
-            return None
-    return out
+def constant_offsets(region) -> list | None:
+    """The region's offsets as Python ints, None when one is symbolic (shared-memory checks enumerate them)."""
+    offsets = [int_value(off) for off in region.offsets]
+    return None if None in offsets else offsets
 
 
 def physical_offsets(buf, layout) -> np.ndarray:
@@ -260,7 +255,7 @@ def _ldmatrix_ok(operand: _Operand, ctx: GemmContext, starts: list, seg_elems: i
     running along the last stored dimension) is contiguous and 16-byte aligned in shared memory."""
     if not operand.buf.is_shared:
         return False
-    offsets = _int_offsets(operand.region)
+    offsets = constant_offsets(operand.region)
     if offsets is None or len(operand.buf.shape) != 2 or len(operand.region.squeezed_extents()) != 2:
         return False
     phys = physical_offsets(operand.buf, ctx.layouts.get(operand.buf.name))
