@@ -18,6 +18,8 @@ from tvm import tirx
 from tilelayout.errors import LayoutError
 from tilelayout.expr import expr_text
 
+from ..ir_utils import int_value
+
 __all__ = [
     "FrontendError", "BufferInfo", "Region", "Access", "Loop", "TileOp", "CopyOp", "FillOp",
     "ReduceOp", "GemmOp", "ElementwiseOp", "ParallelOp", "ConvertOp", "OpGraph",
@@ -32,13 +34,8 @@ class FrontendError(LayoutError):
 
 def _const(e: Any) -> Any:
     """A Python int for constant integer expressions, the expression itself otherwise."""
-    if isinstance(e, bool):
-        return e
-    if isinstance(e, int):
-        return e
-    if isinstance(e, tirx.IntImm):
-        return int(e.value)
-    return e
+    value = int_value(e)
+    return e if value is None else value
 
 
 def _simplify(e: Any) -> Any:
