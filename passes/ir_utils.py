@@ -36,22 +36,23 @@ def _guarded(entries: list, failure: list, arity: int) -> list:
     return [(t, wrap(fn)) for t, fn in entries]
 
 
-def mutate(node, entries: list):
-    """``tvm_ffi.structural_mutate`` (top-down, callbacks own the descent) that lets exceptions through."""
+def _rewrite(traversal: Callable, node, entries: list, arity: int):
+    """``traversal(node, entries)`` with the callbacks guarded: the first exception one raised is raised here."""
     failure: list = []
-    out = mutate_typed(node, _guarded(entries, failure, 2))
+    out = traversal(node, _guarded(entries, failure, arity))
     if failure:
         raise failure[0]
     return out
+
+
+def mutate(node, entries: list):
+    """``tvm_ffi.structural_mutate`` (top-down, callbacks own the descent) that lets exceptions through."""
+    return _rewrite(mutate_typed, node, entries, 2)
 
 
 def mapped(node, entries: list):
     """``tvm_ffi.structural_map`` (bottom-up rewrite) that lets exceptions through."""
-    failure: list = []
-    out = map_typed(node, _guarded(entries, failure, 1))
-    if failure:
-        raise failure[0]
-    return out
+    return _rewrite(map_typed, node, entries, 1)
 
 
 def walk(node, entries: list, order: str = "pre") -> None:
