@@ -127,6 +127,19 @@ def make_analyzer(bounds: dict) -> sym.Analyzer:
     return ana
 
 
+def under_guard(stmt, guard, ana: sym.Analyzer):
+    """``stmt`` run only where ``guard`` holds (None: always): None when it provably never does, unwrapped when it
+    provably always does."""
+    if guard is None:
+        return stmt
+    g = ana.simplify(guard)
+    if isinstance(g, tirx.IntImm) and int(g.value) == 0:
+        return None
+    if isinstance(g, tirx.IntImm) and int(g.value) == 1:
+        return stmt
+    return tirx.IfThenElse(g, stmt, None)
+
+
 def conj(conds: list):
     """The conjunction of ``conds`` (None when empty)."""
     out = None
