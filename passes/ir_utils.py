@@ -85,6 +85,17 @@ def int_value(e) -> int | None:
     return None
 
 
+def constant_numel(buf) -> int | None:
+    """How many elements ``buf`` holds, None when an extent is not a constant."""
+    size = 1
+    for s in buf.shape:
+        v = int_value(s)
+        if v is None:
+            return None
+        size *= v
+    return size
+
+
 def is_memory_scope(scope: str) -> bool:
     """Global or shared memory: side effects other threads can see."""
     return scope in ("", "global") or scope.startswith("shared")
