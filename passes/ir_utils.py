@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import tvm
 import tvm_ffi
 from tvm import sym, tirx
 from tvm.ir import Range
@@ -72,6 +73,16 @@ def walk(node, entries: list, order: str = "pre") -> None:
     walk_typed(node, [(t, wrap(fn)) for t, fn in entries], order=order)
     if failure:
         raise failure[0]
+
+
+def module_func(func, error: type):
+    """The PrimFunc a one-function IRModule holds (``error`` when it holds another number), else ``func``."""
+    if isinstance(func, tvm.IRModule):
+        funcs = [f for _, f in sorted(func.functions.items(), key=lambda kv: str(kv[0])) if isinstance(f, tirx.PrimFunc)]
+        if len(funcs) != 1:
+            raise error(f"expected an IRModule with one PrimFunc, got {len(funcs)}")
+        return funcs[0]
+    return func
 
 
 def int_value(e) -> int | None:
