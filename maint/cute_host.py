@@ -162,25 +162,17 @@ template <class L> void table(L const& l) {
   std::printf("]");
 }
 
-template <class Op> void mma_entry(char const* name, bool first) {
+// GMMA (WithB false): A is the register A of the RS form, B a shared-memory descriptor with no thread layout
+template <class Op, bool WithB = true> void mma_entry(char const* name, bool first) {
   using T = MMA_Traits<Op>;
   using S = typename T::Shape_MNK;
   std::printf("%s\"%s\": {\"shape\": [%d, %d, %d], \"A\": ", first ? "" : ",", name, int(size<0>(S{})),
               int(size<1>(S{})), int(size<2>(S{})));
   table(typename T::ALayout{});
-  std::printf(", \"B\": ");
-  table(typename T::BLayout{});
-  std::printf(", \"C\": ");
-  table(typename T::CLayout{});
-  std::printf("}\n");
-}
-
-template <class Op> void gmma_entry(char const* name, bool first) {
-  using T = MMA_Traits<Op>;
-  using S = typename T::Shape_MNK;
-  std::printf("%s\"%s\": {\"shape\": [%d, %d, %d], \"A\": ", first ? "" : ",", name, int(size<0>(S{})),
-              int(size<1>(S{})), int(size<2>(S{})));
-  table(typename T::ALayout{});        // the register A of the RS form (B is a shared-memory descriptor)
+  if constexpr (WithB) {
+    std::printf(", \"B\": ");
+    table(typename T::BLayout{});
+  }
   std::printf(", \"C\": ");
   table(typename T::CLayout{});
   std::printf("}\n");
@@ -229,7 +221,7 @@ def program_source(req: Requests) -> str:
         body.append(f'  mma_entry<{name}>("{name}", {str(i == 0).lower()});')
     body.append('  std::printf("}, \\"gmma\\": {");')
     for i, name in enumerate(sorted(req.gmma)):
-        body.append(f'  gmma_entry<{name}>("{_json_key(name)}", {str(i == 0).lower()});')
+        body.append(f'  mma_entry<{name}, false>("{_json_key(name)}", {str(i == 0).lower()});')
     body.append('  std::printf("}, \\"ldsm\\": {");')
     for i, name in enumerate(LDSM_ATOMS):
         body.append(f'  copy_entry<{name}>("{name}", {str(i == 0).lower()});')
