@@ -242,10 +242,14 @@ class TileOp:
     def regions(self) -> list[Region]:
         return []
 
+    def _touches(self) -> list:
+        """What the op reads and writes, each with its ``buffer``: its regions (a nest: its accesses)."""
+        return self.regions()
+
     def buffers(self) -> list[BufferInfo]:
         found = self.__dict__.get("_buffers")
         if found is None:      # asked on every step and every propose; an op never changes
-            found = _unique(r.buffer for r in self.regions())
+            found = _unique(t.buffer for t in self._touches())
             object.__setattr__(self, "_buffers", found)
         return list(found)
 
@@ -412,12 +416,8 @@ class ParallelOp(TileOp):
     key: str = ""
     annotations: dict = field(default_factory=dict)
 
-    def buffers(self) -> list[BufferInfo]:
-        found = self.__dict__.get("_buffers")
-        if found is None:
-            found = _unique(a.buffer for a in self.accesses)
-            object.__setattr__(self, "_buffers", found)
-        return list(found)
+    def _touches(self) -> list:
+        return self.accesses
 
     def accesses_of(self, buffer: BufferInfo) -> list[Access]:
         return [a for a in self.accesses if a.buffer is buffer]
