@@ -78,7 +78,8 @@ def walk(node, entries: list, order: str = "pre") -> None:
 def module_func(func, error: type):
     """The PrimFunc a one-function IRModule holds (``error`` when it holds another number), else ``func``."""
     if isinstance(func, tvm.IRModule):
-        funcs = [f for _, f in sorted(func.functions.items(), key=lambda kv: str(kv[0])) if isinstance(f, tirx.PrimFunc)]
+        funcs = [f for _, f in sorted(func.functions.items(), key=lambda kv: str(kv[0]))
+                 if isinstance(f, tirx.PrimFunc)]
         if len(funcs) != 1:
             raise error(f"expected an IRModule with one PrimFunc, got {len(funcs)}")
         return funcs[0]

@@ -48,7 +48,8 @@ def _tiles_and_shape(operand: _Operand, tiling: WarpTiling, inst: WgmmaInst, kst
     return tiles, rows, cols, k_major
 
 
-def descriptor_layout(operand: _Operand, tiles: list, rows: int, cols: int, ctx: GemmContext) -> DescriptorLayout | None:
+def descriptor_layout(operand: _Operand, tiles: list, rows: int, cols: int,
+                      ctx: GemmContext) -> DescriptorLayout | None:
     """The canonical layout every descriptor tile of ``operand`` shares (``wgmma_desc.solve``), or None.
 
     ``tiles``: stored origins of ``rows`` x ``cols`` tiles. tcgen05 reads the same shared-memory descriptor
