@@ -36,45 +36,37 @@ consumer range [128, 256), neither side gives C_s a layout, and both store acc_f
 per thread); TileLang's allocator lays C_s over the dead stages (49 KiB), TVM's merge cannot (81 KiB)."""
 
 
-def _gemm(m: int, n: int, k: int, bk: int, stages: int, arch: str, threads: int = 128, scope: str = "shared"):
+def _gemm(m: int, n: int, k: int, bk: int, stages: int, arch: str, threads: int = 128, scope: str = "shared",
+          staged: bool = False):
+    """C = A @ B through pipelined shared tiles; ``staged``: an fp16 result staged through ``C_s``."""
     steps = k // bk
+    c_dtype = "float16" if staged else "float32"
 
     @T.prim_func
-    def kernel(A: T.Buffer((m, k), "float16"), B: T.Buffer((k, n), "float16"), C: T.Buffer((m, n), "float32")):
+    def kernel(A: T.Buffer((m, k), "float16"), B: T.Buffer((k, n), "float16"), C: T.Buffer((m, n), c_dtype)):
         bx = T.launch_thread("blockIdx.x", 1)
         tx = T.launch_thread("threadIdx.x", threads)
         A_s = T.alloc_buffer((m, bk), "float16", scope=scope)
         B_s = T.alloc_buffer((bk, n), "float16", scope=scope)
+        if staged:
+            C_s = T.alloc_buffer((m, n), "float16", scope=scope)
         acc_f = T.alloc_buffer((m, n), "float32", scope="local.fragment")
         Tx.fill(acc_f[0:m, 0:n], T.float32(0))
         for ko in T.serial(steps, annotations={"num_stages": stages}):
             Tx.copy(A_s[0:m, 0:bk], A[0:m, ko * bk:ko * bk + bk])
             Tx.copy(B_s[0:bk, 0:n], B[ko * bk:ko * bk + bk, 0:n])
             Tx.gemm(acc_f[0:m, 0:n], A_s[0:m, 0:bk], B_s[0:bk, 0:n], acc_f[0:m, 0:n], False, False, 1.0, 1.0)
-        Tx.copy(C[0:m, 0:n], acc_f[0:m, 0:n])
+        if staged:
+            Tx.copy(C_s[0:m, 0:n], acc_f[0:m, 0:n])
+            Tx.copy(C[0:m, 0:n], C_s[0:m, 0:n])
+        else:
+            Tx.copy(C[0:m, 0:n], acc_f[0:m, 0:n])
     return kernel.with_attr("target", tvm.target.Target({"kind": "cuda", "arch": arch}))
 
 
 def _gemm_staged(m: int, n: int, k: int, bk: int, stages: int, arch: str, threads: int = 128):
     """TileLang's gemm example as written: dynamic shared tiles, an fp16 result staged through ``C_s``."""
-    steps = k // bk
-
-    @T.prim_func
-    def kernel(A: T.Buffer((m, k), "float16"), B: T.Buffer((k, n), "float16"), C: T.Buffer((m, n), "float16")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", threads)
-        A_s = T.alloc_buffer((m, bk), "float16", scope="shared.dyn")
-        B_s = T.alloc_buffer((bk, n), "float16", scope="shared.dyn")
-        C_s = T.alloc_buffer((m, n), "float16", scope="shared.dyn")
-        acc_f = T.alloc_buffer((m, n), "float32", scope="local.fragment")
-        Tx.fill(acc_f[0:m, 0:n], T.float32(0))
-        for ko in T.serial(steps, annotations={"num_stages": stages}):
-            Tx.copy(A_s[0:m, 0:bk], A[0:m, ko * bk:ko * bk + bk])
-            Tx.copy(B_s[0:bk, 0:n], B[ko * bk:ko * bk + bk, 0:n])
-            Tx.gemm(acc_f[0:m, 0:n], A_s[0:m, 0:bk], B_s[0:bk, 0:n], acc_f[0:m, 0:n], False, False, 1.0, 1.0)
-        Tx.copy(C_s[0:m, 0:n], acc_f[0:m, 0:n])
-        Tx.copy(C[0:m, 0:n], C_s[0:m, 0:n])
-    return kernel.with_attr("target", tvm.target.Target({"kind": "cuda", "arch": arch}))
+    return _gemm(m, n, k, bk, stages, arch, threads, scope="shared.dyn", staged=True)
 
 
 def _rowsum(m: int, n: int | None, bn: int, stages: int, arch: str, threads: int = 128):

@@ -75,8 +75,7 @@ inline std::size_t __cvta_generic_to_shared(void const* p) { return std::size_t(
 #include <cute/atom/copy_traits_sm100.hpp>
 #include <cute/atom/mma_traits_sm100.hpp>
 using namespace cute;
-alignas(1024) static unsigned char g_smem[1 << 18];
-
+""" + cute_host.SMEM_TILE_ENTRY + r"""
 template <class Op> void tmem_entry(char const* name, bool first) {
   using T = Copy_Traits<Op>;
   auto dst = typename T::DstLayout{};
@@ -104,27 +103,8 @@ void idesc_entry(char const* name, bool first) {
 
 template <UMMA::Major M, class Ty, class Atom, int MN, int K, int SMN, int SK>
 void tile_entry(char const* name, bool first) {
-  auto L = tile_to_shape(Atom{}, make_shape(Int<MN>{}, Int<K>{}), Step<_1,_2>{});
-  g_smem_base = (char const*)g_smem;
-  Tensor t = make_tensor(make_smem_ptr((Ty*)g_smem), L);
-  std::printf("%s\"%s\": {\"offsets\": [", first ? "" : ",", name);
-  for (int m = 0; m < MN; ++m) {
-    std::printf(m ? ",[" : "[");
-    for (int k = 0; k < K; ++k)
-      std::printf(k ? ",%d" : "%d", int(((char const*)&t(m, k) - g_smem_base) / int(sizeof(Ty))));
-    std::printf("]");
-  }
-  std::printf("], \"descriptors\": [");
-  for (int i = 0; i < MN / SMN; ++i) {
-    std::printf(i ? ",[" : "[");
-    for (int s = 0; s < K / SK; ++s) {
-      Tensor tile = local_tile(t, make_shape(Int<SMN>{}, Int<SK>{}), make_coord(i, s));
-      UMMA::SmemDescriptor d = UMMA::make_umma_desc<M>(tile);
-      std::printf(s ? ",\"%llu\"" : "\"%llu\"", (unsigned long long)d.desc_);
-    }
-    std::printf("]");
-  }
-  std::printf("]}\n");
+  smem_tile_entry<Ty, Atom, MN, K, Step<_1,_2>, SMN, SK>(
+      name, first, [](auto const& tile) { return UMMA::make_umma_desc<M>(tile).desc_; });
 }
 """
 

@@ -367,14 +367,19 @@ class Gen:
         b = rng.choice(cands)
         k = rng.randint(1, b.shape[-1] - 1)
         shape = list(b.shape[:-1]) + [k]
-        if rng.random() < 0.5:
-            g, reg = self.global_region(tuple(shape), b.dtype, "in")
-            self.body.append(f"Tx.copy({b.name}[{_region(shape)}], {g}[{reg}])")
-            self.notes.append("partial-copy-in")
+        self.copy_region(b, _region(shape), tuple(shape), "partial-copy")
+
+    def copy_region(self, b: Buf, box: str, extents: tuple, note: str) -> None:
+        """A copy of a fresh global region of ``extents`` into ``b[box]`` or of ``b[box]`` out to one, drawn half
+        and half (noted ``note``-in / ``note``-out)."""
+        if self.rng.random() < 0.5:
+            g, reg = self.global_region(extents, b.dtype, "in")
+            self.body.append(f"Tx.copy({b.name}[{box}], {g}[{reg}])")
+            self.notes.append(f"{note}-in")
         else:
-            g, reg = self.global_region(tuple(shape), b.dtype, "out")
-            self.body.append(f"Tx.copy({g}[{reg}], {b.name}[{_region(shape)}])")
-            self.notes.append("partial-copy-out")
+            g, reg = self.global_region(extents, b.dtype, "out")
+            self.body.append(f"Tx.copy({g}[{reg}], {b.name}[{box}])")
+            self.notes.append(f"{note}-out")
 
     def reduce(self, src: Buf) -> None:
         rng = self.rng
@@ -788,15 +793,7 @@ class Gen:
             k = rng.randint(1, e - 1) if e > 1 and rng.random() < 0.7 else e
             extents.append(k)
             offs.append(str(rng.randint(0, e - k)))
-        box = _region(extents, offs)
-        if rng.random() < 0.5:
-            g, reg = self.global_region(tuple(extents), b.dtype, "in")
-            self.body.append(f"Tx.copy({b.name}[{box}], {g}[{reg}])")
-            self.notes.append("sub-region-copy-in")
-        else:
-            g, reg = self.global_region(tuple(extents), b.dtype, "out")
-            self.body.append(f"Tx.copy({g}[{reg}], {b.name}[{box}])")
-            self.notes.append("sub-region-copy-out")
+        self.copy_region(b, _region(extents, offs), tuple(extents), "sub-region-copy")
 
     def reversed_read(self) -> None:
         """Reversed indices in one or both dimensions (``f[M - 1 - i, N - 1 - j]``), stored to global or into a

@@ -22,7 +22,7 @@ from tvm.ir import TensorLoad, TensorRegion
 
 from tilelayout.expr import substitute
 
-from .ir_utils import int_value, mapped, walk
+from .ir_utils import constant_numel, int_value, mapped, walk
 
 __all__ = ["inline_index_binds", "is_index_expression"]
 
@@ -159,15 +159,7 @@ def _pure_scalars(body) -> dict:
 
 
 def _is_scalar(buf) -> bool:
-    if str(buf.scope()) not in _SCALAR_SCOPES:
-        return False
-    size = 1
-    for s in buf.shape:
-        v = int_value(s)
-        if v is None:
-            return False
-        size *= v
-    return size == 1
+    return str(buf.scope()) in _SCALAR_SCOPES and constant_numel(buf) == 1
 
 
 def _reads(stmt, key: int) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import tvm
 import tvm_ffi
 from tvm import sym, tirx
 from tvm.ir import Range
@@ -36,22 +37,23 @@ def _guarded(entries: list, failure: list, arity: int) -> list:
     return [(t, wrap(fn)) for t, fn in entries]
 
 
-def mutate(node, entries: list):
-    """``tvm_ffi.structural_mutate`` (top-down, callbacks own the descent) that lets exceptions through."""
+def _rewrite(traversal: Callable, node, entries: list, arity: int):
+    """``traversal(node, entries)`` with the callbacks guarded: the first exception one raised is raised here."""
     failure: list = []
-    out = mutate_typed(node, _guarded(entries, failure, 2))
+    out = traversal(node, _guarded(entries, failure, arity))
     if failure:
         raise failure[0]
     return out
+
+
+def mutate(node, entries: list):
+    """``tvm_ffi.structural_mutate`` (top-down, callbacks own the descent) that lets exceptions through."""
+    return _rewrite(mutate_typed, node, entries, 2)
 
 
 def mapped(node, entries: list):
     """``tvm_ffi.structural_map`` (bottom-up rewrite) that lets exceptions through."""
-    failure: list = []
-    out = map_typed(node, _guarded(entries, failure, 1))
-    if failure:
-        raise failure[0]
-    return out
+    return _rewrite(map_typed, node, entries, 1)
 
 
 def walk(node, entries: list, order: str = "pre") -> None:
@@ -73,6 +75,17 @@ def walk(node, entries: list, order: str = "pre") -> None:
         raise failure[0]
 
 
+def module_func(func, error: type):
+    """The PrimFunc a one-function IRModule holds (``error`` when it holds another number), else ``func``."""
+    if isinstance(func, tvm.IRModule):
+        funcs = [f for _, f in sorted(func.functions.items(), key=lambda kv: str(kv[0]))
+                 if isinstance(f, tirx.PrimFunc)]
+        if len(funcs) != 1:
+            raise error(f"expected an IRModule with one PrimFunc, got {len(funcs)}")
+        return funcs[0]
+    return func
+
+
 def int_value(e) -> int | None:
     """A Python int for an integer constant, None otherwise."""
     if isinstance(e, bool):
@@ -82,6 +95,17 @@ def int_value(e) -> int | None:
     if isinstance(e, tirx.IntImm):
         return int(e.value)
     return None
+
+
+def constant_numel(buf) -> int | None:
+    """How many elements ``buf`` holds, None when an extent is not a constant."""
+    size = 1
+    for s in buf.shape:
+        v = int_value(s)
+        if v is None:
+            return None
+        size *= v
+    return size
 
 
 def is_memory_scope(scope: str) -> bool:
@@ -124,6 +148,19 @@ def make_analyzer(bounds: dict) -> sym.Analyzer:
     for v, (lo, ext) in bounds.items():
         ana.bind(v, Range.from_min_extent(lo, ext))
     return ana
+
+
+def under_guard(stmt, guard, ana: sym.Analyzer):
+    """``stmt`` run only where ``guard`` holds (None: always): None when it provably never does, unwrapped when it
+    provably always does."""
+    if guard is None:
+        return stmt
+    g = ana.simplify(guard)
+    if isinstance(g, tirx.IntImm) and int(g.value) == 0:
+        return None
+    if isinstance(g, tirx.IntImm) and int(g.value) == 1:
+        return stmt
+    return tirx.IfThenElse(g, stmt, None)
 
 
 def conj(conds: list):

@@ -29,7 +29,7 @@ from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from tilelayout.expr import free_vars
 
-from .ir_utils import mapped, mutate, walk
+from .ir_utils import constant_numel, mapped, mutate, walk
 
 __all__ = ["inline_named_scalars", "uniform_value", "read_only_params"]
 
@@ -110,10 +110,7 @@ def _scalar_buffers(body) -> dict:
 
     def on_alloc(a):
         b = a.buffer
-        n = 1
-        for s in b.shape:
-            n = n * int(s.value) if isinstance(s, tirx.IntImm) else -1
-        if n == 1 and str(b.scope()) == "local" and str(b.dtype).startswith(("int", "uint")):
+        if constant_numel(b) == 1 and str(b.scope()) == "local" and str(b.dtype).startswith(("int", "uint")):
             candidates[b] = b
 
     def on_store(s):

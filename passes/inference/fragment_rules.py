@@ -280,15 +280,11 @@ def _grouped_loop(nest: LoopNest, idx: list, thread, index: list, frag: Fragment
 def _unused_digits(nest: LoopNest, idx: list):
     """(expression, extent) of the loop digits an access does not use, flattened row-major: they index the
     iterations that reach one element. None when the access is not a sum of digit pieces."""
-    from tilelayout.fragment import _collect_pieces
+    from tilelayout.fragment import _merged_pieces
     dom = {placeholder(k): Range(0, e) for k, e in enumerate(nest.extents)}
-    used: dict = {}
-    for e in idx:
-        pieces = _collect_pieces(e, dom)
-        if pieces is None:
-            return None
-        for name, ps in pieces.items():
-            used.setdefault(name, []).extend(ps)
+    used = _merged_pieces(idx, dom)
+    if used is None:
+        return None
     extra, extra_ext = tirx.const(0, "int32"), 1
     for k, ext in enumerate(nest.extents):
         v = placeholder(k)

@@ -38,7 +38,7 @@ from .ops import (  # noqa: F401  (re-exported: the data model used to live here
     ParallelOp, ReduceOp, Region, TileOp, _KIND_NAMES, _const, _is_int, _line, _same, _simplify,
     _stmt_text, _text,
 )
-from ..ir_utils import walk
+from ..ir_utils import module_func, walk
 from ..safe_memory import safe_memory_enabled
 from .composite_ops import COMPOSITE_OPS, expand_composite
 from .reducers import check_reducers, finalized_buffer, reducer_spec
@@ -643,12 +643,7 @@ def _check_gemm(call: Any, c: Region, a: Region, b: Region, bias: Region | None,
 
 def build_op_graph(func: Any) -> OpGraph:
     """Read a TIRx PrimFunc (or a one-function IRModule) into an `OpGraph`."""
-    if isinstance(func, tvm.IRModule):
-        funcs = [f for _, f in sorted(func.functions.items(), key=lambda kv: str(kv[0]))
-                 if isinstance(f, tirx.PrimFunc)]
-        if len(funcs) != 1:
-            raise FrontendError(f"expected an IRModule with one PrimFunc, got {len(funcs)}")
-        func = funcs[0]
+    func = module_func(func, FrontendError)
     if not isinstance(func, tirx.PrimFunc):
         raise FrontendError(f"build_op_graph expects a tvm.tirx.PrimFunc, got {type(func).__name__}")
     b = _Builder(func)

@@ -255,19 +255,14 @@ def _digit_split(nest: LoopNest, indices: list):
     """(used, used extent, extra, extra extent): the loop digits the store's indices use and those they do not,
     each flattened row-major (loop variables in order, most significant digit first), as expressions of the
     loop placeholders; None when an index is not a sum of digit pieces of the loop variables."""
-    from tilelayout.fragment import _collect_pieces
+    from tilelayout.fragment import _merged_pieces
+    if nest.inner_vars and any(mentions(idx, nest.inner_vars) for idx in indices):
+        return None          # the element moves with a serial loop inside the nest
     dom = {placeholder(k): Range(0, e) for k, e in enumerate(nest.extents)}
     vmap = {v: placeholder(k) for k, v in enumerate(nest.loop_vars)}
-    taken: dict = {}
-    for idx in indices:
-        if nest.inner_vars and mentions(idx, nest.inner_vars):
-            return None          # the element moves with a serial loop inside the nest
-        e = substitute(_fixed(nest, idx), vmap)
-        pieces = _collect_pieces(e, dom)
-        if pieces is None:
-            return None
-        for name, ps in pieces.items():
-            taken.setdefault(name, []).extend(ps)
+    taken = _merged_pieces([substitute(_fixed(nest, idx), vmap) for idx in indices], dom)
+    if taken is None:
+        return None
     used, used_ext = tirx.const(0, "int32"), 1
     extra, extra_ext = tirx.const(0, "int32"), 1
     for k, ext in enumerate(nest.extents):

@@ -18,6 +18,8 @@ from tvm import tirx
 from tilelayout.errors import LayoutError
 from tilelayout.expr import expr_text
 
+from ..ir_utils import int_value
+
 __all__ = [
     "FrontendError", "BufferInfo", "Region", "Access", "Loop", "TileOp", "CopyOp", "FillOp",
     "ReduceOp", "GemmOp", "ElementwiseOp", "ParallelOp", "ConvertOp", "OpGraph",
@@ -32,13 +34,8 @@ class FrontendError(LayoutError):
 
 def _const(e: Any) -> Any:
     """A Python int for constant integer expressions, the expression itself otherwise."""
-    if isinstance(e, bool):
-        return e
-    if isinstance(e, int):
-        return e
-    if isinstance(e, tirx.IntImm):
-        return int(e.value)
-    return e
+    value = int_value(e)
+    return e if value is None else value
 
 
 def _simplify(e: Any) -> Any:
@@ -245,10 +242,14 @@ class TileOp:
     def regions(self) -> list[Region]:
         return []
 
+    def _touches(self) -> list:
+        """What the op reads and writes, each with its ``buffer``: its regions (a nest: its accesses)."""
+        return self.regions()
+
     def buffers(self) -> list[BufferInfo]:
         found = self.__dict__.get("_buffers")
         if found is None:      # asked on every step and every propose; an op never changes
-            found = _unique(r.buffer for r in self.regions())
+            found = _unique(t.buffer for t in self._touches())
             object.__setattr__(self, "_buffers", found)
         return list(found)
 
@@ -415,12 +416,8 @@ class ParallelOp(TileOp):
     key: str = ""
     annotations: dict = field(default_factory=dict)
 
-    def buffers(self) -> list[BufferInfo]:
-        found = self.__dict__.get("_buffers")
-        if found is None:
-            found = _unique(a.buffer for a in self.accesses)
-            object.__setattr__(self, "_buffers", found)
-        return list(found)
+    def _touches(self) -> list:
+        return self.accesses
 
     def accesses_of(self, buffer: BufferInfo) -> list[Access]:
         return [a for a in self.accesses if a.buffer is buffer]

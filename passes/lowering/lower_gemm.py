@@ -33,6 +33,7 @@ from tvm import tirx
 from tilelayout.fragment import Fragment
 
 from ..hardware import sm_version
+from ..ir_utils import int_value
 from .loop_partition import LoweringError
 from .mma_ptx import MMA_MIN_SM, MMA_SIGNATURES, MmaInst, dtype_bits, mma_instruction
 
@@ -209,16 +210,10 @@ def _region_index(region, coords: list) -> list:
     return out
 
 
-def _int_offsets(region) -> list | None:
-    out = []
-    for off in region.offsets:
-        if isinstance(off, int):
-            out.append(off)
-        elif isinstance(off, tirx.IntImm):
-            out.append(int(off.value))
-        else:
-            return None
-    return out
+def constant_offsets(region) -> list | None:
+    """The region's offsets as Python ints, None when one is symbolic (shared-memory checks enumerate them)."""
+    offsets = [int_value(off) for off in region.offsets]
+    return None if None in offsets else offsets
 
 
 def physical_offsets(buf, layout) -> np.ndarray:
@@ -260,7 +255,7 @@ def _ldmatrix_ok(operand: _Operand, ctx: GemmContext, starts: list, seg_elems: i
     running along the last stored dimension) is contiguous and 16-byte aligned in shared memory."""
     if not operand.buf.is_shared:
         return False
-    offsets = _int_offsets(operand.region)
+    offsets = constant_offsets(operand.region)
     if offsets is None or len(operand.buf.shape) != 2 or len(operand.region.squeezed_extents()) != 2:
         return False
     phys = physical_offsets(operand.buf, ctx.layouts.get(operand.buf.name))
@@ -374,6 +369,15 @@ def lower_gemm_mma(op, acc: Fragment, tiling: WarpTiling, inst: MmaInst, ctx: Ge
         v = tirx.Var(ctx.fresh(name), "int32")
         return tirx.For(v, 0, extent, tirx.ForKind.UNROLLED, body_fn(v))
 
+    def lane_loads(regs, block, count: int, element, load, which: str):
+        """Registers ``block * count ..`` of ``regs`` filled element by element: ``element(lane, reg, part)`` is
+        where the instruction's table puts each element in the block, ``load`` reads it from the operand."""
+        out = []
+        for r in range(count):
+            vals = [load(*element(lane, r, p)) for p in range(kp)]
+            out.append(tirx.BufferStore(regs, _register(vals, inst, which), [block * count + r]))
+        return tirx.SeqStmt(out) if len(out) > 1 else out[0]
+
     def load_a(a):
         r0 = tiling.row0(warp, a)
         if a_mode == "ldmatrix":
@@ -385,14 +389,7 @@ def lower_gemm_mma(op, acc: Fragment, tiling: WarpTiling, inst: MmaInst, ctx: Ge
                 text = "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
             ptr = tirx.address_of(tirx.BufferLoad(A.buf.var, _region_index(A.region, addr)))
             return ptx_call(text, *[tirx.BufferLoad(a_regs, [a * 4 + r]) for r in range(4)], ptr)
-        out = []
-        for r in range(ra):
-            vals = []
-            for p in range(kp):
-                rr, kk = inst.a_element(lane, r, p)
-                vals.append(A.load(r0 + rr, k0 + kk))
-            out.append(tirx.BufferStore(a_regs, _register(vals, inst), [a * ra + r]))
-        return tirx.SeqStmt(out) if len(out) > 1 else out[0]
+        return lane_loads(a_regs, a, ra, inst.a_element, lambda rr, kk: A.load(r0 + rr, k0 + kk), "A")
 
     def ldmatrix_b(b, tiles: int):
         """``tiles`` (1 or 2) adjacent 8-column B blocks from ``b`` on in one ldmatrix (.x2 / .x4): lanes
@@ -412,14 +409,7 @@ def lower_gemm_mma(op, acc: Fragment, tiling: WarpTiling, inst: MmaInst, ctx: Ge
         c0 = tiling.col0(warp, b)
         if b_mode == "ldmatrix":
             return ldmatrix_b(b, 1)
-        out = []
-        for r in range(rb):
-            vals = []
-            for p in range(kp):
-                kk, cc = inst.b_element(lane, r, p)
-                vals.append(B.load(k0 + kk, c0 + cc))
-            out.append(tirx.BufferStore(b_regs, _register(vals, inst, "B"), [b * rb + r]))
-        return tirx.SeqStmt(out) if len(out) > 1 else out[0]
+        return lane_loads(b_regs, b, rb, inst.b_element, lambda kk, cc: B.load(k0 + kk, c0 + cc), "B")
 
     def load_all_b():
         """Every B block of the K step: adjacent pairs by ldmatrix.x4 (half the instructions of .x2), an odd

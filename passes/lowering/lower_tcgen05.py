@@ -38,10 +38,11 @@ from tvm.backend.cuda.op import cuda_cvta_generic_to_shared, cuda_mbarrier_wait
 
 from tilelayout.errors import Tcgen05LoweringError
 
-from .lower_gemm import _Operand, _region_index, physical_offsets, ptx_call
+from .lower_gemm import _Operand, _region_index, ptx_call
+from .lower_wgmma import descriptor_layout
 from .mma_ptx import dtype_bits
 from .tcgen05_desc import K_OF_KIND, KIND_OF, instr_descriptor, smem_descriptor
-from .wgmma_desc import DescriptorLayout, solve
+from .wgmma_desc import DescriptorLayout
 
 __all__ = ["refuse_tcgen05", "refuse_pipelined", "lower_gemm_tcgen05", "TARGET_HINT"]
 
@@ -90,33 +91,6 @@ def _refuse(op, plan, why: str):
     raise Tcgen05LoweringError(f"{op.describe()}: planned as {plan.describe()}, but {why}; tcgen05 lowering covers "
                                f"the non-pipelined SS gemm only, and this gemm is not lowered "
                                f"to mma.sync instead. {TARGET_HINT}")
-
-
-def _int_offsets(region) -> list | None:
-    out = []
-    for off in region.offsets:
-        if isinstance(off, int):
-            out.append(off)
-        elif isinstance(off, tirx.IntImm):
-            out.append(int(off.value))
-        else:
-            return None
-    return out
-
-
-def _layout(operand: _Operand, tiles: list, rows: int, cols: int, ctx) -> DescriptorLayout | None:
-    """The canonical layout every descriptor tile of ``operand`` shares (``wgmma_desc.solve``), or None."""
-    buf = operand.buf
-    offsets = _int_offsets(operand.region)
-    if not buf.is_shared or len(buf.shape) != 2 or len(operand.region.squeezed_extents()) != 2 or offsets is None:
-        return None
-    nbytes = dtype_bits(operand.dtype) // 8
-    phys = physical_offsets(buf, ctx.layouts.get(buf.name)) * nbytes
-    phys = phys[offsets[0]:, offsets[1]:]
-    tiles = sorted(set(tuple(int(x) for x in t) for t in tiles))
-    if any(r + rows > phys.shape[0] or c + cols > phys.shape[1] for r, c in tiles):
-        return None
-    return solve(phys, tiles, rows, cols, operand.k_contiguous, nbytes)
 
 
 def _descriptor(operand: _Operand, layout: DescriptorLayout, stored_index: list):
@@ -190,7 +164,7 @@ def lower_gemm_tcgen05(op, plan, layout, ctx, running: int, epilogue) -> tuple[t
     b_tiles = [B.storage_index(s * ik, j * inn) for j in range(nblocks) for s in range(ksteps)]
     a_rc = (im, ik) if A.k_contiguous else (ik, im)
     b_rc = (inn, ik) if B.k_contiguous else (ik, inn)
-    a_layout, b_layout = _layout(A, a_tiles, *a_rc, ctx), _layout(B, b_tiles, *b_rc, ctx)
+    a_layout, b_layout = descriptor_layout(A, a_tiles, *a_rc, ctx), descriptor_layout(B, b_tiles, *b_rc, ctx)
     for operand, lay in ((A, a_layout), (B, b_layout)):
         if lay is None:
             _refuse(op, plan, f"operand {operand.which} ({operand.buf.name}) has no canonical layout a shared-memory "

@@ -21,8 +21,8 @@ from tvm import tirx
 from tvm.backend.cuda.op import cuda_cvta_generic_to_shared
 
 from .loop_partition import LoweringError
-from .lower_gemm import (WARP, GemmContext, WarpTiling, _Operand, _region_index, check_register_operand, pack_elements,
-                         physical_offsets, ptx_call, unpack_element)
+from .lower_gemm import (WARP, GemmContext, WarpTiling, _Operand, _region_index, check_register_operand,
+                         constant_offsets, pack_elements, physical_offsets, ptx_call, unpack_element)
 from .mma_ptx import WgmmaInst, dtype_bits, wgmma_instruction
 from .wgmma_desc import DescriptorLayout, encode_fields, solve
 
@@ -48,24 +48,29 @@ def _tiles_and_shape(operand: _Operand, tiling: WarpTiling, inst: WgmmaInst, kst
     return tiles, rows, cols, k_major
 
 
-def _descriptor_layout(operand: _Operand, tiling, inst, ksteps, ctx: GemmContext) -> DescriptorLayout | None:
+def descriptor_layout(operand: _Operand, tiles: list, rows: int, cols: int,
+                      ctx: GemmContext) -> DescriptorLayout | None:
+    """The canonical layout every descriptor tile of ``operand`` shares (``wgmma_desc.solve``), or None.
+
+    ``tiles``: stored origins of ``rows`` x ``cols`` tiles. tcgen05 reads the same shared-memory descriptor
+    fields, so it asks here too."""
     buf = operand.buf
-    if not buf.is_shared or len(buf.shape) != 2 or len(operand.region.squeezed_extents()) != 2:
+    offsets = constant_offsets(operand.region)
+    if not buf.is_shared or len(buf.shape) != 2 or len(operand.region.squeezed_extents()) != 2 or offsets is None:
         return None
-    offsets = []
-    for off in operand.region.offsets:
-        if isinstance(off, int):
-            offsets.append(off)
-        elif isinstance(off, tirx.IntImm):
-            offsets.append(int(off.value))
-        else:
-            return None
-    phys = physical_offsets(buf, ctx.layouts.get(buf.name)) * (dtype_bits(operand.dtype) // 8)
+    nbytes = dtype_bits(operand.dtype) // 8
+    phys = physical_offsets(buf, ctx.layouts.get(buf.name)) * nbytes
     phys = phys[offsets[0]:, offsets[1]:]
-    tiles, rows, cols, k_major = _tiles_and_shape(operand, tiling, inst, ksteps)
+    tiles = sorted(set(tuple(int(x) for x in t) for t in tiles))
     if any(r + rows > phys.shape[0] or c + cols > phys.shape[1] for r, c in tiles):
         return None
-    return solve(phys, tiles, rows, cols, k_major, dtype_bits(operand.dtype) // 8)
+    return solve(phys, tiles, rows, cols, operand.k_contiguous, nbytes)
+
+
+def _descriptor_layout(operand: _Operand, tiling, inst, ksteps, ctx: GemmContext) -> DescriptorLayout | None:
+    """The descriptor layout of every tile ``operand`` feeds this gemm's wgmmas, or None."""
+    tiles, rows, cols, _ = _tiles_and_shape(operand, tiling, inst, ksteps)
+    return descriptor_layout(operand, tiles, rows, cols, ctx)
 
 
 def wgmma_feasible(op, tiling: WarpTiling, target, ctx: GemmContext) -> tuple[WgmmaInst | None, str]:

@@ -41,8 +41,22 @@ def operand_ptx(dtype: str) -> str:
 TF32_MASK = 0xFFFFE000
 
 
+class _TensorCoreInst:
+    """What the mma.sync and wgmma instructions share: the dtype signature and the accumulator's packing."""
+
+    @property
+    def c_pack(self) -> int:
+        """Accumulator elements per register: 2 for an f16 accumulator (f16x2), else 1."""
+        return 2 if self.acc_dtype == "float16" else 1
+
+    @property
+    def types(self) -> str:
+        """``AxB->C`` in PTX type names, as instruction names show them."""
+        return f"{operand_ptx(self.a_dtype)}x{operand_ptx(self.b_dtype)}->{PTX_TYPE[self.acc_dtype]}"
+
+
 @dataclass(frozen=True)
-class MmaInst:
+class MmaInst(_TensorCoreInst):
     """One warp-level ``mma.sync.aligned.m16n8kK.row.col`` instruction."""
 
     k: int                      # 16 (16-bit inputs), 32 (8-bit), 8 (tf32), 4 (f64: m8n8k4)
@@ -75,11 +89,6 @@ class MmaInst:
         return self.m * self.n // 32
 
     @property
-    def c_pack(self) -> int:
-        """Accumulator elements per register: 2 for an f16 accumulator (f16x2), else 1."""
-        return 2 if self.acc_dtype == "float16" else 1
-
-    @property
     def ptx(self) -> str:
         acc = PTX_TYPE[self.acc_dtype]
         sat = ""
@@ -88,8 +97,7 @@ class MmaInst:
 
     @property
     def name(self) -> str:
-        return (f"mma.sync m{self.m}n{self.n}k{self.k} {operand_ptx(self.a_dtype)}x{operand_ptx(self.b_dtype)}->"
-                f"{PTX_TYPE[self.acc_dtype]}")
+        return f"mma.sync m{self.m}n{self.n}k{self.k} {self.types}"
 
     # The maps below are the m16n8kK tables; with m = 8 and one register per operand they are also m8n8k4's
     # (.f64: A row lane // 4, k lane % 4; B k lane % 4, column lane // 4; C row lane // 4, columns 2 * (lane % 4)
@@ -152,7 +160,7 @@ def mma_instruction(a_dtype: str, b_dtype: str, acc_dtype: str) -> MmaInst | Non
 
 
 @dataclass(frozen=True)
-class WgmmaInst:
+class WgmmaInst(_TensorCoreInst):
     """One warpgroup-level ``wgmma.mma_async.sync.aligned.m64nNkK`` instruction (128 threads)."""
 
     n: int
@@ -177,10 +185,6 @@ class WgmmaInst:
         return dtype_bits(self.a_dtype) == 16
 
     @property
-    def c_pack(self) -> int:
-        return 2 if self.acc_dtype == "float16" else 1
-
-    @property
     def shape(self) -> str:
         return f"m{self.m}n{self.n}k{self.k}"
 
@@ -190,8 +194,7 @@ class WgmmaInst:
 
     @property
     def name(self) -> str:
-        return (f"wgmma {self.shape} {operand_ptx(self.a_dtype)}x{operand_ptx(self.b_dtype)}->"
-                f"{PTX_TYPE[self.acc_dtype]}")
+        return f"wgmma {self.shape} {self.types}"
 
     # ---- D (64 x n): thread t (0..127) element e -> (row, col)
     def c_element(self, thread, e):

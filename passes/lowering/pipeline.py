@@ -28,6 +28,7 @@ from tvm import tirx
 from tilelayout.errors import ConfigError, MissingLaunchError, ReferenceFunctionError
 
 from ..hardware import func_target, normalize_target
+from ..ir_utils import module_func
 from ..nan_tests import rewrite_nan_tests
 from ..thread_dims import fold_thread_dims, unfold_thread_dims
 from .atomics import fence_shared_atomics
@@ -47,11 +48,7 @@ __all__ = ["lower", "cuda_source", "build_cpu", "build_cpu_lowered", "build_refe
 
 
 def _as_func(func) -> tirx.PrimFunc:
-    if isinstance(func, tvm.IRModule):
-        funcs = [f for _, f in sorted(func.functions.items(), key=lambda kv: str(kv[0])) if isinstance(f, tirx.PrimFunc)]
-        if len(funcs) != 1:
-            raise LoweringError(f"expected an IRModule with one PrimFunc, got {len(funcs)}")
-        return funcs[0]
+    func = module_func(func, LoweringError)
     if not isinstance(func, tirx.PrimFunc):
         raise TypeError(f"expected a tvm.tirx.PrimFunc, got {type(func).__name__}")
     return func

@@ -34,7 +34,7 @@ from tilelayout.expr import mentions
 from ..hardware import func_target, normalize_target, sm_version
 from .from_inference import CopyOp, build_op_graph
 from .from_inference import stage_stride
-from ..ir_utils import int_value, mapped, walk
+from ..ir_utils import constant_numel, int_value, mapped, walk
 
 __all__ = ["PlanPipelines", "STAGES_KEY", "PIPELINE_KEY", "PIPELINE_REPORT_ATTR", "plan_pipelines", "read_plan", "stage_stride"]
 
@@ -345,10 +345,7 @@ def _check_shared_budget(label: str, stages: int, buffers: list, shared: dict, t
     from .from_inference import MAX_STATIC_SHARED_BYTES, shared_memory_limit, shared_tile_bytes
     static = dynamic = 0
     for name, b in shared.items():
-        n = 1
-        for s in b.shape:
-            n *= int_value(s) or 0
-        nbytes = shared_tile_bytes(n, b.dtype, stages if any(p is b for p in buffers) else 1)
+        nbytes = shared_tile_bytes(constant_numel(b) or 0, b.dtype, stages if any(p is b for p in buffers) else 1)
         if b.scope.endswith(".dyn"):
             dynamic += nbytes
         else:

@@ -98,21 +98,7 @@ def _wgmma(ins, call, stmt) -> list:
     scratch = tirx.decl_buffer([4], "int32", name="race_desc", scope="local")
     out = [tirx.AllocBuffer(scratch)]
     for desc, rows, trans in tiles:
-        buf, offset_desc = _buffer_of(desc)
-        ent = ins.entry(buf)
-        if ent is None:
-            continue
-        site = ins.site(buf, "collective read", stmt)
-        q = tirx.Var("race_q", "int32")
-        e = q * 128 + tg              # this thread's share of the rows x k elements
-        value = _element(buf, scratch, 0, trans == 0, tirx.floordiv(e, k), tirx.floormod(e, k), str(buf.dtype))
-        loads: list = []
-        _collect_loads(value, buf, loads)
-        if not loads:           # (fp8 decoding repeats the one load of the element)
-            continue
-        record = tirx.IfThenElse(e < rows * k, ins.element(ent, loads[0].indices[0], "read", site, SEVERAL), None)
-        out += _decode(offset_desc, scratch, 0)
-        out.append(tirx.For(q, 0, -(-rows * k // 128), tirx.ForKind.SERIAL, record))
+        out += _tile_reads(ins, stmt, desc, scratch, _decode, (rows, k), trans == 0, None, lane=tg)
     return out if len(out) > 1 else []
 
 
@@ -121,7 +107,6 @@ def _tcgen05_mma(ins, call, stmt) -> list:
     the CPU emulation reads them (``tcgen05_cpu``); recorded at the issue, like wgmma's."""
     from .emulate_mma import _split_args
     from .emulate_tcgen05 import EmulationError, decode_instr_descriptor
-    from .emulate_wgmma import _buffer_of, _element
     from .tcgen05_cpu import _decode_smem
     operands, tokens = _split_args(call)
     kind = next((t for t in tokens if t.startswith("kind::")), None)
@@ -134,22 +119,38 @@ def _tcgen05_mma(ins, call, stmt) -> list:
     scratch = tirx.decl_buffer([4], "int32", name="race_desc", scope="local")
     out = [tirx.AllocBuffer(scratch)]
     for desc, rows, mn, dtype in ((operands[1], f["m"], f["a_mn"], f["a"]), (operands[2], f["n"], f["b_mn"], f["b"])):
-        buf, offset_desc = _buffer_of(desc)
-        ent = ins.entry(buf)
-        if ent is None:
-            continue
-        site = ins.site(buf, "collective read", stmt)
-        q = tirx.Var("race_q", "int32")
-        value = _element(buf, scratch, 0, not mn, tirx.floordiv(q, f["k"]), tirx.floormod(q, f["k"]),
-                         "float32" if dtype == "tfloat32" else dtype)
-        loads: list = []
-        _collect_loads(value, buf, loads)
-        if not loads:
-            continue
-        out += _decode_smem(offset_desc, scratch, 0)
-        out.append(tirx.For(q, 0, rows * f["k"], tirx.ForKind.SERIAL,
-                            ins.element(ent, loads[0].indices[0], "read", site)))
+        out += _tile_reads(ins, stmt, desc, scratch, _decode_smem, (rows, f["k"]), not mn,
+                           "float32" if dtype == "tfloat32" else dtype)
     return out if len(out) > 1 else []
+
+
+def _tile_reads(ins, stmt, desc, scratch, decode, shape: tuple, k_major: bool, dtype: str | None,
+                lane=None) -> list:
+    """Statements recording the reads of the ``shape`` = (rows, k) shared tile descriptor ``desc`` names, read as
+    the CPU emulation reads it (``desc`` decoded into ``scratch`` by ``decode``; ``dtype`` None: the buffer's).
+
+    ``lane`` (the thread's place in its warpgroup): the 128 threads split the elements, each recording its share
+    as read by several threads; None: the one issuing thread reads them all. [] when the race check does not
+    follow the buffer."""
+    rows, k = shape
+    buf, offset_desc = _buffer_of(desc)
+    ent = ins.entry(buf)
+    if ent is None:
+        return []
+    site = ins.site(buf, "collective read", stmt)
+    q = tirx.Var("race_q", "int32")
+    e = q if lane is None else q * 128 + lane
+    value = _element(buf, scratch, 0, k_major, tirx.floordiv(e, k), tirx.floormod(e, k), dtype or str(buf.dtype))
+    loads: list = []
+    _collect_loads(value, buf, loads)
+    if not loads:           # (fp8 decoding repeats the one load of the element)
+        return []
+    if lane is None:
+        loop = tirx.For(q, 0, rows * k, tirx.ForKind.SERIAL, ins.element(ent, loads[0].indices[0], "read", site))
+    else:
+        record = tirx.IfThenElse(e < rows * k, ins.element(ent, loads[0].indices[0], "read", site, SEVERAL), None)
+        loop = tirx.For(q, 0, -(-rows * k // 128), tirx.ForKind.SERIAL, record)
+    return decode(offset_desc, scratch, 0) + [loop]
 
 
 def _is_descriptor(e) -> bool:

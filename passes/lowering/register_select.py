@@ -26,7 +26,7 @@ from tilelayout.errors import TileLayoutError
 from tilelayout.evaluate import evaluate, grid_env
 from tilelayout.expr import substitute
 
-from ..ir_utils import int_value, mapped, walk
+from ..ir_utils import constant_numel, int_value, mapped, walk
 
 __all__ = ["select_register_reads", "MAX_SELECT_WAYS"]
 
@@ -70,7 +70,7 @@ def select_register_reads(func):
         index = e.indices[0]
         if int_value(index) is not None or not str(index.ty).startswith(("int", "uint")) or "x" in str(index.ty):
             return e
-        slots = _candidates(_expand(index, binds), fixed, ana, _size(e.source), extents)
+        slots = _candidates(_expand(index, binds), fixed, ana, constant_numel(e.source), extents)
         if slots is None:
             return e
         return _select_chain(e.source, slots)
@@ -88,16 +88,6 @@ def _expand(index, binds: dict):
             break
         index = substitute(index, {v: binds[v] for v in used})
     return index
-
-
-def _size(buf) -> int | None:
-    size = 1
-    for s in buf.shape:
-        n = int_value(s)
-        if n is None:
-            return None
-        size *= n
-    return size
 
 
 def _values(b, extents: dict) -> list | None:

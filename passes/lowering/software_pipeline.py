@@ -36,7 +36,7 @@ from tvm.ir import Range, TensorLoad
 from tilelayout.errors import PipelineError
 from tilelayout.expr import mentions, row_major_offset, substitute
 
-from ..ir_utils import int_value, mapped, mutate, walk
+from ..ir_utils import int_value, mapped, mutate, under_guard, walk
 from .lower_gemm import ptx_call
 from .pipeline_plan import PIPELINE_KEY, PIPELINE_REPORT_ATTR, read_plan, stage_stride
 from .shared_liveness import drop_keep_alive, keep_shared_alive
@@ -359,14 +359,7 @@ def _pipeline_loop(loop, plan: dict, staged: dict, params: list, thread_bounds: 
 
     def issue(j, stage, guard=None):
         body = substitute(_fresh_loops(tirx.SeqStmt(producer) if len(producer) > 1 else producer[0]), {k: j})
-        body = _restage(body, staged, stage)
-        if guard is not None:
-            g = ana.simplify(guard)
-            if isinstance(g, tirx.IntImm) and int(g.value) == 0:
-                return None
-            if not (isinstance(g, tirx.IntImm) and int(g.value) == 1):
-                body = tirx.IfThenElse(g, body, None)
-        return body
+        return under_guard(_restage(body, staged, stage), guard, ana)
 
     commit = ptx_call("cp.async.commit_group")
     if s == 1:

@@ -33,7 +33,7 @@ from tvm import sym, tirx
 from tilelayout.errors import PipelineError
 from tilelayout.expr import substitute
 
-from ..ir_utils import walk
+from ..ir_utils import under_guard, walk
 from .lower_gemm import ptx_call
 from .tma_plan import TMA_SWIZZLES
 
@@ -173,13 +173,7 @@ def tma_pipeline_loop(loop, plan: dict, staged: dict, params: list, tx, producer
         st = tirx.IfThenElse(tx == 0, tirx.SeqStmt(body), None)
         if issue_cp is not None:
             st = tirx.SeqStmt([st, issue_cp(j, stage)])
-        if guard is not None:
-            g = ana.simplify(guard)
-            if isinstance(g, tirx.IntImm) and int(g.value) == 0:
-                return None
-            if not (isinstance(g, tirx.IntImm) and int(g.value) == 1):
-                st = tirx.IfThenElse(g, st, None)
-        return st
+        return under_guard(st, guard, ana)
 
     sync = tirx.Evaluate(tirx.op.tvm_storage_sync("shared"))
     init = [tirx.AllocBuffer(bar),

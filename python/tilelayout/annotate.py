@@ -362,27 +362,34 @@ def encode_tile_loop(op_text: str, layout: Layout, predicate=None, padding_guard
     return entry
 
 
-def read_tile_loops(func) -> dict:
-    """{op number: (op text, layout, predicate str | None, padding_guard, replica_guard)} from ``func``."""
+def _op_decisions(func, attr: str, what: str, layout_key: str, well_formed=lambda entry: True) -> list:
+    """[(op number, entry, decoded ``entry[layout_key]``)] of the op-numbered attribute ``attr`` of ``func``, in op
+    order; an entry without an op text and a layout, or not ``well_formed``, raises LayoutError naming it."""
     attrs = func.attrs
-    if attrs is None or TILE_LOOPS_ATTR not in attrs:
-        return {}
-    raw = _plain(attrs[TILE_LOOPS_ATTR])
+    if attrs is None or attr not in attrs:
+        return []
+    raw = _plain(attrs[attr])
     if not isinstance(raw, dict):
-        raise LayoutError(f"attribute {TILE_LOOPS_ATTR!r} of {func_name(func)} must map op numbers to loop "
-                          f"decisions, got {raw!r}")
-    out = {}
+        raise LayoutError(f"attribute {attr!r} of {func_name(func)} must map op numbers to {what}, got {raw!r}")
+    out = []
     for key in sorted(raw, key=lambda k: int(k) if str(k).isdigit() else -1):
         entry = raw[key]
-        if not str(key).isdigit() or not isinstance(entry, dict) or "layout" not in entry or "op" not in entry:
-            raise LayoutError(f"attribute {TILE_LOOPS_ATTR!r} of {func_name(func)}: malformed entry {key!r}: {entry!r}")
+        if not str(key).isdigit() or not isinstance(entry, dict) or layout_key not in entry or "op" not in entry \
+                or not well_formed(entry):
+            raise LayoutError(f"attribute {attr!r} of {func_name(func)}: malformed entry {key!r}: {entry!r}")
         try:
-            layout = decode_layout(entry["layout"])
+            layout = decode_layout(entry[layout_key])
         except LayoutError as err:
             raise LayoutError(f"tile op {key} ({entry['op']}) in {func_name(func)}: {err}") from None
-        out[int(key)] = (str(entry["op"]), layout, entry.get("predicate"), bool(entry.get("padding_guard", False)),
-                         bool(entry.get("replica_guard", False)))
+        out.append((int(key), entry, layout))
     return out
+
+
+def read_tile_loops(func) -> dict:
+    """{op number: (op text, layout, predicate str | None, padding_guard, replica_guard)} from ``func``."""
+    return {key: (str(entry["op"]), layout, entry.get("predicate"), bool(entry.get("padding_guard", False)),
+                  bool(entry.get("replica_guard", False)))
+            for key, entry, layout in _op_decisions(func, TILE_LOOPS_ATTR, "loop decisions", "layout")}
 
 
 def encode_reduction(op_text: str, reduced: Layout, combine: str) -> dict:
@@ -394,25 +401,9 @@ def encode_reduction(op_text: str, reduced: Layout, combine: str) -> dict:
 
 def read_reductions(func) -> dict:
     """{op number: (op text, reduced layout, combine)} from ``func`` (see ``REDUCTIONS_ATTR``)."""
-    attrs = func.attrs
-    if attrs is None or REDUCTIONS_ATTR not in attrs:
-        return {}
-    raw = _plain(attrs[REDUCTIONS_ATTR])
-    if not isinstance(raw, dict):
-        raise LayoutError(f"attribute {REDUCTIONS_ATTR!r} of {func_name(func)} must map op numbers to reduction "
-                          f"decisions, got {raw!r}")
-    out = {}
-    for key in sorted(raw, key=lambda k: int(k) if str(k).isdigit() else -1):
-        entry = raw[key]
-        if not str(key).isdigit() or not isinstance(entry, dict) or "reduced" not in entry or "op" not in entry \
-                or entry.get("combine") not in ("destination", "reduced"):
-            raise LayoutError(f"attribute {REDUCTIONS_ATTR!r} of {func_name(func)}: malformed entry {key!r}: {entry!r}")
-        try:
-            reduced = decode_layout(entry["reduced"])
-        except LayoutError as err:
-            raise LayoutError(f"tile op {key} ({entry['op']}) in {func_name(func)}: {err}") from None
-        out[int(key)] = (str(entry["op"]), reduced, str(entry["combine"]))
-    return out
+    decisions = _op_decisions(func, REDUCTIONS_ATTR, "reduction decisions", "reduced",
+                              lambda entry: entry.get("combine") in ("destination", "reduced"))
+    return {key: (str(entry["op"]), reduced, str(entry["combine"])) for key, entry, reduced in decisions}
 
 
 def get_pinned_layouts(func, tirx_layouts: list | None = None) -> dict:

@@ -625,6 +625,18 @@ def _collect_pieces(expr, dom: dict) -> dict | None:
     return out
 
 
+def _merged_pieces(exprs: list, dom: dict) -> dict | None:
+    """The split pieces of every expression of ``exprs``, gathered per variable name; None when one does not split."""
+    out: dict = {}
+    for expr in exprs:
+        pieces = _collect_pieces(expr, dom)
+        if pieces is None:
+            return None
+        for name, ps in pieces.items():
+            out.setdefault(name, []).extend(ps)
+    return out
+
+
 def _used_pieces(expr, dom: dict, var) -> list | None:
     pieces = _collect_pieces(expr, dom)
     if pieces is None:

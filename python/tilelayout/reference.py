@@ -612,17 +612,14 @@ class _Interpreter:
         return _Ctx(k, env, ctx.threads, ctx.threads)
 
     def branch(self, s, ctx) -> None:
+        lanes = None
         if ctx.n == 1 and self.reads_private(s.condition) and not self.uses_thread(s.condition):
             # a condition on per-thread data selects the threads whose copy satisfies it
             lanes = self.expand_threads(ctx)
-            c = self.ev(s.condition, lanes).astype(bool)
-            self.run(s.then_case, _Ctx(ctx.n, ctx.env, ctx.threads[c]))
-            if s.else_case is not None:
-                self.run(s.else_case, _Ctx(ctx.n, ctx.env, ctx.threads[~c]))
-            return
-        if self.uses_thread(s.condition):
+        elif self.uses_thread(s.condition):
             # a condition on the thread index selects which threads go where
             lanes = self.thread_lanes(ctx)
+        if lanes is not None:
             c = self.ev(s.condition, lanes).astype(bool)
             self.run(s.then_case, _Ctx(ctx.n, ctx.env, ctx.threads[c]))
             if s.else_case is not None:

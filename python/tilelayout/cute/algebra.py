@@ -5,6 +5,8 @@ wrong layout (pycute asserts or floors in several of these places: we check).
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import tvm
 from tvm import sym, tirx
@@ -98,25 +100,30 @@ def _compose_one(flat: list, s: int, d: int) -> list:
     return res
 
 
+def _tiler_op(op):
+    """``op(a, b)`` for a Layout ``b``, extended to every tiler: None leaves ``a``, an int is ``Layout(b)``, a tuple
+    applies by mode."""
+    @functools.wraps(op)
+    def apply(a: Layout, b) -> Layout:
+        if b is None:
+            return a
+        if is_int(b):
+            b = Layout(b)
+        if is_tuple(b):
+            return _by_mode(apply, a, b, op.__name__)
+        return op(a, b)
+    return apply
+
+
 # Split A into (tile B, rest): A o (B, complement(B, size(A))); tuples of tilers apply by mode.
-def logical_divide(a: Layout, b) -> Layout:
-    if b is None:
-        return a
-    if is_int(b):
-        b = Layout(b)
-    if is_tuple(b):
-        return _by_mode(logical_divide, a, b, "logical_divide")
+@_tiler_op
+def logical_divide(a: Layout, b: Layout) -> Layout:
     return composition(a, make_layout(b, complement(b, coalesce(a).shape)))
 
 
 # Repeat A over B: (A, complement(A, size(A)*cosize(B)) o B); tuples of layouts apply by mode.
-def logical_product(a: Layout, b) -> Layout:
-    if b is None:
-        return a
-    if is_int(b):
-        b = Layout(b)
-    if is_tuple(b):
-        return _by_mode(logical_product, a, b, "logical_product")
+@_tiler_op
+def logical_product(a: Layout, b: Layout) -> Layout:
     return make_layout(a, composition(complement(a, size(a) * cosize(b)), b))
 
 

@@ -249,6 +249,12 @@ def _complement_gap(layout, d, cur):
     return d // cur if not known_eq(cur, 1) else d
 
 
+def _coalesced_modes(layout: Layout) -> tuple[tuple, tuple]:
+    """(shapes, strides) of the coalesced, flattened layout: the modes an inverse is assembled from."""
+    flat = coalesce(layout)
+    return flatten(flat.shape), flatten(flat.stride)
+
+
 # R with L(R(i)) == i on the longest chain of strides 1, s0*d0, ... ; stride-0 and symbolic modes are skipped.
 # Partial: L is a bijection onto [0, size(L)) exactly when size(right_inverse(L)) == size(L).
 def right_inverse(layout):
@@ -256,8 +262,7 @@ def right_inverse(layout):
         return None
     if is_int(layout):
         return Layout(layout)
-    flat = coalesce(layout)
-    shapes, strides = flatten(flat.shape), flatten(flat.stride)
+    shapes, strides = _coalesced_modes(layout)
     pre = prefix_product(shapes)
     res_s, res_d, cur = [1], [0], 1
     for i in sorted((i for i, d in enumerate(strides) if is_int(d)), key=lambda i: strides[i]):
@@ -274,8 +279,7 @@ def left_inverse(layout):
         return None
     if is_int(layout):
         return Layout(layout)
-    flat = coalesce(layout)
-    shapes, strides = flatten(flat.shape), flatten(flat.stride)
+    shapes, strides = _coalesced_modes(layout)
     for d in strides:
         if not is_int(d):
             raise CuteError(f"left_inverse of {layout}: needs constant integer strides (as C++ CuTe), got {d}")
