@@ -1658,3 +1658,58 @@ def test_barriers_of_a_guarded_shared_copy_are_modelled_as_the_cuda_build_places
         for model in COST_MODELS:
             res = check_numeric(func, cost_model=model)
             assert res.ok and not res.races, (model, res.message)
+
+
+# Fuzz seed 15003, kernel 37: 31 threads, and a loop reading f0[i, 99 - j] converts f0 by 312 warp shuffles. The
+# serialised race-checked program then has 2,357 phases (a thread loop each), and LLVM's -O1 took most of the
+# fuzzer's 120 s per kernel to build it on a loaded machine. Programs over RACE_LARGE_PHASES phases build at -O0.
+REVERSED_COLUMNS_ON_31_THREADS = main_text(
+    'O0: T.Buffer((32, 100), "float16"), O1: T.Buffer((32, 32), "float16"), A0: T.Buffer((4, 4), "float16"), '
+    'O2: T.Buffer((32, 108), "float16"), O3: T.Buffer((35, 100), "float16"), O4: T.Buffer((4, 4), "float16")',
+    threads=31, body='''
+    f0 = T.alloc_buffer((32, 100), "float16", scope="local.fragment")
+    f1 = T.alloc_buffer((32, 100), "float16", scope="local.fragment")
+    f2 = T.alloc_buffer((4, 4), "float16", scope="local.fragment")
+    s0 = T.alloc_buffer((4, 4), "float16", scope="shared")
+    Tx.fill(f0[0:32, 0:100], T.float16(0.5))
+    for i in T.parallel(32):
+        for j in T.parallel(100):
+            f1[i, j] = f0[i, 99 - j] + T.float16(1.0)
+    for i in T.parallel(32):
+        for j in T.parallel(100):
+            O0[i, j] = T.if_then_else(i % 2 == 1, (f1[i, j] - f1[i, j]), T.float16(1.5))
+    for i in T.parallel(6):
+        for j in T.parallel(100):
+            f1[i, j] = f0[i, j] + T.float16(1.0)
+    Tx.copy(O1[0:32, 0:32], f0[0:32, 0:32])
+    Tx.copy(f2[0:4, 0:4], A0[0:4, 0:4])
+    for i in T.parallel(4):
+        f2[i, i] = f2[i, i] + T.float16(1.0)
+    Tx.copy(O2[0:32, 0:100], f0[0:32, 0:100])
+    Tx.copy(O3[1:1 + 32, 0:100], f1[0:32, 0:100])
+    Tx.copy(s0[0:4, 0:4], f2[0:4, 0:4])
+    Tx.copy(O4[0:4, 0:4], s0[0:4, 0:4])
+''')
+
+
+def _race_serialised(func):
+    """The race-instrumented, thread-serialised program the race-checked build compiles."""
+    import tvm
+    from tilelayout.passes.lowering.cpu_build import device_index_rewrites
+    from tilelayout.passes.lowering.pipeline import lower_func
+    from tilelayout.passes.lowering.race_check import instrument_races
+    from tilelayout.passes.lowering.race_report import _memory_buffers, gpu_barriers
+    from tilelayout.passes.lowering.serialize_threads import serialize_threads
+    lowered = lower_func(func, tvm.target.Target({"kind": "cuda", "arch": "sm_80"}), cost_model="register-count")
+    synced = gpu_barriers(device_index_rewrites(lowered))
+    return serialize_threads(instrument_races(synced, _memory_buffers(synced)).func)
+
+
+def test_a_program_of_thousands_of_phases_builds_at_O0_and_checks_right():
+    from tilelayout.passes.lowering.race_report import RACE_LLVM, RACE_LLVM_LARGE, race_llvm
+    func = parse(REVERSED_COLUMNS_ON_31_THREADS)
+    with kernel_warnings():
+        assert race_llvm(_race_serialised(func)) == RACE_LLVM_LARGE
+        assert race_llvm(_race_serialised(parse(REVERSED))) == RACE_LLVM
+        res = check_numeric(func, cost_model="register-count")
+    assert res.ok and not res.races, res.message

@@ -14,15 +14,23 @@ from tvm import tirx
 
 from tilelayout.errors import RaceError
 
+from ..ir_utils import walk
 from .cpu_build import _cpu_compile, _name, cpu_index_guard, device_index_rewrites
 from .race_check import _visit, KINDS, LOG_ENTRIES, LOG_FIELDS, SEVERAL, SHADOW_FIELDS, instrument_races
 
-__all__ = ["Race", "RaceCheckedKernel", "build_race_checked", "gpu_barriers", "describe_races"]
+__all__ = ["Race", "RaceCheckedKernel", "build_race_checked", "gpu_barriers", "describe_races", "race_llvm"]
 
 
 #: LLVM options of the race-checked build: its shadow updates multiply the code LLVM optimises, and the run is
 #: short (``maint/race_cost.py`` measures the build against the plain check's)
 RACE_LLVM = {"kind": "llvm", "opt-level": 1}
+#: a serialised program with more thread loops than this (phases: one per barrier interval, shuffle and
+#: exchange) builds at -O0: LLVM's -O1 time grows with the program, and such programs are long lists of short
+#: phases that run fast either way (a 31-thread kernel whose reversed-column conversion takes 312 shuffles:
+#: 2,357 phases, 46 s to build at -O1, 16 s at -O0; fuzz seed 15003, kernel 37). The golden kernels have at
+#: most 339 phases.
+RACE_LARGE_PHASES = 1000
+RACE_LLVM_LARGE = {"kind": "llvm", "opt-level": 0}
 #: TVM passes the race-checked build skips: optimisations whose time grows with the nested conditions of the
 #: shadow updates (three times the rest of the build on a pipelined gemm); the code means the same without them.
 #: Common-subexpression elimination is skipped too: it moves the value of a protected index's ``Let`` (the one
@@ -189,5 +197,13 @@ def build_race_checked(lowered, name: str | None = None, tvm_barriers: bool = Tr
     serial = serialize_threads(inst.func)
     nparams = sum(1 for p in lowered.params if tirx.is_buffer_var(p))
     name = name or _name(lowered)
-    kernel = _cpu_compile(cpu_index_guard(serial), name, RACE_LLVM, RACE_SKIPPED_PASSES)
+    kernel = _cpu_compile(cpu_index_guard(serial), name, race_llvm(serial), RACE_SKIPPED_PASSES)
     return RaceCheckedKernel(kernel, inst, nparams, name)
+
+
+def race_llvm(serial) -> dict:
+    """The LLVM options of a serialised, instrumented kernel: ``RACE_LLVM``, or ``RACE_LLVM_LARGE`` above
+    ``RACE_LARGE_PHASES`` thread loops."""
+    loops = []
+    walk(serial.body, [(tirx.For, loops.append)])
+    return RACE_LLVM_LARGE if len(loops) > RACE_LARGE_PHASES else RACE_LLVM
