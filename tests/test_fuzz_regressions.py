@@ -1713,3 +1713,40 @@ def test_a_program_of_thousands_of_phases_builds_at_O0_and_checks_right():
         assert race_llvm(_race_serialised(parse(REVERSED))) == RACE_LLVM
         res = check_numeric(func, cost_model="register-count")
     assert res.ok and not res.races, res.message
+
+
+# Fuzz seed 15006, kernel 122: a one-element copy under `tx < 179` (224 threads) into f2, which the user pinned
+# replicated over all 224 threads. The copy's loop runs on threads 0..178, so threads 179..223 would keep stale
+# copies of f2; the ownership check skipped writes at constant indices (a one-element region is one), and
+# inference accepted the plan. Now a constant-index write must reach every holder of its element.
+GUARDED_ONE_ELEMENT_COPY = main_text(
+    'A0: T.Buffer((2, 2), "float16"), A1: T.Buffer((1,), "float16"), A2: T.Buffer((1,), "float16"), '
+    'O0: T.Buffer((2, 9), "float16"), O1: T.Buffer((1,), "float16"), O2: T.Buffer((1,), "float16"), '
+    'O3: T.Buffer((1,), "float16")', threads=224, body='''
+    f0 = T.alloc_buffer((1,), "float16", scope="local.fragment")
+    f1 = T.alloc_buffer((1,), "float16", scope="local.fragment")
+    f2 = T.alloc_buffer((1,), "float16", scope="local.fragment")
+    Tx.copy(f0[0:1], A0[1:1 + 1, 1:1 + 1])
+    for i in T.parallel(1):
+        f1[i] = T.min((A1[i] - f0[i]), f0[i])
+    if tx < 179:
+        Tx.copy(f2[0:1], A2[0:1])
+    else:
+        Tx.copy(O0[0:1, 7:7 + 1], f0[0:1])
+    Tx.copy(O1[0:1], f0[0:1])
+    Tx.copy(O2[0:1], f1[0:1])
+    Tx.copy(O3[0:1], f2[0:1])
+''')
+
+
+@pytest.mark.parametrize("model", COST_MODELS)
+def test_a_guarded_constant_write_into_a_fragment_pinned_to_more_threads_is_refused(model):
+    import tilelayout as tl
+    from maint.fuzz import apply_pins
+    pinned = apply_pins(parse(GUARDED_ONE_ELEMENT_COPY), [("f2", "replicated", (1,))], 224)
+    with kernel_warnings(), pytest.raises(tl.TileLayoutError, match=r"f2.*thread 179 holds the element of f2"):
+        infer_layouts(pinned, cost_model=model)
+
+
+def test_the_same_guarded_copy_without_the_pin_is_checked_end_to_end():
+    _check_end_to_end(GUARDED_ONE_ELEMENT_COPY)

@@ -116,6 +116,14 @@ def ownership_error(nest: LoopNest, loop: Fragment, access, frag: Fragment) -> "
         point = 0
         k = next(k for k in range(held.shape[1]) if held[0, k] not in set(runs[0].tolist()))
         thread, reading = int(held[0, k]), False
+    elif access.is_write and access.is_constant and runs.size:
+        # every iteration writes the one element: together the runners must reach all its holders (a copy of
+        # a one-element region under ``tx < 179`` into a fragment pinned to all 224 threads; fuzz 15006/122)
+        owners = frag.thread_table().reshape(-1, frag.replicate_size) + frag_lo
+        ran = set(runs.reshape(-1).tolist())
+        missing = [int(t) for t in owners[int(elem.reshape(-1)[0])] if int(t) not in ran]
+        if missing:
+            point, thread, reading = 0, missing[0], False
     if point is None:
         return None
     coord = [0] * len(nest.extents)
