@@ -1750,3 +1750,33 @@ def test_a_guarded_constant_write_into_a_fragment_pinned_to_more_threads_is_refu
 
 def test_the_same_guarded_copy_without_the_pin_is_checked_end_to_end():
     _check_end_to_end(GUARDED_ONE_ELEMENT_COPY)
+
+
+# Fuzz seed 15008, kernel 94: under io-aware, inference splits an op and walks the rest of the kernel again with
+# a builder that continues where the first walk stood; that builder did not know whether safe memory was on, and
+# the copy of f1 into the narrower O1 (a partial tile past the tensor's end) crashed with an AttributeError.
+CONTINUED_WALK_OVER_A_PARTIAL_TILE = '''
+@T.prim_func
+def main(A0: T.Buffer((1, 64), "float32"), A1: T.Buffer((33, 16), "float16"), A2: T.Buffer((32, 16), "float16"),
+         O0: T.Buffer((1, 64), "float32"), O1: T.Buffer((32, 1), "float32")):
+    bx = T.launch_thread("blockIdx.x", 1)
+    tx = T.launch_thread("threadIdx.x", 8)
+    ty = T.launch_thread("threadIdx.y", 4)
+    f0 = T.alloc_buffer((1, 64), "float32", scope="local.fragment")
+    s0 = T.alloc_buffer((32, 16), "float16", scope="shared.dyn")
+    s1 = T.alloc_buffer((32, 16), "float16", scope="shared.dyn")
+    f1 = T.alloc_buffer((32, 32), "float32", scope="local.fragment")
+    s2 = T.alloc_buffer((1, 64), "float32", scope="shared.dyn")
+    Tx.copy(f0[0:1, 0:64], A0[0:1, 0:64])
+    Tx.copy(s0[0:32, 0:16], A1[1:1 + 32, 0:16])
+    Tx.copy(s1[0:32, 0:16], A2[0:32, 0:16])
+    Tx.gemm(f1[0:32, 0:32], s0[0:32, 0:16], s1[0:32, 0:16], f1[0:32, 0:32], False, True, T.float32(1),
+            T.float32(0), warp_policy="full_row")
+    Tx.copy(s2[0:1, 0:64], f0[0:1, 0:64])
+    Tx.copy(O0[0:1, 0:64], s2[0:1, 0:64])
+    Tx.copy(O1[0:32, 0:32], f1[0:32, 0:32])
+'''
+
+
+def test_a_continued_walk_knows_whether_memory_is_safe():
+    _check_end_to_end(CONTINUED_WALK_OVER_A_PARTIAL_TILE)

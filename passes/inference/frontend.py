@@ -122,6 +122,7 @@ class _Builder:
         op = prev.ops[index]
         b = cls.__new__(cls)
         b.func = func
+        b.safe_memory = safe_memory_enabled(func)
         b.graph = OpGraph(func=func, thread_var=prev.thread_var, thread_extent=prev.thread_extent,
                           block_vars=dict(prev.block_vars), block_extents=dict(prev.block_extents),
                           buffers=list(prev.buffers), ops=list(prev.ops[:index]), floating=list(prev.floating),
