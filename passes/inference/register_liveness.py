@@ -33,8 +33,8 @@ from typing import Callable
 from .ops import ConvertOp, CopyOp, ElementwiseOp, FillOp, GemmOp, OpGraph, ParallelOp, ReduceOp, TileOp
 
 __all__ = ["OpLiveness", "ProgramPoint", "RegisterPeak", "op_effects", "liveness", "program_points", "register_peak",
-           "plan_registers", "peak_of", "thread_roles", "fragment_weights", "slot_weights", "overhead_estimate", "issues_wgmma",
-           "gemm_operand_registers", "pipeline_stages", "pipelined_buffers", "BASE_REGISTERS", "POINTER_REGISTERS",
+           "plan_registers", "peak_of", "thread_roles", "fragment_weights", "slot_weights", "overhead_estimate",
+           "issues_wgmma", "gemm_operand_registers", "pipeline_stages", "pipelined_buffers", "BASE_REGISTERS", "POINTER_REGISTERS",
            "GEMM_DESCRIPTOR_REGISTERS", "PIPELINE_STAGE_REGISTERS", "INDEX_REGISTERS", "OPERAND_STEPS_IN_FLIGHT"]
 
 #: thread index, block indices and the loop counter of the outermost serial loop (every kernel has them)
