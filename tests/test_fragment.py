@@ -124,6 +124,16 @@ def test_condense_rep_var_drops_unused_replica_bits():
     assert used.condense_rep_var().replicate_size == 8
 
 
+def test_condense_rep_var_leaves_a_reversed_replica_alone():
+    """``(31 - r) // 4`` splits into pieces with negative factors (fuzz 16000/53): condensing read them as digits
+    and built a fragment of replicate -8. A replica map it cannot split into digits is kept as it is; the
+    (element, thread) pairs are unchanged, by enumeration."""
+    frag = Fragment([32], lambda i, r: (15 - i) % 16 * 8 + (31 - r) // 4, lambda i: [i], replicate=32)
+    cond = frag.condense_rep_var()
+    assert cond.replicate_size >= 1
+    assert owner_pairs(frag) == owner_pairs(cond)
+
+
 def test_fully_replicated():
     frag = fully_replicated([4, 8], 64)
     assert frag.replicate_size == 64 and frag.thread_extent == 64 and frag.thread_range == (0, 64)

@@ -582,6 +582,8 @@ def _split_pieces(split, out: dict) -> bool:
     """Record (lower_factor, extent) pieces of base variables used by one IterSplitExpr."""
     mark = split.source
     lower, extent = int(split.lower_factor), int(split.extent)
+    if lower < 1 or extent < 1:
+        return False        # a reversed iterator (``31 - r``) splits with negative factors: no digit pieces
     src = mark.source
     if isinstance(src, sym.IterSumExpr):
         return _fused_pieces(src, lower, extent, out)
@@ -597,6 +599,8 @@ def _fused_pieces(fused, lower: int, extent: int, out: dict) -> bool:
     lo, hi = lower, lower * extent
     for comp in fused.args:
         scale, c_ext = int(comp.scale), int(comp.extent)
+        if scale < 1 or c_ext < 1:
+            return False
         a, b = max(lo, scale), min(hi, scale * c_ext)
         if a >= b:
             continue
