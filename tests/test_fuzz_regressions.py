@@ -1695,14 +1695,10 @@ REVERSED_COLUMNS_ON_31_THREADS = main_text(
 def _race_serialised(func):
     """The race-instrumented, thread-serialised program the race-checked build compiles."""
     import tvm
-    from tilelayout.passes.lowering.cpu_build import device_index_rewrites
     from tilelayout.passes.lowering.pipeline import lower_func
-    from tilelayout.passes.lowering.race_check import instrument_races
-    from tilelayout.passes.lowering.race_report import _memory_buffers, gpu_barriers
-    from tilelayout.passes.lowering.serialize_threads import serialize_threads
+    from tilelayout.passes.lowering.race_report import race_program
     lowered = lower_func(func, tvm.target.Target({"kind": "cuda", "arch": "sm_80"}), cost_model="register-count")
-    synced = gpu_barriers(device_index_rewrites(lowered))
-    return serialize_threads(instrument_races(synced, _memory_buffers(synced)).func)
+    return race_program(lowered)[1]
 
 
 def test_a_program_of_thousands_of_phases_builds_at_O0_and_checks_right():

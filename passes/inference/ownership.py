@@ -111,17 +111,15 @@ def ownership_error(nest: LoopNest, loop: Fragment, access, frag: Fragment) -> "
         thread, reading = int(runs[point, k]), True
     elif access.is_write and not access.is_constant and runs.shape[1] != frag.replicate_size:
         # runners are a subset of holders and both are duplicate-free per point: equal iff equally many
-        owners = frag.thread_table().reshape(-1, frag.replicate_size) + frag_lo
-        held = owners[elem]
+        held = _holders(frag, frag_lo)[elem]
         point = 0
         k = next(k for k in range(held.shape[1]) if held[0, k] not in set(runs[0].tolist()))
         thread, reading = int(held[0, k]), False
     elif access.is_write and access.is_constant and runs.size:
         # every iteration writes the one element: together the runners must reach all its holders (a copy of
         # a one-element region under ``tx < 179`` into a fragment pinned to all 224 threads; fuzz 15006/122)
-        owners = frag.thread_table().reshape(-1, frag.replicate_size) + frag_lo
         ran = set(runs.reshape(-1).tolist())
-        missing = [int(t) for t in owners[int(elem.reshape(-1)[0])] if int(t) not in ran]
+        missing = [int(t) for t in _holders(frag, frag_lo)[int(elem.reshape(-1)[0])] if int(t) not in ran]
         if missing:
             point, thread, reading = 0, missing[0], False
     if point is None:
@@ -136,6 +134,11 @@ def ownership_error(nest: LoopNest, loop: Fragment, access, frag: Fragment) -> "
         what = f"thread {thread} holds the element of {access.buffer.name} written at iteration {coord} but does not " \
                f"run that iteration, so its copy would go stale"
     return Violation(what, access, loop, frag)
+
+
+def _holders(frag: Fragment, frag_lo: int) -> np.ndarray:
+    """(elements, replicas): the block threads holding each element of ``frag``."""
+    return frag.thread_table().reshape(-1, frag.replicate_size) + frag_lo
 
 
 class Violation:

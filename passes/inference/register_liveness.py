@@ -467,6 +467,7 @@ def register_peak(graph: OpGraph, layouts: dict, bits_of: Callable | None = None
     total, point = peak_of(points, weights)
     role_peaks = _role_peaks(graph, layouts, weights, points)
     parts = dict(overhead) if overhead is not None else {}
+    base = sum(parts.values())          # the estimate alone: a range's gemm operands are in its own peak
     fragments = total - (point.extra if point is not None else 0)
     if point is not None and point.extra:
         parts["gemm operands"] = point.extra
@@ -483,7 +484,7 @@ def register_peak(graph: OpGraph, layouts: dict, bits_of: Callable | None = None
         note = f"{point.rounds[0]} and {point.rounds[1]}: the larger, plus one round of {point.rounds[1]}"
     return RegisterPeak(fragments + extra, fragments, extra, point.op_index if point is not None and live else None,
                         point.label if point is not None and live else "", live, parts, note,
-                        {r: n + sum((overhead or {}).values()) for r, n in role_peaks.items()})
+                        {r: n + base for r, n in role_peaks.items()})
 
 
 def _role_peaks(graph: OpGraph, layouts: dict, weights: dict, points: list) -> dict:

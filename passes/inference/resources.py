@@ -219,7 +219,7 @@ def resource_warnings(result) -> list[str]:
                    f"{_largest(usage.fragment_registers)}), over the {MAX_REGISTERS_PER_THREAD} a thread can "
                    f"address; the compiler will spill to local memory (use more threads or smaller tiles)")
     if peak is not None and peak.registers > MAX_REGISTERS_PER_THREAD:
-        roles = getattr(peak, "roles", {}) or {}
+        roles = peak.roles
         advice = ("use more threads or smaller tiles" if not roles or max(roles.values()) > MAX_REGISTERS_PER_THREAD
                   else "each thread range needs at most " + ", ".join(f"{n} (threads {r})" for r, n in roles.items())
                   + ": the fragments of different ranges are live across each other's code; put each range's ops "

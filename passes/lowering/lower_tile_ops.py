@@ -295,7 +295,7 @@ class _Lowering:
         threads where ``publisher`` holds, when given), then folds the ``count`` published values of each of its
         elements. ``before_put`` (the warp butterfly) runs per slot just before that slot's publish, so each
         partial is stored, and its register freed, as soon as it is complete (32 rows of partials are not all
-        live at once: 170 -> 162 registers on a 128 x 256 row max)."""
+        live at once: 170 -> 163 registers on a 128 x 256 row max)."""
         if slot is None:
             slot, count = wfor.coords[-1], work.replicate_size
         elems = int(work.size)

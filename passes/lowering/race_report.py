@@ -18,7 +18,8 @@ from ..ir_utils import walk
 from .cpu_build import _cpu_compile, _name, cpu_index_guard, device_index_rewrites
 from .race_check import _visit, KINDS, LOG_ENTRIES, LOG_FIELDS, SEVERAL, SHADOW_FIELDS, instrument_races
 
-__all__ = ["Race", "RaceCheckedKernel", "build_race_checked", "gpu_barriers", "describe_races", "race_llvm"]
+__all__ = ["Race", "RaceCheckedKernel", "build_race_checked", "gpu_barriers", "describe_races", "race_llvm",
+           "race_program"]
 
 
 #: LLVM options of the race-checked build: its shadow updates multiply the code LLVM optimises, and the run is
@@ -89,7 +90,7 @@ def _inline_common_terms(func) -> tirx.PrimFunc:
     """``func`` with the bindings common-subexpression elimination made (``cse_v*``) substituted back: they
     are pure, and the serialised CPU program cannot carry a per-thread binding across a barrier."""
     from tilelayout.layout import substitute
-    from ..ir_utils import mutate, walk
+    from ..ir_utils import mutate
     bound: dict = {}
 
     def note(node):
@@ -187,18 +188,22 @@ def describe_races(races: list, total: int | None = None) -> str:
 def build_race_checked(lowered, name: str | None = None, tvm_barriers: bool = True) -> RaceCheckedKernel:
     """An already lowered PrimFunc (``lower_func``'s result) as a race-checked CPU kernel. ``tvm_barriers=False``
     checks the barriers as written, without the ones TVM's CUDA build would add (for hand-written kernels)."""
-    from .emulate_async_copy import emulate_async_copies
-    from .serialize_threads import serialize_threads
-    flat = device_index_rewrites(lowered)
-    synced = gpu_barriers(flat) if tvm_barriers else flat
-    memory = _memory_buffers(synced)
-    from .emulate_tma import emulate_tma
-    inst = instrument_races(emulate_tma(emulate_async_copies(synced)), memory)
-    serial = serialize_threads(inst.func)
+    inst, serial = race_program(lowered, tvm_barriers)
     nparams = sum(1 for p in lowered.params if tirx.is_buffer_var(p))
     name = name or _name(lowered)
     kernel = _cpu_compile(cpu_index_guard(serial), name, race_llvm(serial), RACE_SKIPPED_PASSES)
     return RaceCheckedKernel(kernel, inst, nparams, name)
+
+
+def race_program(lowered, tvm_barriers: bool = True) -> tuple:
+    """(the instrumentation, the serialised program) the race-checked build compiles for ``lowered``."""
+    from .emulate_async_copy import emulate_async_copies
+    from .emulate_tma import emulate_tma
+    from .serialize_threads import serialize_threads
+    flat = device_index_rewrites(lowered)
+    synced = gpu_barriers(flat) if tvm_barriers else flat
+    inst = instrument_races(emulate_tma(emulate_async_copies(synced)), _memory_buffers(synced))
+    return inst, serialize_threads(inst.func)
 
 
 def race_llvm(serial) -> dict:

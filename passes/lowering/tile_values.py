@@ -36,14 +36,12 @@ def member_mask(thread_range: tuple | None, threads: int, warp: int):
     return tirx.call_intrin("uint32", "tirx.tvm_warp_activemask")
 
 
-def _shuffle_xor(value, mask: int, warp: int, members=None):
-    """``value`` of the lane ``mask`` apart (``members``: the member mask; default ``__activemask()``)."""
+def _shuffle_xor(value, mask: int, warp: int, members):
+    """``value`` of the lane ``mask`` apart; ``members``: the shuffle's member mask (``member_mask``)."""
     dtype = str(value.ty)
     bits = tvm.DataType(dtype).bits
     wide = dtype if bits >= 32 or (dtype in ("float16", "bfloat16")) else ("float32" if "float" in dtype else "int32")
     v = _cast(wide, value)
-    if members is None:
-        members = tirx.call_intrin("uint32", "tirx.tvm_warp_activemask")
     out = tirx.call_intrin(wide, "tirx.tvm_warp_shuffle_xor", members, v, mask, warp, warp)
     return _cast(dtype, out)
 
