@@ -1240,6 +1240,38 @@ class Gen:
         self.store(f)
         self.notes.append("shared-cumsum")
 
+    #: dtype -> (constant whose spacing rounds a value near 1, factor that overflows most values to infinity)
+    FLOAT_IDENTITY = {"float16": (1000.0, 6e4), "float32": (1e7, 3e38)}
+
+    def float_identity(self) -> None:
+        """A float expression apache-tvm's simplifier would cancel, written into a new fragment and stored:
+        ``(c + x) - c`` (rounds ``x`` to the spacing near ``c``), ``(x + y * c) - y' * c`` and ``x * big - x' * big``
+        (infinity minus infinity is NaN, not 0), where ``x'`` is ``x`` itself or the same element through an index
+        that only simplifies to it (``(i + n) % n``). Bug class: float identities applied by TVM in both builds
+        (seed 17001, kernel 100)."""
+        rng = self.rng
+        cands = [b for b in self.frags() if b.dtype in self.FLOAT_IDENTITY]
+        if not cands:
+            return
+        f = rng.choice(cands)
+        big, overflow = self.FLOAT_IDENTITY[f.dtype]
+        dst = self.new_frag(f.shape, f.dtype)
+        form, alias = rng.choice(("constant", "scaled", "overflow")), rng.random() < 0.5
+
+        def body(ivars):
+            idx = ", ".join(ivars)
+            same = ", ".join(f"({v} + {e}) % {e}" for v, e in zip(ivars, f.shape)) if alias else idx
+            x, x2 = f"{f.name}[{idx}]", f"{f.name}[{same}]"
+            c, o = _const(f.dtype, big), _const(f.dtype, overflow)
+            expr = {"constant": f"({c} + {x}) - {c}",
+                    "scaled": f"({x} + {x} * {c}) - {x2} * {c}",
+                    "overflow": f"{x} * {o} - {x2} * {o}"}[form]
+            return [f"{dst.name}[{idx}] = {expr}"]
+        self.nest(f.shape, body)
+        self.defined.add(dst.name)
+        self.store(dst)
+        self.notes += ["float-identity", f"float-identity-{form}"] + (["float-identity-alias"] if alias else [])
+
     def staged_fp8(self) -> None:
         """A ``num_stages`` loop copying fp8 tiles (e4m3 / e5m2) into shared memory and folding them, decoded, into
         a float32 fragment. Bug class: the cp.async emulation's NaN poison of a staged fp8 tile, which the CPU
@@ -1308,6 +1340,10 @@ ARCHS = {"sm_90": 6, "sm_80": 2, "sm_90a": 1, "sm_100": 1}
 #: class: the check's exactness decision built the 1-D op graph before the thread dimensions were folded)
 CHECK_CLASSES = {"none": 24, "local-accumulate": 2, "shared-cumsum": 2, "staged-fp8": 1, "threads-xy": 2}
 
+#: share of the kernels without a check class that get a ``Gen.float_identity`` statement appended, drawn from a
+#: stream of its own so that every other kernel stays what earlier runs generated
+FLOAT_IDENTITY_RATE = 0.08
+
 
 def _two_dimensional_launch(kernel: Kernel, rng: random.Random) -> None:
     """Launch the block as threadIdx.x = X, threadIdx.y = Y (X * Y threads) when the kernel never reads ``tx``."""
@@ -1337,7 +1373,11 @@ def generate(seed: int, index: int, max_steps: int = 5) -> Kernel:
     extra = _pick(extra_rng, CHECK_CLASSES)
     gen = Gen(random.Random(f"tilelayout-fuzz:{seed}:{index}"), max_steps,
               random.Random(f"tilelayout-fuzz-safe:{seed}:{index}"))
-    kernel = gen.build(extra if extra not in ("none", "threads-xy") else None, extra_rng)
+    float_rng = random.Random(f"tilelayout-fuzz-float:{seed}:{index}")
+    if extra == "none" and float_rng.random() < FLOAT_IDENTITY_RATE:
+        kernel = gen.build("float-identity", float_rng)
+    else:
+        kernel = gen.build(extra if extra not in ("none", "threads-xy") else None, extra_rng)
     if extra == "threads-xy":
         _two_dimensional_launch(kernel, extra_rng)
     arch = _pick(random.Random(f"tilelayout-fuzz-arch:{seed}:{index}"), ARCHS)

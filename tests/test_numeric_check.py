@@ -274,13 +274,32 @@ def test_the_fuzzer_draws_the_check_classes_and_keeps_other_kernels_unchanged():
             # the text earlier runs generated: its own streams
             plain = fuzz.Gen(random.Random(f"tilelayout-fuzz:1:{k}"), 5,
                              random.Random(f"tilelayout-fuzz-safe:1:{k}")).build().text
-            assert "\n".join(line for line in kernel.text.split("\n") if "T.func_attr" not in line) == plain
+            text = "\n".join(line for line in kernel.text.split("\n") if "T.func_attr" not in line)
+            if "float-identity" in kernel.notes:     # its statements and buffers added, the rest as before
+                lines = iter(text.split("\n"))
+                assert all(any(line == have for have in lines) for line in plain.split("\n")
+                           if not line.startswith("def main("))
+            else:
+                assert text == plain
     assert {"local-accumulate", "shared-cumsum", "threads-xy"} <= notes
     assert any(n.startswith("staged-float8") for n in notes)
     # a per-thread local accumulation drawn with no other class (its own check is the point here)
     kernel = next(k for k in (fuzz.generate(1, i) for i in range(200))
                   if "local-accumulate" in k.notes and not any(n.startswith(("pipelined", "safe-")) for n in k.notes))
     assert {o.kind for o in fuzz.check(kernel)} == {"ok"}
+
+
+@pytest.mark.parametrize("form", ("constant", "scaled", "overflow"))
+def test_the_fuzzer_draws_float_identities_and_they_check_out(form):
+    """Each form of the float-identity class (``(c + x) - c``, ``(x + y c) - y' c``, ``x big - x' big``) is
+    drawn, and a kernel of it passes the numeric check (it mismatches when the cancellation is not guarded)."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from maint import fuzz
+    kernel = next(k for k in (fuzz.generate(99, i) for i in range(200))
+                  if f"float-identity-{form}" in k.notes and "gemm" not in k.notes and not k.pins)
+    assert {o.kind for o in fuzz.check(kernel)} == {"ok"}, kernel.text
 
 
 @T.prim_func

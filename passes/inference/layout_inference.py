@@ -523,8 +523,8 @@ def infer_layouts(func, target=None, cost_model=None, conflicts=None) -> Inferen
     and $TILELAYOUT_CONFLICTS."""
     func = _as_prim_func(func)
     if isinstance(func, tvm.tirx.PrimFunc):
-        from ..nan_tests import rewrite_nan_tests
-        func = rewrite_nan_tests(func)      # before anything simplifies ``x != x`` away
+        from ..float_cancellation import keep_ieee_semantics
+        func = keep_ieee_semantics(func)    # before anything simplifies ``x != x`` or ``(3 + x) - 3`` away
         from ..named_scalars import inline_named_scalars
         func = inline_named_scalars(func)   # ``row0 = by * 64`` read by a tile op: its regions see ``by * 64``
         from ..index_binds import inline_index_binds

@@ -29,7 +29,7 @@ from tilelayout.errors import ConfigError, MissingLaunchError, ReferenceFunction
 
 from ..hardware import func_target, normalize_target
 from ..ir_utils import module_func
-from ..nan_tests import rewrite_nan_tests
+from ..float_cancellation import keep_ieee_semantics
 from ..thread_dims import fold_thread_dims, unfold_thread_dims
 from .atomics import fence_shared_atomics
 from .bounds_guards import guard_out_of_bounds
@@ -57,7 +57,7 @@ def _as_func(func) -> tirx.PrimFunc:
 def _tile_loops(func, target, cost_model, infer: bool) -> tuple:
     """(function, folded thread dims) after tile-op lowering and the safe-memory guards: the program-level
     loops, before partitioning."""
-    func = rewrite_nan_tests(func)           # ``x != x`` is a NaN test: before anything simplifies it away
+    func = keep_ieee_semantics(func)         # NaN tests, float cancellations: before anything simplifies them
     from ..index_binds import inline_index_binds
     func = inline_index_binds(func)          # named indices: the passes see the expression, as if inline
     from ..hardware import check_block_threads, warn_target_features
@@ -191,7 +191,7 @@ def build_cpu_lowered(lowered) -> CpuKernel:
 
 def build_reference_cpu(func) -> CpuKernel:
     """The unlowered program's sequential semantics on the CPU (the layout-free reference)."""
-    f = rewrite_nan_tests(_as_func(func))
+    f = keep_ieee_semantics(_as_func(func))
     return _cpu_compile(cpu_index_guard(sequential_semantics(f)), _name(f), REFERENCE_LLVM)
 
 
