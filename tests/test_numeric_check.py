@@ -297,9 +297,13 @@ def test_the_fuzzer_draws_float_identities_and_they_check_out(form):
     from pathlib import Path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from maint import fuzz
+    import warnings
+    from tilelayout.errors import TileLayoutResourceWarning
     kernel = next(k for k in (fuzz.generate(99, i) for i in range(200))
                   if f"float-identity-{form}" in k.notes and "gemm" not in k.notes and not k.pins)
-    assert {o.kind for o in fuzz.check(kernel)} == {"ok"}, kernel.text
+    with warnings.catch_warnings():     # a random kernel may be over the register budget: the fuzzer only warns
+        warnings.simplefilter("ignore", TileLayoutResourceWarning)
+        assert {o.kind for o in fuzz.check(kernel)} == {"ok"}, kernel.text
 
 
 @T.prim_func
