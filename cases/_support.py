@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -268,3 +268,17 @@ def assert_same_rows(name_a: str, a: dict, name_b: str, b: dict) -> None:
     for i in np.nonzero((ra != rb).any(axis=1))[0][:1]:
         x, y = np.nonzero(ra[i])[0].tolist(), np.nonzero(rb[i])[0].tolist()
         raise AssertionError(f"row {i}: {name_a} lives in threads {x[:8]} but {name_b} in {y[:8]}")
+
+
+def row_statistic_loops(result: dict, tile: str, stats: tuple[str, ...]) -> Iterator[tuple[str, dict, bool]]:
+    """The checks every kernel of per-row statistics over a tile shares (top-k's row maximum, a quantizer's
+    row scale): each statistic lives in exactly the threads of its row of ``tile``, and every loop covers its
+    extents. Yields ``(key, loop, per_row)``, ``per_row`` for the loops over the rows alone (those that read or
+    write the statistics), for the case to check what each loop owns."""
+    buffers = result["buffers"]
+    for stat in stats:
+        assert_same_rows(tile, buffers[tile], stat, buffers[stat])
+    rows = list(buffers[tile]["input_shape"])[:1]
+    for key, loop in result["loops"].items():
+        assert_covers(key, loop)
+        yield key, loop, loop_extents(key) == rows

@@ -112,12 +112,8 @@ def check(variant, model, result):
         i, j = np.indices(tuple(buffers["y"]["input_shape"]))
         assert np.array_equal(_support.thread_table(buffers["y"])[..., 0], i // 2 * 32 + j % 32), \
             f"y must keep the pin {_PIN['thread']}: {buffers['y']}"
-    for stat in ("amax", "s"):
-        _support.assert_same_rows("y", buffers["y"], stat, buffers[stat])
-    rows = list(buffers["y"]["input_shape"])[:1]
-    for key, loop in result["loops"].items():
-        _support.assert_covers(key, loop)
-        if _support.loop_extents(key) == rows:
+    for key, loop, per_row in _support.row_statistic_loops(result, "y", ("amax", "s")):
+        if per_row:
             _support.assert_owned(key, loop, "amax", buffers["amax"], lambda i: (i,), write=True)
             _support.assert_owned(key, loop, "s", buffers["s"], lambda i: (i,))
             continue

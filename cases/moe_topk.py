@@ -91,12 +91,8 @@ def check(variant, model, result):
         _support.assert_valid_fragment(name, buffers[name])
     assert buffers["scores"] == buffers["expand_idx"], \
         f"scores and expand_idx differ: {buffers['scores']} vs {buffers['expand_idx']}"
-    for row_result in ("max_val", "max_idx"):
-        _support.assert_same_rows("scores", buffers["scores"], row_result, buffers[row_result])
-    rows = list(buffers["scores"]["input_shape"])[:1]
-    for key, loop in result["loops"].items():
-        _support.assert_covers(key, loop)
-        if _support.loop_extents(key) == rows:         # the store of row results: each reads its own row's
+    for key, loop, per_row in _support.row_statistic_loops(result, "scores", ("max_val", "max_idx")):
+        if per_row:         # the store of row results: each reads its own row's
             for name in ("max_val", "max_idx"):
                 _support.assert_owned(key, loop, name, buffers[name], lambda i: (i,))
             continue

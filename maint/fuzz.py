@@ -73,6 +73,7 @@ import sys
 import time
 import traceback
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -212,6 +213,11 @@ class Gen:
     def frags(self, shape=None, defined=True) -> list[Buf]:
         return [b for b in self.allocs if b.scope == "local.fragment" and (shape is None or b.shape == tuple(shape))
                 and (not defined or b.name in self.defined)]
+
+    def pick_frag(self, keep: Callable[[Buf], bool]) -> Buf | None:
+        """A random defined fragment for which ``keep`` holds (one draw of the rng), None when there is none."""
+        cands = [b for b in self.frags() if keep(b)]
+        return self.rng.choice(cands) if cands else None
 
     def main_shape(self):
         return (self.N,) if self.one_d else (self.M, self.N)
@@ -570,10 +576,9 @@ class Gen:
     def partial(self) -> None:
         """A loop over only the head of an already defined fragment (#2957 family)."""
         rng = self.rng
-        cands = [b for b in self.frags() if b.shape[0] > 1]
-        if not cands:
+        dst = self.pick_frag(lambda b: b.shape[0] > 1)
+        if dst is None:
             return self.elementwise()
-        dst = rng.choice(cands)
         k = rng.randint(1, dst.shape[0] - 1)
         extents = [k] + list(dst.shape[1:])
         self.notes.append("partial-loop")
@@ -759,10 +764,9 @@ class Gen:
     def offset_visit(self) -> None:
         """A nest over part of a defined fragment at an offset: ``f[i + c, j] = A[i, j]`` or ``O[i, j] = f[i + c, j]``."""
         rng = self.rng
-        cands = [b for b in self.frags() if b.shape[0] > 1]
-        if not cands:
+        b = self.pick_frag(lambda f: f.shape[0] > 1)
+        if b is None:
             return self.elementwise()
-        b = rng.choice(cands)
         extents, offs = [], []
         for d, e in enumerate(b.shape):
             k = rng.randint(1, e - 1) if e > 1 and (d == 0 or rng.random() < 0.5) else e
@@ -784,10 +788,9 @@ class Gen:
     def sub_region_copy(self) -> None:
         """A copy into or out of an interior box of a defined fragment: ``Tx.copy(f[r:r+h, c:c+w], A[...])``."""
         rng = self.rng
-        cands = [b for b in self.frags() if max(b.shape) > 1]
-        if not cands:
+        b = self.pick_frag(lambda f: max(f.shape) > 1)
+        if b is None:
             return self.partial_copy()
-        b = rng.choice(cands)
         extents, offs = [], []
         for e in b.shape:
             k = rng.randint(1, e - 1) if e > 1 and rng.random() < 0.7 else e

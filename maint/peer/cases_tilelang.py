@@ -8,13 +8,26 @@ with our snapshots. Run with the peer venv's Python, never from the project's te
 import tilelang.language as T
 
 
-def _roundtrip(m, n, dtype, threads):
+def _roundtrip(m, n, dtype, threads, staged=False, transposed=False):
+    """Twin of cases/elementwise_copy.roundtrip: ``staged`` goes through ``smem``, ``transposed`` stores ``B[j, i]``."""
+    out = (n, m) if transposed else (m, n)
+
     @T.prim_func
-    def main(A: T.Tensor((m, n), dtype), B: T.Tensor((m, n), dtype)):
+    def main(A: T.Tensor((m, n), dtype), B: T.Tensor(out, dtype)):
         with T.Kernel(1, threads=threads):
+            if staged:
+                smem = T.alloc_shared((m, n), dtype)
             frag = T.alloc_fragment((m, n), dtype)
-            T.copy(A, frag)
-            T.copy(frag, B)
+            if staged:
+                T.copy(A, smem)
+                T.copy(smem, frag)
+            else:
+                T.copy(A, frag)
+            if transposed:
+                for i, j in T.Parallel(m, n):
+                    B[j, i] = frag[i, j]
+            else:
+                T.copy(frag, B)
     return main
 
 
@@ -26,17 +39,6 @@ def _broadcast(rows, cols, threads):
             T.copy(S, s_frag)
             for i, j in T.Parallel(rows, cols):
                 Out[i, j] = s_frag[i] * 2.0
-    return main
-
-
-def _transposed(m, n, dtype, threads):
-    @T.prim_func
-    def main(A: T.Tensor((m, n), dtype), B: T.Tensor((n, m), dtype)):
-        with T.Kernel(1, threads=threads):
-            frag = T.alloc_fragment((m, n), dtype)
-            T.copy(A, frag)
-            for i, j in T.Parallel(m, n):
-                B[j, i] = frag[i, j]
     return main
 
 
@@ -85,18 +87,6 @@ def _tiled(m, n, bm, bn, dtype, threads):
             frag = T.alloc_fragment((bm, bn), dtype)
             T.copy(A[by * bm, bx * bn], frag)
             T.copy(frag, B[by * bm, bx * bn])
-    return main
-
-
-def _staged(m, n, dtype, threads):
-    @T.prim_func
-    def main(A: T.Tensor((m, n), dtype), B: T.Tensor((m, n), dtype)):
-        with T.Kernel(1, threads=threads):
-            smem = T.alloc_shared((m, n), dtype)
-            frag = T.alloc_fragment((m, n), dtype)
-            T.copy(A, smem)
-            T.copy(smem, frag)
-            T.copy(frag, B)
     return main
 
 
@@ -460,8 +450,8 @@ KERNELS = {
     "fp8_copy/64x128_t64": lambda: _roundtrip(64, 128, T.float8_e4m3, 64),
     "broadcast_read/issue1729_2x2560_t256": lambda: _broadcast(2, 2560, 256),
     "broadcast_read/rows4_cols1024_t128": lambda: _broadcast(4, 1024, 128),
-    "transposed_store/fp32_128x128_t128": lambda: _transposed(128, 128, T.float32, 128),
-    "transposed_store/fp16_64x256_t128": lambda: _transposed(64, 256, T.float16, 128),
+    "transposed_store/fp32_128x128_t128": lambda: _roundtrip(128, 128, T.float32, 128, transposed=True),
+    "transposed_store/fp16_64x256_t128": lambda: _roundtrip(64, 256, T.float16, 128, transposed=True),
     "mixed_dtype_chain/128x128_t128": lambda: _chain(128, 128, 128),
     "mixed_dtype_chain/64x512_t256": lambda: _chain(64, 512, 256),
     "mixed_dtype_copy/fp16_to_fp32_128x128_t128": lambda: _widening_copy(128, 128, T.float16, 128),
@@ -470,8 +460,8 @@ KERNELS = {
     "reduce_broadcast/128x256_t256": lambda: _softmaxish(128, 256, 256),
     "offset_region_copy/fp16_tile64x64_t128": lambda: _tiled(256, 256, 64, 64, T.float16, 128),
     "offset_region_copy/fp32_tile32x128_t128": lambda: _tiled(128, 512, 32, 128, T.float32, 128),
-    "shared_staging/fp16_64x64_t128": lambda: _staged(64, 64, T.float16, 128),
-    "shared_staging/fp32_128x128_t128": lambda: _staged(128, 128, T.float32, 128),
+    "shared_staging/fp16_64x64_t128": lambda: _roundtrip(64, 64, T.float16, 128, staged=True),
+    "shared_staging/fp32_128x128_t128": lambda: _roundtrip(128, 128, T.float32, 128, staged=True),
     "mixed_extents/read_100_to_256_t128": lambda: _mixed(100, 256, 128, write=False),
     "mixed_extents/write_100_to_256_t128": lambda: _mixed(100, 256, 128, write=True),
     "two_index_read/const_pair_64x128_t128": lambda: _const_pair(64, 128, 128),
@@ -720,60 +710,38 @@ KERNELS.update({
 
 # ------------------------------------------------------------------ software pipelining (T.Pipelined)
 
-def _gemm_pipelined(m, n, k, bk, stages, threads=128):
+def _gemm_pipelined(m, n, k, bk, stages, threads=128, staged_c=False):
+    """A pipelined gemm tile; with ``staged_c``, examples/gemm as written: the fp16 result staged through C_s."""
+    c_dtype = T.float16 if staged_c else T.float32
+
     @T.prim_func
-    def main(A: T.Tensor((m, k), T.float16), B: T.Tensor((k, n), T.float16), C: T.Tensor((m, n), T.float32)):
+    def main(A: T.Tensor((m, k), T.float16), B: T.Tensor((k, n), T.float16), C: T.Tensor((m, n), c_dtype)):
         with T.Kernel(1, threads=threads):
             A_s = T.alloc_shared((m, bk), T.float16)
             B_s = T.alloc_shared((bk, n), T.float16)
+            if staged_c:
+                C_s = T.alloc_shared((m, n), T.float16)
             acc_f = T.alloc_fragment((m, n), T.float32)
             T.clear(acc_f)
             for ko in T.Pipelined(k // bk, num_stages=stages):
                 T.copy(A[0:m, ko * bk:ko * bk + bk], A_s)
                 T.copy(B[ko * bk:ko * bk + bk, 0:n], B_s)
                 T.gemm(A_s, B_s, acc_f)
-            T.copy(acc_f, C)
-    return main
-
-
-def _gemm_staged_c(m, n, k, bk, stages, threads=128):
-    """examples/gemm as written: the fp16 result staged through C_s."""
-    @T.prim_func
-    def main(A: T.Tensor((m, k), T.float16), B: T.Tensor((k, n), T.float16), C: T.Tensor((m, n), T.float16)):
-        with T.Kernel(1, threads=threads):
-            A_s = T.alloc_shared((m, bk), T.float16)
-            B_s = T.alloc_shared((bk, n), T.float16)
-            C_s = T.alloc_shared((m, n), T.float16)
-            acc_f = T.alloc_fragment((m, n), T.float32)
-            T.clear(acc_f)
-            for ko in T.Pipelined(k // bk, num_stages=stages):
-                T.copy(A[0:m, ko * bk:ko * bk + bk], A_s)
-                T.copy(B[ko * bk:ko * bk + bk, 0:n], B_s)
-                T.gemm(A_s, B_s, acc_f)
-            T.copy(acc_f, C_s)
-            T.copy(C_s, C)
+            if staged_c:
+                T.copy(acc_f, C_s)
+                T.copy(C_s, C)
+            else:
+                T.copy(acc_f, C)
     return main
 
 
 def _rowsum_pipelined(m, n, bn, stages, threads=128):
-    @T.prim_func
-    def main(X: T.Tensor((m, n), T.float32), R: T.Tensor((m,), T.float32)):
-        with T.Kernel(1, threads=threads):
-            X_s = T.alloc_shared((m, bn), T.float32)
-            acc = T.alloc_fragment((m, bn), T.float32)
-            row = T.alloc_fragment((m,), T.float32)
-            T.clear(acc)
-            for ko in T.Pipelined(n // bn, num_stages=stages):
-                T.copy(X[0:m, ko * bn:ko * bn + bn], X_s)
-                for i, j in T.Parallel(m, bn):
-                    acc[i, j] = acc[i, j] + X_s[i, j]
-            T.reduce_sum(acc, row, dim=1)
-            T.copy(row, R)
-    return main
-
-
-def _rowsum_pipelined_dynamic(m, bn, stages, threads=128):
-    n = T.dynamic("n")
+    """Pipelined row sums of X; ``n=None``: a dynamic ``n``, its last tile counted by ``T.ceildiv``."""
+    if n is None:
+        n = T.dynamic("n")
+        tiles = T.ceildiv(n, bn)
+    else:
+        tiles = n // bn
 
     @T.prim_func
     def main(X: T.Tensor((m, n), T.float32), R: T.Tensor((m,), T.float32)):
@@ -782,7 +750,7 @@ def _rowsum_pipelined_dynamic(m, bn, stages, threads=128):
             acc = T.alloc_fragment((m, bn), T.float32)
             row = T.alloc_fragment((m,), T.float32)
             T.clear(acc)
-            for ko in T.Pipelined(T.ceildiv(n, bn), num_stages=stages):
+            for ko in T.Pipelined(tiles, num_stages=stages):
                 T.copy(X[0:m, ko * bn:ko * bn + bn], X_s)
                 for i, j in T.Parallel(m, bn):
                     acc[i, j] = acc[i, j] + X_s[i, j]
@@ -792,10 +760,10 @@ def _rowsum_pipelined_dynamic(m, bn, stages, threads=128):
 
 
 KERNELS.update({
-    "gemm_pipelined/rowsum_dynamic_sm80_s3": lambda: _rowsum_pipelined_dynamic(64, 32, 3),
+    "gemm_pipelined/rowsum_dynamic_sm80_s3": lambda: _rowsum_pipelined(64, None, 32, 3),
     "gemm_pipelined/sm80_s2_k128": lambda: _gemm_pipelined(64, 128, 128, 32, 2),
-    "gemm_pipelined/staged_c_sm80_s3_128x128": lambda: _gemm_staged_c(128, 128, 128, 32, 3),
-    "gemm_pipelined/staged_c_sm90a_s3_128x128": lambda: _gemm_staged_c(128, 128, 128, 32, 3),
+    "gemm_pipelined/staged_c_sm80_s3_128x128": lambda: _gemm_pipelined(128, 128, 128, 32, 3, staged_c=True),
+    "gemm_pipelined/staged_c_sm90a_s3_128x128": lambda: _gemm_pipelined(128, 128, 128, 32, 3, staged_c=True),
     "gemm_pipelined/sm80_s3_k96": lambda: _gemm_pipelined(64, 128, 96, 32, 3),
     "gemm_pipelined/sm80_s3_k128": lambda: _gemm_pipelined(64, 128, 128, 32, 3),
     "gemm_pipelined/sm90_s3_k128": lambda: _gemm_pipelined(64, 128, 128, 32, 3),
@@ -1040,13 +1008,20 @@ KERNELS.update({
 })
 
 
-def _gemv_reducer(m, n, block_m, block_n, threads, stages):
-    """TileLang's examples/gemv gemv_alloc_reducer (the legacy replication="all" reducer)."""
+def _gemv(m, n, block_m, block_n, threads, stages, reducer):
+    """TileLang's examples/gemv gemv_alloc_reducer (the legacy replication="all" reducer); ``reducer=False``: the
+    gemv with an ordinary fragment accumulator ``o_acc`` (what examples/gemv's reducer replaces)."""
     @T.prim_func
     def main(a: T.Tensor((m, n), T.float16), x: T.Tensor((n,), T.float16), o: T.Tensor((m,), T.float16)):
         with T.Kernel(T.ceildiv(m, block_m), threads=threads) as i0_m:
-            o_reducer = T.alloc_reducer(block_m, T.float32, replication="all")
-            T.clear(o_reducer)
+            # meta_var: the accumulator keeps its own buffer name (o_reducer / o_acc), as in cases/gemv
+            if reducer:
+                o_reducer = T.alloc_reducer(block_m, T.float32, replication="all")
+                acc = T.meta_var(o_reducer)
+            else:
+                o_acc = T.alloc_fragment((block_m,), T.float32)
+                acc = T.meta_var(o_acc)
+            T.clear(acc)
             for i0_n in T.Pipelined(T.ceildiv(n, block_n), num_stages=stages):
                 a_smem = T.alloc_shared((block_m, block_n), T.float16)
                 T.copy(a[i0_m * block_m, i0_n * block_n], a_smem)
@@ -1055,15 +1030,16 @@ def _gemv_reducer(m, n, block_m, block_n, threads, stages):
                 x_frag = T.alloc_fragment(block_n, T.float16)
                 T.copy(x[i0_n * block_n], x_frag)
                 for i1_m, i1_n in T.Parallel(block_m, block_n):
-                    o_reducer[i1_m] += a_frag[i1_m, i1_n] * x_frag[i1_n]
-            T.finalize_reducer(o_reducer)
-            T.copy(o_reducer, o[i0_m * block_m])
+                    acc[i1_m] += a_frag[i1_m, i1_n] * x_frag[i1_n]
+            if reducer:
+                T.finalize_reducer(acc)
+            T.copy(acc, o[i0_m * block_m])
     return main
 
 
 KERNELS.update({
-    "gemv/sm80_reducer_256x1024_t256": lambda: _gemv_reducer(256, 1024, 128, 128, 256, 2),
-    "gemv/sm90a_reducer_256x1024_t128": lambda: _gemv_reducer(256, 1024, 128, 128, 128, 3),
+    "gemv/sm80_reducer_256x1024_t256": lambda: _gemv(256, 1024, 128, 128, 256, 2, True),
+    "gemv/sm90a_reducer_256x1024_t128": lambda: _gemv(256, 1024, 128, 128, 128, 3, True),
 })
 
 
@@ -1107,26 +1083,6 @@ KERNELS.update({
 })
 
 
-def _gemv_plain(m, n, block_m, block_n, threads, stages):
-    """The gemv with an ordinary fragment accumulator (what examples/gemv's reducer replaces)."""
-    @T.prim_func
-    def main(a: T.Tensor((m, n), T.float16), x: T.Tensor((n,), T.float16), o: T.Tensor((m,), T.float16)):
-        with T.Kernel(T.ceildiv(m, block_m), threads=threads) as i0_m:
-            o_acc = T.alloc_fragment((block_m,), T.float32)
-            T.clear(o_acc)
-            for i0_n in T.Pipelined(T.ceildiv(n, block_n), num_stages=stages):
-                a_smem = T.alloc_shared((block_m, block_n), T.float16)
-                T.copy(a[i0_m * block_m, i0_n * block_n], a_smem)
-                a_frag = T.alloc_fragment((block_m, block_n), T.float16)
-                T.copy(a_smem, a_frag)
-                x_frag = T.alloc_fragment(block_n, T.float16)
-                T.copy(x[i0_n * block_n], x_frag)
-                for i1_m, i1_n in T.Parallel(block_m, block_n):
-                    o_acc[i1_m] += a_frag[i1_m, i1_n] * x_frag[i1_n]
-            T.copy(o_acc, o[i0_m * block_m])
-    return main
-
-
 KERNELS.update({
-    "gemv/sm80_plain_256x1024_b256_t128": lambda: _gemv_plain(256, 1024, 128, 256, 128, 2),
+    "gemv/sm80_plain_256x1024_b256_t128": lambda: _gemv(256, 1024, 128, 256, 128, 2, False),
 })
