@@ -8,20 +8,6 @@ PINNED = TileLayout(S[(8, 16):(1 @ laneid, 1)])
 
 
 @T.prim_func
-def row_max(A: T.Buffer((128, 128), "float16"), B: T.Buffer((128, 128), "float16")):
-    bx = T.launch_thread("blockIdx.x", 1)
-    tx = T.launch_thread("threadIdx.x", 128)
-    frag = T.alloc_buffer((128, 128), "float16", scope="local.fragment")
-    mx = T.alloc_buffer((128,), "float16", scope="local.fragment")
-    Tx.copy(frag[0:128, 0:128], A[0:128, 0:128])
-    Tx.max(mx[0:128], frag[0:128, 0:128], axes=[1])
-    for i in T.parallel(128):
-        for j in T.parallel(128):
-            frag[i, j] = frag[i, j] - mx[i]
-    Tx.copy(B[0:128, 0:128], frag[0:128, 0:128])
-
-
-@T.prim_func
 def block_offsets(A: T.Buffer((256, 128), "float32"), B: T.Buffer((256, 128), "float32")):
     bx = T.launch_thread("blockIdx.x", 2)
     by = T.launch_thread("blockIdx.y", 4)
@@ -31,13 +17,14 @@ def block_offsets(A: T.Buffer((256, 128), "float32"), B: T.Buffer((256, 128), "f
     Tx.copy(B[by * 64:by * 64 + 64, bx * 64:bx * 64 + 64], frag[0:64, 0:64])
 
 
-def _user_kernel(builder: str):
+def _user_kernel(builder: str, *args):
     """A kernel of the CLI tests' user file (tests/data/cli/my_kernels.py), its builder loaded as the CLI loads it."""
     from pathlib import Path
     from tilelayout.kernel_file import load_callable
-    return load_callable(f"{Path(__file__).resolve().parent / 'data' / 'cli' / 'my_kernels.py'}:{builder}")()
+    return load_callable(f"{Path(__file__).resolve().parent / 'data' / 'cli' / 'my_kernels.py'}:{builder}")(*args)
 
 
+row_max = _user_kernel("_row_shift", 128, 128, "float16", "row_max")   # B = A - rowmax(A), 128x128 fp16
 staging = _user_kernel("build_staged")          # A -> shared smem -> fragment frag -> B
 
 
@@ -93,6 +80,19 @@ def serial_around(A: T.Buffer((4, 128, 64), "float32"), B: T.Buffer((128, 64), "
                 for j in T.parallel(64):
                     acc[i, j] = acc[i, j] + tile[i, j]
     Tx.copy(B, acc)
+
+
+@T.prim_func
+def thread_binding(A: T.Buffer((4, 64), "float32"), n: T.int32):
+    for bx in T.thread_binding(4, thread="blockIdx.x"):
+        for tx in T.thread_binding(64, thread="threadIdx.x"):
+            f = T.alloc_buffer((64,), "float32", scope="local.fragment")
+            g = T.decl_buffer((8, 8), "float32", data=f.data, scope="local.fragment")
+            Tx.copy(f, A[bx, 0:64])
+            for k in range(n):
+                for i in T.parallel(8):
+                    for j in T.parallel(8):
+                        g[i, j] = g[i, j] + T.float32(1)
 
 
 @T.prim_func
@@ -221,19 +221,6 @@ def with_break(A: T.Buffer((8,), "float32")):
     T.evaluate(f[2])
     x = f[3]
     A[0] = x
-
-
-@T.prim_func
-def thread_binding(A: T.Buffer((4, 64), "float32"), n: T.int32):
-    for bx in T.thread_binding(4, thread="blockIdx.x"):
-        for tx in T.thread_binding(64, thread="threadIdx.x"):
-            f = T.alloc_buffer((64,), "float32", scope="local.fragment")
-            g = T.decl_buffer((8, 8), "float32", data=f.data, scope="local.fragment")
-            Tx.copy(f, A[bx, 0:64])
-            for k in range(n):
-                for i in T.parallel(8):
-                    for j in T.parallel(8):
-                        g[i, j] = g[i, j] + T.float32(1)
 
 
 @T.prim_func

@@ -6,6 +6,8 @@ ownership and injectivity checks).
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 from tvm.script import tirx as T
 from tvm.tirx.script import tile as Tx
@@ -18,8 +20,8 @@ from cases.register_spill import spill_kernel as register_spill  # noqa: F401
 
 # ----------------------------------------------------------------------------------------- basic shapes
 
-def chain(m: int, n: int, threads: int):
-    """copy A -> x; y = x * 2 (parallel); copy y -> B: one component of three ops."""
+def chain(m: int, n: int, threads: int, op: Callable = lambda v: v * T.float32(2)):
+    """copy A -> x; y = op(x) (parallel, default x * 2); copy y -> B: one component of three ops."""
     @T.prim_func
     def kernel(A: T.Buffer((m, n), "float32"), B: T.Buffer((m, n), "float32")):
         bx = T.launch_thread("blockIdx.x", 1)
@@ -29,7 +31,7 @@ def chain(m: int, n: int, threads: int):
         Tx.copy(x[0:m, 0:n], A[0:m, 0:n])
         for i in T.parallel(m):
             for j in T.parallel(n):
-                y[i, j] = x[i, j] * T.float32(2)
+                y[i, j] = op(x[i, j])
         Tx.copy(B[0:m, 0:n], y[0:m, 0:n])
     return kernel
 
@@ -131,26 +133,17 @@ def floating_use(threads: int):
 
 
 def pinned_pair(threads: int):
-    """y = x elementwise; the tests pin x and y (annotate_layouts) to provoke or avoid conflicts."""
-    @T.prim_func
-    def kernel(A: T.Buffer((64, 64), "float32"), B: T.Buffer((64, 64), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", threads)
-        x = T.alloc_buffer((64, 64), "float32", scope="local.fragment")
-        y = T.alloc_buffer((64, 64), "float32", scope="local.fragment")
-        Tx.copy(x[0:64, 0:64], A[0:64, 0:64])
-        for i in T.parallel(64):
-            for j in T.parallel(64):
-                y[i, j] = x[i, j] + T.float32(1)
-        Tx.copy(B[0:64, 0:64], y[0:64, 0:64])
-    return kernel
+    """y = x + 1 elementwise (64x64); the tests pin x and y (annotate_layouts) to provoke or avoid conflicts."""
+    return chain(64, 64, threads, lambda v: v + T.float32(1))
 
 
 # ----------------------------------------------------------------------------------------- reductions
 
 def _reduce(reducer):
-    def build(m: int, n: int, axis: int, threads: int):
-        out = n if axis == 0 else m
+    def build(m: int, n: int, axis: int, threads: int, rows: int | None = None):
+        """``R = reducer(x, axis)`` for x copied in from A; ``rows``: only x's first rows are reduced (axis 1)."""
+        rows = m if rows is None else rows
+        out = n if axis == 0 else rows
 
         @T.prim_func
         def kernel(A: T.Buffer((m, n), "float32"), R: T.Buffer((out,), "float32")):
@@ -159,7 +152,7 @@ def _reduce(reducer):
             x = T.alloc_buffer((m, n), "float32", scope="local.fragment")
             r = T.alloc_buffer((out,), "float32", scope="local.fragment")
             Tx.copy(x[0:m, 0:n], A[0:m, 0:n])
-            reducer(r[0:out], x[0:m, 0:n], axes=[axis])
+            reducer(r[0:out], x[0:rows, 0:n], axes=[axis])
             Tx.copy(R[0:out], r[0:out])
         return kernel
     return build
@@ -175,16 +168,8 @@ def row_max_then_subtract(m: int, n: int, threads: int):
 
 
 def partial_reduce():
-    @T.prim_func
-    def kernel(A: T.Buffer((64, 128), "float32"), R: T.Buffer((32,), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", 128)
-        x = T.alloc_buffer((64, 128), "float32", scope="local.fragment")
-        r = T.alloc_buffer((32,), "float32", scope="local.fragment")
-        Tx.copy(x[0:64, 0:128], A[0:64, 0:128])
-        Tx.max(r[0:32], x[0:32, 0:128], axes=[1])
-        Tx.copy(R[0:32], r[0:32])
-    return kernel
+    """The row max of only the first 32 of x's 64 rows: a reduction of part of a fragment."""
+    return reduce_max(64, 128, 1, 128, rows=32)
 
 
 # ----------------------------------------------------------------------------------------- TileLang bugs

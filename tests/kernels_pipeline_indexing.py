@@ -51,42 +51,41 @@ def conditional_copy_read_outside(k: int = 128, bm: int = 64, bn: int = 64, bk: 
     return _on(kernel, "sm_80")
 
 
-def thread_conditional_copy(m: int = 64, bn: int = 32, n: int = 128):
-    """A copy under a condition on the thread index: the pipeline's barrier needs the whole block."""
+def _rowsum_with_hazard(m: int, n: int, bn: int, hazard: str):
+    """Row sums of X through a 2-stage pipelined shared tile, with a ``hazard`` for the pipeliner: "thread" copies
+    only in threads below 64, "view" copies from a reshaped view of X and zeroes X in the loop."""
+    view = hazard == "view"
+
     @T.prim_func
     def kernel(X: T.Buffer((m, n), "float32"), R: T.Buffer((m,), "float32")):
         tx = T.launch_thread("threadIdx.x", 128)
         X_s = T.alloc_buffer((m, bn), "float32", scope="shared")
         acc = T.alloc_buffer((m, bn), "float32", scope="local.fragment")
         row = T.alloc_buffer((m,), "float32", scope="local.fragment")
+        if view:
+            X_view = T.decl_buffer((m * n // bn, bn), "float32", data=X.data)
         Tx.fill(acc[0:m, 0:bn], T.float32(0))
         for ko in T.serial(n // bn, annotations={"num_stages": 2}):
-            if tx < 64:
-                Tx.copy(X_s[0:m, 0:bn], X[0:m, ko * bn:ko * bn + bn])
+            if view:
+                Tx.copy(X_s[0:m, 0:bn], X_view[ko * m:ko * m + m, 0:bn])
+            else:
+                if tx < 64:
+                    Tx.copy(X_s[0:m, 0:bn], X[0:m, ko * bn:ko * bn + bn])
             for i in T.parallel(m):
                 for j in T.parallel(bn):
                     acc[i, j] = acc[i, j] + X_s[i, j]
+                    if view:
+                        X[i, ko * bn + j] = T.float32(0)
         Tx.sum(row[0:m], acc[0:m, 0:bn], axes=[1])
         Tx.copy(R[0:m], row[0:m])
     return _on(kernel, "sm_80")
 
 
+def thread_conditional_copy(m: int = 64, bn: int = 32, n: int = 128):
+    """A copy under a condition on the thread index: the pipeline's barrier needs the whole block."""
+    return _rowsum_with_hazard(m, n, bn, "thread")
+
+
 def view_source_written(n: int = 128, bn: int = 32):
     """The loop copies from a view of X and also stores to X: an early copy would read stale data."""
-    @T.prim_func
-    def kernel(X: T.Buffer((64, n), "float32"), R: T.Buffer((64,), "float32")):
-        tx = T.launch_thread("threadIdx.x", 128)
-        X_s = T.alloc_buffer((64, bn), "float32", scope="shared")
-        acc = T.alloc_buffer((64, bn), "float32", scope="local.fragment")
-        row = T.alloc_buffer((64,), "float32", scope="local.fragment")
-        X_view = T.decl_buffer((64 * n // bn, bn), "float32", data=X.data)
-        Tx.fill(acc[0:64, 0:bn], T.float32(0))
-        for ko in T.serial(n // bn, annotations={"num_stages": 2}):
-            Tx.copy(X_s[0:64, 0:bn], X_view[ko * 64:ko * 64 + 64, 0:bn])
-            for i in T.parallel(64):
-                for j in T.parallel(bn):
-                    acc[i, j] = acc[i, j] + X_s[i, j]
-                    X[i, ko * bn + j] = T.float32(0)
-        Tx.sum(row[0:64], acc[0:64, 0:bn], axes=[1])
-        Tx.copy(R[0:64], row[0:64])
-    return _on(kernel, "sm_80")
+    return _rowsum_with_hazard(64, n, bn, "view")

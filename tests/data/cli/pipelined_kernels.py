@@ -3,6 +3,15 @@ from tvm.script import tirx as T
 from tvm.tirx.script import tile as Tx
 
 
+@T.macro
+def _k_loop(acc, A, B, A_s, B_s, m: int, n: int, bk: int, stages: int):
+    """``acc += A @ B`` over 4 K tiles of width ``bk``, staged through A_s / B_s in a loop of ``stages`` stages."""
+    for k in T.serial(4, annotations={"num_stages": stages}):
+        Tx.copy(A_s[0:m, 0:bk], A[0:m, k * bk:k * bk + bk])
+        Tx.copy(B_s[0:bk, 0:n], B[k * bk:k * bk + bk, 0:n])
+        Tx.gemm(acc[0:m, 0:n], A_s[0:m, 0:bk], B_s[0:bk, 0:n], acc[0:m, 0:n], False, False, 1.0, 1.0)
+
+
 def one_k_loop():
     """128x128x256 gemm, 128x64 / 64x128 float16 tiles in 2 stages: 32 KiB of tiles, 64 KiB allocated."""
 
@@ -15,11 +24,7 @@ def one_k_loop():
         B_s = T.alloc_buffer((64, 128), "float16", scope="shared.dyn")
         acc = T.alloc_buffer((128, 128), "float32", scope="local.fragment")
         Tx.fill(acc[0:128, 0:128], T.float32(0))
-        for k in T.serial(4, annotations={"num_stages": 2}):
-            Tx.copy(A_s[0:128, 0:64], A[0:128, k * 64:k * 64 + 64])
-            Tx.copy(B_s[0:64, 0:128], B[k * 64:k * 64 + 64, 0:128])
-            Tx.gemm(acc[0:128, 0:128], A_s[0:128, 0:64], B_s[0:64, 0:128], acc[0:128, 0:128], False, False,
-                    1.0, 1.0)
+        _k_loop(acc, A, B, A_s, B_s, 128, 128, 64, 2)
         Tx.copy(C[0:128, 0:128], acc[0:128, 0:128])
 
     return kernel
@@ -40,14 +45,8 @@ def two_k_loops():
         E_s = T.alloc_buffer((32, 64), "float16", scope="shared.dyn")
         acc = T.alloc_buffer((64, 64), "float32", scope="local.fragment")
         Tx.fill(acc[0:64, 0:64], T.float32(0))
-        for k in T.serial(4, annotations={"num_stages": 2}):
-            Tx.copy(A_s[0:64, 0:32], A[0:64, k * 32:k * 32 + 32])
-            Tx.copy(B_s[0:32, 0:64], B[k * 32:k * 32 + 32, 0:64])
-            Tx.gemm(acc[0:64, 0:64], A_s[0:64, 0:32], B_s[0:32, 0:64], acc[0:64, 0:64], False, False, 1.0, 1.0)
-        for k in T.serial(4, annotations={"num_stages": 3}):
-            Tx.copy(D_s[0:64, 0:32], D[0:64, k * 32:k * 32 + 32])
-            Tx.copy(E_s[0:32, 0:64], E[k * 32:k * 32 + 32, 0:64])
-            Tx.gemm(acc[0:64, 0:64], D_s[0:64, 0:32], E_s[0:32, 0:64], acc[0:64, 0:64], False, False, 1.0, 1.0)
+        _k_loop(acc, A, B, A_s, B_s, 64, 64, 32, 2)
+        _k_loop(acc, D, E, D_s, E_s, 64, 64, 32, 3)
         Tx.copy(C[0:64, 0:64], acc[0:64, 0:64])
 
     return kernel
