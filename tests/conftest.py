@@ -44,14 +44,43 @@ def kernel_warnings(*names: str):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
-def main_text(params: str, *, threads: int, body: str, blocks: int | tuple = 1) -> str:
-    """TVMScript text of a kernel ``main(<params>)`` launched on ``blocks`` blocks (a count along x, or the counts
-    along x and y) of ``threads`` threads, as ``maint/fuzz.py`` writes its kernels; ``body``: the statements after
-    the launch, indented by four spaces (a leading newline is dropped)."""
-    grid = blocks if isinstance(blocks, tuple) else (blocks,)
-    launch = "".join(f"    b{axis} = T.launch_thread(\"blockIdx.{axis}\", {n})\n" for axis, n in zip("xy", grid))
-    return (f"\n@T.prim_func\ndef main({params}):\n{launch}"
-            f"    tx = T.launch_thread(\"threadIdx.x\", {threads})\n" + body.removeprefix("\n"))
+def main_text(params: str, *, threads: int | tuple, body: str, blocks: int | tuple = 1) -> str:
+    """TVMScript text of a kernel ``main(<params>)`` launched on ``blocks`` blocks (a count along x, the counts
+    along x and y, or ``()``: no block launch) of ``threads`` threads (a count along x, or the counts along x, y
+    and z), as ``maint/fuzz.py`` writes its kernels; ``body``: the statements after the launch, indented by four
+    spaces (a leading newline is dropped)."""
+    def launches(kind: str, name: str, counts: int | tuple) -> str:
+        counts = counts if isinstance(counts, tuple) else (counts,)
+        return "".join(f"    {name}{axis} = T.launch_thread(\"{kind}.{axis}\", {n})\n"
+                       for axis, n in zip("xyz", counts))
+    return (f"\n@T.prim_func\ndef main({params}):\n{launches('blockIdx', 'b', blocks)}"
+            f"{launches('threadIdx', 't', threads)}" + body.removeprefix("\n"))
+
+
+def parse_main(params: str, *, threads: int | tuple, body: str, blocks: int | tuple = 1, name: str = "main",
+               values: dict | None = None):
+    """The PrimFunc of ``main_text(params, ...)`` (``T``, ``Tx``, ``lang`` and ``values`` in scope), its global
+    symbol ``name``: a test's kernel written without the launch lines every kernel repeats."""
+    import tvm
+    from tvm.script import tirx as T
+    from tvm.tirx.script import tile as Tx
+
+    from tilelayout import lang
+    func = tvm.script.from_source(main_text(params, threads=threads, body=body, blocks=blocks),
+                                  extra_vars={"T": T, "Tx": Tx, "lang": lang, **(values or {})})
+    return func if name == "main" else func.with_attr("global_symbol", name)
+
+
+def gemm_body(m: int, n: int, k: int, acc: str = "acc") -> str:
+    """Kernel statements (a start of ``main_text``'s ``body``) computing ``acc = A @ B``: float16 A (m x k) and B
+    (k x n) staged in the shared tiles ``A_s`` and ``B_s``, the product in the float32 fragment ``acc``."""
+    return f"""
+    A_s = T.alloc_buffer(({m}, {k}), "float16", scope="shared")
+    B_s = T.alloc_buffer(({k}, {n}), "float16", scope="shared")
+    {acc} = T.alloc_buffer(({m}, {n}), "float32", scope="local.fragment")
+    Tx.copy(A_s[0:{m}, 0:{k}], A[0:{m}, 0:{k}])
+    Tx.copy(B_s[0:{k}, 0:{n}], B[0:{k}, 0:{n}])
+    Tx.gemm({acc}[0:{m}, 0:{n}], A_s[0:{m}, 0:{k}], B_s[0:{k}, 0:{n}], {acc}[0:{m}, 0:{n}], False, False, 1.0, 0.0)"""
 
 
 def case_variant_params(pending_raises: type) -> list:

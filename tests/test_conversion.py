@@ -9,7 +9,7 @@ import re
 
 import numpy as np
 import pytest
-from conftest import kernel_warnings
+from conftest import gemm_body, kernel_warnings, parse_main
 import tvm
 
 import tilelayout as tl
@@ -308,23 +308,13 @@ def test_a_tile_larger_than_shared_memory_is_staged_in_rounds():
 
 def test_no_split_under_a_thread_dependent_condition():
     """A conversion inside ``if tx < 64`` would put barriers in divergent code: the conflict is reported."""
-    from tvm.script import tirx as T
-    from tvm.tirx.script import tile as Tx
-
-    @T.prim_func
-    def kernel(A: T.Buffer((64, 64), "float16"), B: T.Buffer((64, 64), "float16"), C: T.Buffer((64, 64), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", 128)
-        A_s = T.alloc_buffer((64, 64), "float16", scope="shared")
-        B_s = T.alloc_buffer((64, 64), "float16", scope="shared")
-        acc = T.alloc_buffer((64, 64), "float32", scope="local.fragment")
-        Tx.copy(A_s[0:64, 0:64], A[0:64, 0:64])
-        Tx.copy(B_s[0:64, 0:64], B[0:64, 0:64])
-        Tx.gemm(acc[0:64, 0:64], A_s[0:64, 0:64], B_s[0:64, 0:64], acc[0:64, 0:64], False, False, 1.0, 0.0)
-        if tx < 128:
-            for i in T.parallel(64):
-                for j in T.parallel(64):
-                    C[i, j] = acc[i, j] + acc[j, i]
+    kernel = parse_main('A: T.Buffer((64, 64), "float16"), B: T.Buffer((64, 64), "float16"), '
+                        'C: T.Buffer((64, 64), "float32")', threads=128, name="kernel", body=gemm_body(64, 64, 64) + '''
+    if tx < 128:
+        for i in T.parallel(64):
+            for j in T.parallel(64):
+                C[i, j] = acc[i, j] + acc[j, i]
+''')
 
     with pytest.raises(tl.LayoutError, match="acc"):
         tl.infer_layouts(kernel)

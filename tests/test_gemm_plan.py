@@ -7,6 +7,7 @@ from tvm.script import tirx as T
 from tvm.tirx.script import tile as Tx
 
 import tilelayout as tl
+from conftest import parse_main
 from tilelayout import gemm_layouts as gl
 from tilelayout.exprparse import parse_expr
 from tilelayout.expr import _BY_NAME
@@ -180,22 +181,21 @@ def test_register_a_with_a_pinned_layout_that_cannot_feed_the_instruction_is_ref
 
 
 def test_accumulator_fed_directly_as_a_operand_is_refused_with_the_fix():
-    @T.prim_func
-    def chained(A: T.Buffer((64, 32), "float32"), B: T.Buffer((32, 64), "float32"), C: T.Buffer((64, 64), "float32"),
-                D: T.Buffer((64, 64), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", 128)
-        A_s = T.alloc_buffer((64, 32), "float32", scope="shared")
-        B_s = T.alloc_buffer((32, 64), "float32", scope="shared")
-        C_s = T.alloc_buffer((64, 64), "float32", scope="shared")
-        S = T.alloc_buffer((64, 64), "float32", scope="local.fragment")
-        O = T.alloc_buffer((64, 64), "float32", scope="local.fragment")
-        Tx.copy(A_s[0:64, 0:32], A[0:64, 0:32])
-        Tx.copy(B_s[0:32, 0:64], B[0:32, 0:64])
-        Tx.copy(C_s[0:64, 0:64], C[0:64, 0:64])
-        Tx.gemm(S[0:64, 0:64], A_s[0:64, 0:32], B_s[0:32, 0:64], S[0:64, 0:64], False, False, 1.0, 0.0)
-        Tx.gemm(O[0:64, 0:64], S[0:64, 0:64], C_s[0:64, 0:64], O[0:64, 0:64], False, False, 1.0, 0.0)
-        Tx.copy(D[0:64, 0:64], O[0:64, 0:64])
+    chained = parse_main('A: T.Buffer((64, 32), "float32"), B: T.Buffer((32, 64), "float32"), '
+                         'C: T.Buffer((64, 64), "float32"), D: T.Buffer((64, 64), "float32")',
+                         threads=128, name="chained", body='''
+    A_s = T.alloc_buffer((64, 32), "float32", scope="shared")
+    B_s = T.alloc_buffer((32, 64), "float32", scope="shared")
+    C_s = T.alloc_buffer((64, 64), "float32", scope="shared")
+    S = T.alloc_buffer((64, 64), "float32", scope="local.fragment")
+    O = T.alloc_buffer((64, 64), "float32", scope="local.fragment")
+    Tx.copy(A_s[0:64, 0:32], A[0:64, 0:32])
+    Tx.copy(B_s[0:32, 0:64], B[0:32, 0:64])
+    Tx.copy(C_s[0:64, 0:64], C[0:64, 0:64])
+    Tx.gemm(S[0:64, 0:64], A_s[0:64, 0:32], B_s[0:32, 0:64], S[0:64, 0:64], False, False, 1.0, 0.0)
+    Tx.gemm(O[0:64, 0:64], S[0:64, 0:64], C_s[0:64, 0:64], O[0:64, 0:64], False, False, 1.0, 0.0)
+    Tx.copy(D[0:64, 0:64], O[0:64, 0:64])
+''')
 
     with pytest.raises(tl.LayoutConflictError, match=r"operand A S must have the .*copy it into a fresh fragment"):
         tl.infer_layouts(chained, target=SM80)

@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 import kernels_mma as K  # noqa: E402
 import tilelayout as tl  # noqa: E402
-from conftest import kernel_warnings  # noqa: E402
+from conftest import kernel_warnings, parse_main  # noqa: E402
 from tilelayout import Fragment  # noqa: E402
 from tilelayout.annotate import annotate_layouts, parallel_nests, read_layout_annotations, read_tile_loops  # noqa: E402
 from tilelayout.layout import placeholder as P  # noqa: E402
@@ -37,21 +37,25 @@ from tilelayout.passes.lowering.pipeline import check_numeric  # noqa: E402
 
 # ------------------------------------------------------------------------------------ kernels
 
-@T.prim_func
-def col_sum(A: T.Buffer((64, 128), "float32"), B: T.Buffer((128,), "float32")):
-    bx = T.launch_thread("blockIdx.x", 1)
-    tx = T.launch_thread("threadIdx.x", 128)
-    x = T.alloc_buffer((64, 128), "float32", scope="local.fragment")
-    s = T.alloc_buffer((128,), "float32", scope="local.fragment")
-    Tx.copy(x[0:64, 0:128], A[0:64, 0:128])
-    Tx.sum(s[0:128], x[0:64, 0:128], axes=[0])
-    Tx.copy(B[0:128], s[0:128])
+def _sum_kernel(name: str, rows: int, cols: int, axis: int, threads: int, src: str, dst: str, scope: str):
+    """A (rows x cols) copied into the tile ``src`` in ``scope``, summed over ``axis`` into the fragment ``dst``,
+    stored to B: one kernel for a reduction read from registers and one read from shared memory."""
+    n = cols if axis == 0 else rows
+    return parse_main(f'A: T.Buffer(({rows}, {cols}), "float32"), B: T.Buffer(({n},), "float32")', threads=threads,
+                      name=name, body=f'''
+    {src} = T.alloc_buffer(({rows}, {cols}), "float32", scope="{scope}")
+    {dst} = T.alloc_buffer(({n},), "float32", scope="local.fragment")
+    Tx.copy({src}[0:{rows}, 0:{cols}], A[0:{rows}, 0:{cols}])
+    Tx.sum({dst}[0:{n}], {src}[0:{rows}, 0:{cols}], axes=[{axis}])
+    Tx.copy(B[0:{n}], {dst}[0:{n}])
+''')
 
 
-@T.prim_func
-def row_sum_min_accum(A: T.Buffer((64, 128), "float32"), B: T.Buffer((64,), "float32")):
-    bx = T.launch_thread("blockIdx.x", 1)
-    tx = T.launch_thread("threadIdx.x", 128)
+col_sum = _sum_kernel("col_sum", 64, 128, 0, 128, "x", "s", "local.fragment")
+
+
+row_sum_min_accum = parse_main('A: T.Buffer((64, 128), "float32"), B: T.Buffer((64,), "float32")',
+                               threads=128, name="row_sum_min_accum", body='''
     x = T.alloc_buffer((64, 128), "float32", scope="local.fragment")
     s = T.alloc_buffer((64,), "float32", scope="local.fragment")
     Tx.copy(x[0:64, 0:128], A[0:64, 0:128])
@@ -59,26 +63,18 @@ def row_sum_min_accum(A: T.Buffer((64, 128), "float32"), B: T.Buffer((64,), "flo
     Tx.sum(s[0:64], x[0:64, 0:128], axes=[1], accum=True)
     Tx.min(s[0:64], x[0:64, 0:128], axes=[1], accum=True)
     Tx.copy(B[0:64], s[0:64])
+''')
 
 
-@T.prim_func
-def max_to_global(A: T.Buffer((32, 64), "float32"), B: T.Buffer((32,), "float32")):
-    bx = T.launch_thread("blockIdx.x", 1)
-    tx = T.launch_thread("threadIdx.x", 64)
+max_to_global = parse_main('A: T.Buffer((32, 64), "float32"), B: T.Buffer((32,), "float32")',
+                           threads=64, name="max_to_global", body='''
     x = T.alloc_buffer((32, 64), "float32", scope="local.fragment")
     Tx.copy(x[0:32, 0:64], A[0:32, 0:64])
     Tx.max(B[0:32], x[0:32, 0:64], axes=[1])
+''')
 
 
-@T.prim_func
-def sum_from_shared(A: T.Buffer((32, 64), "float32"), B: T.Buffer((32,), "float32")):
-    bx = T.launch_thread("blockIdx.x", 1)
-    tx = T.launch_thread("threadIdx.x", 64)
-    sm = T.alloc_buffer((32, 64), "float32", scope="shared")
-    r = T.alloc_buffer((32,), "float32", scope="local.fragment")
-    Tx.copy(sm[0:32, 0:64], A[0:32, 0:64])
-    Tx.sum(r[0:32], sm[0:32, 0:64], axes=[1])
-    Tx.copy(B[0:32], r[0:32])
+sum_from_shared = _sum_kernel("sum_from_shared", 32, 64, 1, 64, "sm", "r", "shared")
 
 
 #: both operands in shared memory, accumulated (beta 1) onto a filled accumulator
@@ -87,16 +83,15 @@ gemm_ss = K.gemm(64, 64, 32, accumulate=True).with_attr("global_symbol", "gemm_s
 gemm_fragment_a = K.gemm(64, 64, 32, a_scope="local.fragment")
 
 
-@T.prim_func
-def elementwise(A: T.Buffer((64, 64), "float32"), B: T.Buffer((64, 64), "float32")):
-    bx = T.launch_thread("blockIdx.x", 1)
-    tx = T.launch_thread("threadIdx.x", 128)
+elementwise = parse_main('A: T.Buffer((64, 64), "float32"), B: T.Buffer((64, 64), "float32")',
+                         threads=128, name="elementwise", body='''
     x = T.alloc_buffer((64, 64), "float32", scope="local.fragment")
     Tx.copy(x[0:64, 0:64], A[0:64, 0:64])
     Tx.add(x[0:64, 0:64], x[0:64, 0:64], T.float32(1))
     Tx.exp(x[0:64, 0:64])
     Tx.fma(x[0:64, 0:64], x[0:64, 0:64], T.float32(2), T.float32(3))
     Tx.copy(B[0:64, 0:64], x[0:64, 0:64])
+''')
 
 
 def _ref_row_sum_min(d):
@@ -243,16 +238,15 @@ def _stores_to(node, name: str) -> list:
     return hits
 
 
-@T.prim_func
-def row_max_on_half_a_warp(A: T.Buffer((2, 256), "float32"), B: T.Buffer((2,), "float32")):
-    bx = T.launch_thread("blockIdx.x", 1)
-    tx = T.launch_thread("threadIdx.x", 64)
+row_max_on_half_a_warp = parse_main('A: T.Buffer((2, 256), "float32"), B: T.Buffer((2,), "float32")',
+                                    threads=64, name="row_max_on_half_a_warp", body='''
     x = T.alloc_buffer((2, 256), "float32", scope="local.fragment")
     m = T.alloc_buffer((2,), "float32", scope="local.fragment")
     if tx < 16:
         Tx.copy(x[0:2, 0:256], A[0:2, 0:256])
         Tx.max(m[0:2], x[0:2, 0:256], axes=[1])
         Tx.copy(B[0:2], m[0:2])
+''')
 
 
 @pytest.mark.parametrize("model", ["register-count", "io-aware"])

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import tilelayout as tl
-from conftest import main_text
+from conftest import gemm_body, main_text
 from tilelayout.evaluate import evaluate, grid_env
 from tilelayout.layout import rep_placeholder
 
@@ -137,13 +137,7 @@ def test_write_race_is_refused_by_name(name):
 
 def test_update_under_a_conflicting_fragment_layout_is_refused_with_the_fix():
     text = main_text('A: T.Buffer((64, 32), "float16"), B: T.Buffer((32, 64), "float16"), O: T.Buffer((64,), "float32")',
-                     threads=128, body='''
-    A_s = T.alloc_buffer((64, 32), "float16", scope="shared")
-    B_s = T.alloc_buffer((32, 64), "float16", scope="shared")
-    C = T.alloc_buffer((64, 64), "float32", scope="local.fragment")
-    Tx.copy(A_s[0:64, 0:32], A[0:64, 0:32])
-    Tx.copy(B_s[0:32, 0:64], B[0:32, 0:64])
-    Tx.gemm(C[0:64, 0:64], A_s[0:64, 0:32], B_s[0:32, 0:64], C[0:64, 0:64], False, False, 1.0, 0.0)
+                     threads=128, body=gemm_body(64, 64, 32, acc="C") + '''
     for i in T.parallel(64):
         for j in T.parallel(64):
             O[i] = O[i] + C[i, j]

@@ -11,17 +11,15 @@ from tvm.tirx.script import tile as Tx
 import tilelayout as tl
 from tilelayout.passes.lowering.pipeline import check_numeric, random_inputs, reference_outputs
 from tilelayout.reference import UnsupportedByReference, run_reference
+from conftest import parse_main
 
 MODELS = ("register-count", "io-aware")
 
 
 # ------------------------------------------------------------------------------------ threadIdx.y / threadIdx.z
 
-@T.prim_func
-def shift_rows_xy(A: T.Buffer((32, 64), "int32"), B: T.Buffer((32, 64), "int32"), C: T.Buffer((4, 32), "int32")):
-    bx = T.launch_thread("blockIdx.x", 1)
-    tx = T.launch_thread("threadIdx.x", 32)
-    ty = T.launch_thread("threadIdx.y", 4)
+shift_rows_xy = parse_main('A: T.Buffer((32, 64), "int32"), B: T.Buffer((32, 64), "int32"), '
+                           'C: T.Buffer((4, 32), "int32")', threads=(32, 4), name="shift_rows_xy", body='''
     F = T.alloc_buffer((32, 64), "int32", scope="local.fragment")
     Tx.copy(F[0:32, 0:64], A[0:32, 0:64])
     for i in T.parallel(32):
@@ -29,19 +27,17 @@ def shift_rows_xy(A: T.Buffer((32, 64), "int32"), B: T.Buffer((32, 64), "int32")
             F[i, j] = F[i, j] * 3 + i
     Tx.copy(B[0:32, 0:64], F[0:32, 0:64])
     C[ty, tx] = ty * 100 + tx
+''')
 
 
-@T.prim_func
-def row_sums_xyz(A: T.Buffer((16, 64), "float32"), B: T.Buffer((16,), "float32")):
-    bx = T.launch_thread("blockIdx.x", 1)
-    tx = T.launch_thread("threadIdx.x", 16)
-    ty = T.launch_thread("threadIdx.y", 2)
-    tz = T.launch_thread("threadIdx.z", 2)
+row_sums_xyz = parse_main('A: T.Buffer((16, 64), "float32"), B: T.Buffer((16,), "float32")',
+                          threads=(16, 2, 2), name="row_sums_xyz", body='''
     F = T.alloc_buffer((16, 64), "float32", scope="local.fragment")
     s = T.alloc_buffer((16,), "float32", scope="local.fragment")
     Tx.copy(F[0:16, 0:64], A[0:16, 0:64])
     Tx.sum(s[0:16], F[0:16, 0:64], axes=[1])
     Tx.copy(B[0:16], s[0:16])
+''')
 
 
 def _shift_rows_numpy(d):
@@ -77,21 +73,18 @@ def test_a_block_of_x_y_and_z_threads_sums_rows():
 
 # ------------------------------------------------------------------------------------ per-thread local arrays
 
-@T.prim_func
-def per_thread_row_sum(A: T.Buffer((128, 48), "float32"), B: T.Buffer((128,), "float32")):
-    bx = T.launch_thread("blockIdx.x", 1)
-    tx = T.launch_thread("threadIdx.x", 128)
+per_thread_row_sum = parse_main('A: T.Buffer((128, 48), "float32"), B: T.Buffer((128,), "float32")',
+                                threads=128, name="per_thread_row_sum", body='''
     acc = T.alloc_buffer((1,), "float32", scope="local")
     acc[0] = T.float32(0)
     for k in T.serial(48):
         acc[0] = acc[0] + A[tx, k]
     B[tx] = acc[0]
+''')
 
 
-@T.prim_func
-def per_thread_window(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32")):
-    bx = T.launch_thread("blockIdx.x", 1)
-    tx = T.launch_thread("threadIdx.x", 64)
+per_thread_window = parse_main('A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32")',
+                               threads=64, name="per_thread_window", body='''
     w = T.alloc_buffer((3,), "float32", scope="local")
     for k in T.serial(3):
         w[k] = A[(tx + k) % 64]
@@ -99,6 +92,7 @@ def per_thread_window(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32
         B[tx] = w[0] * T.float32(2) - w[2]
     else:
         B[tx] = w[1]
+''')
 
 
 def test_the_interpreter_gives_each_thread_its_own_local_array():
@@ -121,13 +115,12 @@ def test_a_correct_per_thread_accumulation_passes_the_check(model):
     assert check_numeric(per_thread_window, cost_model=model).ok
 
 
-@T.prim_func
-def per_thread_value_in_a_tile_op(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32")):
-    bx = T.launch_thread("blockIdx.x", 1)
-    tx = T.launch_thread("threadIdx.x", 64)
+per_thread_value_in_a_tile_op = parse_main('A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32")',
+                                           threads=64, name="per_thread_value_in_a_tile_op", body='''
     v = T.alloc_buffer((1,), "float32", scope="local")
     v[0] = A[tx]
     Tx.fill(B[0:64], v[0])
+''')
 
 
 def test_a_per_thread_value_where_threads_run_together_is_refused_by_the_interpreter():
@@ -156,24 +149,22 @@ def test_copies_and_integer_kernels_stay_exact():
 
 # ------------------------------------------------------------------------------------ plain stores to a fragment
 
-@T.prim_func
-def one_element_fragment(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32")):
-    bx = T.launch_thread("blockIdx.x", 1)
-    tx = T.launch_thread("threadIdx.x", 64)
-    d = T.alloc_buffer((1,), "float32", scope="local.fragment")
-    d[0] = A[3] * T.float32(2)
+_D_WRITE = """
+    d[0] = A[3] * T.float32(2)"""
+_D_READ = """
     for i in T.parallel(64):
-        B[i] = A[i] + d[0]
+        B[i] = A[i] + d[0]"""
 
 
-@T.prim_func
-def one_element_fragment_read_first(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32")):
-    bx = T.launch_thread("blockIdx.x", 1)
-    tx = T.launch_thread("threadIdx.x", 64)
-    d = T.alloc_buffer((1,), "float32", scope="local.fragment")
-    for i in T.parallel(64):
-        B[i] = A[i] + d[0]
-    d[0] = A[3] * T.float32(2)
+def _one_element_fragment(name: str, *statements: str):
+    """A one-element fragment ``d`` next to a 64-thread loop, its store and its read in the order given: the same
+    kernel written before it is read and read before it is written."""
+    body = '\n    d = T.alloc_buffer((1,), "float32", scope="local.fragment")' + "".join(statements) + "\n"
+    return parse_main('A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32")', threads=64, name=name, body=body)
+
+
+one_element_fragment = _one_element_fragment("one_element_fragment", _D_WRITE, _D_READ)
+one_element_fragment_read_first = _one_element_fragment("one_element_fragment_read_first", _D_READ, _D_WRITE)
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -197,36 +188,34 @@ def test_a_fragment_read_before_its_plain_store_is_still_reported(monkeypatch):
 # ------------------------------------------------------------------------------------ pipelined fp8 on the CPU
 
 def _staged_fp8_copy(stages: int, arch: str):
-    @T.prim_func
-    def kernel(X: T.Buffer((64, 128), "float8_e4m3fn"), Y: T.Buffer((64, 128), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", 128)
-        X_s = T.alloc_buffer((64, 32), "float8_e4m3fn", scope="shared")
-        F = T.alloc_buffer((64, 32), "float32", scope="local.fragment")
-        for ko in T.serial(4, annotations={"num_stages": stages}):
-            Tx.copy(X_s[0:64, 0:32], X[0:64, ko * 32:ko * 32 + 32])
-            for i in T.parallel(64):
-                for j in T.parallel(32):
-                    F[i, j] = T.Cast("float32", X_s[i, j]) * T.float32(2)
-            Tx.copy(Y[0:64, ko * 32:ko * 32 + 32], F[0:64, 0:32])
+    kernel = parse_main('X: T.Buffer((64, 128), "float8_e4m3fn"), Y: T.Buffer((64, 128), "float32")',
+                        threads=128, name="kernel", values={"stages": stages}, body='''
+    X_s = T.alloc_buffer((64, 32), "float8_e4m3fn", scope="shared")
+    F = T.alloc_buffer((64, 32), "float32", scope="local.fragment")
+    for ko in T.serial(4, annotations={"num_stages": stages}):
+        Tx.copy(X_s[0:64, 0:32], X[0:64, ko * 32:ko * 32 + 32])
+        for i in T.parallel(64):
+            for j in T.parallel(32):
+                F[i, j] = T.Cast("float32", X_s[i, j]) * T.float32(2)
+        Tx.copy(Y[0:64, ko * 32:ko * 32 + 32], F[0:64, 0:32])
+''')
     return kernel.with_attr("target", tvm.target.Target({"kind": "cuda", "arch": arch}))
 
 
 def _staged_fp8_gemm(stages: int, arch: str, dtype: str = "float8_e4m3fn"):
-    @T.prim_func
-    def kernel(A: T.Buffer((64, 128), dtype), B: T.Buffer((64, 128), dtype), C: T.Buffer((64, 64), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", 128)
-        A_s = T.alloc_buffer((64, 32), dtype, scope="shared")
-        B_s = T.alloc_buffer((64, 32), dtype, scope="shared")
-        C_frag = T.alloc_buffer((64, 64), "float32", scope="local.fragment")
-        Tx.fill(C_frag[0:64, 0:64], T.float32(0))
-        for ko in T.serial(4, annotations={"num_stages": stages}):
-            Tx.copy(A_s[0:64, 0:32], A[0:64, ko * 32:ko * 32 + 32])
-            Tx.copy(B_s[0:64, 0:32], B[0:64, ko * 32:ko * 32 + 32])
-            Tx.gemm(C_frag[0:64, 0:64], A_s[0:64, 0:32], B_s[0:64, 0:32], C_frag[0:64, 0:64], False, True,
-                    T.float32(1), T.float32(1))
-        Tx.copy(C[0:64, 0:64], C_frag[0:64, 0:64])
+    kernel = parse_main('A: T.Buffer((64, 128), dtype), B: T.Buffer((64, 128), dtype), '
+                        'C: T.Buffer((64, 64), "float32")', threads=128, name="kernel", values={"stages": stages, "dtype": dtype}, body='''
+    A_s = T.alloc_buffer((64, 32), dtype, scope="shared")
+    B_s = T.alloc_buffer((64, 32), dtype, scope="shared")
+    C_frag = T.alloc_buffer((64, 64), "float32", scope="local.fragment")
+    Tx.fill(C_frag[0:64, 0:64], T.float32(0))
+    for ko in T.serial(4, annotations={"num_stages": stages}):
+        Tx.copy(A_s[0:64, 0:32], A[0:64, ko * 32:ko * 32 + 32])
+        Tx.copy(B_s[0:64, 0:32], B[0:64, ko * 32:ko * 32 + 32])
+        Tx.gemm(C_frag[0:64, 0:64], A_s[0:64, 0:32], B_s[0:64, 0:32], C_frag[0:64, 0:64], False, True,
+                T.float32(1), T.float32(1))
+    Tx.copy(C[0:64, 0:64], C_frag[0:64, 0:64])
+''')
     return kernel.with_attr("target", tvm.target.Target({"kind": "cuda", "arch": arch}))
 
 
@@ -306,10 +295,8 @@ def test_the_fuzzer_draws_float_identities_and_they_check_out(form):
         assert {o.kind for o in fuzz.check(kernel)} == {"ok"}, kernel.text
 
 
-@T.prim_func
-def local_scale_in_a_nest(A: T.Buffer((4, 64), "float32"), W: T.Buffer((4,), "float32"), B: T.Buffer((64,), "float32")):
-    bx = T.launch_thread("blockIdx.x", 1)
-    tx = T.launch_thread("threadIdx.x", 32)
+local_scale_in_a_nest = parse_main('A: T.Buffer((4, 64), "float32"), W: T.Buffer((4,), "float32"), '
+                                   'B: T.Buffer((64,), "float32")', threads=32, name="local_scale_in_a_nest", body='''
     acc = T.alloc_buffer((64,), "float32", scope="local.fragment")
     scale = T.alloc_buffer((1,), "float32", scope="local")
     Tx.fill(acc[0:64], T.float32(0))
@@ -318,6 +305,7 @@ def local_scale_in_a_nest(A: T.Buffer((4, 64), "float32"), W: T.Buffer((4,), "fl
         for i in T.parallel(64):
             acc[i] = acc[i] + A[k, i] * scale[0]
     Tx.copy(B[0:64], acc[0:64])
+''')
 
 
 def test_a_local_value_every_thread_holds_alike_scales_a_parallel_accumulation_once():

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import tilelayout as tl  # noqa: E402
-from conftest import kernel_warnings  # noqa: E402
+from conftest import kernel_warnings, parse_main  # noqa: E402
 from tilelayout import Fragment  # noqa: E402
 from tilelayout.annotate import (LOOP_LAYOUT_KEY, annotate_layouts, annotate_loop, encode_layout,  # noqa: E402
                                  parallel_nests)
@@ -170,13 +170,11 @@ def test_thread_extent_mismatch_with_a_pinned_layout_is_refused():
 
 
 def test_fragment_without_a_layout_is_refused():
-    @T.prim_func
-    def kernel(A: T.Buffer((128,), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", 128)
-        f = T.alloc_buffer((128,), "float32", scope="local.fragment")
-        for i in T.parallel(128):
-            f[i] = A[i]
+    kernel = parse_main('A: T.Buffer((128,), "float32")', threads=128, name="kernel", body='''
+    f = T.alloc_buffer((128,), "float32", scope="local.fragment")
+    for i in T.parallel(128):
+        f[i] = A[i]
+''')
 
     with pytest.raises(LoweringError, match="fragment f: no layout annotation"):
         partition_function(kernel)
@@ -200,16 +198,15 @@ def test_a_shared_layout_mapping_two_elements_to_one_address_is_refused():
 
 # ------------------------------------------------------------------------------------ views of shared tiles
 
-@T.prim_func
-def _shared_view(A: T.Buffer((64, 64), "float16"), B: T.Buffer((64, 64), "float16")):
-    bx = T.launch_thread("blockIdx.x", 1)
-    tx = T.launch_thread("threadIdx.x", 128)
+_shared_view = parse_main('A: T.Buffer((64, 64), "float16"), B: T.Buffer((64, 64), "float16")',
+                          threads=128, name="_shared_view", body='''
     S = T.alloc_buffer((64, 64), "float16", scope="shared")
     flat = T.decl_buffer((4096,), "float16", data=S.data, scope="shared")
     Tx.copy(S[0:64, 0:64], A[0:64, 0:64])
     for i in T.parallel(4096):
         flat[i] = flat[i] * T.float16(2)
     Tx.copy(B[0:64, 0:64], S[0:64, 0:64])
+''')
 
 
 def test_a_view_of_a_shared_tile_is_refused_by_name_before_any_build():

@@ -19,25 +19,23 @@ import tilelayout as tl
 from tilelayout import cli
 from tilelayout.errors import LoweringError, RaceError, TileLayoutError
 from tilelayout.passes.lowering.race_report import build_race_checked
+from conftest import parse_main
 
 
-@T.prim_func
-def exchange_without_barrier(A: T.Buffer((64,), "float32"), O: T.Buffer((64,), "float32")):
-    bx = T.launch_thread("blockIdx.x", 2)
-    tx = T.launch_thread("threadIdx.x", 32)
+def _exchange(name: str, barrier: bool):
+    """Two blocks of 32 threads; each thread stores its element of A into a shared slot and reads the mirrored
+    slot, with or without a barrier between: the one kernel the race check must tell apart by the barrier."""
+    sync = '\n    T.tvm_storage_sync("shared")' if barrier else ""
+    return parse_main('A: T.Buffer((64,), "float32"), O: T.Buffer((64,), "float32")', threads=32, blocks=2, name=name,
+                      body=f'''
     S = T.alloc_buffer((32,), "float32", scope="shared")
-    S[tx] = A[bx * 32 + tx]
+    S[tx] = A[bx * 32 + tx]{sync}
     O[bx * 32 + tx] = S[31 - tx]
+''')
 
 
-@T.prim_func
-def exchange_with_barrier(A: T.Buffer((64,), "float32"), O: T.Buffer((64,), "float32")):
-    bx = T.launch_thread("blockIdx.x", 2)
-    tx = T.launch_thread("threadIdx.x", 32)
-    S = T.alloc_buffer((32,), "float32", scope="shared")
-    S[tx] = A[bx * 32 + tx]
-    T.tvm_storage_sync("shared")
-    O[bx * 32 + tx] = S[31 - tx]
+exchange_without_barrier = _exchange("exchange_without_barrier", barrier=False)
+exchange_with_barrier = _exchange("exchange_with_barrier", barrier=True)
 
 
 @T.prim_func
@@ -346,12 +344,15 @@ def test_cross_warp_all_reduce_publishes_each_partial_from_one_lane():
 
 # --------------------------------------------------------------------------- warp shuffles order a warp's lanes
 
-@T.prim_func
-def warp_sum_into_read_element(A: T.Buffer((64,), "float32"), O: T.Buffer((2,), "float32")):
-    # every lane of warp w reads O[w]; after the butterfly lane 0 of the same warp overwrites it
-    bx = T.launch_thread("blockIdx.x", 1)
-    tx = T.launch_thread("threadIdx.x", 64)
-    v = T.alloc_buffer((1,), "float32", scope="local")
+def _lane_kernel(name: str, lanes: int, outputs: int, body: str):
+    """``lanes`` threads (one block), each with one local register ``v``, reading ``A[tx]`` and ``O``: the kernels
+    below differ only in what ``body`` does between the reads, the shuffles and the stores."""
+    return parse_main(f'A: T.Buffer(({lanes},), "float32"), O: T.Buffer(({outputs},), "float32")', threads=lanes,
+                      name=name, body='\n    v = T.alloc_buffer((1,), "float32", scope="local")\n' + body.lstrip("\n"))
+
+
+# every lane of warp w reads O[w]; after the butterfly lane 0 of the same warp overwrites it
+warp_sum_into_read_element = _lane_kernel("warp_sum_into_read_element", 64, 2, '''
     v[0] = O[tx // 32] * T.float32(0.03125) + A[tx]
     v[0] = v[0] + T.tvm_warp_shuffle_xor(T.tvm_warp_activemask(), v[0], 16, 32, 32)
     v[0] = v[0] + T.tvm_warp_shuffle_xor(T.tvm_warp_activemask(), v[0], 8, 32, 32)
@@ -360,94 +361,74 @@ def warp_sum_into_read_element(A: T.Buffer((64,), "float32"), O: T.Buffer((2,), 
     v[0] = v[0] + T.tvm_warp_shuffle_xor(T.tvm_warp_activemask(), v[0], 1, 32, 32)
     if tx % 32 == 0:
         O[tx // 32] = v[0]
+''')
 
 
-@T.prim_func
-def warp_sum_into_other_warps_element(A: T.Buffer((64,), "float32"), O: T.Buffer((2,), "float32")):
-    # as above, but lane 0 of warp w overwrites O[1 - w], which the other warp's lanes read: the shuffle does
-    # not order another warp
-    bx = T.launch_thread("blockIdx.x", 1)
-    tx = T.launch_thread("threadIdx.x", 64)
-    v = T.alloc_buffer((1,), "float32", scope="local")
+# as above, but lane 0 of warp w overwrites O[1 - w], which the other warp's lanes read: the shuffle does
+# not order another warp
+warp_sum_into_other_warps_element = _lane_kernel("warp_sum_into_other_warps_element", 64, 2, '''
     v[0] = O[tx // 32] + A[tx]
     v[0] = v[0] + T.tvm_warp_shuffle_xor(T.tvm_warp_activemask(), v[0], 16, 32, 32)
     v[0] = v[0] + T.tvm_warp_shuffle_xor(T.tvm_warp_activemask(), v[0], 8, 32, 32)
     if tx % 32 == 0:
         O[1 - tx // 32] = v[0]
+''')
 
 
-@T.prim_func
-def warp_reread_after_shuffle(A: T.Buffer((64,), "float32"), O: T.Buffer((2,), "float32")):
-    # lane 0's write is ordered after the reads before the shuffle, not after the lanes' read after it
-    bx = T.launch_thread("blockIdx.x", 1)
-    tx = T.launch_thread("threadIdx.x", 64)
-    v = T.alloc_buffer((1,), "float32", scope="local")
+# lane 0's write is ordered after the reads before the shuffle, not after the lanes' read after it
+warp_reread_after_shuffle = _lane_kernel("warp_reread_after_shuffle", 64, 2, '''
     v[0] = O[tx // 32] + A[tx]
     v[0] = v[0] + T.tvm_warp_shuffle_xor(T.tvm_warp_activemask(), v[0], 1, 32, 32)
     v[0] = v[0] + O[tx // 32]
     if tx % 32 == 0:
         O[tx // 32] = v[0]
+''')
 
 
-@T.prim_func
-def warp_write_without_shuffle(A: T.Buffer((64,), "float32"), O: T.Buffer((2,), "float32")):
-    bx = T.launch_thread("blockIdx.x", 1)
-    tx = T.launch_thread("threadIdx.x", 64)
-    v = T.alloc_buffer((1,), "float32", scope="local")
+warp_write_without_shuffle = _lane_kernel("warp_write_without_shuffle", 64, 2, '''
     v[0] = O[tx // 32] + A[tx]
     if tx % 32 == 0:
         O[tx // 32] = v[0]
+''')
 
 
-@T.prim_func
-def shuffle_in_half_a_warp(A: T.Buffer((32,), "float32"), O: T.Buffer((1,), "float32")):
-    # only lanes 0-15 reach the shuffle (__activemask() names them): lanes 16-31 read O[0] unordered before
-    # lane 0's store
-    bx = T.launch_thread("blockIdx.x", 1)
-    tx = T.launch_thread("threadIdx.x", 32)
-    v = T.alloc_buffer((1,), "float32", scope="local")
+# only lanes 0-15 reach the shuffle (__activemask() names them): lanes 16-31 read O[0] unordered before
+# lane 0's store
+shuffle_in_half_a_warp = _lane_kernel("shuffle_in_half_a_warp", 32, 1, '''
     v[0] = O[0] + A[tx]
     if tx < 16:
         v[0] = v[0] + T.tvm_warp_shuffle_xor(T.tvm_warp_activemask(), v[0], 1, 32, 32)
     if tx == 0:
         O[0] = v[0]
+''')
 
 
-@T.prim_func
-def shuffle_store_in_half_a_warp(A: T.Buffer((32,), "float32"), O: T.Buffer((32,), "float32")):
-    # lane 0 stores the shuffle's result into O[0], which lane 31 (outside the condition) read unordered
-    bx = T.launch_thread("blockIdx.x", 1)
-    tx = T.launch_thread("threadIdx.x", 32)
-    v = T.alloc_buffer((1,), "float32", scope="local")
+# lane 0 stores the shuffle's result into O[0], which lane 31 (outside the condition) read unordered
+shuffle_store_in_half_a_warp = _lane_kernel("shuffle_store_in_half_a_warp", 32, 32, '''
     v[0] = O[(tx + 1) % 32] + A[tx]
     if tx < 16:
         O[tx] = v[0] + T.tvm_warp_shuffle_xor(T.tvm_warp_activemask(), v[0], 1, 32, 32)
+''')
 
 
-@T.prim_func
-def half_warp_mask_orders_nothing(A: T.Buffer((32,), "float32"), O: T.Buffer((1,), "float32")):
-    # a shuffle whose mask names lanes 0-15 does not order lane 16's write after lane 0's read
-    bx = T.launch_thread("blockIdx.x", 1)
-    tx = T.launch_thread("threadIdx.x", 32)
-    v = T.alloc_buffer((1,), "float32", scope="local")
+# a shuffle whose mask names lanes 0-15 does not order lane 16's write after lane 0's read
+half_warp_mask_orders_nothing = _lane_kernel("half_warp_mask_orders_nothing", 32, 1, '''
     v[0] = O[0] + A[tx]
     v[0] = v[0] + T.tvm_warp_shuffle_xor(T.uint32(65535), v[0], 1, 16, 32)
     if tx == 16:
         O[0] = v[0]
+''')
 
 
-@T.prim_func
-def half_then_full_shuffle(A: T.Buffer((64,), "float32"), O: T.Buffer((2,), "float32")):
-    # the half-warp shuffle orders nothing here; the full-warp one after it still orders the reads before it
-    bx = T.launch_thread("blockIdx.x", 1)
-    tx = T.launch_thread("threadIdx.x", 64)
-    v = T.alloc_buffer((1,), "float32", scope="local")
+# the half-warp shuffle orders nothing here; the full-warp one after it still orders the reads before it
+half_then_full_shuffle = _lane_kernel("half_then_full_shuffle", 64, 2, '''
     v[0] = O[tx // 32] + A[tx]
     if tx % 32 < 16:
         v[0] = v[0] + T.tvm_warp_shuffle_xor(T.tvm_warp_activemask(), v[0], 1, 32, 32)
     v[0] = v[0] + T.tvm_warp_shuffle_xor(T.tvm_warp_activemask(), v[0], 16, 32, 32)
     if tx % 32 == 0:
         O[tx // 32] = v[0]
+''')
 
 
 def test_a_shuffle_part_of_the_warp_skips_leaves_the_next_full_one_ordering():
