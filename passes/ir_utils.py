@@ -75,6 +75,12 @@ def walk(node, entries: list, order: str = "pre") -> None:
         raise failure[0]
 
 
+def prim_func_pass(name: str, rewrite: Callable[[tirx.PrimFunc], tirx.PrimFunc]) -> tvm.transform.Pass:
+    """The TVM pass ``name`` that replaces every PrimFunc of a module by ``rewrite(func)``: the shape of each of
+    our passes, whose factory only names it and binds its arguments into ``rewrite``."""
+    return tirx.transform.prim_func_pass(lambda func, _mod, _ctx: rewrite(func), opt_level=0, name=name)
+
+
 def module_func(func, error: type):
     """The PrimFunc a one-function IRModule holds (``error`` when it holds another number), else ``func``."""
     if isinstance(func, tvm.IRModule):

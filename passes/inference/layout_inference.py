@@ -27,6 +27,7 @@ from .ownership import ownership_error
 from .frontend import ConvertOp, build_op_graph
 from .gemm_plan import plan_gemms
 from ..hardware import check_block_threads, func_target, normalize_target
+from ..ir_utils import prim_func_pass
 from .loop_nest import nest_of
 from .op_rules import COMMON, FREE, STRICT, LoopDecision, check_cells_invertible, infer_op
 from .result import Attempt, InferenceResult  # noqa: F401  (re-exported: they were defined here)
@@ -592,9 +593,5 @@ def _as_prim_func(func):
 
 def LayoutInference(cost_model=None, target=None, conflicts=None):
     """A PrimFunc pass that annotates every function with its inferred layouts (see ``infer_layouts``)."""
-
-    @tvm.tirx.transform.prim_func_pass(opt_level=0, name="tilelayout.LayoutInference")
-    def _pass(func, mod, ctx):
-        return infer_layouts(func, func_target(func, target), cost_model, conflicts).func
-
-    return _pass
+    return prim_func_pass("tilelayout.LayoutInference",
+                          lambda func: infer_layouts(func, func_target(func, target), cost_model, conflicts).func)

@@ -27,7 +27,7 @@ from tilelayout.expr import mentions
 from tilelayout.layout import Layout, rep_placeholder, substitute
 
 from ..ir_utils import (conj, func_label, int_value, is_memory_scope, make_analyzer, mapped, mutate,  # noqa: F401
-                        thread_launch, walk)
+                        prim_func_pass, thread_launch, walk)
 from .atomics import guard_atomics
 from .loop_marks import PARTITIONED_KEY, SLOT_LOOP_KEY
 
@@ -119,12 +119,7 @@ def per_thread_cells(layout: Fragment, tx, threads: int, what: str, prefix: str 
 
 def LoopPartition(verify: bool = True):
     """Pass: partition every layout-annotated parallel nest over threads; fragments become local arrays."""
-
-    @tirx.transform.prim_func_pass(opt_level=0, name="tilelayout.LoopPartition")
-    def _pass(func, mod, ctx):
-        return partition_function(func, verify)
-
-    return _pass
+    return prim_func_pass("tilelayout.LoopPartition", lambda func: partition_function(func, verify))
 
 
 def partition_function(func, verify: bool = True):
@@ -445,10 +440,12 @@ def localize_fragments(body, frag_layouts: dict, tx, threads: int, memory_layout
         bounds[tx] = (0, threads)
     state = {"ana": make_analyzer(bounds)}
 
-    def index(buf, indices):
+    def placed(buf, indices):
+        """(physical buffer, indices) of an access to ``buf`` under its layout; None for a buffer without one."""
         b, nb = lookup(buf)
-        lay = all_layouts[b]
-        return nb, [state["ana"].simplify(e) for e in lay.forward(*indices)]
+        if b is None:
+            return None
+        return nb, [state["ana"].simplify(e) for e in all_layouts[b].forward(*indices)]
 
     def on_for(loop, mutator):
         lo, ext = int_value(loop.min), int_value(loop.extent)
@@ -461,19 +458,13 @@ def localize_fragments(body, frag_layouts: dict, tx, threads: int, memory_layout
 
     def on_store(s, mutator):
         s = mutator.default_mutate(s)
-        b, _ = lookup(s.buffer)
-        if b is None:
-            return s
-        nb, idx = index(s.buffer, list(s.indices))
-        return tirx.BufferStore(nb, s.value, idx)
+        hit = placed(s.buffer, list(s.indices))
+        return s if hit is None else tirx.BufferStore(hit[0], s.value, hit[1])
 
     def on_load(e, mutator):
         e = mutator.default_mutate(e)
-        b, _ = lookup(e.source)
-        if b is None:
-            return e
-        nb, idx = index(e.source, list(e.indices))
-        return tirx.BufferLoad(nb, idx)
+        hit = placed(e.source, list(e.indices))
+        return e if hit is None else tirx.BufferLoad(*hit)
 
     def on_alloc(a, mutator):
         b, nb = lookup(a.buffer)

@@ -20,7 +20,7 @@ from tvm.ir import TensorLoad
 from tilelayout.layout import substitute
 
 from ..hardware import func_target, max_vector_load_bits, normalize_target
-from ..ir_utils import int_value, mapped, mutate, thread_launch, walk
+from ..ir_utils import int_value, mapped, mutate, prim_func_pass, thread_launch, walk
 from ..vector_width import plan_vector_width, same_in_group, value_lane_cap
 from .loop_marks import SLOT_LOOP_KEY
 from .atomics import has_atomic
@@ -57,12 +57,8 @@ class _Buf:
 
 def LoopVectorize(target=None):
     """Pass: vectorize the innermost slot loop of every partitioned nest."""
-
-    @tirx.transform.prim_func_pass(opt_level=0, name="tilelayout.LoopVectorize")
-    def _pass(func, mod, ctx):
-        return vectorize_function(func, func_target(func, target))
-
-    return _pass
+    return prim_func_pass("tilelayout.LoopVectorize",
+                          lambda func: vectorize_function(func, func_target(func, target)))
 
 
 def vectorize_function(func, target=None):

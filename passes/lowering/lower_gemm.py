@@ -221,11 +221,7 @@ def physical_offsets(buf, layout) -> np.ndarray:
     shape = [int(s) for s in buf.shape]
     if layout is None:
         return np.arange(int(np.prod(shape))).reshape(shape)
-    tab = np.asarray(layout.table(), dtype=np.int64)
-    flat = np.zeros(tab.shape[:-1], dtype=np.int64)
-    for k, s in enumerate(layout.output_shape):
-        flat = flat * int(s) + tab[..., k]
-    return flat
+    return layout._linear_table()
 
 
 class _Operand:

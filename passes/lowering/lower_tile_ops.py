@@ -40,7 +40,7 @@ from .from_inference import CopyOp, ElementwiseOp, FillOp, GemmOp, ReduceOp, bui
 from ..hardware import func_target, normalize_target, warp_size
 from ..all_reduce import _cell_elements, _reduced, _split_basis, _xor_basis, unheld_partial  # noqa: F401 (tests use some)
 from .from_inference import finalized_buffer, nest_of
-from ..ir_utils import int_value, make_analyzer, mutate, thread_launch, walk
+from ..ir_utils import int_value, make_analyzer, mutate, prim_func_pass, thread_launch, walk
 from . import lower_gemm as _gemm
 from .lower_gemm import _region_index
 from .cell_loops import ForCells as _ForCells, guard as _guard, slot_loops as _slot_loops
@@ -60,12 +60,7 @@ SHARED_LIMIT_BYTES = 48 * 1024
 
 def LowerTileOps(target=None):
     """Pass: tile ops -> annotated parallel nests (copy/fill/elementwise) or per-thread code (reduce/gemm)."""
-
-    @tirx.transform.prim_func_pass(opt_level=0, name="tilelayout.LowerTileOps")
-    def _pass(func, mod, ctx):
-        return lower_tile_ops(func, func_target(func, target))
-
-    return _pass
+    return prim_func_pass("tilelayout.LowerTileOps", lambda func: lower_tile_ops(func, func_target(func, target)))
 
 
 def element_loop(op, node, nest, kind):

@@ -34,7 +34,7 @@ from tilelayout.expr import mentions
 from ..hardware import func_target, normalize_target, sm_version
 from .from_inference import CopyOp, build_op_graph
 from .from_inference import stage_stride
-from ..ir_utils import constant_numel, int_value, mapped, walk
+from ..ir_utils import constant_numel, int_value, mapped, prim_func_pass, walk
 
 __all__ = ["PlanPipelines", "STAGES_KEY", "PIPELINE_KEY", "PIPELINE_REPORT_ATTR", "plan_pipelines", "read_plan", "stage_stride"]
 
@@ -108,12 +108,7 @@ def _stores_to(stmt, var) -> bool:
 
 def PlanPipelines(target=None):
     """Pass: record the pipelining decision on every ``num_stages`` loop (run after layout inference)."""
-
-    @tirx.transform.prim_func_pass(opt_level=0, name="tilelayout.PlanPipelines")
-    def _pass(func, mod, ctx):
-        return plan_pipelines(func, func_target(func, target))
-
-    return _pass
+    return prim_func_pass("tilelayout.PlanPipelines", lambda func: plan_pipelines(func, func_target(func, target)))
 
 
 def plan_pipelines(func, target=None):

@@ -21,7 +21,7 @@ from tvm.tirx.tile_primitive import TilePrimitiveCall
 from tilelayout.expr import mentions as _uses_any
 from tilelayout.layout import substitute
 
-from ..ir_utils import int_value, mapped, mutate, walk
+from ..ir_utils import int_value, mapped, mutate, prim_func_pass, walk
 from .atomics import atomics_as_updates
 from .emulate_async_copy import PER_THREAD_KEY
 from .emulate_collective import emulate_collective, is_collective
@@ -177,10 +177,7 @@ def _communicates(c) -> bool:
 
 def SerializeThreads():
     """A PrimFunc pass running a lowered GPU kernel's threads one after another (see the module docstring)."""
-    @tirx.transform.prim_func_pass(opt_level=0, name="tilelayout.SerializeThreads")
-    def _pass(func, mod, ctx):
-        return serialize_threads(func)
-    return _pass
+    return prim_func_pass("tilelayout.SerializeThreads", serialize_threads)
 
 
 def serialize_threads(func):
@@ -364,10 +361,7 @@ class _Phases:
 
 def SequentialSemantics():
     """A PrimFunc pass turning an unlowered tile program into its sequential, layout-free semantics."""
-    @tirx.transform.prim_func_pass(opt_level=0, name="tilelayout.SequentialSemantics")
-    def _pass(func, mod, ctx):
-        return sequential_semantics(func)
-    return _pass
+    return prim_func_pass("tilelayout.SequentialSemantics", sequential_semantics)
 
 
 def sequential_semantics(func):

@@ -36,7 +36,7 @@ from tvm.ir import Range, TensorLoad
 from tilelayout.errors import PipelineError
 from tilelayout.expr import mentions, row_major_offset, substitute
 
-from ..ir_utils import int_value, mapped, mutate, under_guard, walk
+from ..ir_utils import int_value, mapped, mutate, prim_func_pass, under_guard, walk
 from .lower_gemm import ptx_call
 from .pipeline_plan import PIPELINE_KEY, PIPELINE_REPORT_ATTR, read_plan, stage_stride
 from .shared_liveness import drop_keep_alive, keep_shared_alive
@@ -49,12 +49,7 @@ CP_ASYNC_SIZES = (16, 8, 4)
 
 def SoftwarePipeline():
     """Pass: build the schedule ``PlanPipelines`` recorded (run after LoopVectorize)."""
-
-    @tirx.transform.prim_func_pass(opt_level=0, name="tilelayout.SoftwarePipeline")
-    def _pass(func, mod, ctx):
-        return software_pipeline(func)
-
-    return _pass
+    return prim_func_pass("tilelayout.SoftwarePipeline", software_pipeline)
 
 
 def software_pipeline(func):

@@ -21,7 +21,8 @@ from .errors import EvaluationError, LayoutError, TileLayoutError
 from .evaluate import evaluate, evaluate_grid, grid_env
 from .expr import (_PLACEHOLDERS, ENUMERATION_LIMIT, INJECTIVE_ENUMERATION_LIMIT, ExprKey, _as_expr,  # noqa: F401
                    _fmt_shape, call_user_fn, expr_text, free_vars, is_static, make_analyzer, normalize_shape, placeholder,
-                   rep_placeholder, shape_size, shape_vars, simplify, substitute)
+                   rep_placeholder, row_major_offset, row_major_strides, shape_size, shape_vars, simplify,
+                   substitute)
 from .inverse import (_bound_extent, _detect, _detect_bijective, _gf2_inverse, _digit_inverse,  # noqa: F401
                       _iter_sum_extents, _lookup_inverse, _padding_cells_excluded, _prove_injective_symbolically,
                       _stride_inverse)
@@ -209,18 +210,13 @@ class Layout:
     @cached_property
     def linearized_forward_index(self):
         """Row-major linearisation of the outputs over the output shape."""
-        shape = self.output_shape
-        out = tirx.const(0, "int32")
-        for e, s in zip(self._forward_index, shape):
-            out = out * s + e
+        out = row_major_offset(self._forward_index, self.output_shape)
         return simplify([out], self.forward_vars, self._input_shape)[0]
 
     def _linear_table(self) -> np.ndarray:
-        tab = self.table()
-        out = np.zeros(tab.shape[:-1], dtype=np.int64)
-        for k, s in enumerate(self.output_shape):
-            out = out * s + tab[..., k]
-        return out
+        """``linearized_forward_index`` at every input point: the output coordinates dotted with the row-major
+        strides of the output shape."""
+        return self.table() @ np.asarray(row_major_strides(self.output_shape), dtype=np.int64)
 
     # ----------------------------------------------------------------- properties of the map
     def is_injective(self) -> bool:

@@ -160,17 +160,34 @@ def _pyplot():
     return plt
 
 
-def _title(cells: LayoutCells, title: str | None, dtype: str | None) -> str:
+# the heading of each (detail, picture) template; an overview's ``{tiles}`` is filled in later with the tile size
+_HEADINGS = {
+    (True, "fragment"): "Fragment {shape}: T = thread, s = register slot; colour = thread{note}",
+    (True, "address"): "Layout {shape}: physical address",
+    (True, "bank"): "Layout {shape} ({dtype}): address and b = bank; colour = bank{note}",
+    (False, "fragment"): "Fragment {shape}, {{tiles}} cells per tile: T = first-last thread, s = first-last register "
+                         "slot of the tile; colour = warp{note}; detail=True labels every cell",
+    (False, "address"): "Layout {shape}, {{tiles}} cells per tile: first-last physical address",
+    (False, "bank"): "Layout {shape} ({dtype}), {{tiles}} cells per tile: first-last address, b = first-last bank; "
+                     "colour = bank{note}; detail=True labels every cell",
+}
+#: how a cell's T reads for a replicated fragment: one thread per replica, or the range over all of them
+_REPLICA_THREADS = {True: "T lists each replica's thread", False: "T counts every replica's thread"}
+
+
+def _heading(cells: LayoutCells, title: str | None, dtype: str | None, detail: bool) -> str:
+    """The figure's heading: ``title``, else what the picture shows (a page of cells or a tiled overview)."""
     if title:
         return title
-    shape = "x".join(str(s) for s in cells.shape)
+    detail = bool(detail)
     if cells.kind == "Fragment":
-        rep = f", replicated {cells.replicate}x (T lists each replica's thread)" if cells.replicate > 1 else ""
-        return f"Fragment {shape}: T = thread, s = register slot; colour = thread{rep}"
-    if cells.banks is None:
-        return f"Layout {shape}: physical address"
-    swz = f", swizzle {cells.swizzle}" if cells.swizzle else ""
-    return f"Layout {shape} ({dtype}): address and b = bank; colour = bank{swz}"
+        picture = "fragment"
+        note = f", replicated {cells.replicate}x ({_REPLICA_THREADS[detail]})" if cells.replicate > 1 else ""
+    elif cells.banks is None:
+        picture, note = "address", ""
+    else:
+        picture, note = "bank", f", swizzle {cells.swizzle}" if cells.swizzle else ""
+    return _HEADINGS[detail, picture].format(shape="x".join(str(s) for s in cells.shape), dtype=dtype, note=note)
 
 
 def _pages(rows: int, cols: int, max_rows: int, max_cols: int) -> list[tuple[int, int, int, int]]:
@@ -321,22 +338,6 @@ def _draw_overview(plt, cells: LayoutCells, rows: int, cols: int, heading: str):
     return fig
 
 
-def _overview_title(cells: LayoutCells, title: str | None, dtype: str | None) -> str:
-    """The heading of an overview (``{tiles}`` is filled with the tile size)."""
-    if title:
-        return title
-    shape = "x".join(str(s) for s in cells.shape)
-    if cells.kind == "Fragment":
-        rep = f", replicated {cells.replicate}x (T counts every replica's thread)" if cells.replicate > 1 else ""
-        return (f"Fragment {shape}, {{tiles}} cells per tile: T = first-last thread, s = first-last register slot "
-                f"of the tile; colour = warp{rep}; detail=True labels every cell")
-    if cells.banks is None:
-        return f"Layout {shape}, {{tiles}} cells per tile: first-last physical address"
-    swz = f", swizzle {cells.swizzle}" if cells.swizzle else ""
-    return (f"Layout {shape} ({dtype}), {{tiles}} cells per tile: first-last address, b = first-last bank; "
-            f"colour = bank{swz}; detail=True labels every cell")
-
-
 def _row_label(shape, row: int) -> str:
     if len(shape) <= 1:
         return str(row * WRAP_1D)
@@ -375,7 +376,7 @@ def plot_layout(layout, path=None, *, dtype: str | None = "float16", title: str 
     rows, cols = grid_shape(cells.shape)
     if detail is None:
         detail = rows * cols <= DETAIL_CELLS
-    heading = _title(cells, title, dtype) if detail else _overview_title(cells, title, dtype)
+    heading = _heading(cells, title, dtype, detail)
     import matplotlib
     # unhinted glyphs advance exactly 0.602 em, so each row's monospaced label line stays aligned with its cells
     with matplotlib.rc_context(_RC):

@@ -249,43 +249,47 @@ def _complement_gap(layout, d, cur):
     return d // cur if not known_eq(cur, 1) else d
 
 
-def _coalesced_modes(layout: Layout) -> tuple[tuple, tuple]:
-    """(shapes, strides) of the coalesced, flattened layout: the modes an inverse is assembled from."""
+def _inverse(layout, modes_of_inverse):
+    """An inverse of ``layout`` assembled by ``modes_of_inverse(layout, shapes, strides, positions)`` from the
+    coalesced, flattened modes and their column-major positions; None and an int ``n`` (the identity of size
+    ``n``) need no assembly."""
+    if layout is None:
+        return None
+    if is_int(layout):
+        return Layout(layout)
     flat = coalesce(layout)
-    return flatten(flat.shape), flatten(flat.stride)
+    shapes, strides = flatten(flat.shape), flatten(flat.stride)
+    res_s, res_d = modes_of_inverse(layout, shapes, strides, prefix_product(shapes))
+    return coalesce(Layout(tuple(res_s), tuple(res_d)))
 
 
 # R with L(R(i)) == i on the longest chain of strides 1, s0*d0, ... ; stride-0 and symbolic modes are skipped.
 # Partial: L is a bijection onto [0, size(L)) exactly when size(right_inverse(L)) == size(L).
 def right_inverse(layout):
-    if layout is None:
-        return None
-    if is_int(layout):
-        return Layout(layout)
-    shapes, strides = _coalesced_modes(layout)
-    pre = prefix_product(shapes)
+    return _inverse(layout, _right_inverse_modes)
+
+
+def _right_inverse_modes(layout, shapes: tuple, strides: tuple, pre: tuple) -> tuple[list, list]:
     res_s, res_d, cur = [1], [0], 1
     for i in sorted((i for i, d in enumerate(strides) if is_int(d)), key=lambda i: strides[i]):
         if strides[i] == cur:
             res_s.append(shapes[i])
             res_d.append(pre[i])
             cur = shapes[i] * strides[i]
-    return coalesce(Layout(tuple(res_s), tuple(res_d)))
+    return res_s, res_d
 
 
 # R with R(L(c)) == L(c)'s coordinate for an injective L: strides sorted, each gap between them a new mode.
 def left_inverse(layout):
-    if layout is None:
-        return None
-    if is_int(layout):
-        return Layout(layout)
-    shapes, strides = _coalesced_modes(layout)
+    return _inverse(layout, _left_inverse_modes)
+
+
+def _left_inverse_modes(layout, shapes: tuple, strides: tuple, pre: tuple) -> tuple[list, list]:
     for d in strides:
         if not is_int(d):
             raise CuteError(f"left_inverse of {layout}: needs constant integer strides (as C++ CuTe), got {d}")
         if d < 0:
             raise CuteError(f"left_inverse of {layout}: negative stride {d}")
-    pre = prefix_product(shapes)
     order = sorted(range(len(strides)), key=lambda i: strides[i])
     res_s, res_d = [], [0]
     for i in order:
@@ -301,4 +305,4 @@ def left_inverse(layout):
         res_s.append(d // covered)
         res_d.append(pre[i])
     res_s.append(shapes[order[-1]])
-    return coalesce(Layout(tuple(res_s), tuple(res_d)))
+    return res_s, res_d

@@ -237,14 +237,19 @@ def suffix_product(a, init=1):
     return init
 
 
+def _modes_of(crd: tuple, shape, stride, who: str):
+    """The (coordinate, shape, stride) modes of a tuple coordinate, which must have ``shape``'s modes."""
+    if not is_tuple(shape) or len(crd) != len(shape):
+        raise CuteError(f"{who}: coordinate {fmt(crd)} does not match shape {fmt(shape)}")
+    return zip(crd, shape, stride)
+
+
 def idx2crd(idx, shape, stride=None):
     """Natural coordinate of index ``idx`` in ``shape`` (column-major unless ``stride`` is given)."""
     if stride is None:
         stride = prefix_product(shape)
     if is_tuple(idx):
-        if not is_tuple(shape) or len(idx) != len(shape):
-            raise CuteError(f"idx2crd: coordinate {fmt(idx)} does not match shape {fmt(shape)}")
-        return tuple(idx2crd(i, s, d) for i, s, d in zip(idx, shape, stride))
+        return tuple(idx2crd(i, s, d) for i, s, d in _modes_of(idx, shape, stride, "idx2crd"))
     if is_tuple(shape):
         return tuple(idx2crd(idx, s, d) for s, d in zip(shape, stride))
     return (idx // stride) % shape
@@ -255,9 +260,7 @@ def crd2idx(crd, shape, stride=None):
     if stride is None:
         stride = prefix_product(shape)
     if is_tuple(crd):
-        if not is_tuple(shape) or len(crd) != len(shape):
-            raise CuteError(f"coordinate {fmt(crd)} does not match shape {fmt(shape)}")
-        return reduce(add, (crd2idx(c, s, d) for c, s, d in zip(crd, shape, stride)), 0)
+        return reduce(add, (crd2idx(c, s, d) for c, s, d in _modes_of(crd, shape, stride, "crd2idx")), 0)
     if crd is None:
         crd = 0
     if is_tuple(shape):
