@@ -19,6 +19,8 @@ from tilelayout.expr import substitute
 from tilelayout.passes.float_cancellation import keep_ieee_semantics
 from tilelayout.passes.float_coincidence import Coincidence
 from tilelayout.passes.ir_utils import walk
+from tilelayout.passes.lowering.pipeline import lower_func
+from tilelayout.passes.lowering.race_report import build_race_checked
 
 MODELS = ("register-count", "io-aware")
 
@@ -113,9 +115,9 @@ def test_lowered_kernel_keeps_the_ieee_result(case, dtype, form):
     a, b = _inputs(dtype)
     with np.errstate(invalid="ignore", over="ignore"):     # inf - inf is NaN on purpose here
         want = reference(a, b).astype(dtype)
-    for model in MODELS:
+    for model in MODELS:   # under the race check: a race raises RaceError, naming the buffer and threads
         out = np.zeros(64, dtype)
-        tl.build_cpu(func, cost_model=model)(a.copy(), b.copy(), out)
+        build_race_checked(lower_func(func, cost_model=model))(a.copy(), b.copy(), out)
         np.testing.assert_array_equal(out, want, err_msg=f"{case} ({dtype}, {form}, {model})")
 
 
