@@ -18,18 +18,10 @@ import tvm_ffi
 from tvm import tirx
 from tvm.ir import Call
 
-from .float_coincidence import Coincidence
+from .float_coincidence import Coincidence, is_float
 from .ir_utils import mapped, walk
 
 __all__ = ["rewrite_nan_tests"]
-
-
-def _is_float(e) -> bool:
-    return str(e.ty).startswith(("float", "bfloat"))
-
-
-def _self_compared(node) -> bool:
-    return _is_float(node.a) and tvm_ffi.structural_equal(node.a, node.b)
 
 
 def _guarded(func) -> list:
@@ -47,9 +39,9 @@ def _guarded(func) -> list:
 
 
 def _isnan(node, negate: bool, same: Coincidence, guarded: list):
-    if not _is_float(node.a) or any(node.same_as(g) for g in guarded):
+    if not is_float(node.a) or any(node.same_as(g) for g in guarded):
         return node
-    if _self_compared(node):
+    if tvm_ffi.structural_equal(node.a, node.b):
         test = tirx.isnan(node.a)
         return tirx.Not(test) if negate else test
     if not same.may(node.a, node.b):
