@@ -33,7 +33,8 @@ sm_90a thread 0 issues TMA loads (A_s one 64B-swizzled box, B_s two 128B-swizzle
 being the inferred layouts') and every thread waits on the stage's mbarrier. The staged fp16 epilogue on sm_90a
 (`staged_c_sm90a_s3_128x128`, TileLang twin run with --arch sm_90a): acc_f equals TileLang's shifted from its
 consumer range [128, 256), neither side gives C_s a layout, and both store acc_f into C_s with stmatrix.x4 (16
-per thread); TileLang's allocator lays C_s over the dead stages (49 KiB), TVM's merge cannot (81 KiB)."""
+per thread); A_s and B_s are one allocation (``stage_arena``) whose bytes C_s takes after the loop: 48 KiB of
+dynamic shared memory, as TileLang (49 KiB in all with its barriers)."""
 
 
 def _gemm(m: int, n: int, k: int, bk: int, stages: int, arch: str, threads: int = 128, scope: str = "shared",

@@ -65,33 +65,72 @@ KERNELS = {
 
 @pytest.mark.parametrize("name", list(KERNELS))
 def test_tvm_never_puts_two_addressed_tiles_on_the_same_bytes(name):
-    """The tiles reached through address_of (ldmatrix, wgmma descriptors, cp.async) are live together from
-    their allocation: the merged buffer must hold all of them side by side (checked here from the sizes, and by
-    ``merge_overlap``, which the fuzzer runs). A staging tile after them may take their bytes."""
+    """The tiles reached through address_of (ldmatrix, wgmma descriptors, cp.async) that one statement of the
+    kernel uses (the K loop reads Q, K and V) must sit side by side in the merged buffer (checked here from the
+    sizes, and by ``merge_overlap``, which the fuzzer runs). A staging tile first used after them (flash
+    attention's O_shared on sm_90a, stored by stmatrix) may take their bytes."""
     mod = lower(KERNELS[name](), cost_model="register-count")
     func = mod[list(mod.functions)[0]]
     tiles = _shared_bytes(func)
     addressed = {str(b.name) for b in shared_liveness._addressed(func.body)}
-    assert _merged_bytes(mod) >= sum(v for k, v in tiles.items() if k in addressed), tiles
+    together = max(sum(tiles[n] for n in addressed if n in tiles and _names(stmt, n)) for stmt in _top_level(func))
+    assert together > 0 and _merged_bytes(mod) >= together, tiles
     assert merge_overlap(mod) is None
 
 
-def test_the_epilogue_staging_tile_reuses_the_dead_pipeline_stages():
+def _top_level(func) -> list:
+    """The statements of the kernel's longest sequence (its top level inside the launches)."""
+    seqs = []
+    walk(func.body, [(tirx.SeqStmt, lambda s: seqs.append(list(s.seq)))])
+    return max(seqs, key=len)
+
+
+def _names(stmt, name: str) -> bool:
+    found = []
+    walk(stmt, [(tirx.BufferStore, lambda st: found.append(1) if str(st.buffer.name) == name else None),
+                (tvm.ir.TensorLoad, lambda e: found.append(1) if str(e.source.name) == name else None)])
+    return bool(found)
+
+
+@pytest.mark.parametrize("variant", ["staged_c_sm80_s3_128x128", "staged_c_sm90a_s3_128x128"])
+def test_the_epilogue_staging_tile_reuses_the_dead_pipeline_stages(variant):
     """TileLang's gemm with its fp16 result staged through C_s (128x128, three stages of 128x32 and 32x128):
-    A_s and B_s are dead after the K loop, so C_s (32 KiB) takes B_s's bytes: 56 KiB instead of 80 (TVM's merge
-    gives a new tile one freed tile's place, never two). A barrier after the loop's drain keeps a slow warp's
-    last ldmatrix from reading what a fast one stores into C_s; the kernel matches numpy under the race check."""
-    func = gemm_pipelined.VARIANTS["staged_c_sm80_s3_128x128"]()
+    A_s and B_s (24 KiB each) are dead after the K loop, and C_s (32 KiB) is larger than either, so the staged
+    tiles share one allocation (``stage_arena``) and C_s takes its bytes: 48 KiB instead of 80 (TVM's merge
+    gives a new tile one freed allocation's place, never two), TileLang's figure. A barrier after the loop keeps a
+    slow warp's last ldmatrix or wgmma from reading what a fast one stores into C_s; the kernel matches numpy
+    under the race check."""
+    func = gemm_pipelined.VARIANTS[variant]()
     mod = lower(func)
     tiles = _shared_bytes(mod[list(mod.functions)[0]])
-    assert sorted(tiles) == ["A_s", "B_s", "C_s"] and sum(tiles.values()) == 80 * 1024, tiles
-    assert _built_dynamic_bytes(mod) == 56 * 1024
+    assert tiles == {"A_s_B_s": 48 * 1024, "C_s": 32 * 1024}, tiles
+    assert _built_dynamic_bytes(mod) == 48 * 1024
     src = cuda_source(func)
-    drain = src.index("wait_group_0();")
-    assert src[drain:].split(";")[1].strip() == "__syncthreads()", src[drain:drain + 200]
-    res = check_numeric(func, reference=gemm_pipelined.REFERENCE["staged_c_sm80_s3_128x128"],
-                        tolerance=(2e-2, 2e-2))
+    assert "extern __shared__ __align__(1024)" in src      # the arena's tiles keep their 1024-byte phase
+    if "sm80" in variant:
+        drain = src.index("wait_group_0();")
+        assert src[drain:].split(";")[1].strip() == "__syncthreads()", src[drain:drain + 200]
+    else:       # every TMA load was waited for in the loop; the last wgmma group too
+        first_store = src.index("stmatrix_sync_aligned_m8n8_x4_shared_b16(tvm_builtin")
+        assert "__syncthreads" in src[src.rindex("wait_group_sync_aligned_0();", 0, first_store):first_store]
+    res = check_numeric(func, reference=gemm_pipelined.REFERENCE[variant], tolerance=(2e-2, 2e-2))
     assert res.ok, res.message
+
+
+def test_without_the_arena_the_staging_tile_gets_one_stage_only(monkeypatch):
+    """The check above can fail: with A_s and B_s in allocations of their own, C_s takes B_s's 24 KiB and 8 KiB
+    more (56 KiB)."""
+    from tilelayout.passes.lowering import software_pipeline as sp
+    monkeypatch.setattr(sp, "share_arenas", lambda body, loops, plans, staged: staged)
+    mod = lower(gemm_pipelined.VARIANTS["staged_c_sm80_s3_128x128"]())
+    assert sorted(_shared_bytes(mod[list(mod.functions)[0]])) == ["A_s", "B_s", "C_s"]
+    assert _built_dynamic_bytes(mod) == 56 * 1024
+
+
+def test_no_arena_without_a_later_tile_that_needs_one():
+    """A pipelined gemm with nothing after its loop keeps one allocation per staged tile."""
+    mod = lower(KERNELS["pipelined_gemm_dynamic_shared"](), cost_model="register-count")
+    assert sorted(_shared_bytes(mod[list(mod.functions)[0]])) == ["A_s", "B_s"]
 
 
 def test_without_the_moved_end_markers_the_staging_tile_has_bytes_of_its_own(monkeypatch):
@@ -109,7 +148,7 @@ def test_without_the_markers_tvm_overlaps_q_and_k(monkeypatch):
     mod = lower(KERNELS["flash_attention"](), cost_model="register-count")
     tiles = _shared_bytes(mod[list(mod.functions)[0]])
     assert _merged_bytes(mod) < sum(tiles.values())
-    assert "share bytes" in merge_overlap(mod)
+    assert "TVM sees it live only at" in merge_overlap(mod)     # Q is read by ldmatrix where TVM thinks it dead
 
 
 def test_a_pipelined_gemm_on_dynamic_shared_memory_compiles_and_runs():

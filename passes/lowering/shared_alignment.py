@@ -59,14 +59,16 @@ def shared_names(mod: tvm.IRModule) -> set:
 
 
 def declare_shared_alignment(mod: tvm.IRModule, align: dict, keep: set = frozenset()) -> tvm.IRModule:
-    """``mod`` with every shared allocation of scope ``s`` not named in ``keep`` (the tiles, which state their own
-    alignment) declared at least ``align[s]``-byte aligned: the buffers TVM's merge made (``buf_dyn_shmem``, and
-    ``buf_shmem`` under ``tirx.merge_static_smem``)."""
+    """``mod`` with every shared allocation of scope ``s`` not named in ``keep`` (the static tiles, which state their
+    own alignment) declared at least ``align[s]``-byte aligned: the buffers TVM's merge made (``buf_dyn_shmem``, and
+    ``buf_shmem`` under ``tirx.merge_static_smem``). Every dynamic allocation left is the one extern buffer, whatever
+    its name: when the merge leaves a single tile (or the staged tiles' arena, ``stage_arena``) it keeps that
+    tile's name, and would print it ``__align__(64)``."""
     if not align:
         return mod
 
     def on_alloc(a):
-        if str(a.buffer.name) in keep:
+        if str(a.buffer.name) in keep and str(a.buffer.scope()) != "shared.dyn":
             return a
         want = align.get(str(a.buffer.scope()), 0)
         have = a.annotations.get(ALIGN_KEY)

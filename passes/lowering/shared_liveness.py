@@ -12,9 +12,12 @@ the merge stopped with an internal error.
 
 So every shared tile that some ``address_of`` reaches is named directly (``tvm_access_ptr(t, B, 0, size, 0)``:
 no access mode, so no barrier analysis counts it, and no code; the merge analysis counts it as a use of ``B``)
-once right after the tiles are allocated and once at the end of the block they are allocated in: it is live
-across the whole kernel and never shares bytes. That is what the shared-memory budget (``pipeline_plan``)
-assumes already. Tiles reached only by loads and stores keep TVM's reuse, whose analysis sees them. The same pass
+where its life starts and where it ends: a dynamic tile of the kernel's top level right before the first and
+right after the last statement naming it (the start right after the allocations when the block's dynamic tiles
+differ in dtype), any other tile right after the allocations and at the end of its block. A tile first named
+after another's end may take its bytes (an epilogue's staging tile on the dead pipeline stages, which
+``stage_arena`` puts in one allocation for it), behind a barrier this pass places. The shared-memory budget
+(``pipeline_plan``) still counts every tile side by side. Tiles reached only by loads and stores keep TVM's reuse, whose analysis sees them. The same pass
 never places a dynamic tile of 32 bits or less, so those are widened and marked too
 (``widen_tiny_dynamic_tiles``). The CPU build drops the markers (``drop_keep_alive``); passes that replace
 shared allocations (``software_pipeline``) re-mark afterwards.
@@ -177,17 +180,35 @@ def keep_shared_alive(func: tirx.PrimFunc) -> tirx.PrimFunc:
         # marker naming a buffer of another dtype (LowerIntrin refuses that; fuzz seed 2807 kernel 29)
         last = max(here)
         ends = {k: _last_use(seq, last + 1, b, nested) for k, b in enumerate(bufs)}
+        # a marker right before a tile's first use lets TVM's merge give the tile a dead one's bytes; its storage
+        # rewrite then renames the marker's buffer to the dead tile's, which LowerIntrin refuses when the dtypes
+        # differ (fuzz seed 2807 kernel 29): only where every dynamic tile of the block has one dtype
+        dtypes = {str(x.buffer.dtype) for x in seq if isinstance(x, tirx.AllocBuffer)
+                  and str(x.buffer.scope()) == "shared.dyn"}
+        starts = {k: _first_use(seq, last + 1, b, nested) if len(dtypes) == 1 else None for k, b in enumerate(bufs)}
         after: dict = {}
+        before: dict = {}
         for k, b in enumerate(bufs):
             after.setdefault(ends[k], []).append(b)
-        barrier = _reuse_barrier(seq, min(ends.values()), last) if min(ends.values()) < len(seq) - 1 else None
+            before.setdefault(starts[k], []).append(b)
         # two sets of nodes, not one reused: the merge keys its liveness events by statement node
-        out = seq[:last + 1] + [_marker(b) for b in bufs]
+        out = seq[:last + 1] + [_marker(b) for b in before.get(None, [])]
+        dead, seen = False, set()
         for j in range(last + 1, len(seq)):
-            if j == barrier:
+            names = _shared_names(seq[j]) if not isinstance(seq[j], tirx.AllocBuffer) else set()
+            if dead and names - seen and not _is_barrier(seq[j - 1]):
+                # TVM's merge may give this newly named tile the bytes of one that died since the last barrier:
+                # every thread must be done with those (ldmatrix reads and landed copies included: a pipeline's
+                # drain waits for its copies before this barrier)
                 out.append(tirx.Evaluate(tirx.op.tvm_storage_sync("shared")))
+                dead = False
+            if _is_barrier(seq[j]):
+                dead = False
+            seen |= names
+            out += [_marker(b) for b in before.get(j, [])]
             out.append(seq[j])
             out += [_marker(b) for b in after.get(j, [])]
+            dead = dead or j in after
         out += [_marker(b) for b in after.get(len(seq), [])]
         return tirx.SeqStmt(out)
 
@@ -220,31 +241,30 @@ def _last_use(seq: list, start: int, buf, nested: list) -> int:
     return uses[-1] if uses else len(seq)
 
 
-def _reuse_barrier(seq: list, end: int, last_alloc: int) -> int | None:
-    """Where a barrier must go once a tile's end marker sits after ``seq[end]``: before the first later
-    statement naming a shared tile that nothing named up to ``end`` (TVM's merge may give it the dead tile's
-    bytes, so every thread must be done with those, ldmatrix reads and landed cp.async copies included: the
-    pipeline's drain waits for its copies before the barrier)."""
-    def shared_names(stmt) -> set:
-        names: set = set()
+def _first_use(seq: list, start: int, buf, nested: list) -> int | None:
+    """Index of the first statement of ``seq`` (from ``start``) that names ``buf``, for a dynamic tile of the
+    kernel's top level (its marker goes right before it, so TVM's merge may give it the bytes of a tile that died
+    earlier: a gemm epilogue's staging tile on the pipeline's stages); None -- right after the allocations --
+    for any other tile, or one nothing names."""
+    if str(buf.scope()) != "shared.dyn" or any(buf.same_as(b) for b in nested):
+        return None
+    return next((j for j in range(start, len(seq)) if not isinstance(seq[j], tirx.AllocBuffer)
+                 and _mentions(seq[j], buf)), None)
 
-        def on_var(v):
-            try:
-                scope = str(v.scope())
-            except Exception:  # noqa: BLE001 -- a plain variable has no storage scope
-                return
-            if scope in _SHARED:
-                names.add(str(v.name))
-        walk(stmt, [(tirx.Var, on_var)])
-        return names
-    seen: set = set()
-    for j in range(last_alloc + 1, end + 1):
-        if not isinstance(seq[j], tirx.AllocBuffer):      # an allocation is no use of the tile
-            seen |= shared_names(seq[j])
-    for j in range(end + 1, len(seq)):
-        if shared_names(seq[j]) - seen:
-            return None if _is_barrier(seq[j - 1]) else j      # placed by an earlier run: no second one
-    return None
+
+def _shared_names(stmt) -> set:
+    """Names of the shared buffers ``stmt`` names."""
+    names: set = set()
+
+    def on_var(v):
+        try:
+            scope = str(v.scope())
+        except Exception:  # noqa: BLE001 -- a plain variable has no storage scope
+            return
+        if scope in _SHARED:
+            names.add(str(v.name))
+    walk(stmt, [(tirx.Var, on_var)])
+    return names
 
 
 def _is_barrier(stmt) -> bool:
@@ -256,12 +276,17 @@ def _is_barrier(stmt) -> bool:
 def merge_overlap(mod) -> str | None:
     """What TVM's CUDA build does to the dynamic shared tiles of a lowered module, checked: its pipeline is run
     up to and including ``MergeSharedMemoryAllocations`` (compaction and the rest before it included), which
-    must not fail and must give every tile some ``address_of`` reaches bytes of its own, so the merged buffer
-    holds at least all of them side by side. None when it does, else what went wrong. For tests and the fuzzer:
+    must not fail and must give the tiles some ``address_of`` reaches at least the bytes of those of them live at
+    once (``_live_peak``); and every use of such a tile must lie where TVM sees it live (between the first and the
+    last statement naming it directly). None when all holds, else what went wrong. For tests and the fuzzer:
     the CPU check keeps every tile in its own array and cannot see either."""
     from tvm.ir.instrument import pass_instrument
     func = mod[list(mod.functions)[0]]
-    sizes = {str(b.name): (_tile_bits(b) or 0) // 8 for b in _addressed(func.body) if str(b.scope()) == "shared.dyn"}
+    tiles = [b for b in _addressed(func.body) if str(b.scope()) == "shared.dyn"]
+    hidden = _uses_outside_visible_range(func.body, tiles)
+    if hidden:
+        return hidden
+    peak, live = _live_peak(func.body, tiles)
     captured: list = []
 
     class _Stop(Exception):
@@ -289,7 +314,81 @@ def merge_overlap(mod) -> str | None:
                 int(a.buffer.shape[0]) * tvm.DataType(str(a.buffer.dtype)).bits // 8)
                 if str(a.buffer.scope()) == "shared.dyn" and len(a.buffer.shape) == 1 else None)])
     total = sum(found)
-    if sizes and total < sum(sizes.values()):
-        return (f"TVM's shared-memory merge gives {total} bytes to tiles that need {sum(sizes.values())} side by "
-                f"side ({', '.join(f'{k} {v}' for k, v in sizes.items())}): two of them share bytes")
+    if tiles and total < peak:
+        return (f"TVM's shared-memory merge gives {total} bytes to tiles that need {peak} side by side "
+                f"({', '.join(live)}, live at once): two of them share bytes")
     return None
+
+
+def _spans(body, tiles: list, visible_only: bool) -> dict:
+    """Tile name -> (statement sequence id, first index, last index) of the statements of the sequence that
+    allocates it which name it (``visible_only``: through a load, a store or a marker -- what TVM's liveness
+    sees -- not only inside ``address_of``)."""
+    out: dict = {}
+
+    def names(stmt, buf) -> bool:
+        if not visible_only:
+            return _mentions(stmt, buf)
+        hits: list = []
+
+        def on_call(c):
+            if isinstance(c.op, tvm.ir.Op) and str(c.op.name) == "tirx.tvm_access_ptr" and c.args[1].same_as(buf):
+                hits.append(1)
+        walk(stmt, [(tirx.BufferStore, lambda st: hits.append(1) if st.buffer.same_as(buf) else None),
+                    (TensorLoad, lambda e: hits.append(1) if e.source.same_as(buf) and not _only_addressed(stmt, e)
+                     else None),
+                    (tvm.ir.Call, on_call)])
+        return bool(hits)
+
+    count = [0]
+
+    def on_seq(s):
+        seq, count[0] = list(s.seq), count[0] + 1       # sequences numbered in walk order: the same in both calls
+        for buf in tiles:
+            if any(isinstance(x, tirx.AllocBuffer) and x.buffer.same_as(buf) for x in seq):
+                at = [j for j, x in enumerate(seq) if not isinstance(x, tirx.AllocBuffer) and names(x, buf)]
+                if at:
+                    out[str(buf.name)] = (count[0], min(at), max(at))
+    walk(body, [(tirx.SeqStmt, on_seq)])
+    return out
+
+
+def _only_addressed(stmt, load) -> bool:
+    """Whether ``load`` occurs in ``stmt`` only as the operand of ``address_of`` (which TVM's liveness skips)."""
+    inside: list = []
+
+    def on_call(c):
+        if isinstance(c.op, tvm.ir.Op) and str(c.op.name) == "tirx.address_of" and c.args and c.args[0].same_as(load):
+            inside.append(1)
+    walk(stmt, [(tvm.ir.Call, on_call)])
+    return bool(inside)
+
+
+def _uses_outside_visible_range(body, tiles: list) -> str | None:
+    true, seen = _spans(body, tiles, False), _spans(body, tiles, True)
+    for name, (seq, lo, hi) in sorted(true.items()):
+        vis = seen.get(name)
+        if vis is None or vis[0] != seq or vis[1] > lo or vis[2] < hi:
+            return (f"shared tile {name} is used through address_of at statements {lo}..{hi} of its block, but TVM "
+                    f"sees it live only at {'none' if vis is None else f'{vis[1]}..{vis[2]}'}: its merge may give "
+                    f"those bytes to another tile")
+    return None
+
+
+def _live_peak(body, tiles: list) -> tuple:
+    """(bytes, names): the most bytes of ``tiles`` live at one statement of the kernel (a tile is live from the
+    first to the last statement of its block naming it; one allocated in a nested block counts everywhere)."""
+    spans = _spans(body, tiles, False)
+    size = {str(b.name): (_tile_bits(b) or 0) // 8 for b in tiles}
+    always = [n for n in sorted(size) if n not in spans]
+    seqs = {seq for seq, _, _ in spans.values()}
+    best, names = sum(size[n] for n in always), list(always)
+    for seq in sorted(seqs):
+        mine = {n: (lo, hi) for n, (s, lo, hi) in spans.items() if s == seq}
+        others = [n for n, (s, _, _) in spans.items() if s != seq]
+        for j in sorted({lo for lo, _ in mine.values()}):
+            live = sorted(n for n, (lo, hi) in mine.items() if lo <= j <= hi) + sorted(others) + always
+            total = sum(size[n] for n in live)
+            if total > best:
+                best, names = total, live
+    return best, names

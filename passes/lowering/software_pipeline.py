@@ -40,6 +40,7 @@ from ..ir_utils import int_value, mapped, mutate, prim_func_pass, under_guard, w
 from .lower_gemm import ptx_call
 from .pipeline_plan import PIPELINE_KEY, PIPELINE_REPORT_ATTR, read_plan, stage_stride
 from .shared_liveness import drop_keep_alive, keep_shared_alive
+from .stage_arena import StagedTile, share_arenas
 
 __all__ = ["SoftwarePipeline", "software_pipeline", "CP_ASYNC_SIZES"]
 
@@ -86,6 +87,8 @@ def _software_pipeline(func):
                 raise PipelineError(f"buffer {name}: {label} pipelines it, but it lowered to scope {old.scope()}")
             if name not in staged:
                 staged[name] = _staged_buffer(old, plan["stages"])
+    active = [loop for loop in loops if read_plan(loop)["mode"] in ("cp.async", "tma")]
+    staged = share_arenas(func.body, active, [read_plan(loop) for loop in active], staged)
     out_body, host = func.body, []
     for loop in loops:
         plan = read_plan(loop)
@@ -100,11 +103,17 @@ def _software_pipeline(func):
         reports[plan["loop"]] = text
         out_body = mutate(out_body, [(tirx.For, lambda f, m, old=loop, new=new: new if f.same_as(old)
                                       else m.default_mutate(f))])
+    placed: list = []
+
     def on_alloc(a):
         name = str(a.buffer.name)
-        if name in staged and not a.buffer.same_as(staged[name][0]):
-            return tirx.AllocBuffer(staged[name][0], a.annotations)
-        return a
+        if name not in staged or a.buffer.same_as(staged[name].buffer):
+            return a
+        new = staged[name].buffer
+        if any(new.same_as(b) for b in placed):
+            return tirx.Evaluate(0)         # a later member of an arena: the first member's allocation holds it
+        placed.append(new)
+        return tirx.AllocBuffer(new, a.annotations)
 
     out_body = mapped(out_body, [(tirx.AllocBuffer, on_alloc)])
     leftover = []
@@ -124,7 +133,7 @@ def _tma_loop(func, loop, plan: dict, staged: dict, params: list, thread_bounds:
     (tiles the plan has no TMA entry for) and the rest."""
     from ..ir_utils import thread_launch
     from .tma import tma_pipeline_loop
-    olds = [old for _, old, _, _ in staged.values()]
+    olds = [t.old for t in staged.values()]
     by_tma = {str(e["buffer"]) for e in plan["tma"]}
     producer, consumer, cp_async = [], [], []
     for guard, it in _guarded_items(loop.body, olds):
@@ -191,8 +200,8 @@ def _thread_bounds(func) -> dict:
     return bounds
 
 
-def _staged_buffer(old, stages: int):
-    """(new buffer [stages * stride], old buffer, old shape, stride)."""
+def _staged_buffer(old, stages: int) -> StagedTile:
+    """The tile's own staged buffer ``[stages * stride]``."""
     shape = [int_value(s) for s in old.shape]
     if any(s is None for s in shape):
         raise PipelineError(f"buffer {old.name}: a pipelined shared tile needs a constant shape, got {list(old.shape)}")
@@ -205,7 +214,7 @@ def _staged_buffer(old, stages: int):
     # never a stage's padding, so every stage keeps its alignment (a 2-D [stages, stride] could lose it)
     new = tirx.decl_buffer([stages * stride], old.dtype, name=str(old.name), scope=old.scope(),
                            data_alignment=max(align, 16))
-    return new, old, shape, stride
+    return StagedTile(new, old, shape, stride)
 
 
 def _items(body) -> list:
@@ -221,25 +230,23 @@ def _restage(stmt, staged: dict, stage):
     """Accesses of the pipelined tiles in ``stmt`` go to stage ``stage`` (element ``stage * stride + i`` of the
     flat staged buffer; a vector (Ramp) last index, as cp.async addresses carry, stays a vector)."""
     def find(buf):
-        for new, old, shape, stride in staged.values():
-            if buf.same_as(old):
-                return new, shape, stride
-        return None, None, None
+        return next((t for t in staged.values() if buf.same_as(t.old)), None)
 
-    def index(indices, shape, stride):
+    def index(indices, tile: StagedTile):
         last = indices[-1]
+        start = stage * tile.stride + tile.base if tile.base else stage * tile.stride
         if isinstance(last, tirx.Ramp):
-            base = row_major_offset(list(indices[:-1]) + [last.base], shape) + stage * stride
+            base = row_major_offset(list(indices[:-1]) + [last.base], tile.shape) + start
             return [tirx.Ramp(base, last.stride, last.lanes)]
-        return [row_major_offset(indices, shape) + stage * stride]
+        return [row_major_offset(indices, tile.shape) + start]
 
     def on_store(s):
-        new, shape, stride = find(s.buffer)
-        return s if new is None else tirx.BufferStore(new, s.value, index(s.indices, shape, stride))
+        tile = find(s.buffer)
+        return s if tile is None else tirx.BufferStore(tile.buffer, s.value, index(s.indices, tile))
 
     def on_load(e):
-        new, shape, stride = find(e.source)
-        return e if new is None else tirx.BufferLoad(new, index(e.indices, shape, stride))
+        tile = find(e.source)
+        return e if tile is None else tirx.BufferLoad(tile.buffer, index(e.indices, tile))
 
     return mapped(stmt, [(tirx.BufferStore, on_store), (TensorLoad, on_load)])
 
@@ -315,7 +322,7 @@ def _regroup(items: list) -> list:
 def _pipeline_loop(loop, plan: dict, staged: dict, params: list, thread_bounds: dict, views: list = ()):
     s = plan["stages"]
     label = f"loop {loop.loop_var.name} ({s} stages)"
-    olds = [old for _, old, _, _ in staged.values()]
+    olds = [t.old for t in staged.values()]
     items = _guarded_items(loop.body, olds)
     producer, consumer = [], []
     for guard, it in items:

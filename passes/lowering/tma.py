@@ -159,7 +159,7 @@ def tma_pipeline_loop(loop, plan: dict, staged: dict, params: list, tx, producer
     def issue(j, stage, guard=None):
         body = [ptx_call("mbarrier.arrive.expect_tx.shared.b64", _ptr(bar, stage), tirx.const(total, "uint32"))]
         for e, tmap in zip(entries, maps):
-            new, _, _, stride = staged[str(e["buffer"])]
+            tile = staged[str(e["buffer"])]
             start = [ana.simplify(substitute(o, {k: j})) for o in e["start"]]
             rank = len(start)
             for p in range(int(e["panels"])):
@@ -167,8 +167,8 @@ def tma_pipeline_loop(loop, plan: dict, staged: dict, params: list, tx, producer
                 coords[0] = coords[0] + p * int(e["panel"])
                 coords = [tirx.Cast("int32", ana.simplify(c)) if str(c.ty) != "int32" else ana.simplify(c)
                           for c in (tirx.const(c, "int32") if isinstance(c, int) else c for c in coords)]
-                dst = stage * stride + p * int(e["rows"]) * int(e["panel"])
-                body.append(ptx_call(TMA_LOAD.format(rank=rank), _ptr(new, dst), tirx.address_of(tmap), *coords,
+                dst = tile.base + stage * tile.stride + p * int(e["rows"]) * int(e["panel"])
+                body.append(ptx_call(TMA_LOAD.format(rank=rank), _ptr(tile.buffer, dst), tirx.address_of(tmap), *coords,
                                      _ptr(bar, stage)))
         st = tirx.IfThenElse(tx == 0, tirx.SeqStmt(body), None)
         if issue_cp is not None:
