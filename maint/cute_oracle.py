@@ -100,6 +100,16 @@ class _Buffers:
                 self.inverse[name] = inv
                 self.tile[name] = size
 
+        # a pipelined loop's staged tiles in one allocation (``stage_arena``): each member's range of it
+        self.arenas: dict = {str(k): [(str(m["tile"]), int(m["base"]), int(m["stride"])) for m in v]
+                             for k, v in (lowered.attrs.get("tilelayout.stage_arenas") or {}).items()}
+
+    def member(self, name: str, elem: int) -> tuple:
+        """(tile, base element) of element ``elem`` of buffer ``name``: the arena member it lies in, or the buffer
+        itself at base 0."""
+        inside = [(tile, base) for tile, base, _ in self.arenas.get(name, []) if elem >= base]
+        return inside[-1] if inside else (name, 0)
+
     def ordinal(self, name: str) -> int:
         if name not in self.names:
             self.names.append(name)
@@ -108,6 +118,12 @@ class _Buffers:
     def tags(self, buf, index: np.ndarray, threads: np.ndarray) -> np.ndarray:
         """Tag (ordinal, stage, stored row, stored col) of element ``index`` of ``buf`` read by ``threads``."""
         name = str(buf.name)
+        if name in self.arenas:
+            out = np.full(index.shape, -1, dtype=np.int64)
+            for tile, base, stride in self.arenas[name]:
+                mine = index >= base
+                out = np.where(mine, self._staged_tags(tile, index - base, stride), out)
+            return out
         if name not in self.inverse or len(self.layouts[name].input_shape) != 2:
             return np.full(index.shape, -1, dtype=np.int64)
         cols = int(self.layouts[name].input_shape[1])
@@ -119,6 +135,16 @@ class _Buffers:
             ok = (threads < inv.shape[0]) & (index < inv.shape[1]) & (index >= 0)
             cell = np.where(ok, inv[np.clip(threads, 0, inv.shape[0] - 1), np.clip(index, 0, inv.shape[1] - 1)], -1)
             stage = np.zeros_like(index)
+        return self._tag(name, stage, cell, cols)
+
+    def _staged_tags(self, name: str, local: np.ndarray, stride: int) -> np.ndarray:
+        if name not in self.tile:
+            return np.full(local.shape, -1, dtype=np.int64)
+        stage, within = np.divmod(local, stride)
+        cell = np.where(within < self.tile[name], self.inverse[name][np.clip(within, 0, self.tile[name] - 1)], -1)
+        return self._tag(name, stage, cell, int(self.layouts[name].input_shape[1]))
+
+    def _tag(self, name: str, stage, cell, cols: int) -> np.ndarray:
         r, c = np.divmod(cell, cols)
         tag = (self.ordinal(name) << 48) | (stage << 40) | (r << 20) | c
         return np.where(cell >= 0, tag, -1)
@@ -232,16 +258,16 @@ def requests_for(traces: list, extra: Requests | None = None) -> Requests:
                     req.mma.add(mma_atom(shape, *types))
                 elif ev.name.startswith("tirx.ptx.wgmma"):
                     req.gmma.add(gmma_atom(shape, *types))
-                    gemm = _gemm_of_wgmma(ct, ev)
+                    gemm = _gemm_of_wgmma(ct, ev, region.threads)
                     if gemm is None:
                         continue
                     n, k = (int(x) for x in re.findall(r"\d+", shape)[1:])
                     for which, op in (("A", _desc_operand(ev, 0)), ("B", _desc_operand(ev, 1))):
                         if op is None:
                             continue
-                        name = str(op[1].name)
-                        k_major = (not gemm.ta) if which == "A" else gemm.tb
                         bits = _BITS[types[1] if which == "A" else types[2]]
+                        name = desc_member(ct.buffers, op, bits, region.threads)[0]
+                        k_major = (not gemm.ta) if which == "A" else gemm.tb
                         atom = MODE_ATOM[int(op[2][0]) >> 62]      # the atom the descriptor claims
                         cands = _tile_candidates(ct.buffers, name, bits, k_major, 64 if which == "A" else n, k,
                                                  (atom,))
@@ -260,6 +286,17 @@ def _shape_types(ev: Issue):
     return shape, [t for t in rest if t][:3]
 
 
+def desc_member(bufs: _Buffers, op, bits: int, threads) -> tuple:
+    """(tile, base element) a descriptor operand reads: its buffer, or the member of an arena (``stage_arena``)
+    the start address of the first of ``threads`` lies in."""
+    _, buf, values = op
+    name = str(buf.name)
+    if name not in bufs.arenas or not len(threads):
+        return name, 0
+    start = (int(values[threads[0]]) & ((1 << 14) - 1)) << 4
+    return bufs.member(name, start // (bits // 8))
+
+
 def _desc_operand(ev: Issue, which: int):
     descs = [o for o in ev.operands if o[0] == "desc"]
     if ev.name.endswith("_rs"):
@@ -267,14 +304,15 @@ def _desc_operand(ev: Issue, which: int):
     return descs[which] if len(descs) > which else None
 
 
-def _gemm_of_wgmma(ct: CaseTrace, ev: Issue):
+def _gemm_of_wgmma(ct: CaseTrace, ev: Issue, threads):
     b = _desc_operand(ev, 1)
     if b is None:
         return None
-    names = [g for g in ct.gemms if g.b == str(b[1].name)]
+    shape, types = _shape_types(ev)
+    names = [g for g in ct.gemms if g.b == desc_member(ct.buffers, b, _BITS[types[2]], threads)[0]]
     if ev.name.endswith("_ss"):
         a = _desc_operand(ev, 0)
-        names = [g for g in names if g.a == str(a[1].name)]
+        names = [g for g in names if g.a == desc_member(ct.buffers, a, _BITS[types[1]], threads)[0]]
     return names[0] if len(names) == 1 else None
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from maint.cute_oracle import _BITS, MODE_ATOM, _json_key, _shape_types, gmma_atom
+from maint.cute_oracle import _BITS, MODE_ATOM, _json_key, _shape_types, desc_member, gmma_atom
 
 __all__ = ["wgmma_issue", "FIELDS", "fields"]
 
@@ -41,8 +41,8 @@ def wgmma_issue(rp, ev) -> None:
     lanes = rp.threads % 128
     tc = rp.operand_tags(regs[:nd], C, pc, lanes)
     ta = rp.operand_tags(regs[nd:], A, pa, lanes) if rs else None
-    names = {"c": rp.first_name(tc), "b": str(descs[-1][1].name),
-             "a": rp.first_name(ta) if rs else str(descs[0][1].name)}
+    names = {"c": rp.first_name(tc), "b": _desc_member(rp, descs[-1], _BITS[b_t])[0],
+             "a": rp.first_name(ta) if rs else _desc_member(rp, descs[0], _BITS[a_t])[0]}
     gemm = rp.gemm_for(names)
     if gemm is None:
         rp.fail(f"{name}: its operands belong to no gemm of the kernel ({names})")
@@ -63,10 +63,14 @@ def wgmma_issue(rp, ev) -> None:
     rp.block(name, gemm, oc, oa, ob, K)
 
 
+def _desc_member(rp, op, bits: int) -> tuple:
+    return desc_member(rp.bufs, op, bits, rp.region.threads)
+
+
 def _descriptor(rp, gemm, which: str, op, group, shape: str, slice_mn: int, slice_k: int, bits: int, tnsp):
     """{group: block origin} of a descriptor operand after checking its tile and bits against CuTe."""
     _, buf, values = op
-    name = str(buf.name)
+    name, base = _desc_member(rp, op, bits)
     k_major = (not gemm.ta) if which == "A" else gemm.tb
     what = f"wgmma {shape} {which} descriptor of {name}"
     if tnsp is not None and tnsp != int(not k_major):
@@ -93,7 +97,7 @@ def _descriptor(rp, gemm, which: str, op, group, shape: str, slice_mn: int, slic
         if cute_tile is None:
             return None
         req, tile = cute_tile
-        start = ours["start address"] << 4
+        start = (ours["start address"] << 4) - base * (bits // 8)      # from the tile's first element
         stage, local = divmod(start // nbytes, tile_elems)
         cell = int(rp.bufs.inverse[name][local]) if start % nbytes == 0 else -1
         if cell < 0:
@@ -106,7 +110,7 @@ def _descriptor(rp, gemm, which: str, op, group, shape: str, slice_mn: int, slic
                     f"block of CuTe's tile")
             return None
         want = fields(int(tile["descriptors"][mn // slice_mn][k // slice_k]))
-        got = dict(ours, **{"start address": ours["start address"] - (stage * tile_elems * nbytes >> 4)})
+        got = dict(ours, **{"start address": ours["start address"] - ((stage * tile_elems + base) * nbytes >> 4)})
         diff = [f"{key} {_show(key, got[key])} (CuTe {_show(key, want[key])})" for key in FIELDS
                 if got[key] != want[key]]
         if diff:

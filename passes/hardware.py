@@ -145,3 +145,8 @@ def check_block_threads(threads: int, target=None, what: str = "the kernel") -> 
     if threads < 1 or threads > limit:
         raise ConfigError(f"{what} launches {threads} threads (threadIdx.x) per block; "
                           f"{normalize_target(target).kind.name} blocks take 1 to {limit}")
+
+
+def has_tma(target) -> bool:
+    """Whether ``target`` has the Tensor Memory Accelerator as PTX exposes it (``sm_90a`` and later ``a`` targets)."""
+    return sm_version(target) >= 90 and str(target.attrs.get("arch", "")).endswith("a")

@@ -142,6 +142,8 @@ class _Walk:
         elif isinstance(s, tirx.AttrStmt):
             self.scan(s.value)
             self.stmt(s.body)
+        elif isinstance(s, tirx.Bind):        # a flat binding (the host's tensor maps): no body of its own
+            self.scan(s.value)
         elif isinstance(s, tirx.LetStmt):
             self.scan(s.value)
             self.stmt(s.body)

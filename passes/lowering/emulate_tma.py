@@ -20,6 +20,11 @@ the host and each instruction's operands), never from the lowering's plan:
   hardware does. Each thread keeps, per barrier, the number of phases it has seen complete (``tma_seen``), which
   the race check compares against the phase that landed an element (``race_check``).
 
+- a TMA store (``cp.async.bulk.tensor ... global.shared::cta.bulk_group``) runs at the
+  ``cp.async.bulk.wait_group`` that follows it in its block, the latest moment the hardware may read the tile:
+  the box is read from the tile through the tensor map's swizzle and written to the global where it lies
+  inside it; a store with no wait after it is refused.
+
 So a wrong box, a missing expect_tx or one with the wrong byte count, a wait on the wrong parity and a read
 before the wait all give poison, a stop, or a race report. Runs on the flattened kernel after
 ``emulate_async_copy`` and before ``serialize_threads``; its blocks are per-thread phases.
@@ -57,6 +62,9 @@ _EXPECT = "tirx.ptx.mbarrier_arrive_expect_tx"
 _ARRIVE = ("tirx.ptx.mbarrier_arrive", "tirx.ptx.mbarrier_arrive_nocount")
 _WAIT = "tirx.cuda.mbarrier_wait"
 _LOAD = "tirx.ptx.cp_async_bulk_tensor_g2s_cluster"
+_STORE = "tirx.ptx.cp_async_bulk_tensor_s2g"
+_BULK_COMMIT = "tirx.ptx.cp_async_bulk_commit_group"
+_BULK_WAIT = "tirx.ptx.cp_async_bulk_wait_group"
 _FENCE = "tirx.ptx.fence_mbarrier_init"
 _ENCODE = "tirx.tensormap_encode_tiled"
 #: mbarrier state fields: arrival count, pending arrivals, expected bytes, arrived bytes, completed phases
@@ -70,7 +78,7 @@ def _name(c) -> str:
 def _calls(func) -> list:
     out = []
     walk(func.body, [(tvm.ir.Call, lambda c: out.append(c) if _name(c) in
-                      (_INIT, _EXPECT, _WAIT, _LOAD, _ENCODE) + _ARRIVE else None)])
+                      (_INIT, _EXPECT, _WAIT, _LOAD, _STORE, _ENCODE) + _ARRIVE else None)])
     return out
 
 
@@ -112,7 +120,7 @@ def _swizzle(byte, mode: int):
 def emulate_tma(func):
     """``func`` (flattened, threads bound) with TMA loads, tensor maps and mbarriers emulated (module docstring)."""
     calls = _calls(func)
-    if not any(_name(c) in (_LOAD, _ENCODE) for c in calls):
+    if not any(_name(c) in (_LOAD, _STORE, _ENCODE) for c in calls):
         return func     # mbarriers without TMA loads (tcgen05's commit barrier) are emulated with their owner
     if any(_name(c).startswith("tirx.ptx.tcgen05") for c in _all_calls(func)):
         raise LoweringError("cannot emulate TMA loads and tcgen05 in one kernel: both would claim its mbarriers")
@@ -238,9 +246,75 @@ def emulate_tma(func):
             tirx.IfThenElse(current, _seq(complete), None),
             tirx.BufferStore(seen, tirx.max(tirx.BufferLoad(seen, [s]), field(s, _PHASES)), [s])]))
 
+    def store(c):
+        """The TMA store's copy, shared -> global: every element of the box inside the global, read from the
+        tile where the tensor map's swizzle puts it (run where the thread waits for the store to read the tile)."""
+        tm = _pointee(c.args[0])
+        info = next((v for k, v in maps.items() if k.same_as(tm)), None)
+        if info is None:
+            raise LoweringError(f"cannot emulate TMA: its tensor map {tm} is not encoded on the host")
+        rank = info["rank"]
+        coords = list(c.args[1:1 + rank])
+        src = _pointee(c.args[1 + rank])
+        buf = src.source
+        if str(buf.dtype) != info["dtype"]:
+            raise LoweringError(f"cannot emulate a TMA store from {buf.name}: the tensor map is {info['dtype']}")
+        n = int_value(buf.shape[0]) if len(buf.shape) == 1 else None
+        if n is None:
+            raise LoweringError(f"cannot emulate a TMA store from {buf.name}: expected a flattened constant-size tile")
+        dst = view(info)
+        ebytes = tvm.DataType(info["dtype"]).bits // 8
+        bvars = [tirx.Var(f"b{d}", "int32") for d in range(rank)]
+        g = [coords[d] + bvars[d] for d in range(rank)]
+        inside = None
+        for d in range(rank):
+            ok = tirx.And(g[d] >= 0, g[d] < info["dims"][d])
+            inside = ok if inside is None else tirx.And(inside, ok)
+        flat = g[0]
+        for d in range(1, rank):
+            flat = flat + g[d] * (info["strides"][d - 1] // ebytes)
+        lin = tirx.const(0, "int32")
+        for d in reversed(range(rank)):
+            lin = lin * info["box"][d] + bvars[d]
+        at = tirx.floordiv(_swizzle(src.indices[0] * ebytes + lin * ebytes, info["swizzle"]), ebytes)
+        body = tirx.SeqStmt([
+            tirx.AssertStmt(tirx.And(at >= 0, at < n), tvm.ir.StringImm("RuntimeError"),
+                            [tvm.ir.StringImm(f"TMA emulation: a store from {buf.name} reads outside the tile")]),
+            tirx.IfThenElse(inside, tirx.BufferStore(dst, tirx.BufferLoad(buf, [at]), [flat]), None)])
+        for d in range(rank):
+            body = tirx.For(bvars[d], 0, info["box"][d], tirx.ForKind.SERIAL, body)
+        return _per_thread(body)
+
+    def on_seq(s):
+        """TMA stores run at the ``cp.async.bulk.wait_group`` after them in their sequence (the latest moment the
+        hardware may read the tile: a write of the tile before the wait changes what is stored, a missing wait
+        stores nothing and is refused)."""
+        out, pending = [], []
+        for st in s.seq:
+            c = st.value if isinstance(st, tirx.Evaluate) else None
+            name = _name(c)
+            if name == _STORE:
+                pending.append(store(c))
+                continue
+            if name == _BULK_COMMIT:
+                continue
+            if name == _BULK_WAIT:
+                if int_value(c.args[0]) != 0:
+                    raise LoweringError("cannot emulate cp.async.bulk.wait_group with a count other than 0")
+                out += pending
+                pending = []
+                continue
+            out.append(st)
+        if pending:
+            raise LoweringError("TMA emulation: a TMA store is never waited for (no cp.async.bulk.wait_group after it "
+                                "in its block): the kernel could exit or reuse the tile before the store read it")
+        return _seq(out) if out else tirx.Evaluate(0)
+
     def on_eval(node):
         c = node.value
         name = _name(c)
+        if name in (_STORE, _BULK_WAIT):
+            raise LoweringError(f"cannot emulate {name} outside a statement sequence with its wait")
         if name == _ENCODE or name == _FENCE:
             return tirx.Evaluate(0)
         if name == _INIT:
@@ -269,7 +343,8 @@ def emulate_tma(func):
             return tirx.Evaluate(0)
         return b
 
-    body = mapped(func.body, [(tirx.Evaluate, on_eval), (tirx.Bind, on_bind)])
+    body = mapped(func.body, [(tirx.SeqStmt, on_seq)])
+    body = mapped(body, [(tirx.Evaluate, on_eval), (tirx.Bind, on_bind)])
     zero = tirx.const(0, "int32")
     init = [tirx.AllocBuffer(state), tirx.AllocBuffer(seen)]
     init += [tirx.AllocBuffer(x) for inflight, tag, _ in shadows.values() for x in (inflight, tag)]

@@ -37,7 +37,7 @@ from tilelayout.fragment import Fragment
 from tilelayout.layout import substitute
 
 from .from_inference import CopyOp, ElementwiseOp, FillOp, GemmOp, ReduceOp, build_op_graph
-from ..hardware import func_target, normalize_target, warp_size
+from ..hardware import func_target, has_tma, normalize_target, warp_size
 from ..all_reduce import _cell_elements, _reduced, _split_basis, _xor_basis, unheld_partial  # noqa: F401 (tests use some)
 from .from_inference import finalized_buffer, nest_of
 from ..ir_utils import int_value, make_analyzer, mutate, prim_func_pass, thread_launch, walk
@@ -126,6 +126,8 @@ def lower_tile_ops(func, target=None):
 
     out = keep_shared_alive(mark_uniform_branches(func.with_body(mutate(func.body, [
         (TilePrimitiveCall, on_tile), (tirx.Evaluate, on_evaluate)]))))
+    if lowering.host:
+        out = out.with_body(tirx.SeqStmt(lowering.host + [out.body]))
     if lowering.reports:
         out = out.with_attr(_gemm.GEMM_REPORT_ATTR, dict(lowering.reports))
     return out
@@ -141,6 +143,7 @@ class _Lowering:
         self.thread_name = tx.name if tx is not None else "threadIdx.x"
         self.counter: dict = {}
         self.reductions: dict = {}
+        self.host: list = []       # statements before the launch (TMA stores' tensor maps)
 
     def fresh(self, base: str) -> str:
         self.counter[base] = self.counter.get(base, 0) + 1
@@ -174,6 +177,16 @@ class _Lowering:
                                    self.tx, self.threads, self.target, (predicate, padding_guard, replica_guard))
             if stored is not None:
                 self.report(op, stored[1])
+                return stored[0]
+        if isinstance(op, CopyOp) and op.src.buffer.is_shared and not op.dst.buffer.is_shared \
+                and not op.dst.buffer.is_fragment and has_tma(self.target):
+            from .tma_store import tma_store_copy
+            stored = tma_store_copy(op, layout, self.layouts.get(op.src.buffer.name), self.tx, self.threads,
+                                    [p for p in self.func.params if tirx.is_buffer_var(p)],
+                                    (predicate, padding_guard, replica_guard))
+            if stored is not None:
+                self.host += stored[1]
+                self.report(op, stored[2])
                 return stored[0]
         body = element_loop(op, node, nest_of(op), tirx.ForKind.PARALLEL)
         return annotate_loop(body, layout, predicate, padding_guard, replica_guard)

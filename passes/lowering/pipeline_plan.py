@@ -31,7 +31,7 @@ from tvm.tirx.tile_primitive import TilePrimitiveCall
 from tilelayout.errors import PipelineError
 from tilelayout.expr import mentions
 
-from ..hardware import func_target, normalize_target, sm_version
+from ..hardware import func_target, has_tma, normalize_target, sm_version
 from .from_inference import CopyOp, build_op_graph
 from .from_inference import stage_stride
 from ..ir_utils import constant_numel, int_value, mapped, prim_func_pass, walk
@@ -292,10 +292,6 @@ def _decide(loop, stages: int, graph, target, shared_sizes: dict, uniform: list,
         note += f"; not TMA: {why}"
     return {"stages": stages, "buffers": names, "mode": "cp.async", "note": note}
 
-
-def has_tma(target) -> bool:
-    """Whether ``target`` has the Tensor Memory Accelerator as PTX exposes it (``sm_90a`` and later ``a`` targets)."""
-    return sm_version(target) >= 90 and str(target.attrs.get("arch", "")).endswith("a")
 
 
 def describe_tma(entry) -> str:

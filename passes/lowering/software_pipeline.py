@@ -40,7 +40,7 @@ from ..ir_utils import int_value, mapped, mutate, prim_func_pass, under_guard, w
 from .lower_gemm import ptx_call
 from .pipeline_plan import PIPELINE_KEY, PIPELINE_REPORT_ATTR, read_plan, stage_stride
 from .shared_liveness import drop_keep_alive, keep_shared_alive
-from .stage_arena import StagedTile, share_arenas
+from .stage_arena import ARENAS_ATTR, StagedTile, arena_record, share_arenas
 
 __all__ = ["SoftwarePipeline", "software_pipeline", "CP_ASYNC_SIZES"]
 
@@ -125,6 +125,9 @@ def _software_pipeline(func):
     if leftover:
         raise PipelineError(f"buffer {leftover[0]}: pipelined, but still used outside its pipelined loop")
     out = func.with_body(tirx.SeqStmt(host + [out_body]) if host else out_body)
+    arenas = arena_record(staged)
+    if arenas:
+        out = out.with_attr(ARENAS_ATTR, arenas)
     return out.with_attr(PIPELINE_REPORT_ATTR, reports)
 
 

@@ -21,7 +21,11 @@ from tvm import tirx
 
 from ..ir_utils import int_value, walk
 
-__all__ = ["StagedTile", "share_arenas"]
+__all__ = ["StagedTile", "share_arenas", "arena_record", "ARENAS_ATTR"]
+
+#: function attribute: arena name -> [{"tile", "base", "stride"}] of its members (for tools reading the lowered
+#: program: the CuTe oracle, reports), in the order they sit in the arena
+ARENAS_ATTR = "tilelayout.stage_arenas"
 
 
 @dataclass(frozen=True)
@@ -114,3 +118,12 @@ def share_arenas(body, loops: list, plans: list, staged: dict) -> dict:
         for n, m, base in zip(names, members, bases):
             out[n] = StagedTile(arena, m.old, m.shape, m.stride, base)
     return out
+
+
+def arena_record(staged: dict) -> dict:
+    """``ARENAS_ATTR``'s value for ``staged``: the members of every arena, by base."""
+    out: dict = {}
+    for name, t in staged.items():
+        if str(t.buffer.name) != name:
+            out.setdefault(str(t.buffer.name), []).append({"tile": name, "base": t.base, "stride": t.stride})
+    return {k: sorted(v, key=lambda e: e["base"]) for k, v in sorted(out.items())}

@@ -29,8 +29,8 @@ from .wgmma_desc import swizzle as swizzle_bytes
 
 __all__ = ["plan_tma", "tma_table", "TMA_SWIZZLES", "TMA_DTYPES"]
 
-#: swizzle width in bytes -> CUtensorMapSwizzle enum value
-TMA_SWIZZLES = {32: 1, 64: 2, 128: 3}
+#: swizzle width in bytes (0: none, a row-major tile) -> CUtensorMapSwizzle enum value
+TMA_SWIZZLES = {0: 0, 32: 1, 64: 2, 128: 3}
 #: element types a tensor map describes (the driver's CUtensorMapDataType)
 TMA_DTYPES = ("int8", "uint8", "uint16", "int32", "uint32", "int64", "uint64", "float16", "float32", "float64",
               "bfloat16", "float8_e4m3fn", "float8_e5m2")
