@@ -71,6 +71,18 @@ def parse_main(params: str, *, threads: int | tuple, body: str, blocks: int | tu
     return func if name == "main" else func.with_attr("global_symbol", name)
 
 
+def parse_kernel(params: str, threads: int | tuple, body: str, blocks: int | tuple = 1, **values):
+    """``parse_main`` named ``kernel`` (``values``: the Python objects the text calls, an op or a layout): what the
+    ``@T.prim_func def kernel`` factories of the kernel modules gave, without their repeated launch lines."""
+    return parse_main(params, threads=threads, body=body, blocks=blocks, name="kernel", values=values)
+
+
+def buffer_type(*shape: int, dtype: str = "float32") -> str:
+    """The TVMScript type of a global buffer of ``shape`` and ``dtype``, for a kernel's parameter list."""
+    dims = ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "")
+    return f'T.Buffer(({dims}), "{dtype}")'
+
+
 def gemm_body(m: int, n: int, k: int, acc: str = "acc") -> str:
     """Kernel statements (a start of ``main_text``'s ``body``) computing ``acc = A @ B``: float16 A (m x k) and B
     (k x n) staged in the shared tiles ``A_s`` and ``B_s``, the product in the float32 fragment ``acc``."""
