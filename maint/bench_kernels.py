@@ -6,100 +6,87 @@ same kernel and compares registers per thread. ``KERNELS``: name -> zero-argumen
 """
 from __future__ import annotations
 
-from tvm.script import tirx as T
-from tvm.tirx.script import tile as Tx
-
 from cases.gemm_tile import gemm_epilogue
 from cases.reduce_owner_subset import reduce_lines
+from maint.kernel_text import buffer_type, parse_kernel
 
 
 def layernorm(m: int = 64, n: int = 1024, threads: int = 256):
     """Row layernorm without affine terms, bf16 throughout: three (m, n) fragments, two row sums."""
-    @T.prim_func
-    def kernel(A: T.Buffer((m, n), "bfloat16"), B: T.Buffer((m, n), "bfloat16")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", threads)
-        x = T.alloc_buffer((m, n), "bfloat16", scope="local.fragment")
-        xc = T.alloc_buffer((m, n), "bfloat16", scope="local.fragment")
-        y = T.alloc_buffer((m, n), "bfloat16", scope="local.fragment")
-        mean = T.alloc_buffer((m,), "bfloat16", scope="local.fragment")
-        var = T.alloc_buffer((m,), "bfloat16", scope="local.fragment")
-        Tx.copy(x[0:m, 0:n], A[0:m, 0:n])
-        Tx.sum(mean[0:m], x[0:m, 0:n], axes=[1])
-        for i in T.parallel(m):
-            for j in T.parallel(n):
-                xc[i, j] = x[i, j] - mean[i] * T.bfloat16(1.0 / n)
-        for i in T.parallel(m):
-            for j in T.parallel(n):
-                y[i, j] = xc[i, j] * xc[i, j]
-        Tx.sum(var[0:m], y[0:m, 0:n], axes=[1])
-        for i in T.parallel(m):
-            for j in T.parallel(n):
-                y[i, j] = xc[i, j] / T.sqrt(var[i] * T.bfloat16(1.0 / n) + T.bfloat16(1e-5))
-        Tx.copy(B[0:m, 0:n], y[0:m, 0:n])
-    return kernel
+    tile = buffer_type(m, n, dtype="bfloat16")
+    return parse_kernel(f"A: {tile}, B: {tile}", threads, f"""
+    x = T.alloc_buffer(({m}, {n}), "bfloat16", scope="local.fragment")
+    xc = T.alloc_buffer(({m}, {n}), "bfloat16", scope="local.fragment")
+    y = T.alloc_buffer(({m}, {n}), "bfloat16", scope="local.fragment")
+    mean = T.alloc_buffer(({m},), "bfloat16", scope="local.fragment")
+    var = T.alloc_buffer(({m},), "bfloat16", scope="local.fragment")
+    Tx.copy(x[0:{m}, 0:{n}], A[0:{m}, 0:{n}])
+    Tx.sum(mean[0:{m}], x[0:{m}, 0:{n}], axes=[1])
+    for i in T.parallel({m}):
+        for j in T.parallel({n}):
+            xc[i, j] = x[i, j] - mean[i] * T.bfloat16({1.0 / n!r})
+    for i in T.parallel({m}):
+        for j in T.parallel({n}):
+            y[i, j] = xc[i, j] * xc[i, j]
+    Tx.sum(var[0:{m}], y[0:{m}, 0:{n}], axes=[1])
+    for i in T.parallel({m}):
+        for j in T.parallel({n}):
+            y[i, j] = xc[i, j] / T.sqrt(var[i] * T.bfloat16({1.0 / n!r}) + T.bfloat16(1e-5))
+    Tx.copy(B[0:{m}, 0:{n}], y[0:{m}, 0:{n}])""")
 
 
 def rmsnorm(m: int = 32, n: int = 2048, threads: int = 128):
     """RMS norm (TileLang's rms_norm example shape of work): fp16 in and out, fp32 sum of squares."""
-    @T.prim_func
-    def kernel(A: T.Buffer((m, n), "float16"), B: T.Buffer((m, n), "float16")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", threads)
-        x = T.alloc_buffer((m, n), "float16", scope="local.fragment")
-        sq = T.alloc_buffer((m, n), "float32", scope="local.fragment")
-        ss = T.alloc_buffer((m,), "float32", scope="local.fragment")
-        Tx.copy(x[0:m, 0:n], A[0:m, 0:n])
-        for i in T.parallel(m):
-            for j in T.parallel(n):
-                sq[i, j] = T.Cast("float32", x[i, j]) * T.Cast("float32", x[i, j])
-        Tx.sum(ss[0:m], sq[0:m, 0:n], axes=[1])
-        for i in T.parallel(m):
-            for j in T.parallel(n):
-                x[i, j] = T.Cast("float16", T.Cast("float32", x[i, j]) / T.sqrt(ss[i] * T.float32(1.0 / n)
-                                                                                  + T.float32(1e-6)))
-        Tx.copy(B[0:m, 0:n], x[0:m, 0:n])
-    return kernel
+    tile = buffer_type(m, n, dtype="float16")
+    return parse_kernel(f"A: {tile}, B: {tile}", threads, f"""
+    x = T.alloc_buffer(({m}, {n}), "float16", scope="local.fragment")
+    sq = T.alloc_buffer(({m}, {n}), "float32", scope="local.fragment")
+    ss = T.alloc_buffer(({m},), "float32", scope="local.fragment")
+    Tx.copy(x[0:{m}, 0:{n}], A[0:{m}, 0:{n}])
+    for i in T.parallel({m}):
+        for j in T.parallel({n}):
+            sq[i, j] = T.Cast("float32", x[i, j]) * T.Cast("float32", x[i, j])
+    Tx.sum(ss[0:{m}], sq[0:{m}, 0:{n}], axes=[1])
+    for i in T.parallel({m}):
+        for j in T.parallel({n}):
+            x[i, j] = T.Cast("float16", T.Cast("float32", x[i, j]) / T.sqrt(ss[i] * T.float32({1.0 / n!r})
+                                                                              + T.float32(1e-6)))
+    Tx.copy(B[0:{m}, 0:{n}], x[0:{m}, 0:{n}])""")
 
 
 def softmax(m: int = 128, n: int = 256, threads: int = 256):
     """Row softmax: max, exp of the difference, sum, divide (TileLang's softmax example body)."""
-    @T.prim_func
-    def kernel(A: T.Buffer((m, n), "float32"), B: T.Buffer((m, n), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", threads)
-        x = T.alloc_buffer((m, n), "float32", scope="local.fragment")
-        row_max = T.alloc_buffer((m,), "float32", scope="local.fragment")
-        row_sum = T.alloc_buffer((m,), "float32", scope="local.fragment")
-        Tx.copy(x[0:m, 0:n], A[0:m, 0:n])
-        Tx.max(row_max[0:m], x[0:m, 0:n], axes=[1])
-        for i in T.parallel(m):
-            for j in T.parallel(n):
-                x[i, j] = T.exp(x[i, j] - row_max[i])
-        Tx.sum(row_sum[0:m], x[0:m, 0:n], axes=[1])
-        for i in T.parallel(m):
-            for j in T.parallel(n):
-                x[i, j] = x[i, j] / row_sum[i]
-        Tx.copy(B[0:m, 0:n], x[0:m, 0:n])
-    return kernel
+    tile = buffer_type(m, n, dtype="float32")
+    return parse_kernel(f"A: {tile}, B: {tile}", threads, f"""
+    x = T.alloc_buffer(({m}, {n}), "float32", scope="local.fragment")
+    row_max = T.alloc_buffer(({m},), "float32", scope="local.fragment")
+    row_sum = T.alloc_buffer(({m},), "float32", scope="local.fragment")
+    Tx.copy(x[0:{m}, 0:{n}], A[0:{m}, 0:{n}])
+    Tx.max(row_max[0:{m}], x[0:{m}, 0:{n}], axes=[1])
+    for i in T.parallel({m}):
+        for j in T.parallel({n}):
+            x[i, j] = T.exp(x[i, j] - row_max[i])
+    Tx.sum(row_sum[0:{m}], x[0:{m}, 0:{n}], axes=[1])
+    for i in T.parallel({m}):
+        for j in T.parallel({n}):
+            x[i, j] = x[i, j] / row_sum[i]
+    Tx.copy(B[0:{m}, 0:{n}], x[0:{m}, 0:{n}])""")
 
 
 def dequant(m: int = 128, n: int = 256, threads: int = 128):
     """int8 weights times a per-row fp16 scale into an fp16 tile (the dequantisation step of a W8A16 GEMM)."""
-    @T.prim_func
-    def kernel(W: T.Buffer((m, n), "int8"), S: T.Buffer((m,), "float16"), Out: T.Buffer((m, n), "float16")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", threads)
-        w = T.alloc_buffer((m, n), "int8", scope="local.fragment")
-        scale = T.alloc_buffer((m,), "float16", scope="local.fragment")
-        out = T.alloc_buffer((m, n), "float16", scope="local.fragment")
-        Tx.copy(w[0:m, 0:n], W[0:m, 0:n])
-        Tx.copy(scale[0:m], S[0:m])
-        for i in T.parallel(m):
-            for j in T.parallel(n):
-                out[i, j] = T.Cast("float16", w[i, j]) * scale[i]
-        Tx.copy(Out[0:m, 0:n], out[0:m, 0:n])
-    return kernel
+    params = ", ".join((f"W: {buffer_type(m, n, dtype='int8')}", f"S: {buffer_type(m, dtype='float16')}",
+                        f"Out: {buffer_type(m, n, dtype='float16')}"))
+    return parse_kernel(params, threads, f"""
+    w = T.alloc_buffer(({m}, {n}), "int8", scope="local.fragment")
+    scale = T.alloc_buffer(({m},), "float16", scope="local.fragment")
+    out = T.alloc_buffer(({m}, {n}), "float16", scope="local.fragment")
+    Tx.copy(w[0:{m}, 0:{n}], W[0:{m}, 0:{n}])
+    Tx.copy(scale[0:{m}], S[0:{m}])
+    for i in T.parallel({m}):
+        for j in T.parallel({n}):
+            out[i, j] = T.Cast("float16", w[i, j]) * scale[i]
+    Tx.copy(Out[0:{m}, 0:{n}], out[0:{m}, 0:{n}])""")
 
 
 KERNELS = {

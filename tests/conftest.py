@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 from hypothesis import settings, strategies as st
 
+# the tests import these kernel-text helpers from here
+from maint.kernel_text import buffer_type, main_text, parse_kernel, parse_main  # noqa: F401
 from tilelayout.evaluate import evaluate
 
 settings.register_profile("tilelayout", deadline=None, max_examples=30, derandomize=True, database=None)
@@ -42,33 +44,6 @@ def kernel_warnings(*names: str):
             expected.append(w)
         else:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-
-
-def main_text(params: str, *, threads: int | tuple, body: str, blocks: int | tuple = 1) -> str:
-    """TVMScript text of a kernel ``main(<params>)`` launched on ``blocks`` blocks (a count along x, the counts
-    along x and y, or ``()``: no block launch) of ``threads`` threads (a count along x, or the counts along x, y
-    and z), as ``maint/fuzz.py`` writes its kernels; ``body``: the statements after the launch, indented by four
-    spaces (a leading newline is dropped)."""
-    def launches(kind: str, name: str, counts: int | tuple) -> str:
-        counts = counts if isinstance(counts, tuple) else (counts,)
-        return "".join(f"    {name}{axis} = T.launch_thread(\"{kind}.{axis}\", {n})\n"
-                       for axis, n in zip("xyz", counts))
-    return (f"\n@T.prim_func\ndef main({params}):\n{launches('blockIdx', 'b', blocks)}"
-            f"{launches('threadIdx', 't', threads)}" + body.removeprefix("\n"))
-
-
-def parse_main(params: str, *, threads: int | tuple, body: str, blocks: int | tuple = 1, name: str = "main",
-               values: dict | None = None):
-    """The PrimFunc of ``main_text(params, ...)`` (``T``, ``Tx``, ``lang`` and ``values`` in scope), its global
-    symbol ``name``: a test's kernel written without the launch lines every kernel repeats."""
-    import tvm
-    from tvm.script import tirx as T
-    from tvm.tirx.script import tile as Tx
-
-    from tilelayout import lang
-    func = tvm.script.from_source(main_text(params, threads=threads, body=body, blocks=blocks),
-                                  extra_vars={"T": T, "Tx": Tx, "lang": lang, **(values or {})})
-    return func if name == "main" else func.with_attr("global_symbol", name)
 
 
 def gemm_body(m: int, n: int, k: int, acc: str = "acc") -> str:

@@ -1,7 +1,9 @@
-"""TVMScript kernels for tests/test_frontend_coverage.py (TVMScript parsing needs a real source file)."""
+"""TVMScript kernels for tests/test_frontend_coverage.py: PrimFunc factories, most parsed from text without the
+launch lines every kernel repeats (``conftest.parse_kernel``); those whose Python builds the body stay decorated."""
 from tvm.script import tirx as T
 from tvm.tirx.script import tile as Tx
 
+from conftest import buffer_type, parse_kernel, parse_main
 from tilelayout import lang
 
 # kernels that are also golden cases are imported from them, not repeated here
@@ -12,32 +14,24 @@ from cases.dynamic_tiles import _staged_2d
 
 def column_scan_3d(threads: int):
     """A serial loop over the middle dimension of a 3-D fragment: rows (b, :, c) live in one thread."""
-    @T.prim_func
-    def kernel(A: T.Buffer((4, 16, 8), "float32"), B: T.Buffer((4, 16, 8), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", threads)
-        F = T.alloc_buffer((4, 16, 8), "float32", scope="local.fragment")
-        Tx.copy(F[0:4, 0:16, 0:8], A[0:4, 0:16, 0:8])
-        for b in T.parallel(4):
-            for c in T.parallel(8):
-                for j in T.serial(15):
-                    F[b, 15 - j - 1, c] = F[b, 15 - j - 1, c] * T.float32(0.5) + F[b, 15 - j, c]
-        Tx.copy(B[0:4, 0:16, 0:8], F[0:4, 0:16, 0:8])
-    return kernel
+    return parse_kernel(f"A: {buffer_type(4, 16, 8)}, B: {buffer_type(4, 16, 8)}", threads, """
+    F = T.alloc_buffer((4, 16, 8), "float32", scope="local.fragment")
+    Tx.copy(F[0:4, 0:16, 0:8], A[0:4, 0:16, 0:8])
+    for b in T.parallel(4):
+        for c in T.parallel(8):
+            for j in T.serial(15):
+                F[b, 15 - j - 1, c] = F[b, 15 - j - 1, c] * T.float32(0.5) + F[b, 15 - j, c]
+    Tx.copy(B[0:4, 0:16, 0:8], F[0:4, 0:16, 0:8])""")
 
 
 def scan_out_of_bounds():
-    @T.prim_func
-    def kernel(A: T.Buffer((32, 16), "float32"), B: T.Buffer((32, 16), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", 32)
-        F = T.alloc_buffer((32, 16), "float32", scope="local.fragment")
-        Tx.copy(F[0:32, 0:16], A[0:32, 0:16])
-        for i in T.parallel(32):
-            for j in T.serial(16):
-                F[i, j] = F[i, j] + F[i, j - 1]
-        Tx.copy(B[0:32, 0:16], F[0:32, 0:16])
-    return kernel
+    return parse_kernel(f"A: {buffer_type(32, 16)}, B: {buffer_type(32, 16)}", 32, """
+    F = T.alloc_buffer((32, 16), "float32", scope="local.fragment")
+    Tx.copy(F[0:32, 0:16], A[0:32, 0:16])
+    for i in T.parallel(32):
+        for j in T.serial(16):
+            F[i, j] = F[i, j] + F[i, j - 1]
+    Tx.copy(B[0:32, 0:16], F[0:32, 0:16])""")
 
 
 def _scan(shape: tuple, threads: int, scans: tuple, dtype: str = "float32", shared: bool = False,
@@ -104,213 +98,169 @@ def cumsum_1d(n: int, threads: int):
 def histogram(m: int, n: int, bins: int, threads: int, shared: bool):
     if shared:
         return _histogram(m, n, bins, threads)      # the golden case's kernel
-
-    @T.prim_func
-    def kernel(A: T.Buffer((m, n), "int32"), Hist: T.Buffer((bins,), "int32")):
-        bx = T.launch_thread("blockIdx.x", 2)
-        tx = T.launch_thread("threadIdx.x", threads)
-        for i in T.parallel(m // 2):
-            for j in T.parallel(n):
-                lang.atomic_add(Hist[(A[bx * (m // 2) + i, j] % bins + bins) % bins], 1)
-    return kernel
+    params = f"A: {buffer_type(m, n, dtype='int32')}, Hist: {buffer_type(bins, dtype='int32')}"
+    return parse_kernel(params, threads, f"""
+    for i in T.parallel({m // 2}):
+        for j in T.parallel({n}):
+            lang.atomic_add(Hist[(A[bx * {m // 2} + i, j] % {bins} + {bins}) % {bins}], 1)""", blocks=2)
 
 
 def tvm_atomic_add(m: int, n: int, threads: int):
     """TVM's own spelling: T.cuda.atomic_add(T.address_of(dst), value)."""
-    @T.prim_func
-    def kernel(A: T.Buffer((m, n), "float32"), Out: T.Buffer((m,), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", threads)
-        for i in T.parallel(m):
-            for j in T.parallel(n):
-                T.cuda.atomic_add(T.address_of(Out[i]), A[i, j])
-    return kernel
+    return parse_kernel(f"A: {buffer_type(m, n)}, Out: {buffer_type(m)}", threads, f"""
+    for i in T.parallel({m}):
+        for j in T.parallel({n}):
+            T.cuda.atomic_add(T.address_of(Out[i]), A[i, j])""")
 
 
 def atomic_minmax(m: int, n: int, threads: int):
-    @T.prim_func
-    def kernel(A: T.Buffer((m, n), "int32"), Mx: T.Buffer((m,), "int32"), Mn: T.Buffer((m,), "int32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", threads)
-        for i in T.parallel(m):
-            for j in T.parallel(n):
-                lang.atomic_max(Mx[i], A[i, j])
-                lang.atomic_min(Mn[i], A[i, j])
-    return kernel
+    params = f"A: {buffer_type(m, n, dtype='int32')}, Mx: {buffer_type(m, dtype='int32')}, " \
+        f"Mn: {buffer_type(m, dtype='int32')}"
+    return parse_kernel(params, threads, f"""
+    for i in T.parallel({m}):
+        for j in T.parallel({n}):
+            lang.atomic_max(Mx[i], A[i, j])
+            lang.atomic_min(Mn[i], A[i, j])""")
 
 
 def atomic_on_fragment():
-    @T.prim_func
-    def kernel(A: T.Buffer((32,), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", 32)
-        F = T.alloc_buffer((32,), "float32", scope="local.fragment")
-        Tx.fill(F[0:32], T.float32(0))
-        for i in T.parallel(32):
-            T.cuda.atomic_add(T.address_of(F[i]), A[i])
-        Tx.copy(A[0:32], F[0:32])
-    return kernel
+    return parse_kernel(f"A: {buffer_type(32)}", 32, """
+    F = T.alloc_buffer((32,), "float32", scope="local.fragment")
+    Tx.fill(F[0:32], T.float32(0))
+    for i in T.parallel(32):
+        T.cuda.atomic_add(T.address_of(F[i]), A[i])
+    Tx.copy(A[0:32], F[0:32])""")
 
 
 def row_softmax_2d_block(m: int, n: int, x: int, y: int):
     """Rows minus their max with threads=(x, y); C records each thread's (ty, tx) components."""
-    @T.prim_func
-    def kernel(A: T.Buffer((m, n), "float32"), B: T.Buffer((m, n), "float32"), C: T.Buffer((y, x), "int32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", x)
-        ty = T.launch_thread("threadIdx.y", y)
-        F = T.alloc_buffer((m, n), "float32", scope="local.fragment")
-        s = T.alloc_buffer((m,), "float32", scope="local.fragment")
-        Tx.copy(F[0:m, 0:n], A[0:m, 0:n])
-        Tx.max(s[0:m], F[0:m, 0:n], axes=[1])
-        for i in T.parallel(m):
-            for j in T.parallel(n):
-                F[i, j] = F[i, j] - s[i]
-        Tx.copy(B[0:m, 0:n], F[0:m, 0:n])
-        C[ty, tx] = ty * 1000 + tx
-    return kernel
+    params = f"A: {buffer_type(m, n)}, B: {buffer_type(m, n)}, C: {buffer_type(y, x, dtype='int32')}"
+    return parse_kernel(params, (x, y), f"""
+    F = T.alloc_buffer(({m}, {n}), "float32", scope="local.fragment")
+    s = T.alloc_buffer(({m},), "float32", scope="local.fragment")
+    Tx.copy(F[0:{m}, 0:{n}], A[0:{m}, 0:{n}])
+    Tx.max(s[0:{m}], F[0:{m}, 0:{n}], axes=[1])
+    for i in T.parallel({m}):
+        for j in T.parallel({n}):
+            F[i, j] = F[i, j] - s[i]
+    Tx.copy(B[0:{m}, 0:{n}], F[0:{m}, 0:{n}])
+    C[ty, tx] = ty * 1000 + tx""")
 
 
 def three_dim_block():
-    @T.prim_func
-    def kernel(A: T.Buffer((64, 64), "float16"), B: T.Buffer((64, 64), "float16")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tz = T.launch_thread("threadIdx.z", 2)
-        tx = T.launch_thread("threadIdx.x", 16)
-        ty = T.launch_thread("threadIdx.y", 4)
-        F = T.alloc_buffer((64, 64), "float16", scope="local.fragment")
-        S = T.alloc_shared((64, 64), "float16")
-        Tx.copy(S[0:64, 0:64], A[0:64, 0:64])
-        Tx.copy(F[0:64, 0:64], S[0:64, 0:64])
-        for i in T.parallel(64):
-            for j in T.parallel(64):
-                F[i, j] = F[i, j] * T.float16(2)
-        Tx.copy(B[0:64, 0:64], F[0:64, 0:64])
-    return kernel
+    """Threads launched z first, then x and y (the launch lines are written out to keep that order)."""
+    return parse_kernel(f"A: {buffer_type(64, 64, dtype='float16')}, B: {buffer_type(64, 64, dtype='float16')}", (), """
+    tz = T.launch_thread("threadIdx.z", 2)
+    tx = T.launch_thread("threadIdx.x", 16)
+    ty = T.launch_thread("threadIdx.y", 4)
+    F = T.alloc_buffer((64, 64), "float16", scope="local.fragment")
+    S = T.alloc_shared((64, 64), "float16")
+    Tx.copy(S[0:64, 0:64], A[0:64, 0:64])
+    Tx.copy(F[0:64, 0:64], S[0:64, 0:64])
+    for i in T.parallel(64):
+        for j in T.parallel(64):
+            F[i, j] = F[i, j] * T.float16(2)
+    Tx.copy(B[0:64, 0:64], F[0:64, 0:64])""")
 
 
 def source_first_copy():
     """TileLang's T.copy(A, frag) order carried over: copies the unwritten fragment into A."""
-    @T.prim_func
-    def kernel(A: T.Buffer((64, 64), "float32"), B: T.Buffer((64, 64), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", 128)
-        frag = T.alloc_buffer((64, 64), "float32", scope="local.fragment")
-        Tx.copy(A[0:64, 0:64], frag[0:64, 0:64])
-        Tx.copy(B[0:64, 0:64], frag[0:64, 0:64])
-    return kernel
+    return parse_kernel(f"A: {buffer_type(64, 64)}, B: {buffer_type(64, 64)}", 128, """
+    frag = T.alloc_buffer((64, 64), "float32", scope="local.fragment")
+    Tx.copy(A[0:64, 0:64], frag[0:64, 0:64])
+    Tx.copy(B[0:64, 0:64], frag[0:64, 0:64])""")
 
 
 def accumulate_without_clear():
-    @T.prim_func
-    def kernel(A: T.Buffer((64, 64), "float32"), B: T.Buffer((64,), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", 128)
-        frag = T.alloc_buffer((64, 64), "float32", scope="local.fragment")
-        s = T.alloc_buffer((64,), "float32", scope="local.fragment")
-        Tx.copy(frag[0:64, 0:64], A[0:64, 0:64])
-        for i in T.parallel(64):
-            for j in T.parallel(64):
-                s[i] = s[i] + frag[i, j]
-        Tx.copy(B[0:64], s[0:64])
-    return kernel
+    return parse_kernel(f"A: {buffer_type(64, 64)}, B: {buffer_type(64)}", 128, """
+    frag = T.alloc_buffer((64, 64), "float32", scope="local.fragment")
+    s = T.alloc_buffer((64,), "float32", scope="local.fragment")
+    Tx.copy(frag[0:64, 0:64], A[0:64, 0:64])
+    for i in T.parallel(64):
+        for j in T.parallel(64):
+            s[i] = s[i] + frag[i, j]
+    Tx.copy(B[0:64], s[0:64])""")
 
 
 def grouped_accumulation(m: int, n: int, group: int, threads: int):
     """TileLang #1374: ``acc[i, j // group] += B[i, j]``: every group of iterations updates one element."""
-    @T.prim_func
-    def kernel(B: T.Buffer((m, n), "float32"), Out: T.Buffer((m, n // group), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", threads)
-        acc = T.alloc_buffer((m, n // group), "float32", scope="local.fragment")
-        Tx.fill(acc[0:m, 0:n // group], T.float32(0))
-        for i in T.parallel(m):
-            for j in T.parallel(n):
-                acc[i, j // group] = acc[i, j // group] + B[i, j]
-        Tx.copy(Out[0:m, 0:n // group], acc[0:m, 0:n // group])
-    return kernel
+    g = n // group
+    return parse_kernel(f"B: {buffer_type(m, n)}, Out: {buffer_type(m, g)}", threads, f"""
+    acc = T.alloc_buffer(({m}, {g}), "float32", scope="local.fragment")
+    Tx.fill(acc[0:{m}, 0:{g}], T.float32(0))
+    for i in T.parallel({m}):
+        for j in T.parallel({n}):
+            acc[i, j // {group}] = acc[i, j // {group}] + B[i, j]
+    Tx.copy(Out[0:{m}, 0:{g}], acc[0:{m}, 0:{g}])""")
 
 
 def composites():
     """memset, unary_reduce (exp with bias/scale, sum), binary_reduce, binary_chain (reversed), reduce_negate."""
-    @T.prim_func
-    def comp(A: T.Buffer((64, 32), "float32"), B: T.Buffer((64, 32), "float32"), C: T.Buffer((64,), "float32"), D: T.Buffer((64,), "float32"), E: T.Buffer((64,), "float32"), G2: T.Buffer((64, 32), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", 64)
-        F = T.alloc_buffer((64, 32), "float32", scope="local.fragment")
-        G = T.alloc_buffer((64, 32), "float32", scope="local.fragment")
-        H = T.alloc_buffer((64, 32), "float32", scope="local.fragment")
-        r = T.alloc_buffer((64,), "float32", scope="local.fragment")
-        q = T.alloc_buffer((64,), "float32", scope="local.fragment")
-        n = T.alloc_buffer((64,), "float32", scope="local.fragment")
-        Tx.copy(F[0:64, 0:32], A[0:64, 0:32])
-        Tx.memset(H[0:64, 0:32], T.float32(0.5))
-        Tx.unary_reduce(G[0:64, 0:32], r[0:64], F[0:64, 0:32], "exp", "sum", T.float32(1.0), T.float32(0.5), [1])
-        Tx.binary_reduce(H[0:64, 0:32], q[0:64], F[0:64, 0:32], H[0:64, 0:32], "mul", "max", [1])
-        Tx.binary_chain(G[0:64, 0:32], F[0:64, 0:32], G[0:64, 0:32], T.float32(2), "sub", "mul", True)
-        Tx.reduce_negate(n[0:64], F[0:64, 0:32], "min", [1], False)
-        Tx.copy(B[0:64, 0:32], G[0:64, 0:32])
-        Tx.copy(G2[0:64, 0:32], H[0:64, 0:32])
-        Tx.copy(C[0:64], r[0:64])
-        Tx.copy(D[0:64], q[0:64])
-        Tx.copy(E[0:64], n[0:64])
-    return comp
+    tile, row = buffer_type(64, 32), buffer_type(64)
+    return parse_main(f"A: {tile}, B: {tile}, C: {row}, D: {row}, E: {row}, G2: {tile}", threads=64, name="comp",
+                      body="""
+    F = T.alloc_buffer((64, 32), "float32", scope="local.fragment")
+    G = T.alloc_buffer((64, 32), "float32", scope="local.fragment")
+    H = T.alloc_buffer((64, 32), "float32", scope="local.fragment")
+    r = T.alloc_buffer((64,), "float32", scope="local.fragment")
+    q = T.alloc_buffer((64,), "float32", scope="local.fragment")
+    n = T.alloc_buffer((64,), "float32", scope="local.fragment")
+    Tx.copy(F[0:64, 0:32], A[0:64, 0:32])
+    Tx.memset(H[0:64, 0:32], T.float32(0.5))
+    Tx.unary_reduce(G[0:64, 0:32], r[0:64], F[0:64, 0:32], "exp", "sum", T.float32(1.0), T.float32(0.5), [1])
+    Tx.binary_reduce(H[0:64, 0:32], q[0:64], F[0:64, 0:32], H[0:64, 0:32], "mul", "max", [1])
+    Tx.binary_chain(G[0:64, 0:32], F[0:64, 0:32], G[0:64, 0:32], T.float32(2), "sub", "mul", True)
+    Tx.reduce_negate(n[0:64], F[0:64, 0:32], "min", [1], False)
+    Tx.copy(B[0:64, 0:32], G[0:64, 0:32])
+    Tx.copy(G2[0:64, 0:32], H[0:64, 0:32])
+    Tx.copy(C[0:64], r[0:64])
+    Tx.copy(D[0:64], q[0:64])
+    Tx.copy(E[0:64], n[0:64])""")
 
 
 def select_op():
-    @T.prim_func
-    def kernel(A: T.Buffer((16, 16), "float32"), B: T.Buffer((16, 16), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", 32)
-        F = T.alloc_buffer((16, 16), "float32", scope="local.fragment")
-        G = T.alloc_buffer((16, 16), "float32", scope="local.fragment")
-        Tx.copy(F[0:16, 0:16], A[0:16, 0:16])
-        Tx.select(G[0:16, 0:16], F[0:16, 0:16], T.float32(0), lambda i, j: i >= j)
-        Tx.copy(B[0:16, 0:16], G[0:16, 0:16])
-    return kernel
+    return parse_kernel(f"A: {buffer_type(16, 16)}, B: {buffer_type(16, 16)}", 32, """
+    F = T.alloc_buffer((16, 16), "float32", scope="local.fragment")
+    G = T.alloc_buffer((16, 16), "float32", scope="local.fragment")
+    Tx.copy(F[0:16, 0:16], A[0:16, 0:16])
+    Tx.select(G[0:16, 0:16], F[0:16, 0:16], T.float32(0), lambda i, j: i >= j)
+    Tx.copy(B[0:16, 0:16], G[0:16, 0:16])""")
 
 
 def reduce_negate_accum():
-    @T.prim_func
-    def kernel(A: T.Buffer((16, 16), "float32"), B: T.Buffer((16,), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", 32)
-        F = T.alloc_buffer((16, 16), "float32", scope="local.fragment")
-        r = T.alloc_buffer((16,), "float32", scope="local.fragment")
-        Tx.copy(F[0:16, 0:16], A[0:16, 0:16])
-        Tx.fill(r[0:16], T.float32(0))
-        Tx.reduce_negate(r[0:16], F[0:16, 0:16], "max", [1], True)
-        Tx.copy(B[0:16], r[0:16])
-    return kernel
+    return parse_kernel(f"A: {buffer_type(16, 16)}, B: {buffer_type(16)}", 32, """
+    F = T.alloc_buffer((16, 16), "float32", scope="local.fragment")
+    r = T.alloc_buffer((16,), "float32", scope="local.fragment")
+    Tx.copy(F[0:16, 0:16], A[0:16, 0:16])
+    Tx.fill(r[0:16], T.float32(0))
+    Tx.reduce_negate(r[0:16], F[0:16, 0:16], "max", [1], True)
+    Tx.copy(B[0:16], r[0:16])""")
 
 
 def row_reductions_by_serial_loop():
     """TileLang's reduce_absmax / reduce_abssum / reduce_bitor spelled with a serial loop inside a parallel
     nest (each row in one thread)."""
-    @T.prim_func
-    def kernel(A: T.Buffer((32, 16), "float32"), Bits: T.Buffer((32, 16), "int32"), Mx: T.Buffer((32,), "float32"),
-               Sm: T.Buffer((32,), "float32"), Or: T.Buffer((32,), "int32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", 32)
-        F = T.alloc_buffer((32, 16), "float32", scope="local.fragment")
-        I = T.alloc_buffer((32, 16), "int32", scope="local.fragment")
-        mx = T.alloc_buffer((32,), "float32", scope="local.fragment")
-        sm = T.alloc_buffer((32,), "float32", scope="local.fragment")
-        bo = T.alloc_buffer((32,), "int32", scope="local.fragment")
-        Tx.copy(F[0:32, 0:16], A[0:32, 0:16])
-        Tx.copy(I[0:32, 0:16], Bits[0:32, 0:16])
-        for i in T.parallel(32):
-            mx[i] = T.float32(0)
-            sm[i] = T.float32(0)
-            bo[i] = 0
-            for j in T.serial(16):
-                mx[i] = T.max(mx[i], T.abs(F[i, j]))
-                sm[i] = sm[i] + T.abs(F[i, j])
-                bo[i] = bo[i] | I[i, j]
-        Tx.copy(Mx[0:32], mx[0:32])
-        Tx.copy(Sm[0:32], sm[0:32])
-        Tx.copy(Or[0:32], bo[0:32])
-    return kernel
+    params = f"A: {buffer_type(32, 16)}, Bits: {buffer_type(32, 16, dtype='int32')}, Mx: {buffer_type(32)}, " \
+        f"Sm: {buffer_type(32)}, Or: {buffer_type(32, dtype='int32')}"
+    return parse_kernel(params, 32, """
+    F = T.alloc_buffer((32, 16), "float32", scope="local.fragment")
+    I = T.alloc_buffer((32, 16), "int32", scope="local.fragment")
+    mx = T.alloc_buffer((32,), "float32", scope="local.fragment")
+    sm = T.alloc_buffer((32,), "float32", scope="local.fragment")
+    bo = T.alloc_buffer((32,), "int32", scope="local.fragment")
+    Tx.copy(F[0:32, 0:16], A[0:32, 0:16])
+    Tx.copy(I[0:32, 0:16], Bits[0:32, 0:16])
+    for i in T.parallel(32):
+        mx[i] = T.float32(0)
+        sm[i] = T.float32(0)
+        bo[i] = 0
+        for j in T.serial(16):
+            mx[i] = T.max(mx[i], T.abs(F[i, j]))
+            sm[i] = sm[i] + T.abs(F[i, j])
+            bo[i] = bo[i] | I[i, j]
+    Tx.copy(Mx[0:32], mx[0:32])
+    Tx.copy(Sm[0:32], sm[0:32])
+    Tx.copy(Or[0:32], bo[0:32])""")
 
 
 def dynamic_scale():
@@ -358,14 +308,10 @@ def dynamic_both():
 def reversed_atomic(m: int, k: int, threads: int):
     """Row sums added atomically in reversed row order: the loop reads the 16-times replicated ``s`` at
     ``m - 1 - i``, so its layout is a rotation of ``s``'s; only replica 0 may add."""
-    @T.prim_func
-    def kernel(A: T.Buffer((m, k), "float32"), Out: T.Buffer((m,), "float32")):
-        bx = T.launch_thread("blockIdx.x", 2)
-        tx = T.launch_thread("threadIdx.x", threads)
-        F = T.alloc_buffer((m, k), "float32", scope="local.fragment")
-        s = T.alloc_buffer((m,), "float32", scope="local.fragment")
-        Tx.copy(F[0:m, 0:k], A[0:m, 0:k])
-        Tx.sum(s[0:m], F[0:m, 0:k], axes=[1])
-        for i in T.parallel(m):
-            lang.atomic_add(Out[i], s[m - 1 - i])
-    return kernel
+    return parse_kernel(f"A: {buffer_type(m, k)}, Out: {buffer_type(m)}", threads, f"""
+    F = T.alloc_buffer(({m}, {k}), "float32", scope="local.fragment")
+    s = T.alloc_buffer(({m},), "float32", scope="local.fragment")
+    Tx.copy(F[0:{m}, 0:{k}], A[0:{m}, 0:{k}])
+    Tx.sum(s[0:{m}], F[0:{m}, 0:{k}], axes=[1])
+    for i in T.parallel({m}):
+        lang.atomic_add(Out[i], s[{m - 1} - i])""", blocks=2)

@@ -1,8 +1,9 @@
-"""TVMScript kernels for the layout-inference and cost-model tests (TVMScript parsing needs a real file).
+"""TVMScript kernels for the layout-inference and cost-model tests.
 
-Each factory returns a fresh PrimFunc; tests build them once per module. The end of the file holds the
-exact-enumeration checks every inferred layout is held to (independent of the inference code's own
-ownership and injectivity checks).
+Each factory returns a fresh PrimFunc (named ``kernel``) parsed from TVMScript text without the launch lines every
+kernel repeats (``conftest.parse_kernel``); tests build them once per module. The end of the file holds the
+exact-enumeration checks every inferred layout is held to (independent of the inference code's own ownership and
+injectivity checks).
 """
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from typing import Callable
 import numpy as np
 from tvm.script import tirx as T
 from tvm.tirx.script import tile as Tx
+
+from conftest import buffer_type, parse_kernel
 
 # kernels that are also golden cases are imported from them, not repeated here
 from cases.elementwise_copy import roundtrip as copy_roundtrip  # noqa: F401
@@ -22,114 +25,83 @@ from cases.register_spill import spill_kernel as register_spill  # noqa: F401
 
 def chain(m: int, n: int, threads: int, op: Callable = lambda v: v * T.float32(2)):
     """copy A -> x; y = op(x) (parallel, default x * 2); copy y -> B: one component of three ops."""
-    @T.prim_func
-    def kernel(A: T.Buffer((m, n), "float32"), B: T.Buffer((m, n), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", threads)
-        x = T.alloc_buffer((m, n), "float32", scope="local.fragment")
-        y = T.alloc_buffer((m, n), "float32", scope="local.fragment")
-        Tx.copy(x[0:m, 0:n], A[0:m, 0:n])
-        for i in T.parallel(m):
-            for j in T.parallel(n):
-                y[i, j] = op(x[i, j])
-        Tx.copy(B[0:m, 0:n], y[0:m, 0:n])
-    return kernel
+    return parse_kernel(f"A: {buffer_type(m, n)}, B: {buffer_type(m, n)}", threads, f"""
+    x = T.alloc_buffer(({m}, {n}), "float32", scope="local.fragment")
+    y = T.alloc_buffer(({m}, {n}), "float32", scope="local.fragment")
+    Tx.copy(x[0:{m}, 0:{n}], A[0:{m}, 0:{n}])
+    for i in T.parallel({m}):
+        for j in T.parallel({n}):
+            y[i, j] = op(x[i, j])
+    Tx.copy(B[0:{m}, 0:{n}], y[0:{m}, 0:{n}])""", op=op)
 
 
 def two_components():
     """Two independent fragments: {copy A->a, copy a->B} and {copy C->b, parallel D = b + 1}."""
-    @T.prim_func
-    def kernel(A: T.Buffer((64, 64), "float16"), B: T.Buffer((64, 64), "float16"),
-               C: T.Buffer((32, 128), "float32"), D: T.Buffer((32, 128), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", 128)
-        a = T.alloc_buffer((64, 64), "float16", scope="local.fragment")
-        b = T.alloc_buffer((32, 128), "float32", scope="local.fragment")
-        Tx.copy(a[0:64, 0:64], A[0:64, 0:64])
-        Tx.copy(b[0:32, 0:128], C[0:32, 0:128])
-        Tx.copy(B[0:64, 0:64], a[0:64, 0:64])
-        for i in T.parallel(32):
-            for j in T.parallel(128):
-                D[i, j] = b[i, j] + T.float32(1)
-    return kernel
+    params = 'A: T.Buffer((64, 64), "float16"), B: T.Buffer((64, 64), "float16"), ' \
+        f"C: {buffer_type(32, 128)}, D: {buffer_type(32, 128)}"
+    return parse_kernel(params, 128, """
+    a = T.alloc_buffer((64, 64), "float16", scope="local.fragment")
+    b = T.alloc_buffer((32, 128), "float32", scope="local.fragment")
+    Tx.copy(a[0:64, 0:64], A[0:64, 0:64])
+    Tx.copy(b[0:32, 0:128], C[0:32, 0:128])
+    Tx.copy(B[0:64, 0:64], a[0:64, 0:64])
+    for i in T.parallel(32):
+        for j in T.parallel(128):
+            D[i, j] = b[i, j] + T.float32(1)""")
 
 
 def plain_loop(m: int, n: int, threads: int):
     """A parallel nest touching only global memory: a planned loop layout, no fragment."""
-    @T.prim_func
-    def kernel(A: T.Buffer((m, n), "float32"), B: T.Buffer((m, n), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", threads)
-        for i in T.parallel(m):
-            for j in T.parallel(n):
-                B[i, j] = A[i, j] * T.float32(2)
-    return kernel
+    return parse_kernel(f"A: {buffer_type(m, n)}, B: {buffer_type(m, n)}", threads, f"""
+    for i in T.parallel({m}):
+        for j in T.parallel({n}):
+            B[i, j] = A[i, j] * T.float32(2)""")
 
 
 def short_loop(n: int, threads: int):
     """Fewer iterations than threads, global only: the loop layout needs a thread predicate."""
-    @T.prim_func
-    def kernel(A: T.Buffer((n,), "float32"), B: T.Buffer((n,), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", threads)
-        for i in T.parallel(n):
-            B[i] = A[i] + T.float32(1)
-    return kernel
+    return parse_kernel(f"A: {buffer_type(n)}, B: {buffer_type(n)}", threads, f"""
+    for i in T.parallel({n}):
+        B[i] = A[i] + T.float32(1)""")
 
 
 def small_fragment(n: int, threads: int):
     """A fragment with fewer elements than threads, written by a loop: replicated to fill the block."""
-    @T.prim_func
-    def kernel(A: T.Buffer((n,), "float32"), B: T.Buffer((n,), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", threads)
-        f = T.alloc_buffer((n,), "float32", scope="local.fragment")
-        for i in T.parallel(n):
-            f[i] = A[i] * T.float32(3)
-        Tx.copy(B[0:n], f[0:n])
-    return kernel
+    return parse_kernel(f"A: {buffer_type(n)}, B: {buffer_type(n)}", threads, f"""
+    f = T.alloc_buffer(({n},), "float32", scope="local.fragment")
+    for i in T.parallel({n}):
+        f[i] = A[i] * T.float32(3)
+    Tx.copy(B[0:{n}], f[0:{n}])""")
 
 
 def fill_then_store(m: int, n: int, threads: int):
-    @T.prim_func
-    def kernel(B: T.Buffer((m, n), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", threads)
-        frag = T.alloc_buffer((m, n), "float32", scope="local.fragment")
-        Tx.fill(frag[0:m, 0:n], T.float32(0))
-        Tx.copy(B[0:m, 0:n], frag[0:m, 0:n])
-    return kernel
+    return parse_kernel(f"B: {buffer_type(m, n)}", threads, f"""
+    frag = T.alloc_buffer(({m}, {n}), "float32", scope="local.fragment")
+    Tx.fill(frag[0:{m}, 0:{n}], T.float32(0))
+    Tx.copy(B[0:{m}, 0:{n}], frag[0:{m}, 0:{n}])""")
 
 
 # ----------------------------------------------------------------------------------------- strict level
 
 def const_index(m: int, n: int, threads: int):
     """``Out[i, j] = A[i, j] * s[0]``: a constant-index fragment read is fully replicated at strict level."""
-    @T.prim_func
-    def kernel(A: T.Buffer((m, n), "float32"), Out: T.Buffer((m, n), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", threads)
-        s = T.alloc_buffer((2,), "float32", scope="local.fragment")
-        Tx.fill(s[0:2], T.float32(1))
-        for i in T.parallel(m):
-            for j in T.parallel(n):
-                Out[i, j] = A[i, j] * s[0]
-    return kernel
+    return parse_kernel(f"A: {buffer_type(m, n)}, Out: {buffer_type(m, n)}", threads, f"""
+    s = T.alloc_buffer((2,), "float32", scope="local.fragment")
+    Tx.fill(s[0:2], T.float32(1))
+    for i in T.parallel({m}):
+        for j in T.parallel({n}):
+            Out[i, j] = A[i, j] * s[0]""")
 
 
 def floating_use(threads: int):
     """``f[0]`` decides an ``if`` outside every op: f must be in every thread (fully replicated)."""
-    @T.prim_func
-    def kernel(V: T.Buffer((4,), "float32"), A: T.Buffer((64, 64), "float32"), B: T.Buffer((64, 64), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", threads)
-        f = T.alloc_buffer((4,), "float32", scope="local.fragment")
-        x = T.alloc_buffer((64, 64), "float32", scope="local.fragment")
-        Tx.copy(f[0:4], V[0:4])
-        Tx.copy(x[0:64, 0:64], A[0:64, 0:64])
-        if f[0] > T.float32(0):
-            Tx.copy(B[0:64, 0:64], x[0:64, 0:64])
-    return kernel
+    return parse_kernel(f"V: {buffer_type(4)}, A: {buffer_type(64, 64)}, B: {buffer_type(64, 64)}", threads, """
+    f = T.alloc_buffer((4,), "float32", scope="local.fragment")
+    x = T.alloc_buffer((64, 64), "float32", scope="local.fragment")
+    Tx.copy(f[0:4], V[0:4])
+    Tx.copy(x[0:64, 0:64], A[0:64, 0:64])
+    if f[0] > T.float32(0):
+        Tx.copy(B[0:64, 0:64], x[0:64, 0:64])""")
 
 
 def pinned_pair(threads: int):
@@ -144,17 +116,12 @@ def _reduce(reducer):
         """``R = reducer(x, axis)`` for x copied in from A; ``rows``: only x's first rows are reduced (axis 1)."""
         rows = m if rows is None else rows
         out = n if axis == 0 else rows
-
-        @T.prim_func
-        def kernel(A: T.Buffer((m, n), "float32"), R: T.Buffer((out,), "float32")):
-            bx = T.launch_thread("blockIdx.x", 1)
-            tx = T.launch_thread("threadIdx.x", threads)
-            x = T.alloc_buffer((m, n), "float32", scope="local.fragment")
-            r = T.alloc_buffer((out,), "float32", scope="local.fragment")
-            Tx.copy(x[0:m, 0:n], A[0:m, 0:n])
-            reducer(r[0:out], x[0:rows, 0:n], axes=[axis])
-            Tx.copy(R[0:out], r[0:out])
-        return kernel
+        return parse_kernel(f"A: {buffer_type(m, n)}, R: {buffer_type(out)}", threads, f"""
+    x = T.alloc_buffer(({m}, {n}), "float32", scope="local.fragment")
+    r = T.alloc_buffer(({out},), "float32", scope="local.fragment")
+    Tx.copy(x[0:{m}, 0:{n}], A[0:{m}, 0:{n}])
+    reducer(r[0:{out}], x[0:{rows}, 0:{n}], axes=[{axis}])
+    Tx.copy(R[0:{out}], r[0:{out}])""", reducer=reducer)
     return build
 
 
@@ -176,83 +143,58 @@ def partial_reduce():
 
 def head_then_full(small: int, full: int, threads: int):
     """#2957: a short loop writes the head of a fragment, a long loop reads all of it."""
-    @T.prim_func
-    def kernel(A: T.Buffer((full,), "float32"), C: T.Buffer((full,), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", threads)
-        frag = T.alloc_buffer((full,), "float32", scope="local.fragment")
-        Tx.copy(frag[0:full], A[0:full])
-        for i in T.parallel(small):
-            frag[i] = T.float32(5)
-        for i in T.parallel(full):
-            C[i] = frag[i] + T.float32(1)
-    return kernel
+    return parse_kernel(f"A: {buffer_type(full)}, C: {buffer_type(full)}", threads, f"""
+    frag = T.alloc_buffer(({full},), "float32", scope="local.fragment")
+    Tx.copy(frag[0:{full}], A[0:{full}])
+    for i in T.parallel({small}):
+        frag[i] = T.float32(5)
+    for i in T.parallel({full}):
+        C[i] = frag[i] + T.float32(1)""")
 
 
 def full_then_head(small: int, full: int, threads: int):
     """#2957 the other way round: the long loop writes every element, the short one reads the head."""
-    @T.prim_func
-    def kernel(A: T.Buffer((full,), "float32"), C: T.Buffer((small,), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", threads)
-        frag = T.alloc_buffer((full,), "float32", scope="local.fragment")
-        for i in T.parallel(full):
-            frag[i] = A[i] * T.float32(2)
-        for i in T.parallel(small):
-            C[i] = frag[i]
-    return kernel
+    return parse_kernel(f"A: {buffer_type(full)}, C: {buffer_type(small)}", threads, f"""
+    frag = T.alloc_buffer(({full},), "float32", scope="local.fragment")
+    for i in T.parallel({full}):
+        frag[i] = A[i] * T.float32(2)
+    for i in T.parallel({small}):
+        C[i] = frag[i]""")
 
 
 def const_pair(m: int, n: int, threads: int):
     """#3005: ``F[i, j] = A[i, j] * s[0] + s[1]`` with a (2,) fragment s and a fragment F."""
-    @T.prim_func
-    def kernel(S: T.Buffer((2,), "float32"), A: T.Buffer((m, n), "float32"), Out: T.Buffer((m, n), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", threads)
-        s = T.alloc_buffer((2,), "float32", scope="local.fragment")
-        F = T.alloc_buffer((m, n), "float32", scope="local.fragment")
-        Tx.copy(s[0:2], S[0:2])
-        for i in T.parallel(m):
-            for j in T.parallel(n):
-                F[i, j] = A[i, j] * s[0] + s[1]
-        Tx.copy(Out[0:m, 0:n], F[0:m, 0:n])
-    return kernel
+    return parse_kernel(f"S: {buffer_type(2)}, A: {buffer_type(m, n)}, Out: {buffer_type(m, n)}", threads, f"""
+    s = T.alloc_buffer((2,), "float32", scope="local.fragment")
+    F = T.alloc_buffer(({m}, {n}), "float32", scope="local.fragment")
+    Tx.copy(s[0:2], S[0:2])
+    for i in T.parallel({m}):
+        for j in T.parallel({n}):
+            F[i, j] = A[i, j] * s[0] + s[1]
+    Tx.copy(Out[0:{m}, 0:{n}], F[0:{m}, 0:{n}])""")
 
 
 def out_of_bounds():
     """A loop larger than the fragment it reads: refused with a message, never silently truncated."""
-    @T.prim_func
-    def kernel(A: T.Buffer((100,), "float32"), C: T.Buffer((256,), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", 128)
-        frag = T.alloc_buffer((100,), "float32", scope="local.fragment")
-        Tx.copy(frag[0:100], A[0:100])
-        for i in T.parallel(256):
-            C[i] = frag[i]
-    return kernel
+    return parse_kernel(f"A: {buffer_type(100)}, C: {buffer_type(256)}", 128, """
+    frag = T.alloc_buffer((100,), "float32", scope="local.fragment")
+    Tx.copy(frag[0:100], A[0:100])
+    for i in T.parallel(256):
+        C[i] = frag[i]""")
 
 
 def unsupported_op():
-    @T.prim_func
-    def kernel(A: T.Buffer((64,), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", 64)
-        frag = T.alloc_buffer((64,), "float32", scope="local.fragment")
-        Tx.select(frag[0:64], frag[0:64], T.float32(0), lambda i: A[i] > T.float32(3))
-        Tx.copy(A[0:64], frag[0:64])
-    return kernel
+    return parse_kernel(f"A: {buffer_type(64)}", 64, """
+    frag = T.alloc_buffer((64,), "float32", scope="local.fragment")
+    Tx.select(frag[0:64], frag[0:64], T.float32(0), lambda i: A[i] > T.float32(3))
+    Tx.copy(A[0:64], frag[0:64])""")
 
 
 def two_thread_dims():
-    @T.prim_func
-    def kernel(A: T.Buffer((64,), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", 32)
-        ty = T.launch_thread("threadIdx.y", 2)
-        frag = T.alloc_buffer((64,), "float32", scope="local.fragment")
-        Tx.fill(frag[0:64], T.float32(0))
-        Tx.copy(A[0:64], frag[0:64])
-    return kernel
+    return parse_kernel(f"A: {buffer_type(64)}", (32, 2), """
+    frag = T.alloc_buffer((64,), "float32", scope="local.fragment")
+    Tx.fill(frag[0:64], T.float32(0))
+    Tx.copy(A[0:64], frag[0:64])""")
 
 
 # ----------------------------------------------------------------------------------------- io-aware model
@@ -260,69 +202,47 @@ def two_thread_dims():
 def row_scale(m: int, n: int, threads: int):
     """``Out[i, j] = A[i, j] * r[i]`` with r copied in: a loop-first plan indexes r by a thread-dependent
     row (local-memory spill); the copy-first attempt keeps r's slot constant per thread."""
-    @T.prim_func
-    def kernel(Rv: T.Buffer((m,), "float32"), A: T.Buffer((m, n), "float32"), Out: T.Buffer((m, n), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", threads)
-        r = T.alloc_buffer((m,), "float32", scope="local.fragment")
-        Tx.copy(r[0:m], Rv[0:m])
-        for i in T.parallel(m):
-            for j in T.parallel(n):
-                Out[i, j] = A[i, j] * r[i]
-    return kernel
+    return parse_kernel(f"Rv: {buffer_type(m)}, A: {buffer_type(m, n)}, Out: {buffer_type(m, n)}", threads, f"""
+    r = T.alloc_buffer(({m},), "float32", scope="local.fragment")
+    Tx.copy(r[0:{m}], Rv[0:{m}])
+    for i in T.parallel({m}):
+        for j in T.parallel({n}):
+            Out[i, j] = A[i, j] * r[i]""")
 
 
 def gather_load(one_access: bool):
     """A loop reading global memory at a non-affine column ``(j * 5) % 64`` (a permutation)."""
     if one_access:
-        @T.prim_func
-        def kernel(A: T.Buffer((64, 64), "float32"), B: T.Buffer((64, 64), "float32")):
-            bx = T.launch_thread("blockIdx.x", 1)
-            tx = T.launch_thread("threadIdx.x", 128)
-            x = T.alloc_buffer((64, 64), "float32", scope="local.fragment")
-            for i in T.parallel(64):
-                for j in T.parallel(64):
-                    x[i, j] = A[i, (j * 5) % 64]
-            Tx.copy(B[0:64, 0:64], x[0:64, 0:64])
-        return kernel
-
-    @T.prim_func
-    def kernel2(A: T.Buffer((64, 64), "float32"), B: T.Buffer((64, 64), "float32"),
-                Out: T.Buffer((64, 64), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", 128)
-        x = T.alloc_buffer((64, 64), "float32", scope="local.fragment")
-        Tx.copy(x[0:64, 0:64], B[0:64, 0:64])
-        for i in T.parallel(64):
-            for j in T.parallel(64):
-                Out[i, j] = A[i, (j * 5) % 64] + x[i, j]
-    return kernel2
+        return parse_kernel(f"A: {buffer_type(64, 64)}, B: {buffer_type(64, 64)}", 128, """
+    x = T.alloc_buffer((64, 64), "float32", scope="local.fragment")
+    for i in T.parallel(64):
+        for j in T.parallel(64):
+            x[i, j] = A[i, (j * 5) % 64]
+    Tx.copy(B[0:64, 0:64], x[0:64, 0:64])""")
+    return parse_kernel(f"A: {buffer_type(64, 64)}, B: {buffer_type(64, 64)}, Out: {buffer_type(64, 64)}", 128, """
+    x = T.alloc_buffer((64, 64), "float32", scope="local.fragment")
+    Tx.copy(x[0:64, 0:64], B[0:64, 0:64])
+    for i in T.parallel(64):
+        for j in T.parallel(64):
+            Out[i, j] = A[i, (j * 5) % 64] + x[i, j]""").with_attr("global_symbol", "kernel2")
 
 
 def repeated_copy(reps: int):
     """The same fragment round trip inside a serial loop of ``reps`` trips (serial repeat)."""
-    @T.prim_func
-    def kernel(A: T.Buffer((reps * 64, 64), "float32"), B: T.Buffer((reps * 64, 64), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", 128)
-        frag = T.alloc_buffer((64, 64), "float32", scope="local.fragment")
-        for k in range(reps):
-            Tx.copy(frag[0:64, 0:64], A[k * 64:k * 64 + 64, 0:64])
-            Tx.copy(B[k * 64:k * 64 + 64, 0:64], frag[0:64, 0:64])
-    return kernel
+    return parse_kernel(f"A: {buffer_type(reps * 64, 64)}, B: {buffer_type(reps * 64, 64)}", 128, f"""
+    frag = T.alloc_buffer((64, 64), "float32", scope="local.fragment")
+    for k in range({reps}):
+        Tx.copy(frag[0:64, 0:64], A[k * 64:k * 64 + 64, 0:64])
+        Tx.copy(B[k * 64:k * 64 + 64, 0:64], frag[0:64, 0:64])""")
 
 
 def partial_copy():
     """A copy that fills only half of the fragment: outside what the statement score can enumerate."""
-    @T.prim_func
-    def kernel(A: T.Buffer((64, 64), "float32"), B: T.Buffer((64, 64), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", 128)
-        frag = T.alloc_buffer((64, 64), "float32", scope="local.fragment")
-        Tx.fill(frag[0:64, 0:64], T.float32(0))
-        Tx.copy(frag[0:32, 0:64], A[0:32, 0:64])
-        Tx.copy(B[0:64, 0:64], frag[0:64, 0:64])
-    return kernel
+    return parse_kernel(f"A: {buffer_type(64, 64)}, B: {buffer_type(64, 64)}", 128, """
+    frag = T.alloc_buffer((64, 64), "float32", scope="local.fragment")
+    Tx.fill(frag[0:64, 0:64], T.float32(0))
+    Tx.copy(frag[0:32, 0:64], A[0:32, 0:64])
+    Tx.copy(B[0:64, 0:64], frag[0:64, 0:64])""")
 
 
 # ----------------------------------------------------------------------------------------- enumeration checks
@@ -401,63 +321,45 @@ def check_result(result, threads: int) -> None:
 def tirx_pinned():
     """A fragment whose TIRx ``layout=`` is not the default: a strict-level pin (row i on lane i)."""
     from tvm.tirx.layout import S, TileLayout, laneid
-    pin = TileLayout(S[(8, 16):(1 @ laneid, 1)])
-
-    @T.prim_func
-    def kernel(A: T.Buffer((8, 16), "float32"), B: T.Buffer((8, 16), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", 8)
-        frag = T.alloc_buffer((8, 16), "float32", scope="local.fragment", layout=pin)
-        Tx.copy(frag[0:8, 0:16], A[0:8, 0:16])
-        Tx.copy(B[0:8, 0:16], frag[0:8, 0:16])
-    return kernel
+    return parse_kernel(f"A: {buffer_type(8, 16)}, B: {buffer_type(8, 16)}", 8, """
+    frag = T.alloc_buffer((8, 16), "float32", scope="local.fragment", layout=pin)
+    Tx.copy(frag[0:8, 0:16], A[0:8, 0:16])
+    Tx.copy(B[0:8, 0:16], frag[0:8, 0:16])""", pin=TileLayout(S[(8, 16):(1 @ laneid, 1)]))
 
 
 def small_roundtrip(n: int, threads: int, dtype: str):
     """A fragment of fewer elements than threads copied in and out: replicated to fill the block."""
-    @T.prim_func
-    def kernel(A: T.Buffer((n,), dtype), B: T.Buffer((n,), dtype)):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", threads)
-        f = T.alloc_buffer((n,), dtype, scope="local.fragment")
-        Tx.copy(f[0:n], A[0:n])
-        Tx.copy(B[0:n], f[0:n])
-    return kernel
+    return parse_kernel(f"A: {buffer_type(n, dtype=dtype)}, B: {buffer_type(n, dtype=dtype)}", threads, f"""
+    f = T.alloc_buffer(({n},), "{dtype}", scope="local.fragment")
+    Tx.copy(f[0:{n}], A[0:{n}])
+    Tx.copy(B[0:{n}], f[0:{n}])""")
 
 
 def accumulate_rows(threads: int):
     """r is filled, then ``sum(x, axis 1)`` accumulates into it: starting from the fill plans r the wrong
     way for the reduction (that attempt fails); starting from the copy works (the ``conversion_avoided`` case's
     kernel, 64x128)."""
-    from cases.conversion_avoided import _kernel
-    return _kernel(64, 128, threads)
+    from cases.conversion_avoided import _kernel as accumulate
+    return accumulate(64, 128, threads)
 
 
 def column_broadcast(m: int, n: int, threads: int):
     """``Out[i, j] = c[j] * 2``: each column value is read by every row; the coalesced loop needs c[j] in
     the threads that run column j (a partial replication), not in every thread."""
-    @T.prim_func
-    def kernel(Cv: T.Buffer((n,), "float32"), Out: T.Buffer((m, n), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", threads)
-        c = T.alloc_buffer((n,), "float32", scope="local.fragment")
-        Tx.copy(c[0:n], Cv[0:n])
-        for i in T.parallel(m):
-            for j in T.parallel(n):
-                Out[i, j] = c[j] * T.float32(2)
-    return kernel
+    return parse_kernel(f"Cv: {buffer_type(n)}, Out: {buffer_type(m, n)}", threads, f"""
+    c = T.alloc_buffer(({n},), "float32", scope="local.fragment")
+    Tx.copy(c[0:{n}], Cv[0:{n}])
+    for i in T.parallel({m}):
+        for j in T.parallel({n}):
+            Out[i, j] = c[j] * T.float32(2)""")
 
 
 def nest_3d(threads: int):
     """A 3-D parallel nest writing a fragment at its own coordinates (no spill possible)."""
-    @T.prim_func
-    def kernel(A: T.Buffer((4, 8, 32), "float32"), B: T.Buffer((4, 8, 32), "float32")):
-        bx = T.launch_thread("blockIdx.x", 1)
-        tx = T.launch_thread("threadIdx.x", threads)
-        x = T.alloc_buffer((4, 8, 32), "float32", scope="local.fragment")
-        for a in T.parallel(4):
-            for b in T.parallel(8):
-                for c in T.parallel(32):
-                    x[a, b, c] = A[a, b, c] + T.float32(1)
-        Tx.copy(B[0:4, 0:8, 0:32], x[0:4, 0:8, 0:32])
-    return kernel
+    return parse_kernel(f"A: {buffer_type(4, 8, 32)}, B: {buffer_type(4, 8, 32)}", threads, """
+    x = T.alloc_buffer((4, 8, 32), "float32", scope="local.fragment")
+    for a in T.parallel(4):
+        for b in T.parallel(8):
+            for c in T.parallel(32):
+                x[a, b, c] = A[a, b, c] + T.float32(1)
+    Tx.copy(B[0:4, 0:8, 0:32], x[0:4, 0:8, 0:32])""")

@@ -1,8 +1,10 @@
-"""Kernels for the tile-level select and atomic-add tests (TVMScript needs its source in a file)."""
+"""Kernels for the tile-level select and atomic-add tests: decorated factories, and fixed-shape kernels parsed from
+text (``conftest.parse_kernel``)."""
 import tvm
 from tvm.script import tirx as T
 from tvm.tirx.script import tile as Tx
 
+from conftest import buffer_type, parse_kernel
 from tilelayout import lang
 
 
@@ -42,26 +44,25 @@ def select_two_tiles(m: int = 64, n: int = 128, arch: str = "sm_80"):
     return _on(kernel, arch)
 
 
+def _select_in_place(params: str, select: str):
+    """A 64x64 float32 tile ``s`` copied in from S, selected in place by ``select`` (the Tx.select line), copied
+    out to O, on 128 threads and no block launch."""
+    return _on(parse_kernel(params, 128, f"""
+    s = T.alloc_buffer((64, 64), "float32", scope="local.fragment")
+    Tx.copy(s[0:64, 0:64], S[0:64, 0:64])
+    {select}
+    Tx.copy(O[0:64, 0:64], s[0:64, 0:64])""", blocks=()), "sm_80")
+
+
 def select_offset_region():
-    @T.prim_func
-    def kernel(S: T.Buffer((64, 64), "float32"), O: T.Buffer((64, 64), "float32")):
-        tx = T.launch_thread("threadIdx.x", 128)
-        s = T.alloc_buffer((64, 64), "float32", scope="local.fragment")
-        Tx.copy(s[0:64, 0:64], S[0:64, 0:64])
-        Tx.select(s[0:32, 32:64], s[0:32, 32:64], T.float32(0), lambda i, j: i >= j)
-        Tx.copy(O[0:64, 0:64], s[0:64, 0:64])
-    return _on(kernel, "sm_80")
+    return _select_in_place(f"S: {buffer_type(64, 64)}, O: {buffer_type(64, 64)}",
+                            "Tx.select(s[0:32, 32:64], s[0:32, 32:64], T.float32(0), lambda i, j: i >= j)")
 
 
 def select_reading_memory():
-    @T.prim_func
-    def kernel(S: T.Buffer((64, 64), "float32"), M: T.Buffer((64, 64), "int8"), O: T.Buffer((64, 64), "float32")):
-        tx = T.launch_thread("threadIdx.x", 128)
-        s = T.alloc_buffer((64, 64), "float32", scope="local.fragment")
-        Tx.copy(s[0:64, 0:64], S[0:64, 0:64])
-        Tx.select(s[0:64, 0:64], s[0:64, 0:64], T.float32(0), lambda i, j: M[i, j] != T.int8(0))
-        Tx.copy(O[0:64, 0:64], s[0:64, 0:64])
-    return _on(kernel, "sm_80")
+    tile = buffer_type(64, 64)
+    return _select_in_place(f"S: {tile}, M: {buffer_type(64, 64, dtype='int8')}, O: {tile}",
+                            "Tx.select(s[0:64, 0:64], s[0:64, 0:64], T.float32(0), lambda i, j: M[i, j] != T.int8(0))")
 
 
 def dq_accumulate(batch: int = 2, seq: int = 128, heads: int = 2, dim: int = 64, bm: int = 64,
@@ -102,10 +103,7 @@ def atomic_into_shared(n: int = 64, arch: str = "sm_80"):
 
 
 def atomic_shape_mismatch():
-    @T.prim_func
-    def kernel(X: T.Buffer((64, 64), "float32"), Y: T.Buffer((64, 32), "float32")):
-        tx = T.launch_thread("threadIdx.x", 128)
-        f = T.alloc_buffer((64, 64), "float32", scope="local.fragment")
-        Tx.copy(f[0:64, 0:64], X[0:64, 0:64])
-        lang.atomic_add(Y[0:64, 0:32], f[0:64, 0:64])
-    return _on(kernel, "sm_80")
+    return _on(parse_kernel(f"X: {buffer_type(64, 64)}, Y: {buffer_type(64, 32)}", 128, """
+    f = T.alloc_buffer((64, 64), "float32", scope="local.fragment")
+    Tx.copy(f[0:64, 0:64], X[0:64, 0:64])
+    lang.atomic_add(Y[0:64, 0:32], f[0:64, 0:64])""", blocks=()), "sm_80")
