@@ -168,10 +168,11 @@ def test_tile_loop_decisions_travel_in_the_ir(case, model):
         out = None if variant in pending else lower_tile_ops(res.func)
         lowered = {} if out is None else \
             {key: lay for key, (lay, _, _) in read_layout_annotations(out)[1].items()}
-        # a copy stored by stmatrix (sm_90+) is per-thread code, not a loop: its report says so
+        # a copy stored by stmatrix (sm_90+) or by a TMA store (sm_90a) is per-thread code, not a loop: its
+        # report says so
         reports = {} if out is None or out.attrs is None or GEMM_REPORT_ATTR not in out.attrs else \
             dict(out.attrs[GEMM_REPORT_ATTR])
-        by_stmatrix = sum(1 for text in reports.values() if str(text).startswith("stmatrix"))
+        by_stmatrix = sum(1 for text in reports.values() if str(text).startswith(("stmatrix", "TMA store")))
         for index, decision in res.op_loops.items():
             op = res.graph.ops[index]
             if not isinstance(op, (CopyOp, FillOp)):
