@@ -98,7 +98,9 @@ def lower_func(func, target=None, cost_model=None, infer: bool = True, verify: b
     func = unroll_register_loops(func)       # every register index a constant: fragments stay in registers
     from .register_select import select_register_reads
     func = select_register_reads(func)       # the indices left at runtime: a select over constant slots
-    return unfold_thread_dims(keep_shared_alive(mark_uniform_branches(fence_shared_atomics(func))), dims)
+    from .merge_barriers import merge_barriers
+    func = keep_shared_alive(mark_uniform_branches(fence_shared_atomics(func)))
+    return unfold_thread_dims(merge_barriers(func), dims)       # one barrier where steps put several in a row
 
 
 def lower(func, target=None, cost_model=None, infer: bool = True, verify: bool = True) -> tvm.IRModule:
