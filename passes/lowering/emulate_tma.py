@@ -184,21 +184,7 @@ def emulate_tma(func):
             raise LoweringError(f"cannot emulate TMA into {buf.name}: the tensor map is {info['dtype']}")
         inflight, tag, n = shadow(buf)
         src = view(info)
-        ebytes = tvm.DataType(info["dtype"]).bits // 8
-        bvars = [tirx.Var(f"b{d}", "int32") for d in range(rank)]
-        g = [coords[d] + bvars[d] for d in range(rank)]
-        inside = None
-        for d in range(rank):
-            ok = tirx.And(g[d] >= 0, g[d] < info["dims"][d])
-            inside = ok if inside is None else tirx.And(inside, ok)
-        flat = g[0]
-        for d in range(1, rank):
-            flat = flat + g[d] * (info["strides"][d - 1] // ebytes)
-        lin = tirx.const(0, "int32")
-        for d in reversed(range(rank)):
-            lin = lin * info["box"][d] + bvars[d]
-        byte = dst.indices[0] * ebytes + lin * ebytes
-        at = tirx.floordiv(_swizzle(byte, info["swizzle"]), ebytes)
+        bvars, inside, flat, at = _box(info, coords, dst.indices[0])
         body = tirx.SeqStmt([
             tirx.AssertStmt(tirx.And(at >= 0, at < n), tvm.ir.StringImm("RuntimeError"),
                             [tvm.ir.StringImm(f"TMA emulation: a load into {buf.name} leaves the tile")]),
@@ -212,7 +198,7 @@ def emulate_tma(func):
         ])
         for d in range(rank):
             body = tirx.For(bvars[d], 0, info["box"][d], tirx.ForKind.SERIAL, body)
-        total = ebytes
+        total = tvm.DataType(info["dtype"]).bits // 8
         for b in info["box"]:
             total *= b
         issue = tirx.SeqStmt([body, put(s, _ARRIVED, field(s, _ARRIVED) + total)])
@@ -263,20 +249,7 @@ def emulate_tma(func):
         if n is None:
             raise LoweringError(f"cannot emulate a TMA store from {buf.name}: expected a flattened constant-size tile")
         dst = view(info)
-        ebytes = tvm.DataType(info["dtype"]).bits // 8
-        bvars = [tirx.Var(f"b{d}", "int32") for d in range(rank)]
-        g = [coords[d] + bvars[d] for d in range(rank)]
-        inside = None
-        for d in range(rank):
-            ok = tirx.And(g[d] >= 0, g[d] < info["dims"][d])
-            inside = ok if inside is None else tirx.And(inside, ok)
-        flat = g[0]
-        for d in range(1, rank):
-            flat = flat + g[d] * (info["strides"][d - 1] // ebytes)
-        lin = tirx.const(0, "int32")
-        for d in reversed(range(rank)):
-            lin = lin * info["box"][d] + bvars[d]
-        at = tirx.floordiv(_swizzle(src.indices[0] * ebytes + lin * ebytes, info["swizzle"]), ebytes)
+        bvars, inside, flat, at = _box(info, coords, src.indices[0])
         body = tirx.SeqStmt([
             tirx.AssertStmt(tirx.And(at >= 0, at < n), tvm.ir.StringImm("RuntimeError"),
                             [tvm.ir.StringImm(f"TMA emulation: a store from {buf.name} reads outside the tile")]),
@@ -361,6 +334,27 @@ def emulate_tma(func):
     body = _inside_launch(body, launch, init)
     decls = [tirx.DeclBuffer(v, data=data) for v, data in views.values()]
     return func.with_body(tirx.SeqStmt(decls + [body]) if decls else body)
+
+
+def _box(info: dict, coords: list, tile_start) -> tuple:
+    """(box loop variables, whether the box element lies inside the global, its global element index, its element
+    index in the tile -- from ``tile_start``, through the tensor map's swizzle) of a TMA box at ``coords``."""
+    rank = info["rank"]
+    ebytes = tvm.DataType(info["dtype"]).bits // 8
+    bvars = [tirx.Var(f"b{d}", "int32") for d in range(rank)]
+    g = [coords[d] + bvars[d] for d in range(rank)]
+    inside = None
+    for d in range(rank):
+        ok = tirx.And(g[d] >= 0, g[d] < info["dims"][d])
+        inside = ok if inside is None else tirx.And(inside, ok)
+    flat = g[0]
+    for d in range(1, rank):
+        flat = flat + g[d] * (info["strides"][d - 1] // ebytes)
+    lin = tirx.const(0, "int32")
+    for d in reversed(range(rank)):
+        lin = lin * info["box"][d] + bvars[d]
+    at = tirx.floordiv(_swizzle(tile_start * ebytes + lin * ebytes, info["swizzle"]), ebytes)
+    return bvars, inside, flat, at
 
 
 def _tensor_maps(func) -> dict:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import tvm
 from tvm import tirx
 
-from ..ir_utils import int_value, walk
+from ..ir_utils import constant_numel, walk
 
 __all__ = ["StagedTile", "share_arenas", "arena_record", "ARENAS_ATTR"]
 
@@ -39,13 +39,8 @@ class StagedTile:
 
 
 def _bytes(buf) -> int | None:
-    n = 1
-    for s in buf.shape:
-        v = int_value(s)
-        if v is None:
-            return None
-        n *= v
-    return n * tvm.DataType(str(buf.dtype)).bits // 8
+    n = constant_numel(buf)
+    return None if n is None else n * tvm.DataType(str(buf.dtype)).bits // 8
 
 
 def _parent_sequence(body, loop) -> list | None:
